@@ -1,0 +1,29 @@
+"""Stevora: durable workflows with traced, checkpointed LLM tool-calling steps.
+
+The user-facing edge: register task handlers and tools here; run `stevora worker --tools
+your.module` so a worker imports the module and these registrations take effect.
+"""
+
+from stevora.engine.handlers import (
+    StepContext,
+    StepResult,
+    registerTaskHandler,
+    register_task_handler,
+    task_handler,
+)
+from stevora.tools import ToolContext, registerTool, register_tool, tool
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "StepContext",
+    "StepResult",
+    "ToolContext",
+    "__version__",
+    "registerTaskHandler",
+    "registerTool",
+    "register_task_handler",
+    "register_tool",
+    "task_handler",
+    "tool",
+]

@@ -1,0 +1,189 @@
+"""The tool loop's checkpoints: one statement, one round trip, one transaction each.
+
+Each write is a data-modifying CTE that (1) bumps the run's event sequence *fenced by the lease*
+(`lease_owner = me AND status = 'RUNNING'`), (2) inserts the trace row, (3) inserts its event.
+If the fence fails nothing is written and the caller gets LeaseLost; if the trace row already
+exists (unique (llm_call_id, sequence)) the whole statement fails, so a sequence number is never
+burnt and no event exists without its trace row (or the reverse).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+
+from stevora.errors import LeaseLost
+from stevora.ids import new_id
+
+_LLM_CALL_SQL = """
+WITH r AS (
+    UPDATE workflow_runs
+       SET event_seq = event_seq + 1,
+           total_cost_cents = total_cost_cents + $17 * 100,
+           total_input_tokens = total_input_tokens + $13,
+           total_output_tokens = total_output_tokens + $14
+     WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'
+ RETURNING event_seq
+), c AS (
+    INSERT INTO llm_calls (id, workflow_run_id, step_run_id, step_name, round, provider, model, status,
+                           request, response, error, finish_reason, input_tokens, output_tokens,
+                           cache_read_tokens, cache_write_tokens, cost_usd, duration_ms)
+    SELECT $3, $1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $18, $13, $14, $15, $16, $17, $19 FROM r
+    RETURNING id
+)
+INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+SELECT $20, $1, $4, r.event_seq, $21, $22 FROM r, c
+RETURNING sequence
+"""
+
+_TOOL_TRACE_SQL = """
+WITH r AS (
+    UPDATE workflow_runs SET event_seq = event_seq + 1
+     WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'
+ RETURNING event_seq
+), t AS (
+    INSERT INTO tool_trace (id, workflow_run_id, step_run_id, llm_call_id, round, sequence, tool_call_id,
+                            tool_name, input_json, output_json, status, error, error_code, result_text,
+                            duration_ms, idempotency_key)
+    SELECT $3, $1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM r
+    RETURNING id
+)
+INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+SELECT $18, $1, $4, r.event_seq, $19, $20 FROM r, t
+RETURNING sequence
+"""
+
+
+@dataclass(slots=True)
+class LlmCallRecord:
+    step_run_id: str
+    step_name: str
+    round: int
+    provider: str | None
+    model: str
+    status: str  # completed | failed
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+    error: dict[str, Any] | None
+    finish_reason: str | None
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+    duration_ms: float
+    id: str = field(default_factory=lambda: new_id("llm"))
+
+
+@dataclass(slots=True)
+class ToolTraceRecord:
+    step_run_id: str
+    llm_call_id: str
+    round: int
+    sequence: int
+    tool_call_id: str
+    tool_name: str
+    input_json: Any
+    output_json: Any
+    status: str
+    error: str | None
+    error_code: str | None
+    result_text: str | None
+    duration_ms: float
+    idempotency_key: str
+    id: str = field(default_factory=lambda: new_id("tt"))
+
+
+async def record_llm_call(
+    pool: asyncpg.Pool, run_id: str, owner: str, rec: LlmCallRecord, event_type: str, payload: dict[str, Any]
+) -> None:
+    seq = await pool.fetchval(
+        _LLM_CALL_SQL,
+        run_id, owner, rec.id, rec.step_run_id, rec.step_name, rec.round, rec.provider, rec.model, rec.status,
+        rec.request, rec.response, rec.error, rec.input_tokens, rec.output_tokens, rec.cache_read_tokens,
+        rec.cache_write_tokens, rec.cost_usd, rec.finish_reason, rec.duration_ms,
+        new_id("evt"), event_type, payload,
+    )  # fmt: skip
+    if seq is None:
+        raise LeaseLost(f"run {run_id}: lease lost before recording LLM call round {rec.round}")
+
+
+async def record_tool_trace(
+    pool: asyncpg.Pool, run_id: str, owner: str, rec: ToolTraceRecord, event_type: str, payload: dict[str, Any]
+) -> None:
+    seq = await pool.fetchval(
+        _TOOL_TRACE_SQL,
+        run_id, owner, rec.id, rec.step_run_id, rec.llm_call_id, rec.round, rec.sequence, rec.tool_call_id,
+        rec.tool_name, rec.input_json, rec.output_json, rec.status, rec.error, rec.error_code, rec.result_text,
+        rec.duration_ms, rec.idempotency_key, new_id("evt"), event_type, payload,
+    )  # fmt: skip
+    if seq is None:
+        raise LeaseLost(f"run {run_id}: lease lost before recording tool call {rec.idempotency_key}")
+
+
+@dataclass(slots=True)
+class CommittedRound:
+    """A completed model call of this step visit and the tool results committed for it."""
+
+    llm_call_id: str
+    step_run_id: str
+    round: int
+    model: str
+    provider: str | None
+    request: dict[str, Any]
+    response: dict[str, Any]
+    cost_usd: float
+    input_tokens: int
+    output_tokens: int
+    tool_results: dict[int, asyncpg.Record]  # sequence → tool_trace row
+
+
+async def load_rounds(pool: asyncpg.Pool, run_id: str, step_name: str, visit: int) -> list[CommittedRound]:
+    """Every committed round of this step visit, across its attempts, oldest first."""
+    calls = await pool.fetch(
+        "SELECT c.id, c.step_run_id, c.round, c.model, c.provider, c.request, c.response, c.cost_usd, "
+        "c.input_tokens, c.output_tokens "
+        "FROM llm_calls c JOIN step_runs s ON s.id = c.step_run_id "
+        "WHERE s.workflow_run_id = $1 AND s.step_name = $2 AND s.visit = $3 AND c.status = 'completed' "
+        "ORDER BY c.round, c.created_at",
+        run_id,
+        step_name,
+        visit,
+    )
+    if not calls:
+        return []
+    traces = await pool.fetch(
+        "SELECT llm_call_id, sequence, tool_call_id, tool_name, status, output_json, result_text "
+        "FROM tool_trace WHERE llm_call_id = ANY($1::text[])",
+        [c["id"] for c in calls],
+    )
+    by_call: dict[str, dict[int, asyncpg.Record]] = {}
+    for t in traces:
+        by_call.setdefault(t["llm_call_id"], {})[t["sequence"]] = t
+    return [
+        CommittedRound(
+            llm_call_id=c["id"],
+            step_run_id=c["step_run_id"],
+            round=c["round"],
+            model=c["model"],
+            provider=c["provider"],
+            request=c["request"],
+            response=c["response"],
+            cost_usd=c["cost_usd"],
+            input_tokens=c["input_tokens"],
+            output_tokens=c["output_tokens"],
+            tool_results=by_call.get(c["id"], {}),
+        )
+        for c in calls
+    ]
+
+
+def replay_result_text(trace: asyncpg.Record) -> str:
+    """The tool message a committed trace stands for, rebuilt for the transcript."""
+    if trace["status"] != "completed":
+        return str(trace["result_text"] or json.dumps({"error": "Tool call failed"}))
+    output = trace["output_json"]
+    return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)

@@ -1,0 +1,304 @@
+"""SQLAlchemy 2 table models. Alembic migrations are generated from (and checked against) these.
+
+Statuses are the documented UPPERCASE enums stored as text with a CHECK constraint, so a bad
+value can never be written even by hand-written SQL. JSON columns are JSONB, timestamps are
+timestamptz, ids are prefixed strings (see stevora.ids).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    DateTime,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    UniqueConstraint,
+    func,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+RUN_STATUSES = ("PENDING", "RUNNING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
+STEP_STATUSES = ("PENDING", "RUNNING", "WAITING", "COMPLETED", "FAILED", "SKIPPED", "CANCELLED")
+APPROVAL_STATUSES = ("PENDING", "DECIDED", "EXPIRED", "CANCELLED")
+DELIVERY_STATUSES = ("PENDING", "DELIVERED", "FAILED")
+
+NAMING = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+def _in(column: str, values: tuple[str, ...]) -> str:
+    return f"{column} IN ({', '.join(repr(v) for v in values)})"
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING)
+    type_annotation_map = {dict[str, Any]: JSONB, list[Any]: JSONB, Any: JSONB}
+
+
+def _ts(nullable: bool = True) -> Any:
+    return mapped_column(DateTime(timezone=True), nullable=nullable)
+
+
+def _created() -> Any:
+    return mapped_column(DateTime(timezone=True), nullable=False, server_default=func.now())
+
+
+class Workspace(Base):
+    __tablename__ = "workspaces"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    name: Mapped[str] = mapped_column(String(100))
+    slug: Mapped[str] = mapped_column(String(50), unique=True)
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class ApiKey(Base):
+    __tablename__ = "api_keys"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(100))
+    key_hash: Mapped[str] = mapped_column(String(64), unique=True)  # SHA-256 hex of the raw stv_ key
+    key_prefix: Mapped[str] = mapped_column(String(12))  # "stv_a1b2" for recognising a key in lists
+    last_used_at: Mapped[datetime | None] = _ts()
+    created_at: Mapped[datetime] = _created()
+    revoked_at: Mapped[datetime | None] = _ts()
+
+
+class WorkflowDefinition(Base):
+    __tablename__ = "workflow_definitions"
+    __table_args__ = (UniqueConstraint("workspace_id", "name", "version", name="uq_definition_version"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    name: Mapped[str] = mapped_column(String(200))
+    version: Mapped[str] = mapped_column(String(50))
+    description: Mapped[str | None] = mapped_column(String(1000))
+    steps: Mapped[list[Any]] = mapped_column(JSONB)  # validated camelCase step objects
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class WorkflowRun(Base):
+    __tablename__ = "workflow_runs"
+    __table_args__ = (
+        CheckConstraint(_in("status", RUN_STATUSES), name="status"),
+        UniqueConstraint("workspace_id", "idempotency_key", name="uq_run_idempotency_key"),
+        Index("ix_runs_workspace_created", "workspace_id", "created_at"),
+        # The recovery sweep's scans: due runs and undispatched / lease-expired runs.
+        Index(
+            "ix_runs_due",
+            "next_run_at",
+            postgresql_where=text("status IN ('PENDING', 'RUNNING', 'WAITING')"),
+        ),
+        Index("ix_runs_active", "status", postgresql_where=text("status IN ('PENDING', 'RUNNING')")),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    definition_id: Mapped[str] = mapped_column(ForeignKey("workflow_definitions.id"), index=True)
+    status: Mapped[str] = mapped_column(String(16), server_default="PENDING")
+    current_step_name: Mapped[str | None] = mapped_column(String(100))
+    current_step_run_id: Mapped[str | None] = mapped_column(String(40))
+    input: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    state: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    total_cost_cents: Mapped[float] = mapped_column(Float, server_default="0")
+    total_input_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    total_output_tokens: Mapped[int] = mapped_column(BigInteger, server_default="0")
+    started_at: Mapped[datetime | None] = _ts()
+    completed_at: Mapped[datetime | None] = _ts()
+    failed_at: Mapped[datetime | None] = _ts()
+    cancelled_at: Mapped[datetime | None] = _ts()
+    next_run_at: Mapped[datetime | None] = _ts()
+    idempotency_key: Mapped[str | None] = mapped_column(String(255))
+    version: Mapped[int] = mapped_column(Integer, server_default="1")
+    # Execution lease: only the owner may advance the run until lease_expires_at.
+    lease_owner: Mapped[str | None] = mapped_column(String(80))
+    lease_expires_at: Mapped[datetime | None] = _ts()
+    dispatched_at: Mapped[datetime | None] = _ts()
+    # Last allocated event sequence; incremented in the same statement that writes events.
+    event_seq: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class StepRun(Base):
+    __tablename__ = "step_runs"
+    __table_args__ = (
+        CheckConstraint(_in("status", STEP_STATUSES), name="status"),
+        UniqueConstraint("workflow_run_id", "step_name", "visit", "attempt", name="uq_step_attempt"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"), index=True)
+    step_name: Mapped[str] = mapped_column(String(100))
+    step_type: Mapped[str] = mapped_column(String(20))
+    step_index: Mapped[int] = mapped_column(Integer)
+    # visit counts entries into this step within the run (condition loops, manual retries);
+    # attempt counts RetryPolicy attempts within one visit.
+    visit: Mapped[int] = mapped_column(Integer, server_default="1")
+    attempt: Mapped[int] = mapped_column(Integer, server_default="1")
+    status: Mapped[str] = mapped_column(String(16), server_default="PENDING")
+    input: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    output: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    signal_type: Mapped[str | None] = mapped_column(String(100))
+    wait_until: Mapped[datetime | None] = _ts()
+    started_at: Mapped[datetime | None] = _ts()
+    completed_at: Mapped[datetime | None] = _ts()
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class WorkflowEvent(Base):
+    __tablename__ = "workflow_events"
+    __table_args__ = (UniqueConstraint("workflow_run_id", "sequence", name="uq_event_sequence"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    step_run_id: Mapped[str | None] = mapped_column(String(40))
+    sequence: Mapped[int] = mapped_column(Integer)
+    event_type: Mapped[str] = mapped_column(String(40))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    created_at: Mapped[datetime] = _created()
+
+
+class LlmCall(Base):
+    __tablename__ = "llm_calls"
+    __table_args__ = (
+        CheckConstraint("status IN ('completed', 'failed')", name="status"),
+        # A round's successful model call is recorded once; failed attempts may be many.
+        Index(
+            "uq_llm_call_round",
+            "step_run_id",
+            "round",
+            unique=True,
+            postgresql_where=text("status = 'completed'"),
+        ),
+        Index("ix_llm_calls_run", "workflow_run_id", "created_at"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"))
+    step_name: Mapped[str] = mapped_column(String(100))
+    round: Mapped[int] = mapped_column(Integer)
+    provider: Mapped[str | None] = mapped_column(String(40))
+    model: Mapped[str] = mapped_column(String(200))
+    status: Mapped[str] = mapped_column(String(16))
+    # Only what this call added to the conversation (first prompt, feedback); earlier rounds
+    # are rebuilt from earlier rows, so storage grows linearly with rounds.
+    request: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    response: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    input_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    output_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    cache_read_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    cache_write_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
+    cost_usd: Mapped[float] = mapped_column(Float, server_default="0")
+    duration_ms: Mapped[float] = mapped_column(Float, server_default="0")
+    finish_reason: Mapped[str | None] = mapped_column(String(40))
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    created_at: Mapped[datetime] = _created()
+
+
+class ToolTrace(Base):
+    __tablename__ = "tool_trace"
+    __table_args__ = (
+        CheckConstraint("status IN ('completed', 'failed')", name="status"),
+        # Exactly-once record per (model call, tool-call index).
+        UniqueConstraint("llm_call_id", "sequence", name="uq_tool_trace_call"),
+        Index("ix_tool_trace_run", "workflow_run_id", "created_at"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), index=True)
+    llm_call_id: Mapped[str] = mapped_column(ForeignKey("llm_calls.id", ondelete="CASCADE"))
+    round: Mapped[int] = mapped_column(Integer)
+    sequence: Mapped[int] = mapped_column(Integer)
+    tool_call_id: Mapped[str] = mapped_column(String(200))
+    tool_name: Mapped[str] = mapped_column(String(64))
+    input_json: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    output_json: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    status: Mapped[str] = mapped_column(String(16))
+    error: Mapped[str | None] = mapped_column(Text)
+    error_code: Mapped[str | None] = mapped_column(String(40))
+    # What the model was told for a failed call ({"error": ...}); a completed call's result is
+    # rebuilt from output_json when the transcript is replayed.
+    result_text: Mapped[str | None] = mapped_column(Text)
+    duration_ms: Mapped[float] = mapped_column(Float, server_default="0")
+    idempotency_key: Mapped[str] = mapped_column(String(120))
+    created_at: Mapped[datetime] = _created()
+
+
+class ApprovalRequest(Base):
+    __tablename__ = "approval_requests"
+    __table_args__ = (
+        CheckConstraint(_in("status", APPROVAL_STATUSES), name="status"),
+        CheckConstraint("decision IS NULL OR decision IN ('approved', 'rejected', 'edited')", name="decision"),
+        Index("ix_approvals_workspace_status", "workspace_id", "status"),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"), index=True)
+    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), unique=True)
+    step_name: Mapped[str] = mapped_column(String(100))
+    content_key: Mapped[str] = mapped_column(String(200))
+    content: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    prompt: Mapped[str | None] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(16), server_default="PENDING")
+    decision: Mapped[str | None] = mapped_column(String(16))
+    edited_content: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    decided_by: Mapped[str | None] = mapped_column(String(200))
+    decided_at: Mapped[datetime | None] = _ts()
+    expires_at: Mapped[datetime | None] = _ts()
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class Webhook(Base):
+    __tablename__ = "webhooks"
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"), index=True)
+    url: Mapped[str] = mapped_column(String(2000))
+    events: Mapped[list[Any]] = mapped_column(JSONB)
+    secret: Mapped[str] = mapped_column(String(80))  # needed in clear to sign deliveries
+    is_active: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class WebhookDelivery(Base):
+    """Outbox row written in the same transaction as the change it announces."""
+
+    __tablename__ = "webhook_deliveries"
+    __table_args__ = (
+        CheckConstraint(_in("status", DELIVERY_STATUSES), name="status"),
+        Index("ix_deliveries_due", "next_attempt_at", postgresql_where=text("status = 'PENDING'")),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    event: Mapped[str] = mapped_column(String(40))
+    payload: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(String(16), server_default="PENDING")
+    attempts: Mapped[int] = mapped_column(Integer, server_default="0")
+    next_attempt_at: Mapped[datetime | None] = _ts()
+    last_status_code: Mapped[int | None] = mapped_column(Integer)
+    last_error: Mapped[str | None] = mapped_column(Text)
+    attempt_log: Mapped[list[Any]] = mapped_column(JSONB, server_default=text("'[]'::jsonb"))
+    delivered_at: Mapped[datetime | None] = _ts()
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()

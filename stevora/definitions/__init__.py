@@ -1,0 +1,59 @@
+"""Pydantic models of workflow definitions: camelCase JSON on the wire, snake_case in Python."""
+
+from stevora.definitions.llm_step import (
+    GuardrailCheck,
+    GuardrailConfig,
+    LlmMessage,
+    LlmStep,
+    LlmTool,
+    LlmToolDef,
+    ToolRef,
+)
+from stevora.definitions.retry import (
+    APPROVAL_RETRY_POLICY,
+    DEFAULT_RETRY_POLICY,
+    CamelModel,
+    RetryPolicy,
+    compute_next_retry_delay_ms,
+)
+from stevora.definitions.steps import (
+    ApprovalStep,
+    ConditionStep,
+    ExternalEventStep,
+    StepBase,
+    TaskStep,
+    WaitStep,
+)
+from stevora.definitions.workflow import (
+    STEP_TYPES,
+    StepDefinition,
+    WorkflowDefinitionSpec,
+    parse_definition,
+    problems_from_pydantic,
+)
+
+__all__ = [
+    "APPROVAL_RETRY_POLICY",
+    "DEFAULT_RETRY_POLICY",
+    "STEP_TYPES",
+    "ApprovalStep",
+    "CamelModel",
+    "ConditionStep",
+    "ExternalEventStep",
+    "GuardrailCheck",
+    "GuardrailConfig",
+    "LlmMessage",
+    "LlmStep",
+    "LlmTool",
+    "LlmToolDef",
+    "RetryPolicy",
+    "StepBase",
+    "StepDefinition",
+    "TaskStep",
+    "ToolRef",
+    "WaitStep",
+    "WorkflowDefinitionSpec",
+    "compute_next_retry_delay_ms",
+    "parse_definition",
+    "problems_from_pydantic",
+]

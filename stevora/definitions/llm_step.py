@@ -1,0 +1,174 @@
+"""The `llm` step: model, prompts, tools, guardrails and the tool-loop limits (spec §3.4, 7)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Any, Literal
+
+from jsonschema.exceptions import SchemaError
+from jsonschema.validators import Draft202012Validator, validator_for
+from pydantic import AfterValidator, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import ValidationError as PydanticValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from stevora.definitions.retry import CamelModel
+from stevora.definitions.steps import StepBase, find_duplicates
+
+MAX_TOOLS_PER_STEP = 128
+# The strictest of the providers' rules (OpenAI and Anthropic both accept exactly this), so a
+# definition that validates here is accepted by every provider it may fall back to.
+_TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+DUPLICATE_TOOL_MESSAGE = "Duplicate tool name '{name}' (already used by tools[{first}])"
+INLINE_TOOL_TAG = "inline"
+TOOL_REF_TAG = "ref"
+
+
+def _check_tool_name(name: str) -> str:
+    if not _TOOL_NAME_RE.fullmatch(name):
+        raise PydanticCustomError(
+            "tool_name",
+            "Tool name must be 1-64 characters of letters, digits, '_' or '-' (got '{name}')",
+            {"name": name},
+        )
+    return name
+
+
+ToolName = Annotated[str, AfterValidator(_check_tool_name)]
+
+
+def _check_parameters_schema(schema: dict[str, Any]) -> dict[str, Any]:
+    """Providers want an object schema for arguments; anything else fails only at call time."""
+    if schema.get("type") != "object":
+        raise PydanticCustomError(
+            "tool_parameters_not_object",
+            'Tool parameters must be a JSON Schema with "type": "object"',
+        )
+    # An explicit default: with an unknown "$schema", jsonschema would otherwise warn.
+    validator_cls = validator_for(schema, default=Draft202012Validator)
+    try:
+        validator_cls.check_schema(schema)
+    except SchemaError as exc:
+        where = "" if exc.json_path == "$" else f" at {exc.json_path}"
+        raise PydanticCustomError(
+            "tool_parameters_invalid",
+            "Tool parameters are not a valid JSON Schema{where}: {reason}",
+            {"where": where, "reason": exc.message},
+        ) from exc
+    return schema
+
+
+class LlmMessage(CamelModel):
+    """One conversation message; `content` may hold `{{input.x}}` / `{{state.x}}` templates."""
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class LlmToolDef(CamelModel):
+    """A tool declared inline: the model sees its description and argument schema."""
+
+    name: ToolName
+    description: str = Field(max_length=1024)
+    parameters: Annotated[dict[str, Any], AfterValidator(_check_parameters_schema)]
+
+
+class ToolRef(CamelModel):
+    """A tool named by reference: its description and schema come from the worker's registry.
+
+    Written as a bare string (`"search_docs"`) or `{"name": "search_docs"}`; `ToolRef("x")`
+    works in Python too.
+    """
+
+    name: ToolName
+
+    def __init__(self, name: str | None = None, /, **data: Any) -> None:
+        if name is not None:
+            data["name"] = name
+        super().__init__(**data)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_bare_string(cls, value: Any) -> Any:
+        return {"name": value} if isinstance(value, str) else value
+
+
+def _tool_kind(value: Any) -> str:
+    """Tell a reference from an inline tool without trying both (which doubles the errors)."""
+    if isinstance(value, str | ToolRef):
+        return TOOL_REF_TAG
+    if isinstance(value, dict) and set(value) <= {"name"}:
+        return TOOL_REF_TAG
+    return INLINE_TOOL_TAG
+
+
+LlmTool = Annotated[
+    Annotated[LlmToolDef, Tag(INLINE_TOOL_TAG)] | Annotated[ToolRef, Tag(TOOL_REF_TAG)],
+    Discriminator(_tool_kind),
+]
+
+
+class GuardrailCheck(CamelModel):
+    """One post-completion check; `config` is check-specific (e.g. a blocklist)."""
+
+    type: Literal["content_safety", "schema_validation", "confidence_threshold"]
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class GuardrailConfig(CamelModel):
+    """Checks run on the final answer and what a failure does to the step."""
+
+    post_checks: list[GuardrailCheck] = Field(default_factory=list)
+    on_failure: Literal["block", "warn", "retry_with_feedback"] = "warn"
+    max_feedback_attempts: int = Field(default=2, ge=1, le=5)
+    """How many re-prompts `retry_with_feedback` makes before the step fails."""
+
+
+class LlmStep(StepBase):
+    """Calls a model, runs the tool loop, applies guardrails and stores the answer."""
+
+    type: Literal["llm"] = "llm"
+    model: str = Field(min_length=1, max_length=200)
+    provider: str | None = Field(default=None, min_length=1)
+    """An explicit provider name; wins over routing by model-name prefix."""
+    fallback_models: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(default_factory=list)
+    system_prompt: str | None = None
+    messages: list[LlmMessage] = Field(min_length=1)
+    temperature: float | None = Field(default=None, ge=0, le=2)
+    max_tokens: int | None = Field(default=None, ge=1)
+    response_format: Literal["json", "text"] | None = None
+    output_schema: dict[str, Any] | None = None
+    tools: list[LlmTool] = Field(default_factory=list, max_length=MAX_TOOLS_PER_STEP)
+    guardrails: GuardrailConfig | None = None
+    max_tool_rounds: int = Field(default=10, ge=1, le=20)
+    on_max_tool_rounds: Literal["fail", "complete"] = "fail"
+    """At the round limit: `fail` (error MAX_TOOL_ROUNDS, the documented behaviour) or `complete`."""
+    tool_timeout_ms: int = Field(default=30_000, ge=1, le=3_600_000)
+    parallel_tool_calls: bool = True
+    timeout_ms: int | None = Field(default=None, ge=1)
+    """Timeout of each provider request; unset means the provider adapter's default."""
+    output_key: str | None = Field(default=None, min_length=1)
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_tool_names(cls, tools: list[LlmToolDef | ToolRef]) -> list[LlmToolDef | ToolRef]:
+        # The model calls tools by name, so two tools with one name make calls ambiguous.
+        duplicates = find_duplicates([tool.name for tool in tools])
+        if duplicates:
+            raise PydanticValidationError.from_exception_data(
+                cls.__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "duplicate_tool_name", DUPLICATE_TOOL_MESSAGE, {"name": name, "first": first}
+                        ),
+                        loc=(index, "name"),
+                        input=name,
+                    )
+                    for index, name, first in duplicates
+                ],
+            )
+        return tools
+
+    def effective_output_key(self) -> str:
+        """The state key the step's result is written to: `output_key`, else the step name."""
+        return self.output_key if self.output_key is not None else self.name

@@ -1,0 +1,118 @@
+"""Step models for the five non-LLM step types (spec §3.1-3.3, 3.5, 3.6).
+
+The `llm` step has its own module because it is as large as the other five together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, ClassVar, Literal
+
+from pydantic import AwareDatetime, Field, field_validator, model_validator
+from pydantic_core import PydanticCustomError
+
+from stevora.definitions.retry import (
+    APPROVAL_RETRY_POLICY,
+    DEFAULT_RETRY_POLICY,
+    CamelModel,
+    RetryPolicy,
+    merge_retry_input,
+)
+
+
+def find_duplicates(names: Sequence[object]) -> list[tuple[int, str, int]]:
+    """`(index, name, first_index)` for every string name already used earlier in `names`.
+
+    Shared by the model validators and by `parse_definition`'s checks on raw input, so both
+    report a duplicate the same way. Non-string entries are skipped (they are field errors).
+    """
+    first_index: dict[str, int] = {}
+    duplicates: list[tuple[int, str, int]] = []
+    for index, name in enumerate(names):
+        if not isinstance(name, str):
+            continue
+        if name in first_index:
+            duplicates.append((index, name, first_index[name]))
+        else:
+            first_index[name] = index
+    return duplicates
+
+
+class StepBase(CamelModel):
+    """Fields every step type has: a workflow-unique `name` and an optional `retry`."""
+
+    default_retry: ClassVar[RetryPolicy] = DEFAULT_RETRY_POLICY
+    """What `retry` fields that a definition omits default to for this step type."""
+
+    # Declared here (and narrowed to a Literal by each step type) only so that `type` comes
+    # first in dumped JSON, which makes stored definitions easier to read.
+    type: str
+    name: str = Field(min_length=1, max_length=100)
+    retry: RetryPolicy | None = None
+
+    @field_validator("retry", mode="before")
+    @classmethod
+    def _fill_retry_defaults(cls, value: Any) -> Any:
+        if value is None:
+            return None
+        return merge_retry_input(cls.default_retry, value)
+
+    def effective_retry(self) -> RetryPolicy:
+        """The policy the engine applies: the step's own, or its type's default."""
+        return self.retry if self.retry is not None else self.default_retry
+
+
+class TaskStep(StepBase):
+    """Runs a handler registered in the worker under `handler`, passing it `config`."""
+
+    type: Literal["task"] = "task"
+    handler: str = Field(min_length=1)
+    config: dict[str, Any] = Field(default_factory=dict)
+
+
+class WaitStep(StepBase):
+    """Pauses the run for `duration_ms` or until `until_timestamp`; exactly one is given."""
+
+    type: Literal["wait"] = "wait"
+    duration_ms: int | None = Field(default=None, ge=0)
+    # Naive timestamps are rejected: "10:00" means different instants on different workers.
+    until_timestamp: AwareDatetime | None = None
+
+    @model_validator(mode="after")
+    def _exactly_one_target(self) -> WaitStep:
+        given = (self.duration_ms is not None) + (self.until_timestamp is not None)
+        if given != 1:
+            raise PydanticCustomError(
+                "wait_target",
+                "Wait step '{name}' needs exactly one of durationMs or untilTimestamp (got {got})",
+                {"name": self.name, "got": "neither" if given == 0 else "both"},
+            )
+        return self
+
+
+class ConditionStep(StepBase):
+    """Jumps to `true_step` or `false_step` depending on a dot path into the run state."""
+
+    type: Literal["condition"] = "condition"
+    expression: str = Field(min_length=1)
+    true_step: str
+    false_step: str
+
+
+class ExternalEventStep(StepBase):
+    """Waits for a `resume` call carrying `signal_type`; fails after `timeout_ms` if set."""
+
+    type: Literal["external_event"] = "external_event"
+    signal_type: str = Field(min_length=1, max_length=100)
+    timeout_ms: int | None = Field(default=None, ge=1)
+
+
+class ApprovalStep(StepBase):
+    """Asks a human to approve, edit or reject the state value under `content_key`."""
+
+    default_retry: ClassVar[RetryPolicy] = APPROVAL_RETRY_POLICY
+
+    type: Literal["approval"] = "approval"
+    content_key: str = Field(min_length=1)
+    prompt: str | None = Field(default=None, max_length=4000)
+    timeout_ms: int | None = Field(default=None, ge=1)

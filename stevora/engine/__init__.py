@@ -1,0 +1,1 @@
+"""The run and step state machines, step executors, retries, recovery and commands."""

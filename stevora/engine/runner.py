@@ -1,0 +1,362 @@
+"""The run driver: advances one leased run until it waits, finishes, fails or loses its lease.
+
+The driver is a state machine over the run's *current step run*:
+
+    PENDING   → start it (RUNNING, STEP_STARTED) and execute
+    RUNNING   → execute (also after a crash: tasks run again, llm steps resume from checkpoints)
+    WAITING   → if due: a wait completes, an external event / approval times out; else release
+    COMPLETED → advance to the next step (or the condition's target), or complete the run
+    FAILED    → schedule the next attempt (RetryPolicy, via nextRunAt) or fail the run
+
+Each arrow is one transaction whose guarded updates are fenced by the lease, and the events it
+writes are in that same transaction. Anything that happened outside the driver (a signal, an
+approval decision, a cancel) is just a row in a new status that the next pass reacts to.
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+import structlog
+
+from stevora.clock import iso, utcnow
+from stevora.definitions import ApprovalStep, compute_next_retry_delay_ms
+from stevora.engine import store
+from stevora.engine.executors import StepExecution, execute_step
+from stevora.engine.handlers import StepResult
+from stevora.engine.store import Event
+from stevora.errors import LeaseLost, StevoraError
+from stevora.ids import new_id
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+log = structlog.get_logger("stevora.engine")
+
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
+# A condition loop that never exits would otherwise run forever.
+MAX_VISITS_PER_STEP = 1000
+
+_RELEASE = {"lease_owner": None, "lease_expires_at": None}
+
+
+def _ms_between(start: Any, end: Any) -> int:
+    if start is None or end is None:
+        return 0
+    return max(0, int((end - start).total_seconds() * 1000))
+
+
+class RunDriver:
+    def __init__(self, rt: Runtime, owner: str) -> None:
+        self.rt = rt
+        self.owner = owner
+        self.pool: asyncpg.Pool = rt.pool
+
+    async def drive(self, run_id: str) -> None:
+        """Advance a run this driver has claimed. Returns when the run no longer needs this worker."""
+        try:
+            while await self._step_once(run_id):
+                pass
+        except LeaseLost:
+            log.info("lease_lost", workflow_run_id=run_id)
+
+    async def _step_once(self, run_id: str) -> bool:
+        run = await store.get_run(self.pool, run_id)
+        if run is None or run["lease_owner"] != self.owner:
+            return False
+        if run["status"] in TERMINAL or run["status"] == "PAUSED":
+            await self.release(run_id)
+            return False
+        definition = await self.rt.definitions.get(run["definition_id"])
+        if run["status"] == "PENDING":
+            await self._start(run, definition)
+            return True
+        step_run = await store.get_step_run(self.pool, run["current_step_run_id"])
+        assert step_run is not None, f"run {run_id} has no current step run"
+        status = step_run["status"]
+        if status == "PENDING":
+            await self._begin(run, step_run)
+            return True
+        if status == "RUNNING":
+            return await self._execute(run, step_run, definition)
+        if status == "WAITING":
+            return await self._wake(run, step_run)
+        if status == "COMPLETED":
+            return await self._advance(run, step_run, definition)
+        if status == "FAILED":
+            return await self._handle_failure(run, step_run, definition)
+        raise RuntimeError(f"step run {step_run['id']} in unexpected status {status}")
+
+    async def release(self, run_id: str) -> None:
+        await self.pool.execute(
+            "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL "
+            "WHERE id = $1 AND lease_owner = $2",
+            run_id,
+            self.owner,
+        )
+
+    # -- transitions ---------------------------------------------------------------------------
+
+    async def _start(self, run: asyncpg.Record, definition: Any) -> None:
+        first = definition.steps[0]
+        async with self.pool.acquire() as conn, conn.transaction():
+            step_run = await store.insert_step_run(
+                conn, run_id=run["id"], step_name=first.name, step_type=first.type, step_index=0, visit=1, attempt=1
+            )
+            await store.update_run(
+                conn,
+                run["id"],
+                expect=["PENDING"],
+                owner=self.owner,
+                sets={"status": "RUNNING", "current_step_name": first.name, "current_step_run_id": step_run["id"]},
+                now_columns=["started_at"],
+                events=[Event("WORKFLOW_STARTED", {})],
+            )
+        log.info("run_started", workflow_run_id=run["id"])
+
+    async def _begin(self, run: asyncpg.Record, step_run: asyncpg.Record) -> None:
+        async with self.pool.acquire() as conn, conn.transaction():
+            await store.update_step(conn, step_run["id"], expect=["PENDING"], sets={"status": "RUNNING"}, now_columns=["started_at"])
+            await store.update_run(
+                conn,
+                run["id"],
+                expect=["RUNNING"],
+                owner=self.owner,
+                sets={"current_step_name": step_run["step_name"], "next_run_at": None},
+                events=[
+                    Event(
+                        "STEP_STARTED",
+                        {
+                            "stepName": step_run["step_name"],
+                            "stepType": step_run["step_type"],
+                            "attempt": step_run["attempt"],
+                            "visit": step_run["visit"],
+                        },
+                        step_run["id"],
+                    )
+                ],
+            )
+
+    async def _execute(self, run: asyncpg.Record, step_run: asyncpg.Record, definition: Any) -> bool:
+        step = definition.step(step_run["step_name"])
+        ex = StepExecution(
+            run_id=run["id"],
+            workspace_id=run["workspace_id"],
+            owner=self.owner,
+            step_run_id=step_run["id"],
+            step_name=step_run["step_name"],
+            step_index=step_run["step_index"],
+            visit=step_run["visit"],
+            attempt=step_run["attempt"],
+            input=run["input"] or {},
+            state=run["state"] or {},
+            started_at=step_run["started_at"],
+        )
+        bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
+        try:
+            result = await execute_step(self.rt, ex, step)
+        except LeaseLost:
+            raise
+        except StevoraError as exc:
+            result = StepResult(status="failed", error=exc.to_dict(), retryable=exc.retryable)
+        except Exception as exc:  # a handler bug must fail the step, never the worker
+            bound.warning("step_handler_raised", error=repr(exc))
+            result = StepResult(
+                status="failed", error={"code": "STEP_FAILED", "message": f"{type(exc).__name__}: {exc}"}
+            )
+        if result.status == "completed":
+            await self._complete_step(run, step_run, result)
+            return True
+        if result.status == "waiting":
+            await self._wait(run, step_run, step, result)
+            return False
+        await self._fail_step(run, step_run, result)
+        return True
+
+    async def _complete_step(self, run: asyncpg.Record, step_run: asyncpg.Record, result: StepResult) -> None:
+        output = dict(result.output or {})
+        if result.next_step is not None:
+            output["__nextStep"] = result.next_step
+        async with self.pool.acquire() as conn, conn.transaction():
+            done = await store.update_step(
+                conn, step_run["id"], expect=["RUNNING"], sets={"status": "COMPLETED", "output": output},
+                now_columns=["completed_at"],
+            )
+            await store.update_run(
+                conn,
+                run["id"],
+                expect=["RUNNING"],
+                owner=self.owner,
+                merge_state=result.state_updates,
+                events=[
+                    Event(
+                        "STEP_COMPLETED",
+                        {"stepName": step_run["step_name"], "durationMs": _ms_between(done["started_at"], done["completed_at"])},
+                        step_run["id"],
+                    )
+                ],
+            )
+
+    async def _wait(self, run: asyncpg.Record, step_run: asyncpg.Record, step: Any, result: StepResult) -> None:
+        until = result.wait_until
+        reason = "approval" if isinstance(step, ApprovalStep) else ("external_event" if result.signal_type else "wait")
+        events = []
+        async with self.pool.acquire() as conn, conn.transaction():
+            await store.update_step(
+                conn,
+                step_run["id"],
+                expect=["RUNNING"],
+                sets={"status": "WAITING", "wait_until": until, "signal_type": result.signal_type},
+            )
+            if isinstance(step, ApprovalStep):
+                approval_id = new_id("apr")
+                content = (run["state"] or {}).get(step.content_key)
+                await conn.execute(
+                    "INSERT INTO approval_requests (id, workspace_id, workflow_run_id, step_run_id, step_name, "
+                    "content_key, content, prompt, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+                    approval_id, run["workspace_id"], run["id"], step_run["id"], step.name,
+                    step.content_key, content, step.prompt, until,
+                )
+                events.append(
+                    Event("APPROVAL_REQUESTED", {"approvalRequestId": approval_id, "stepName": step.name,
+                                                 "contentKey": step.content_key, "expiresAt": iso(until)}, step_run["id"])
+                )
+                await store.enqueue_webhooks(
+                    conn, run["workspace_id"], "approval.requested",
+                    {"approvalRequestId": approval_id, "workflowRunId": run["id"], "stepName": step.name,
+                     "contentKey": step.content_key, "content": content, "prompt": step.prompt},
+                )
+            events.append(
+                Event("WORKFLOW_PAUSED", {"reason": reason, "signalType": result.signal_type,
+                                          "stepName": step_run["step_name"], "waitUntil": iso(until)}, step_run["id"])
+            )
+            await store.update_run(
+                conn, run["id"], expect=["RUNNING"], owner=self.owner,
+                sets={"status": "WAITING", "next_run_at": until, **_RELEASE}, events=events,
+            )
+        if until is not None:
+            delay_ms = max(0, int((until - utcnow()).total_seconds() * 1000))
+            await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_ms)
+
+    async def _fail_step(self, run: asyncpg.Record, step_run: asyncpg.Record, result: StepResult) -> None:
+        error = dict(result.error or {"message": "Step failed"})
+        error.setdefault("code", "STEP_FAILED")
+        error["retryable"] = result.retryable and error.get("retryable", True) is not False
+        async with self.pool.acquire() as conn, conn.transaction():
+            await store.update_step(conn, step_run["id"], expect=["RUNNING"], sets={"status": "FAILED", "error": error},
+                                    now_columns=["completed_at"])
+            await store.update_run(
+                conn, run["id"], expect=["RUNNING"], owner=self.owner,
+                events=[Event("STEP_FAILED", {"stepName": step_run["step_name"], "attempt": step_run["attempt"],
+                                              "error": error}, step_run["id"])],
+            )
+
+    async def _wake(self, run: asyncpg.Record, step_run: asyncpg.Record) -> bool:
+        due = step_run["wait_until"]
+        if due is None or due > utcnow():
+            await self.release(run["id"])  # dispatched early or by a duplicate; the timer will return
+            return False
+        async with self.pool.acquire() as conn, conn.transaction():
+            if step_run["step_type"] == "wait":
+                done = await store.update_step(conn, step_run["id"], expect=["WAITING"],
+                                               sets={"status": "COMPLETED", "output": {"waitedUntil": iso(due)}},
+                                               now_columns=["completed_at"])
+                events = [
+                    Event("STEP_COMPLETED", {"stepName": step_run["step_name"],
+                                             "durationMs": _ms_between(done["started_at"], done["completed_at"])}, step_run["id"]),
+                    Event("WORKFLOW_RESUMED", {"reason": "timer", "stepName": step_run["step_name"]}, step_run["id"]),
+                ]
+            else:
+                error = {"code": "TIMEOUT", "retryable": True,
+                         "message": f"No {'approval decision' if step_run['step_type'] == 'approval' else 'signal'} "
+                                    f"received before {iso(due)}"}
+                await store.update_step(conn, step_run["id"], expect=["WAITING"], sets={"status": "FAILED", "error": error},
+                                        now_columns=["completed_at"])
+                if step_run["step_type"] == "approval":
+                    await conn.execute("UPDATE approval_requests SET status = 'EXPIRED', updated_at = now() "
+                                       "WHERE step_run_id = $1 AND status = 'PENDING'", step_run["id"])
+                events = [Event("STEP_FAILED", {"stepName": step_run["step_name"], "attempt": step_run["attempt"],
+                                                "error": error}, step_run["id"])]
+            await store.update_run(conn, run["id"], expect=["WAITING", "RUNNING"], owner=self.owner,
+                                   sets={"status": "RUNNING", "next_run_at": None}, events=events)
+        return True
+
+    async def _advance(self, run: asyncpg.Record, step_run: asyncpg.Record, definition: Any) -> bool:
+        steps = definition.steps
+        index = step_run["step_index"]
+        target = (step_run["output"] or {}).get("__nextStep")
+        next_index = definition.index_of(target) if target else index + 1
+        async with self.pool.acquire() as conn, conn.transaction():
+            events: list[Event] = []
+            # A forward jump skips the steps in between; they get SKIPPED rows so the timeline says so.
+            for skipped in steps[index + 1 : next_index] if next_index > index + 1 else []:
+                visit = await store.next_visit(conn, run["id"], skipped.name)
+                row = await store.insert_step_run(conn, run_id=run["id"], step_name=skipped.name, step_type=skipped.type,
+                                                  step_index=definition.index_of(skipped.name), visit=visit, attempt=1,
+                                                  status="SKIPPED")
+                events.append(Event("STEP_SKIPPED", {"stepName": skipped.name}, row["id"]))
+            if next_index >= len(steps):
+                final = await store.update_run(
+                    conn, run["id"], expect=["RUNNING"], owner=self.owner,
+                    sets={"status": "COMPLETED", "current_step_name": None, "next_run_at": None, **_RELEASE},
+                    now_columns=["completed_at"],
+                    events=[*events, Event("WORKFLOW_COMPLETED", {})],
+                )
+                # The run's output is its final state (documented in docs/concepts.md).
+                await conn.execute("UPDATE workflow_runs SET output = state WHERE id = $1", run["id"])
+                await store.enqueue_webhooks(conn, run["workspace_id"], "workflow.completed",
+                                             {"workflowRunId": run["id"], "status": "COMPLETED",
+                                              "output": final["state"], "totalCostCents": final["total_cost_cents"]})
+                log.info("run_completed", workflow_run_id=run["id"])
+                return False
+            step = steps[next_index]
+            visit = await store.next_visit(conn, run["id"], step.name)
+            if visit > MAX_VISITS_PER_STEP:
+                error = {"code": "STEP_VISIT_LIMIT", "stepName": step.name,
+                         "message": f"Step '{step.name}' was entered more than {MAX_VISITS_PER_STEP} times"}
+                await self._fail_run(conn, run, error, events)
+                return False
+            new = await store.insert_step_run(conn, run_id=run["id"], step_name=step.name, step_type=step.type,
+                                              step_index=next_index, visit=visit, attempt=1)
+            await store.update_run(conn, run["id"], expect=["RUNNING"], owner=self.owner,
+                                   sets={"current_step_name": step.name, "current_step_run_id": new["id"]}, events=events)
+        return True
+
+    async def _handle_failure(self, run: asyncpg.Record, step_run: asyncpg.Record, definition: Any) -> bool:
+        step = definition.step(step_run["step_name"])
+        policy = step.effective_retry()
+        error = dict(step_run["error"] or {})
+        attempt = step_run["attempt"]
+        async with self.pool.acquire() as conn, conn.transaction():
+            if error.get("retryable", True) and attempt < policy.max_attempts:
+                delay_ms = compute_next_retry_delay_ms(policy, attempt)
+                new = await store.insert_step_run(conn, run_id=run["id"], step_name=step.name, step_type=step.type,
+                                                  step_index=step_run["step_index"], visit=step_run["visit"],
+                                                  attempt=attempt + 1)
+                await store.update_run(
+                    conn, run["id"], expect=["RUNNING"], owner=self.owner,
+                    sets={"current_step_run_id": new["id"], "next_run_at": utcnow() + timedelta(milliseconds=delay_ms),
+                          **_RELEASE},
+                    events=[Event("STEP_RETRYING", {"stepName": step.name, "attempt": attempt, "nextAttempt": attempt + 1,
+                                                    "maxAttempts": policy.max_attempts, "delayMs": delay_ms,
+                                                    "error": error}, new["id"])],
+                )
+            else:
+                await self._fail_run(conn, run, {**error, "stepName": step.name, "attempts": attempt}, [])
+                return False
+        await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_ms)
+        return False
+
+    async def _fail_run(self, conn: asyncpg.Connection, run: asyncpg.Record, error: dict[str, Any],
+                        events: list[Event]) -> None:
+        await store.update_run(
+            conn, run["id"], expect=["RUNNING"], owner=self.owner,
+            sets={"status": "FAILED", "error": error, "next_run_at": None, **_RELEASE},
+            now_columns=["failed_at"],
+            events=[*events, Event("WORKFLOW_FAILED", {"error": error})],
+        )
+        await store.enqueue_webhooks(conn, run["workspace_id"], "workflow.failed",
+                                     {"workflowRunId": run["id"], "status": "FAILED", "error": error})
+        log.info("run_failed", workflow_run_id=run["id"], code=error.get("code"))

@@ -1,0 +1,60 @@
+"""The recovery sweep: finds runs that need a worker and nobody is handling, and dispatches them.
+
+Covers a worker that died (lease expired), a message that was lost or never sent (the gap
+between commit and enqueue), and runs that are due (wait over, retry backoff over, timeout).
+Every worker process runs it; `FOR UPDATE SKIP LOCKED` plus `dispatched_at` keep them from
+dispatching the same run twice in one round (and a duplicate dispatch would be harmless anyway).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+import structlog
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+log = structlog.get_logger("stevora.sweep")
+
+SWEEP_SQL = """
+UPDATE workflow_runs SET dispatched_at = now()
+WHERE id IN (
+    SELECT id FROM workflow_runs
+    WHERE status IN ('PENDING', 'RUNNING', 'WAITING')
+      AND (lease_owner IS NULL OR lease_expires_at < now())
+      AND (next_run_at IS NULL OR next_run_at <= now())
+      AND (status <> 'WAITING' OR next_run_at IS NOT NULL)
+      AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => $1))
+    ORDER BY next_run_at NULLS FIRST
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+"""
+
+
+async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
+    """Dispatch every run that is due and unowned. Returns the ids dispatched."""
+    rows = await rt.pool.fetch(SWEEP_SQL, rt.settings.undispatched_grace_s, limit)
+    ids = [r["id"] for r in rows]
+    for run_id in ids:
+        await rt.dispatcher.dispatch(run_id)
+    if ids:
+        log.info("sweep_dispatched", runs=len(ids))
+    return ids
+
+
+async def sweep_forever(rt: Runtime) -> None:
+    from stevora.webhooks.delivery import deliver_due
+
+    while True:
+        try:
+            await sweep_once(rt)
+            await deliver_due(rt)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("sweep_failed")
+        await asyncio.sleep(rt.settings.sweep_interval_s)

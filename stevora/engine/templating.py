@@ -1,0 +1,58 @@
+"""`{{input.x}}` / `{{state.a.b}}` / `{{name}}` placeholders in prompts and messages.
+
+* `input.` and `state.` read the run input and state; a bare name looks in state, then input.
+* Dot paths walk nested objects; a numeric segment indexes a list (`{{state.items.0.title}}`).
+* Strings render as-is; everything else renders as compact JSON.
+* A missing key renders as an empty string. The rendered text is stored with the LLM call
+  (llm_calls.request), so what the model actually saw is always visible in the trace.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import Any
+
+_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_$.\-]+)\s*\}\}")
+_MISSING = object()
+
+
+def lookup(root: Any, path: list[str]) -> Any:
+    """Walk `path` into nested dicts/lists; `_MISSING` when any segment is absent."""
+    cur = root
+    for seg in path:
+        if isinstance(cur, Mapping):
+            if seg not in cur:
+                return _MISSING
+            cur = cur[seg]
+        elif isinstance(cur, list) and seg.isdigit() and int(seg) < len(cur):
+            cur = cur[int(seg)]
+        else:
+            return _MISSING
+    return cur
+
+
+def resolve(expr: str, *, input: Mapping[str, Any], state: Mapping[str, Any]) -> Any:
+    parts = expr.split(".")
+    head, rest = parts[0], parts[1:]
+    if head == "input":
+        return lookup(input, rest)
+    if head == "state":
+        return lookup(state, rest)
+    value = lookup(state, parts)
+    return lookup(input, parts) if value is _MISSING else value
+
+
+def _render_value(value: Any) -> str:
+    if value is _MISSING or value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def render_template(text: str, *, input: Mapping[str, Any], state: Mapping[str, Any]) -> str:
+    if "{{" not in text:
+        return text
+    return _PLACEHOLDER.sub(lambda m: _render_value(resolve(m.group(1), input=input, state=state)), text)

@@ -1,0 +1,145 @@
+"""The one error tree. Every error Stevora raises on purpose is a `StevoraError`.
+
+Each class carries the wire `code`, the HTTP status the API answers with and whether the
+failure is worth retrying. Driver and SDK exceptions are translated into these where they
+enter (provider adapters, repositories); one FastAPI handler turns them into the envelope.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StevoraError(Exception):
+    code: str = "INTERNAL_ERROR"
+    http_status: int = 500
+    retryable: bool = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        code: str | None = None,
+        details: Any = None,
+        retryable: bool | None = None,
+        http_status: int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        if code is not None:
+            self.code = code
+        if retryable is not None:
+            self.retryable = retryable
+        if http_status is not None:
+            self.http_status = http_status
+        self.details = details
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `{code, message, details}` shape used in envelopes, events and step errors."""
+        out: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.details is not None:
+            out["details"] = self.details
+        return out
+
+
+class ValidationError(StevoraError):
+    """Bad input. `details` is `{"errors": [{"path": "steps[1].name", "message": ...}]}`."""
+
+    code = "VALIDATION_ERROR"
+    http_status = 400
+
+    @classmethod
+    def from_problems(cls, problems: list[dict[str, str]], message: str | None = None) -> ValidationError:
+        if message is None:
+            message = "; ".join(f"{p['path']}: {p['message']}" if p["path"] else p["message"] for p in problems)
+        return cls(message, details={"errors": problems})
+
+
+class AuthError(StevoraError):
+    code = "AUTH_ERROR"
+    http_status = 401
+
+
+class NotFoundError(StevoraError):
+    code = "NOT_FOUND"
+    http_status = 404
+
+
+class ConflictError(StevoraError):
+    code = "CONFLICT"
+    http_status = 409
+
+
+class InvalidStateTransition(StevoraError):
+    """The run (or approval) is not in a status that allows the requested action."""
+
+    code = "INVALID_STATE_TRANSITION"
+    http_status = 409
+
+
+class RateLimitError(StevoraError):
+    code = "RATE_LIMIT_ERROR"
+    http_status = 429
+
+    def __init__(self, message: str = "Too many requests", *, retry_after_s: float = 1.0) -> None:
+        super().__init__(message, details={"retryAfterSeconds": retry_after_s})
+        self.retry_after_s = retry_after_s
+
+
+class StepError(StevoraError):
+    """A step failed. Retryable step errors are retried under the step's RetryPolicy."""
+
+    code = "STEP_FAILED"
+    retryable = True
+
+
+class HandlerNotFound(StepError):
+    code = "HANDLER_NOT_REGISTERED"
+    retryable = False
+
+
+class ProviderError(StepError):
+    """An LLM provider call failed. 429/5xx/529/timeouts are retryable; 400/401/404 are not."""
+
+    code = "LLM_PROVIDER_ERROR"
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status_code: int | None = None,
+        retryable: bool = False,
+        retry_after_s: float | None = None,
+        code: str | None = None,
+    ) -> None:
+        super().__init__(
+            message,
+            code=code,
+            retryable=retryable,
+            details={"provider": provider, "statusCode": status_code, "retryAfterSeconds": retry_after_s},
+        )
+        self.provider = provider
+        self.status_code = status_code
+        self.retry_after_s = retry_after_s
+
+
+class ProviderNotFound(StepError):
+    code = "PROVIDER_NOT_FOUND"
+    retryable = False
+
+
+class MaxToolRoundsExceeded(StepError):
+    code = "MAX_TOOL_ROUNDS"
+    retryable = False
+
+
+class GuardrailFailed(StepError):
+    code = "GUARDRAIL_FAILED"
+    retryable = False
+
+
+class LeaseLost(StevoraError):
+    """This worker no longer owns the run (lease expired and taken, or the run was cancelled)."""
+
+    code = "LEASE_LOST"

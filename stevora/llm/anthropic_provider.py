@@ -1,0 +1,204 @@
+"""Anthropic Messages adapter (`anthropic.AsyncAnthropic().messages.create`, non-streaming).
+
+Translation rules the Messages API enforces (400 otherwise):
+* system prompts live in the top-level `system` field, never in `messages`;
+* assistant tool calls are `tool_use` blocks whose `input` is a JSON object;
+* tool results are `tool_result` blocks in a *user* turn, placed before any text of that turn,
+  and consecutive turns of one role are merged into one message;
+* `max_tokens` is required.
+
+anthropic >= 1.0 removed `temperature` from `create()`'s signature, so it travels in
+`extra_body`. The SDK's own OpenTelemetry spans are switched off through the client's
+`open_telemetry` option (they would duplicate Stevora's `chat` spans); the environment variable
+`ANTHROPIC_OPEN_TELEMETRY=false` is not needed and not read for clients built here.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anthropic
+from anthropic.types import Message as AnthropicMessage
+
+from stevora.errors import ProviderError
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, ToolSpec, Usage
+from stevora.llm.provider import (
+    connection_error,
+    error_message_from_body,
+    parse_tool_input,
+    provider_error_for_status,
+    timeout_error,
+)
+
+JSON_INSTRUCTION = "Respond with a single JSON object and nothing else."
+
+# Anthropic stop reasons in the provider-neutral (OpenAI) vocabulary of `LlmResponse.finish_reason`.
+_FINISH_REASONS: dict[str, str] = {
+    "end_turn": "stop",
+    "stop_sequence": "stop",
+    "tool_use": "tool_calls",
+    "max_tokens": "length",
+    "model_context_window_exceeded": "length",
+    "refusal": "content_filter",
+}
+
+
+class AnthropicProvider:
+    """`Provider` backed by the Anthropic Messages API."""
+
+    def __init__(
+        self,
+        api_key: str,
+        base_url: str | None = None,
+        *,
+        name: str = "anthropic",
+        max_retries: int = 2,
+        timeout_s: float = 60.0,
+        default_max_tokens: int = 4096,
+        client: anthropic.AsyncAnthropic | None = None,
+    ) -> None:
+        self.name = name
+        self.default_max_tokens = default_max_tokens
+        self._owns_client = client is None
+        self._client = client or anthropic.AsyncAnthropic(
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout=timeout_s,
+            open_telemetry=False,
+        )
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        kwargs = self.build_kwargs(request)
+        try:
+            message = await self._client.messages.create(**kwargs)
+        except anthropic.APIStatusError as exc:
+            detail = error_message_from_body(exc.body, exc.message)
+            raise provider_error_for_status(self.name, exc.status_code, detail, exc.response.headers) from exc
+        except anthropic.APITimeoutError as exc:
+            raise timeout_error(self.name) from exc
+        except anthropic.APIConnectionError as exc:
+            raise connection_error(self.name, str(exc.__cause__ or exc)) from exc
+        except anthropic.RetryableError as exc:
+            raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=True) from exc
+        except anthropic.AnthropicError as exc:
+            raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=False) from exc
+        return self.parse_message(message)
+
+    @property
+    def client(self) -> anthropic.AsyncAnthropic:
+        """The SDK client (for `with_options` tweaks; closed by `aclose` only if this provider made it)."""
+        return self._client
+
+    async def aclose(self) -> None:
+        if self._owns_client:
+            await self._client.close()
+
+    def build_kwargs(self, request: LlmRequest) -> dict[str, Any]:
+        """The keyword arguments for `messages.create` (public so tests can inspect them)."""
+        system, messages = to_anthropic_messages(request.messages)
+        if request.response_format == "json":
+            # No JSON mode in the Messages API; say it in the system prompt instead.
+            system = f"{system}\n\n{JSON_INSTRUCTION}" if system else JSON_INSTRUCTION
+        kwargs: dict[str, Any] = {
+            "model": request.model,
+            "max_tokens": request.max_tokens or self.default_max_tokens,
+            "messages": messages,
+        }
+        if system:
+            kwargs["system"] = system
+        if request.tools:
+            kwargs["tools"] = [_tool_param(t) for t in request.tools]
+            if not request.parallel_tool_calls:
+                kwargs["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
+        if request.temperature is not None:
+            kwargs["extra_body"] = {"temperature": request.temperature}
+        if request.timeout_s is not None:
+            kwargs["timeout"] = request.timeout_s
+        return kwargs
+
+    def parse_message(self, message: AnthropicMessage) -> LlmResponse:
+        texts: list[str] = []
+        calls: list[ToolCall] = []
+        for block in message.content:
+            if block.type == "text":
+                texts.append(block.text)
+            elif block.type == "tool_use":
+                arguments = json.dumps(block.input, separators=(",", ":"))
+                calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
+        stop_reason = message.stop_reason or ("tool_use" if calls else "end_turn")
+        return LlmResponse(
+            text="".join(texts) if texts else None,
+            tool_calls=calls,
+            usage=_usage(message),
+            model=message.model,
+            finish_reason=_FINISH_REASONS.get(stop_reason, stop_reason),
+            response_id=message.id,
+            provider=self.name,
+        )
+
+
+def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
+    """Split out the system prompt and build Messages-API turns (merged, tool results first)."""
+    system_parts: list[str] = []
+    turns: list[tuple[str, list[dict[str, Any]]]] = []
+    for message in messages:
+        if message.role == "system":
+            if message.content:
+                system_parts.append(message.content)
+            continue
+        role, blocks = _blocks(message)
+        if not blocks:
+            continue
+        if turns and turns[-1][0] == role:
+            turns[-1][1].extend(blocks)
+        else:
+            turns.append((role, blocks))
+    out: list[dict[str, Any]] = []
+    for role, blocks in turns:
+        if role == "user":
+            results = [b for b in blocks if b["type"] == "tool_result"]
+            blocks = results + [b for b in blocks if b["type"] != "tool_result"]
+        out.append({"role": role, "content": blocks})
+    return ("\n\n".join(system_parts) or None), out
+
+
+def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    if message.role == "tool":
+        block: dict[str, Any] = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id or "",
+            "content": message.content or "",
+        }
+        if message.is_error:
+            block["is_error"] = True
+        return "user", [block]
+    blocks: list[dict[str, Any]] = []
+    if message.content:  # the API rejects empty text blocks
+        blocks.append({"type": "text", "text": message.content})
+    for call in message.tool_calls:
+        blocks.append(
+            {"type": "tool_use", "id": call.id, "name": call.name, "input": parse_tool_input(call.arguments)}
+        )
+    return message.role, blocks
+
+
+def _tool_param(tool: ToolSpec) -> dict[str, Any]:
+    schema = tool.parameters or {"type": "object", "properties": {}}
+    return {"name": tool.name, "description": tool.description, "input_schema": schema}
+
+
+def _usage(message: AnthropicMessage) -> Usage:
+    usage = message.usage
+    cache_read = usage.cache_read_input_tokens or 0
+    cache_write = usage.cache_creation_input_tokens or 0
+    details = usage.output_tokens_details
+    return Usage(
+        # Anthropic's input_tokens excludes cached tokens; ours counts every prompt token.
+        input_tokens=usage.input_tokens + cache_read + cache_write,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=cache_read,
+        cache_write_tokens=cache_write,
+        reasoning_tokens=details.thinking_tokens if details else 0,
+    )

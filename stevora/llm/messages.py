@@ -1,0 +1,240 @@
+"""Provider-neutral conversation types: what the tool loop builds and every adapter translates.
+
+Plain slotted dataclasses with a JSON round trip (`to_dict` / `from_dict`, snake_case keys), so
+the engine can store a request or a response in a row and rebuild it on replay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, cast
+
+Role = Literal["system", "user", "assistant", "tool"]
+ResponseFormat = Literal["json", "text"]
+
+_ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCall:
+    """One function call the model asked for. `arguments` is the raw JSON string it produced."""
+
+    id: str
+    name: str
+    arguments: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"id": self.id, "name": self.name, "arguments": self.arguments}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
+        return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data.get("arguments", "")))
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One conversation turn. Tool results are `role="tool"` messages carrying `tool_call_id`."""
+
+    role: Role
+    content: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    name: str | None = None
+    is_error: bool = False
+
+    def __post_init__(self) -> None:
+        if self.role not in _ROLES:
+            raise ValueError(f"unknown message role {self.role!r}")
+        if not isinstance(self.tool_calls, tuple):
+            # Callers often pass a list; keep the dataclass hashable and immutable.
+            object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls(role="system", content=content)
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role="user", content=content)
+
+    @classmethod
+    def assistant(
+        cls, content: str | None = None, tool_calls: tuple[ToolCall, ...] | list[ToolCall] = ()
+    ) -> Message:
+        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool_result(
+        cls, tool_call_id: str, content: str, *, name: str | None = None, is_error: bool = False
+    ) -> Message:
+        return cls(role="tool", content=content, tool_call_id=tool_call_id, name=name, is_error=is_error)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"role": self.role, "content": self.content}
+        if self.tool_calls:
+            out["tool_calls"] = [call.to_dict() for call in self.tool_calls]
+        if self.tool_call_id is not None:
+            out["tool_call_id"] = self.tool_call_id
+        if self.name is not None:
+            out["name"] = self.name
+        if self.is_error:
+            out["is_error"] = True
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Message:
+        return cls(
+            role=cast(Role, data["role"]),
+            content=data.get("content"),
+            tool_calls=tuple(ToolCall.from_dict(c) for c in data.get("tool_calls") or ()),
+            tool_call_id=data.get("tool_call_id"),
+            name=data.get("name"),
+            is_error=bool(data.get("is_error", False)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """A tool the model may call: name, description and a JSON Schema for its arguments."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "description": self.description, "parameters": self.parameters}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ToolSpec:
+        return cls(
+            name=str(data["name"]),
+            description=str(data.get("description", "")),
+            parameters=dict(data.get("parameters") or {}),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Usage:
+    """Token counts of one call, in the OpenTelemetry meaning.
+
+    `input_tokens` is every prompt token, cache reads and writes included (for Anthropic the
+    adapter adds them up); `cache_*` are subsets of it and `reasoning_tokens` a subset of
+    `output_tokens`, so pricing can bill each part at its own rate.
+    """
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+            "reasoning_tokens": self.reasoning_tokens,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Usage:
+        return cls(**{key: int(data.get(key) or 0) for key in cls.__dataclass_fields__})
+
+
+@dataclass(slots=True)
+class LlmRequest:
+    """Everything an adapter needs for one non-streaming call."""
+
+    model: str
+    messages: list[Message]
+    tools: list[ToolSpec] = field(default_factory=list)
+    temperature: float | None = None
+    max_tokens: int | None = None
+    response_format: ResponseFormat | None = None
+    parallel_tool_calls: bool = True
+    timeout_s: float | None = None
+    output_schema: dict[str, Any] | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "messages": [m.to_dict() for m in self.messages],
+            "tools": [t.to_dict() for t in self.tools],
+            "temperature": self.temperature,
+            "max_tokens": self.max_tokens,
+            "response_format": self.response_format,
+            "parallel_tool_calls": self.parallel_tool_calls,
+            "timeout_s": self.timeout_s,
+            "output_schema": self.output_schema,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LlmRequest:
+        return cls(
+            model=str(data["model"]),
+            messages=[Message.from_dict(m) for m in data.get("messages") or ()],
+            tools=[ToolSpec.from_dict(t) for t in data.get("tools") or ()],
+            temperature=data.get("temperature"),
+            max_tokens=data.get("max_tokens"),
+            response_format=data.get("response_format"),
+            parallel_tool_calls=bool(data.get("parallel_tool_calls", True)),
+            timeout_s=data.get("timeout_s"),
+            output_schema=data.get("output_schema"),
+        )
+
+
+@dataclass(slots=True)
+class LlmResponse:
+    """One model answer. `finish_reason` uses OpenAI's words (`stop`, `tool_calls`, `length`, ...)."""
+
+    text: str | None
+    tool_calls: list[ToolCall]
+    usage: Usage
+    model: str
+    finish_reason: str
+    response_id: str | None
+    provider: str
+
+    def to_message(self) -> Message:
+        """The assistant turn to append to the conversation before running the tool calls."""
+        return Message.assistant(self.text, tuple(self.tool_calls))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "text": self.text,
+            "tool_calls": [c.to_dict() for c in self.tool_calls],
+            "usage": self.usage.to_dict(),
+            "model": self.model,
+            "finish_reason": self.finish_reason,
+            "response_id": self.response_id,
+            "provider": self.provider,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> LlmResponse:
+        return cls(
+            text=data.get("text"),
+            tool_calls=[ToolCall.from_dict(c) for c in data.get("tool_calls") or ()],
+            usage=Usage.from_dict(data.get("usage") or {}),
+            model=str(data.get("model", "")),
+            finish_reason=str(data.get("finish_reason", "stop")),
+            response_id=data.get("response_id"),
+            provider=str(data.get("provider", "")),
+        )

@@ -1,0 +1,127 @@
+"""The `Provider` protocol and the SDK-neutral half of error translation.
+
+Adapters catch their SDK's exceptions where they enter and turn them into `ProviderError` with
+`provider_error_for_status` / `connection_error` / `timeout_error`, so the engine only ever sees
+one error type whose `retryable` flag drives step retries and model fallback.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import math
+import time
+from collections.abc import Mapping
+from typing import Any, Protocol, runtime_checkable
+
+from stevora.errors import ProviderError
+from stevora.llm.messages import LlmRequest, LlmResponse
+
+# The SDKs retry these themselves; once their retries are spent the step may retry again later.
+RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 409, 429})
+
+# Ignore absurd server delays; the step retry policy owns long waits.
+_MAX_RETRY_AFTER_S = 24 * 3600.0
+
+
+@runtime_checkable
+class Provider(Protocol):
+    """One LLM backend. `complete` raises only `ProviderError` for provider failures."""
+
+    name: str
+
+    async def complete(self, request: LlmRequest) -> LlmResponse: ...
+
+    async def aclose(self) -> None: ...
+
+
+def is_retryable_status(status_code: int) -> bool:
+    """408/409/429 and every 5xx (529 = Anthropic overloaded) are worth retrying; other 4xx are not."""
+    return status_code in RETRYABLE_STATUSES or status_code >= 500
+
+
+def retry_after_from_headers(headers: Mapping[str, str] | None) -> float | None:
+    """Seconds the server asked us to wait: `retry-after-ms`, then `retry-after` (seconds or HTTP date)."""
+    if not headers:
+        return None
+    lowered = {k.lower(): v for k, v in headers.items()}
+    raw_ms = lowered.get("retry-after-ms")
+    if raw_ms is not None:
+        try:
+            value = float(raw_ms) / 1000.0
+        except ValueError:
+            value = math.nan
+        if math.isfinite(value) and 0 <= value <= _MAX_RETRY_AFTER_S:
+            return value
+    raw = lowered.get("retry-after")
+    if raw is None:
+        return None
+    try:
+        value = float(raw)
+    except ValueError:
+        parsed = email.utils.parsedate_tz(raw)
+        if parsed is None:
+            return None
+        value = float(email.utils.mktime_tz(parsed)) - time.time()
+    if not math.isfinite(value):
+        return None
+    return min(max(value, 0.0), _MAX_RETRY_AFTER_S)
+
+
+def error_message_from_body(body: object, fallback: str) -> str:
+    """The provider's own message (`error.message` in both APIs' error bodies), else `fallback`."""
+    if isinstance(body, Mapping):
+        error = body.get("error", body)
+        if isinstance(error, Mapping) and isinstance(error.get("message"), str):
+            return str(error["message"])
+        if isinstance(body.get("message"), str):
+            return str(body["message"])
+    if isinstance(body, str) and body:
+        return body
+    return fallback
+
+
+def provider_error_for_status(
+    provider: str,
+    status_code: int,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+) -> ProviderError:
+    """Translate an HTTP error answer. `x-should-retry` from the server overrides the status rule."""
+    lowered = {k.lower(): v for k, v in (headers or {}).items()}
+    retryable = is_retryable_status(status_code)
+    should_retry = lowered.get("x-should-retry")
+    if should_retry == "false":
+        retryable = False  # e.g. OpenAI's 429 insufficient_quota: waiting will not help
+    elif should_retry == "true":
+        retryable = True
+    return ProviderError(
+        f"{provider} returned HTTP {status_code}: {message}",
+        provider=provider,
+        status_code=status_code,
+        retryable=retryable,
+        retry_after_s=retry_after_from_headers(lowered) if retryable else None,
+    )
+
+
+def connection_error(provider: str, detail: str) -> ProviderError:
+    return ProviderError(f"{provider} connection failed: {detail}", provider=provider, retryable=True)
+
+
+def timeout_error(provider: str) -> ProviderError:
+    return ProviderError(f"{provider} request timed out", provider=provider, retryable=True)
+
+
+def parse_tool_input(arguments: str) -> dict[str, Any]:
+    """Arguments as an object for APIs that want one (Anthropic `tool_use.input`).
+
+    Mirrors what tool handlers receive: empty -> `{}`, a JSON object -> itself, anything else ->
+    `{"raw": <the original string>}`, so the model sees exactly what it sent.
+    """
+    if not arguments.strip():
+        return {}
+    try:
+        parsed = json.loads(arguments)
+    except ValueError:
+        return {"raw": arguments}
+    return parsed if isinstance(parsed, dict) else {"raw": arguments}

@@ -1,0 +1,172 @@
+"""A deterministic provider with no network, for offline demos, tests and benchmarks.
+
+Without a script it plays a tiny, predictable agent: on the first turn of a conversation with
+tools it calls every tool once (in parallel), and once results are in it answers, quoting them.
+With a script it returns the given responses in order.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any
+
+from stevora.errors import ProviderError
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, Usage
+
+_RESULT_PREVIEW_CHARS = 200
+_STRING_SEED_CHARS = 60
+
+
+class ScriptedProvider:
+    """`Provider` that answers from a script or from the built-in rules above."""
+
+    def __init__(
+        self,
+        script: list[LlmResponse] | None = None,
+        *,
+        name: str = "scripted",
+        latency_s: float = 0.0,
+    ) -> None:
+        if isinstance(script, str):
+            raise TypeError("ScriptedProvider's first argument is the script; pass name= by keyword")
+        self.name = name
+        self.latency_s = latency_s
+        self._script = list(script) if script is not None else None
+        self._calls = 0
+        self.requests: list[LlmRequest] = []
+
+    async def complete(self, request: LlmRequest) -> LlmResponse:
+        self.requests.append(request)
+        self._calls += 1
+        if self.latency_s > 0:
+            await asyncio.sleep(self.latency_s)
+        if self._script is not None:
+            if not self._script:
+                raise ProviderError(
+                    f"{self.name}: script exhausted after {self._calls - 1} responses",
+                    provider=self.name,
+                    retryable=False,
+                )
+            return self._script.pop(0)
+        return scripted_response(request, provider=self.name, response_id=f"scripted-{self._calls}")
+
+    async def aclose(self) -> None:
+        return None
+
+
+def scripted_response(
+    request: LlmRequest, *, provider: str = "scripted", response_id: str | None = None
+) -> LlmResponse:
+    """The built-in rules as a pure function (the fake HTTP server's auto-responder uses them too)."""
+    messages = request.messages
+    last_user = last_user_text(messages)
+    input_tokens = sum(len(m.content or "") for m in messages) // 4
+    asked_before = any(m.role == "assistant" and m.tool_calls for m in messages)
+    last_is_result = bool(messages) and messages[-1].role == "tool"
+    if request.tools and not asked_before and not last_is_result:
+        calls = [
+            ToolCall(
+                id=f"call_{index}",
+                name=tool.name,
+                arguments=json.dumps(synthesize_value(tool.parameters, last_user), separators=(",", ":")),
+            )
+            for index, tool in enumerate(request.tools, start=1)
+        ]
+        return LlmResponse(
+            text=None,
+            tool_calls=calls,
+            usage=Usage(input_tokens=input_tokens, output_tokens=5 * len(calls)),
+            model=request.model,
+            finish_reason="tool_calls",
+            response_id=response_id,
+            provider=provider,
+        )
+    if request.response_format == "json" or request.output_schema is not None:
+        answer = json.dumps(_json_answer(request.output_schema, last_user))
+    else:
+        answer = _text_answer(messages, last_user)
+    return LlmResponse(
+        text=answer,
+        tool_calls=[],
+        usage=Usage(input_tokens=input_tokens, output_tokens=len(answer) // 4),
+        model=request.model,
+        finish_reason="stop",
+        response_id=response_id,
+        provider=provider,
+    )
+
+
+def last_user_text(messages: list[Message]) -> str:
+    for message in reversed(messages):
+        if message.role == "user" and message.content:
+            return message.content
+    return ""
+
+
+def synthesize_value(schema: Any, seed_text: str = "") -> Any:
+    """A value that fits a JSON Schema: enum/const first, then by type; objects fill every property."""
+    if not isinstance(schema, dict):
+        return "example"
+    if "const" in schema:
+        return schema["const"]
+    if isinstance(schema.get("enum"), list) and schema["enum"]:
+        return schema["enum"][0]
+    for key in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(key)
+        if isinstance(options, list) and options:
+            return synthesize_value(options[0], seed_text)
+    kind = schema.get("type")
+    if isinstance(kind, list):
+        kind = next((k for k in kind if k != "null"), "null")
+    if kind is None and isinstance(schema.get("properties"), dict):
+        kind = "object"
+    if kind == "string":
+        return seed_text[:_STRING_SEED_CHARS] or "example"
+    if kind == "integer":
+        return 1
+    if kind == "number":
+        return 1.0
+    if kind == "boolean":
+        return True
+    if kind == "array":
+        return []
+    if kind == "null":
+        return None
+    if kind == "object":
+        properties = schema.get("properties")
+        if not isinstance(properties, dict):
+            return {}
+        return {name: synthesize_value(sub, seed_text) for name, sub in properties.items()}
+    return "example"
+
+
+def _json_answer(output_schema: dict[str, Any] | None, seed_text: str) -> dict[str, Any]:
+    if not output_schema:
+        return {"answer": seed_text[:_STRING_SEED_CHARS] or "example"}
+    fields: dict[str, Any] = output_schema
+    if output_schema.get("type") == "object" and isinstance(output_schema.get("properties"), dict):
+        fields = output_schema["properties"]  # a full JSON Schema rather than the flat field map
+    return {
+        key: synthesize_value(value, seed_text) if _looks_like_schema(value) else "example"
+        for key, value in fields.items()
+    }
+
+
+def _looks_like_schema(value: Any) -> bool:
+    return isinstance(value, dict) and any(
+        k in value for k in ("type", "enum", "const", "properties", "anyOf", "oneOf", "allOf")
+    )
+
+
+def _text_answer(messages: list[Message], last_user: str) -> str:
+    names = {call.id: call.name for m in messages for call in m.tool_calls}
+    results = [
+        f"{m.name or names.get(m.tool_call_id or '', 'tool')}: {(m.content or '')[:_RESULT_PREVIEW_CHARS]}"
+        for m in messages
+        if m.role == "tool"
+    ]
+    answer = f"Scripted answer to: {last_user}."
+    if results:
+        answer += " Tool results: " + "; ".join(results)
+    return answer

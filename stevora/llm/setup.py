@@ -1,0 +1,44 @@
+"""Build the provider router from settings: the keys and base URLs users already export."""
+
+from __future__ import annotations
+
+import structlog
+
+from stevora.llm.anthropic_provider import AnthropicProvider
+from stevora.llm.openai_provider import OpenAIProvider
+from stevora.llm.provider import Provider
+from stevora.llm.router import ProviderRouter, provider_name_for_model
+from stevora.llm.scripted_provider import ScriptedProvider
+from stevora.settings import Settings
+
+log = structlog.get_logger("stevora.llm")
+
+
+class FallbackRouter(ProviderRouter):
+    """A router that answers models of unconfigured providers with the scripted provider."""
+
+    def resolve(self, model: str, explicit: str | None = None) -> Provider | None:
+        found = super().resolve(model, explicit)
+        if found is None and (explicit is not None or provider_name_for_model(model) is not None):
+            return self.get("scripted")
+        return found
+
+
+def build_router(settings: Settings) -> ProviderRouter:
+    router: ProviderRouter = FallbackRouter() if settings.scripted_fallback else ProviderRouter()
+    common = {"max_retries": settings.provider_max_retries, "timeout_s": settings.provider_timeout_s}
+    if settings.openai_api_key:
+        router.register("openai", OpenAIProvider(settings.openai_api_key, settings.openai_base_url, **common))
+    if settings.anthropic_api_key:
+        router.register(
+            "anthropic", AnthropicProvider(settings.anthropic_api_key, settings.anthropic_base_url, **common)
+        )
+    for name, base_url in settings.compat_base_urls.items():
+        key = settings.compat_api_keys.get(name, "not-needed")
+        router.register(name, OpenAIProvider(key, base_url, name=name, **common))
+    router.register("scripted", ScriptedProvider())
+    if not settings.openai_api_key and not settings.anthropic_api_key:
+        log.warning(
+            "no_provider_keys", hint="set OPENAI_API_KEY or ANTHROPIC_API_KEY; only 'scripted' models work"
+        )
+    return router

@@ -1,0 +1,98 @@
+"""The composition root: one object holding settings, connections, registries, providers and the
+dispatcher, passed to everything that needs them (no module globals inside the package)."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from typing import Any
+
+import asyncpg
+from sqlalchemy.ext.asyncio import AsyncEngine
+
+from stevora.db.database import create_engine, create_pool, session_factory
+from stevora.definitions import WorkflowDefinitionSpec, parse_definition
+from stevora.engine.dispatch import Dispatcher
+from stevora.engine.handlers import TaskRegistry, default_task_registry
+from stevora.errors import NotFoundError
+from stevora.llm.pricing import Pricing
+from stevora.llm.router import ProviderRouter
+from stevora.settings import Settings
+from stevora.tools import ToolRegistry, default_registry
+
+
+class DefinitionCache:
+    """Definitions are immutable, so a parsed definition can be cached for the process lifetime."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self._cache: dict[str, WorkflowDefinitionSpec] = {}
+
+    async def get(self, definition_id: str) -> WorkflowDefinitionSpec:
+        spec = self._cache.get(definition_id)
+        if spec is None:
+            row = await self.pool.fetchrow(
+                "SELECT name, version, description, steps FROM workflow_definitions WHERE id = $1", definition_id
+            )
+            if row is None:
+                raise NotFoundError(f"Workflow definition {definition_id} not found")
+            spec = parse_definition(
+                {"name": row["name"], "version": row["version"], "description": row["description"], "steps": row["steps"]}
+            )
+            self._cache[definition_id] = spec
+        return spec
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    pool: asyncpg.Pool
+    engine: AsyncEngine
+    dispatcher: Dispatcher
+    providers: ProviderRouter
+    tasks: TaskRegistry
+    tools: ToolRegistry
+    pricing: Pricing
+    definitions: DefinitionCache
+    # Per-provider / per-model semaphores capping concurrent LLM calls in this process.
+    llm_limits: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    async def start(
+        cls,
+        settings: Settings,
+        *,
+        dispatcher: Dispatcher,
+        providers: ProviderRouter | None = None,
+        tasks: TaskRegistry | None = None,
+        tools: ToolRegistry | None = None,
+    ) -> Runtime:
+        from stevora.llm.setup import build_router
+
+        pool = await create_pool(settings.database_url, max_size=settings.hot_pool_size)
+        engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
+        return cls(
+            settings=settings,
+            pool=pool,
+            engine=engine,
+            dispatcher=dispatcher,
+            providers=providers if providers is not None else build_router(settings),
+            tasks=tasks if tasks is not None else default_task_registry,
+            tools=tools if tools is not None else default_registry,
+            pricing=Pricing(overrides=dict(settings.model_prices)),
+            definitions=DefinitionCache(pool),
+            llm_limits={k: asyncio.Semaphore(v) for k, v in settings.llm_concurrency.items()},
+        )
+
+    @property
+    def sessions(self) -> Any:
+        maker = self.extras.get("sessions")
+        if maker is None:
+            maker = self.extras["sessions"] = session_factory(self.engine)
+        return maker
+
+    async def close(self) -> None:
+        await self.providers.aclose()
+        await self.pool.close()
+        await self.engine.dispose()

@@ -1,0 +1,73 @@
+"""One settings object, read from the environment once and passed around explicitly.
+
+Every variable is prefixed `STEVORA_` except the ones users already set for other tools:
+`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `ADMIN_TOKEN`.
+The full table is in docs/configuration.md.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AliasChoices, Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="STEVORA_", extra="ignore", populate_by_name=True)
+
+    # Storage and messaging
+    database_url: str = "postgresql+asyncpg://postgres@127.0.0.1:5432/stevora"
+    broker_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    db_pool_size: int = 10
+    hot_pool_size: int = 10  # raw asyncpg pool used by the tool-loop checkpoints
+
+    # API
+    host: str = "127.0.0.1"
+    port: int = 3000
+    admin_token: str | None = Field(default=None, validation_alias=AliasChoices("ADMIN_TOKEN", "STEVORA_ADMIN_TOKEN"))
+    rate_limit_per_minute: int = 6000  # per workspace; 0 disables
+    cors_origins: list[str] = []
+
+    # Worker
+    worker_processes: int = 1
+    worker_threads: int = 8
+    tool_modules: list[str] = []  # imported at worker start so register_tool / @tool calls run
+    max_concurrent_runs: int = 2000  # runs one worker process executes at once (async tasks)
+    lease_s: float = 30.0
+    heartbeat_s: float = 10.0
+    sweep_interval_s: float = 5.0
+    undispatched_grace_s: float = 5.0  # PENDING runs older than this with no lease get re-dispatched
+
+    # LLM
+    openai_api_key: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "STEVORA_OPENAI_API_KEY"))
+    openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "STEVORA_OPENAI_BASE_URL"))
+    anthropic_api_key: str | None = Field(
+        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "STEVORA_ANTHROPIC_API_KEY")
+    )
+    anthropic_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "STEVORA_ANTHROPIC_BASE_URL")
+    )
+    # Extra OpenAI-compatible servers: {"ollama": "http://localhost:11434/v1"}; key via compat_api_keys.
+    compat_base_urls: dict[str, str] = {}
+    compat_api_keys: dict[str, str] = {}
+    provider_max_retries: int = 2
+    provider_timeout_s: float = 120.0
+    # Per-provider or per-model caps on concurrent calls in one process: {"openai": 200, "gpt-4o": 50}.
+    llm_concurrency: dict[str, int] = {}
+    # Price overrides in USD per million tokens: {"my-model": [input, output]}.
+    model_prices: dict[str, tuple[float, float]] = {}
+    max_tool_output_bytes: int = 100_000
+
+    # Webhooks
+    webhook_max_attempts: int = 8
+    webhook_timeout_s: float = 10.0
+
+    # Misc
+    log_format: Literal["auto", "json", "console"] = "auto"
+    log_level: str = "INFO"
+    data_dir: str = ".stevora"  # embedded mode: PostgreSQL data and state live here
+
+    # Route models whose provider has no key to the offline `scripted` provider instead of failing
+    # (`stevora dev` turns this on when no provider key is set, so every example runs offline).
+    scripted_fallback: bool = False

@@ -1,0 +1,34 @@
+"""Tools an `llm` step can call: registry, schema-from-type-hints `@tool`, and the invoker.
+
+Handlers are at-least-once and trace records exactly-once: a handler that ran but whose
+trace commit did not happen runs again on resume, so side effects should be keyed on
+`ToolContext.idempotency_key` (`<stepRunId>:<round>:<callIndex>`).
+"""
+
+from stevora.tools.invoke import ToolErrorCode, ToolOutcome, invoke_tool
+from stevora.tools.registry import (
+    RegisteredTool,
+    ToolArgumentError,
+    ToolContext,
+    ToolRegistry,
+    default_registry,
+    register_tool,
+    registerTool,
+    tool,
+)
+from stevora.tools.schema import schema_from_function
+
+__all__ = [
+    "RegisteredTool",
+    "ToolArgumentError",
+    "ToolContext",
+    "ToolErrorCode",
+    "ToolOutcome",
+    "ToolRegistry",
+    "default_registry",
+    "invoke_tool",
+    "registerTool",
+    "register_tool",
+    "schema_from_function",
+    "tool",
+]

@@ -1,0 +1,208 @@
+"""Run one tool call the model asked for and turn every outcome into a tool message.
+
+A tool call never raises into the step (§7.2): an unknown tool, bad arguments, a handler
+exception, a timeout or an oversize result all become a failed `ToolOutcome` whose
+`result_text` is `{"error": ...}`, so the model can recover. Only cancellation propagates.
+This runs once per tool call per round, so schemas are compiled and signatures inspected
+ahead of time (see `registry.py` and `schema.compiled_validator`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import datetime
+import enum
+import inspect
+import json
+import re
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import pydantic
+from jsonschema.exceptions import SchemaError
+from jsonschema.protocols import Validator
+
+from stevora.tools.registry import ToolArgumentError, ToolContext, ToolRegistry
+from stevora.tools.schema import compiled_validator, json_path
+
+ToolErrorCode = Literal[
+    "TOOL_NOT_REGISTERED", "INVALID_ARGUMENTS", "TOOL_ERROR", "TOOL_TIMEOUT", "TOOL_OUTPUT_TOO_LARGE"
+]
+_MAX_PROBLEM_CHARS = 300
+
+
+@dataclass(frozen=True)
+class ToolOutcome:
+    """What a tool call did: the trace row's fields plus the text the model gets back."""
+
+    status: Literal["completed", "failed"]
+    input: dict[str, Any]
+    output: Any
+    error: str | None
+    error_code: ToolErrorCode | None
+    duration_ms: float
+    result_text: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "completed"
+
+
+async def invoke_tool(
+    registry: ToolRegistry,
+    name: str,
+    raw_arguments: str | dict[str, Any],
+    *,
+    context: ToolContext,
+    declared_schema: dict[str, Any] | None,
+    timeout_s: float | None,
+    max_output_bytes: int,
+) -> ToolOutcome:
+    """Parse, validate and run one tool call; never raises except `CancelledError`.
+
+    `declared_schema` (the step's inline tool schema) takes precedence over the registered
+    one. The registered tool's `timeout_ms`, when set, overrides `timeout_s`.
+    """
+    started = time.perf_counter()
+    arguments, is_object = _parse_arguments(raw_arguments)
+
+    def failed(code: ToolErrorCode, error: str, model_message: str | None = None) -> ToolOutcome:
+        return ToolOutcome(
+            status="failed",
+            input=arguments,
+            output=None,
+            error=error,
+            error_code=code,
+            duration_ms=(time.perf_counter() - started) * 1000,
+            result_text=json.dumps({"error": model_message if model_message is not None else error}),
+        )
+
+    tool = registry.get(name)
+    if tool is None:
+        return failed("TOOL_NOT_REGISTERED", f"Tool '{name}' not registered")
+
+    # Unparseable or non-object arguments reach the handler as {"raw": ...} (§7.2), unvalidated.
+    if is_object:
+        try:
+            schema = declared_schema if declared_schema is not None else tool.parameters
+            validator = compiled_validator(schema)
+        except SchemaError as exc:
+            return failed("TOOL_ERROR", f"Tool '{name}' has an invalid parameters schema: {exc.message}")
+        problems = _schema_problems(validator, arguments)
+        if problems:
+            return failed("INVALID_ARGUMENTS", f"Invalid arguments for tool '{name}': {'; '.join(problems)}")
+
+    assert tool.bind is not None  # set by RegisteredTool.__post_init__
+    try:
+        args, kwargs = tool.bind(arguments, context)
+    except ToolArgumentError as exc:
+        return failed("INVALID_ARGUMENTS", f"Invalid arguments for tool '{name}': {exc}")
+
+    timeout = tool.timeout_ms / 1000 if tool.timeout_ms is not None else timeout_s
+    scope = asyncio.timeout(timeout)
+    try:
+        async with scope:
+            if tool.is_async:
+                result = await tool.handler(*args, **kwargs)
+            else:
+                result = await asyncio.to_thread(tool.handler, *args, **kwargs)
+                if inspect.isawaitable(result):  # a plain function that returned a coroutine
+                    result = await result
+    except TimeoutError as exc:
+        if scope.expired():
+            return failed("TOOL_TIMEOUT", f"Tool '{name}' timed out after {timeout:g}s")
+        return failed("TOOL_ERROR", _describe(exc), str(exc) or type(exc).__name__)
+    except Exception as exc:
+        return failed("TOOL_ERROR", _describe(exc), str(exc) or type(exc).__name__)
+    duration_ms = (time.perf_counter() - started) * 1000
+
+    if isinstance(result, str):
+        text, output = result, result
+    else:
+        try:
+            text = json.dumps(result, default=_to_json, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError, RecursionError) as exc:
+            return failed("TOOL_ERROR", f"Tool output is not JSON-serialisable: {exc}")
+        output = json.loads(text)
+    # A character is at most 4 UTF-8 bytes, so short text skips the encode.
+    if len(text) * 4 > max_output_bytes:
+        size = len(text.encode("utf-8"))
+        if size > max_output_bytes:
+            limit = f"Tool output is {size} bytes, over the {max_output_bytes}-byte limit"
+            return failed("TOOL_OUTPUT_TOO_LARGE", limit)
+    return ToolOutcome(
+        status="completed",
+        input=arguments,
+        output=output,
+        error=None,
+        error_code=None,
+        duration_ms=duration_ms,
+        result_text=text,
+    )
+
+
+def _parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any], bool]:
+    """`(arguments, is_object)`; anything but a JSON object becomes `{"raw": raw}`."""
+    if isinstance(raw, dict):
+        return raw, True
+    if not raw.strip():
+        return {}, True
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {"raw": raw}, False
+    if not isinstance(parsed, dict):
+        return {"raw": raw}, False
+    return parsed, True
+
+
+def _schema_problems(validator: Validator, instance: dict[str, Any]) -> list[str]:
+    """One `path: message` per bad field, sorted by path, so the model can fix them all at once."""
+    found: list[tuple[str, str]] = []
+    for error in validator.iter_errors(instance):
+        path: list[str | int] = list(error.absolute_path)
+        if error.validator == "required":
+            # jsonschema reports one error per missing property but names it only in the message.
+            missing = [p for p in error.validator_value if error.message == f"{p!r} is a required property"]
+            found.append((json_path([*path, *missing[:1]]), error.message))
+        elif error.validator == "additionalProperties" and isinstance(error.instance, dict):
+            for extra in _unexpected_keys(error.schema, error.instance):
+                found.append((json_path([*path, extra]), f"{extra!r} is not an allowed property"))
+        else:
+            found.append((json_path(path), error.message))
+    found.sort(key=lambda item: item[0])
+    problems = (f"{p}: {m}" if p else m for p, m in found)
+    return list(dict.fromkeys(_clip(p) for p in problems))
+
+
+def _unexpected_keys(schema: Any, instance: dict[str, Any]) -> list[str]:
+    if not isinstance(schema, dict):
+        return []
+    known = schema.get("properties", {})
+    patterns = list(schema.get("patternProperties", {}))
+    return [k for k in instance if k not in known and not any(re.search(p, k) for p in patterns)]
+
+
+def _clip(text: str) -> str:
+    return text if len(text) <= _MAX_PROBLEM_CHARS else text[: _MAX_PROBLEM_CHARS - 1] + "…"
+
+
+def _describe(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _to_json(value: Any) -> Any:
+    """`json.dumps` fallback: pydantic models, dataclasses, enums, dates, sets; else `str()`."""
+    if isinstance(value, pydantic.BaseModel):
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if isinstance(value, datetime.date | datetime.time):
+        return value.isoformat()
+    if isinstance(value, set | frozenset | tuple):
+        return list(value)
+    return str(value)
