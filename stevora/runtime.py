@@ -15,6 +15,7 @@ from stevora.definitions import WorkflowDefinitionSpec, parse_definition
 from stevora.engine.dispatch import Dispatcher
 from stevora.engine.handlers import TaskRegistry, default_task_registry
 from stevora.errors import NotFoundError
+from stevora.faults import FaultPlan
 from stevora.llm.pricing import Pricing
 from stevora.llm.router import ProviderRouter
 from stevora.settings import Settings
@@ -56,6 +57,7 @@ class Runtime:
     definitions: DefinitionCache
     # Per-provider / per-model semaphores capping concurrent LLM calls in this process.
     llm_limits: dict[str, asyncio.Semaphore] = field(default_factory=dict)
+    faults: FaultPlan = field(default_factory=lambda: FaultPlan(None))
     extras: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -83,6 +85,7 @@ class Runtime:
             pricing=Pricing(overrides=dict(settings.model_prices)),
             definitions=DefinitionCache(pool),
             llm_limits={k: asyncio.Semaphore(v) for k, v in settings.llm_concurrency.items()},
+            faults=FaultPlan(settings.fault_injection),
         )
 
     @property

@@ -19,6 +19,7 @@ class Settings(BaseSettings):
     # Storage and messaging
     database_url: str = "postgresql+asyncpg://postgres@127.0.0.1:5432/stevora"
     broker_url: str = "amqp://guest:guest@127.0.0.1:5672/"
+    queue_name: str = "stevora"
     db_pool_size: int = 10
     hot_pool_size: int = 10  # raw asyncpg pool used by the tool-loop checkpoints
 
@@ -71,3 +72,5 @@ class Settings(BaseSettings):
     # Route models whose provider has no key to the offline `scripted` provider instead of failing
     # (`stevora dev` turns this on when no provider key is set, so every example runs offline).
     scripted_fallback: bool = False
+    # Test-only crash points (see stevora/faults.py). Never set in production.
+    fault_injection: str | None = None

@@ -31,9 +31,16 @@ def _middleware() -> list[dramatiq.Middleware]:
     ]
 
 
+# In-process brokers are shared by URL so the API and the in-process worker of `stevora dev`
+# (two runtimes on two event loops in one process) talk through the same queue.
+_stub_brokers: dict[str, StubBroker] = {}
+
+
 def build_broker(url: str) -> dramatiq.Broker:
     if url.startswith("stub://"):
-        return StubBroker(middleware=_middleware())
+        if url not in _stub_brokers:
+            _stub_brokers[url] = StubBroker(middleware=_middleware())
+        return _stub_brokers[url]
     if url.startswith(("amqp://", "amqps://")):
         from dramatiq.brokers.rabbitmq import RabbitmqBroker
 

@@ -155,6 +155,7 @@ class RunDriver:
             started_at=step_run["started_at"],
         )
         bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
+        self.rt.faults.reached("step_started", ex.step_name)
         try:
             result = await execute_step(self.rt, ex, step)
         except LeaseLost:

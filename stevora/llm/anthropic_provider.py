@@ -24,14 +24,13 @@ from anthropic.types import Message as AnthropicMessage
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
+    JSON_INSTRUCTION,
     connection_error,
     error_message_from_body,
     parse_tool_input,
     provider_error_for_status,
     timeout_error,
 )
-
-JSON_INSTRUCTION = "Respond with a single JSON object and nothing else."
 
 # Anthropic stop reasons in the provider-neutral (OpenAI) vocabulary of `LlmResponse.finish_reason`.
 _FINISH_REASONS: dict[str, str] = {
@@ -99,7 +98,7 @@ class AnthropicProvider:
         """The keyword arguments for `messages.create` (public so tests can inspect them)."""
         system, messages = to_anthropic_messages(request.messages)
         if request.response_format == "json":
-            # No JSON mode in the Messages API; say it in the system prompt instead.
+            # No JSON mode in the Messages API: say it in the system prompt instead.
             system = f"{system}\n\n{JSON_INSTRUCTION}" if system else JSON_INSTRUCTION
         kwargs: dict[str, Any] = {
             "model": request.model,

@@ -88,7 +88,10 @@ def _is_full_schema(schema: dict[str, Any]) -> bool:
 def schema_problems(value: Any, schema: dict[str, Any]) -> list[str]:
     if _is_full_schema(schema):
         validator = validator_for(schema)(schema)
-        return [f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}" for e in validator.iter_errors(value)]
+        return [
+            f"{'.'.join(map(str, e.absolute_path)) or '(root)'}: {e.message}"
+            for e in validator.iter_errors(value)
+        ]
     if not isinstance(value, dict):
         return ["(root): expected a JSON object"]
     problems = [f"missing required field '{key}'" for key in schema if key not in value]

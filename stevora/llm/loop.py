@@ -113,8 +113,14 @@ def rebuild(rounds: list[CommittedRound], prompt: list[Message]) -> LoopState:
         for index, call in enumerate(msg.tool_calls):
             trace = r.tool_results.get(index)
             if trace is not None:
-                transcript.append(Message.tool_result(call.id, checkpoints.replay_result_text(trace), name=call.name,
-                                                      is_error=trace["status"] != "completed"))
+                transcript.append(
+                    Message.tool_result(
+                        call.id,
+                        checkpoints.replay_result_text(trace),
+                        name=call.name,
+                        is_error=trace["status"] != "completed",
+                    )
+                )
         state.cost_usd += r.cost_usd
         state.usage = state.usage + Usage(input_tokens=r.input_tokens, output_tokens=r.output_tokens)
     return state
@@ -166,7 +172,9 @@ class LlmStepRun:
             provider = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
             if provider is None:
                 self.log.warning("no_provider_for_model", model=model, hint="trying next")
-                last_error = ProviderNotFound(f"No provider configured for model '{model}'", details={"model": model})
+                last_error = ProviderNotFound(
+                    f"No provider configured for model '{model}'", details={"model": model}
+                )
                 continue
             request = LlmRequest(
                 model=model,
@@ -194,9 +202,13 @@ class LlmStepRun:
                     response = await provider.complete(request)
             except ProviderError as exc:
                 last_error = exc
-                await self._record_failed_call(st, provider, model, stored_request, exc, time.perf_counter() - started)
+                await self._record_failed_call(
+                    st, provider, model, stored_request, exc, time.perf_counter() - started
+                )
                 continue
-            return await self._record_call(st, provider, model, stored_request, response, time.perf_counter() - started)
+            return await self._record_call(
+                st, provider, model, stored_request, response, time.perf_counter() - started
+            )
         assert last_error is not None
         raise last_error
 
@@ -210,51 +222,120 @@ class LlmStepRun:
                     await stack.enter_async_context(sem)
             yield
 
-    async def _record_call(self, st: LoopState, provider: Provider, model: str, stored_request: dict[str, Any],
-                           response: LlmResponse, elapsed_s: float) -> CommittedRound:
+    async def _record_call(
+        self,
+        st: LoopState,
+        provider: Provider,
+        model: str,
+        stored_request: dict[str, Any],
+        response: LlmResponse,
+        elapsed_s: float,
+    ) -> CommittedRound:
         usage = response.usage
         cost = self.rt.pricing.cost_usd(provider.name, response.model or model, usage)
         calls = [c.to_dict() for c in response.tool_calls]
         rec = LlmCallRecord(
-            step_run_id=self.ex.step_run_id, step_name=self.ex.step_name, round=st.next_round,
-            provider=provider.name, model=model, status="completed", request=stored_request,
-            response={"text": response.text, "toolCalls": calls, "responseModel": response.model,
-                      "responseId": response.response_id, "priced": cost is not None},
-            error=None, finish_reason=response.finish_reason, input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens, cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens, cost_usd=cost or 0.0, duration_ms=elapsed_s * 1000,
+            step_run_id=self.ex.step_run_id,
+            step_name=self.ex.step_name,
+            round=st.next_round,
+            provider=provider.name,
+            model=model,
+            status="completed",
+            request=stored_request,
+            response={
+                "text": response.text,
+                "toolCalls": calls,
+                "responseModel": response.model,
+                "responseId": response.response_id,
+                "priced": cost is not None,
+            },
+            error=None,
+            finish_reason=response.finish_reason,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            cost_usd=cost or 0.0,
+            duration_ms=elapsed_s * 1000,
         )
-        payload = {"llmCallId": rec.id, "model": model, "provider": provider.name, "round": rec.round,
-                   "inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens, "costUsd": rec.cost_usd,
-                   "durationMs": round(rec.duration_ms, 3), "toolCalls": [c["name"] for c in calls],
-                   "finishReason": response.finish_reason}
-        await checkpoints.record_llm_call(self.rt.pool, self.ex.run_id, self.ex.owner, rec, "LLM_CALL_COMPLETED", payload)
+        payload = {
+            "llmCallId": rec.id,
+            "model": model,
+            "provider": provider.name,
+            "round": rec.round,
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+            "costUsd": rec.cost_usd,
+            "durationMs": round(rec.duration_ms, 3),
+            "toolCalls": [c["name"] for c in calls],
+            "finishReason": response.finish_reason,
+        }
+        await checkpoints.record_llm_call(
+            self.rt.pool, self.ex.run_id, self.ex.owner, rec, "LLM_CALL_COMPLETED", payload
+        )
+        self.rt.faults.reached("llm_call_committed", rec.round)
         st.next_round += 1
         st.cost_usd += rec.cost_usd
         st.usage = st.usage + usage
         return CommittedRound(
-            llm_call_id=rec.id, step_run_id=rec.step_run_id, round=rec.round, model=model, provider=provider.name,
-            request=stored_request, response=rec.response or {}, cost_usd=rec.cost_usd,
-            input_tokens=usage.input_tokens, output_tokens=usage.output_tokens, tool_results={},
+            llm_call_id=rec.id,
+            step_run_id=rec.step_run_id,
+            round=rec.round,
+            model=model,
+            provider=provider.name,
+            request=stored_request,
+            response=rec.response or {},
+            cost_usd=rec.cost_usd,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            tool_results={},
         )
 
-    async def _record_failed_call(self, st: LoopState, provider: Provider, model: str, stored_request: dict[str, Any],
-                                  exc: ProviderError, elapsed_s: float) -> None:
+    async def _record_failed_call(
+        self,
+        st: LoopState,
+        provider: Provider,
+        model: str,
+        stored_request: dict[str, Any],
+        exc: ProviderError,
+        elapsed_s: float,
+    ) -> None:
         self.log.warning("llm_call_failed", model=model, provider=provider.name, error=exc.message)
         rec = LlmCallRecord(
-            step_run_id=self.ex.step_run_id, step_name=self.ex.step_name, round=st.next_round,
-            provider=provider.name, model=model, status="failed", request=stored_request, response=None,
-            error={**exc.to_dict(), "retryable": exc.retryable}, finish_reason=None, input_tokens=0,
-            output_tokens=0, cache_read_tokens=0, cache_write_tokens=0, cost_usd=0.0,
+            step_run_id=self.ex.step_run_id,
+            step_name=self.ex.step_name,
+            round=st.next_round,
+            provider=provider.name,
+            model=model,
+            status="failed",
+            request=stored_request,
+            response=None,
+            error={**exc.to_dict(), "retryable": exc.retryable},
+            finish_reason=None,
+            input_tokens=0,
+            output_tokens=0,
+            cache_read_tokens=0,
+            cache_write_tokens=0,
+            cost_usd=0.0,
             duration_ms=elapsed_s * 1000,
         )
-        payload = {"llmCallId": rec.id, "model": model, "provider": provider.name, "round": rec.round,
-                   "error": rec.error, "durationMs": round(rec.duration_ms, 3)}
-        await checkpoints.record_llm_call(self.rt.pool, self.ex.run_id, self.ex.owner, rec, "LLM_CALL_FAILED", payload)
+        payload = {
+            "llmCallId": rec.id,
+            "model": model,
+            "provider": provider.name,
+            "round": rec.round,
+            "error": rec.error,
+            "durationMs": round(rec.duration_ms, 3),
+        }
+        await checkpoints.record_llm_call(
+            self.rt.pool, self.ex.run_id, self.ex.owner, rec, "LLM_CALL_FAILED", payload
+        )
 
     # -- tool calls -------------------------------------------------------------------------
 
-    async def _run_missing_tools(self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]) -> None:
+    async def _run_missing_tools(
+        self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
+    ) -> None:
         missing = [(i, c) for i, c in enumerate(calls) if i not in last.tool_results]
         if not missing:
             return
@@ -268,34 +349,64 @@ class LlmStepRun:
             if index in by_index:
                 trace = by_index[index]
                 last.tool_results[index] = trace  # type: ignore[assignment]
-                st.transcript.append(Message.tool_result(call.id, trace["text"], name=call.name,
-                                                         is_error=trace["status"] != "completed"))
+                st.transcript.append(
+                    Message.tool_result(
+                        call.id, trace["text"], name=call.name, is_error=trace["status"] != "completed"
+                    )
+                )
 
     async def _run_tool(self, call_round: CommittedRound, index: int, call: ToolCall) -> dict[str, Any]:
         key = f"{call_round.step_run_id}:{call_round.round}:{index}"
         ctx = ToolContext(
-            idempotency_key=key, workflow_run_id=self.ex.run_id, workspace_id=self.ex.workspace_id,
-            step_run_id=self.ex.step_run_id, step_name=self.ex.step_name, round=call_round.round,
-            call_index=index, tool_call_id=call.id,
+            idempotency_key=key,
+            workflow_run_id=self.ex.run_id,
+            workspace_id=self.ex.workspace_id,
+            step_run_id=self.ex.step_run_id,
+            step_name=self.ex.step_name,
+            round=call_round.round,
+            call_index=index,
+            tool_call_id=call.id,
         )
         outcome = await invoke_tool(
-            self.rt.tools, call.name, call.arguments, context=ctx, declared_schema=self.tools.declared.get(call.name),
-            timeout_s=self.step.tool_timeout_ms / 1000, max_output_bytes=self.rt.settings.max_tool_output_bytes,
+            self.rt.tools,
+            call.name,
+            call.arguments,
+            context=ctx,
+            declared_schema=self.tools.declared.get(call.name),
+            timeout_s=self.step.tool_timeout_ms / 1000,
+            max_output_bytes=self.rt.settings.max_tool_output_bytes,
         )
         rec = ToolTraceRecord(
-            step_run_id=call_round.step_run_id, llm_call_id=call_round.llm_call_id, round=call_round.round,
-            sequence=index, tool_call_id=call.id, tool_name=call.name, input_json=outcome.input,
-            output_json=outcome.output, status=outcome.status, error=outcome.error, error_code=outcome.error_code,
-            result_text=None if outcome.ok else outcome.result_text, duration_ms=outcome.duration_ms,
+            step_run_id=call_round.step_run_id,
+            llm_call_id=call_round.llm_call_id,
+            round=call_round.round,
+            sequence=index,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            input_json=outcome.input,
+            output_json=outcome.output,
+            status=outcome.status,
+            error=outcome.error,
+            error_code=outcome.error_code,
+            result_text=None if outcome.ok else outcome.result_text,
+            duration_ms=outcome.duration_ms,
             idempotency_key=key,
         )
-        payload: dict[str, Any] = {"toolTraceId": rec.id, "llmCallId": rec.llm_call_id, "toolName": call.name,
-                                   "toolCallId": call.id, "round": rec.round, "sequence": index,
-                                   "durationMs": round(outcome.duration_ms, 3)}
+        payload: dict[str, Any] = {
+            "toolTraceId": rec.id,
+            "llmCallId": rec.llm_call_id,
+            "toolName": call.name,
+            "toolCallId": call.id,
+            "round": rec.round,
+            "sequence": index,
+            "durationMs": round(outcome.duration_ms, 3),
+        }
         if not outcome.ok:
             payload.update(error=outcome.error, errorCode=outcome.error_code)
         event = "TOOL_CALL_COMPLETED" if outcome.ok else "TOOL_CALL_FAILED"
+        self.rt.faults.reached("tool_returned", rec.round, index)
         await checkpoints.record_tool_trace(self.rt.pool, self.ex.run_id, self.ex.owner, rec, event, payload)
+        self.rt.faults.reached("tool_committed", rec.round, index)
         return {"status": outcome.status, "text": outcome.result_text}
 
     # -- endings ----------------------------------------------------------------------------
@@ -303,13 +414,21 @@ class LlmStepRun:
     async def _max_rounds(self, st: LoopState, last: CommittedRound) -> StepResult:
         limit = self.step.max_tool_rounds
         if self.step.on_max_tool_rounds == "complete":
-            text = next((m.content for m in reversed(st.transcript) if m.role == "assistant" and m.content), "")
+            text = next(
+                (m.content for m in reversed(st.transcript) if m.role == "assistant" and m.content), ""
+            )
             return self._result(st, text or "", None, last, stopped_at_limit=True)
         return StepResult(
             status="failed",
             retryable=False,
-            error={"code": "MAX_TOOL_ROUNDS", "message": f"The model still asked for tools after {limit} tool rounds",
-                   "details": {"maxToolRounds": limit, "requestedTools": [c["name"] for c in last.response.get("toolCalls") or ()]}},
+            error={
+                "code": "MAX_TOOL_ROUNDS",
+                "message": f"The model still asked for tools after {limit} tool rounds",
+                "details": {
+                    "maxToolRounds": limit,
+                    "requestedTools": [c["name"] for c in last.response.get("toolCalls") or ()],
+                },
+            },
         )
 
     async def _finish(self, st: LoopState, last: CommittedRound) -> StepResult | None:
@@ -320,7 +439,11 @@ class LlmStepRun:
             return self._result(st, text, parsed.value, last)
         config = self.step.guardrails
         action = config.on_failure if config is not None else "block"
-        if action == "retry_with_feedback" and config is not None and st.feedback_attempts >= config.max_feedback_attempts:
+        if (
+            action == "retry_with_feedback"
+            and config is not None
+            and st.feedback_attempts >= config.max_feedback_attempts
+        ):
             action = "block"
         await self._guardrail_event(violations, action, last)
         if action == "warn":
@@ -329,24 +452,59 @@ class LlmStepRun:
             st.feedback_attempts += 1
             st.pending_append = [Message.user(guardrails.feedback_message(violations))]
             return None
-        return StepResult(status="failed", retryable=False,
-                          error={"code": "GUARDRAIL_FAILED", "message": "; ".join(v.message for v in violations),
-                                 "details": {"violations": [v.to_dict() for v in violations]}})
+        return StepResult(
+            status="failed",
+            retryable=False,
+            error={
+                "code": "GUARDRAIL_FAILED",
+                "message": "; ".join(v.message for v in violations),
+                "details": {"violations": [v.to_dict() for v in violations]},
+            },
+        )
 
-    async def _guardrail_event(self, violations: list[guardrails.Violation], action: str, last: CommittedRound) -> None:
+    async def _guardrail_event(
+        self, violations: list[guardrails.Violation], action: str, last: CommittedRound
+    ) -> None:
         from stevora.engine import store
 
         async with self.rt.pool.acquire() as conn, conn.transaction():
-            await store.update_run(conn, self.ex.run_id, expect=["RUNNING"], owner=self.ex.owner, events=[
-                store.Event("GUARDRAIL_FAILED", {"stepName": self.ex.step_name, "round": last.round, "action": action,
-                                                 "violations": [v.to_dict() for v in violations]}, self.ex.step_run_id)])
+            await store.update_run(
+                conn,
+                self.ex.run_id,
+                expect=["RUNNING"],
+                owner=self.ex.owner,
+                events=[
+                    store.Event(
+                        "GUARDRAIL_FAILED",
+                        {
+                            "stepName": self.ex.step_name,
+                            "round": last.round,
+                            "action": action,
+                            "violations": [v.to_dict() for v in violations],
+                        },
+                        self.ex.step_run_id,
+                    )
+                ],
+            )
 
-    def _result(self, st: LoopState, text: str, value: Any, last: CommittedRound, *,
-                stopped_at_limit: bool = False, warnings: list[dict[str, Any]] | None = None) -> StepResult:
+    def _result(
+        self,
+        st: LoopState,
+        text: str,
+        value: Any,
+        last: CommittedRound,
+        *,
+        stopped_at_limit: bool = False,
+        warnings: list[dict[str, Any]] | None = None,
+    ) -> StepResult:
         result = value if value is not None else text
         output: dict[str, Any] = {
-            "text": text, "model": last.model, "provider": last.provider, "rounds": len(st.rounds),
-            "toolRounds": min(st.tool_rounds, self.step.max_tool_rounds), "costUsd": st.cost_usd,
+            "text": text,
+            "model": last.model,
+            "provider": last.provider,
+            "rounds": len(st.rounds),
+            "toolRounds": min(st.tool_rounds, self.step.max_tool_rounds),
+            "costUsd": st.cost_usd,
             "usage": {"inputTokens": st.usage.input_tokens, "outputTokens": st.usage.output_tokens},
         }
         if value is not None:
@@ -364,5 +522,8 @@ async def execute_llm_step(rt: Runtime, ex: StepExecution, step: LlmStep) -> Ste
     except LeaseLost:
         raise
     except ProviderError as exc:
-        return StepResult(status="failed", error={**exc.to_dict(), "message": f"All models failed; last error: {exc.message}"},
-                          retryable=exc.retryable)
+        return StepResult(
+            status="failed",
+            error={**exc.to_dict(), "message": f"All models failed; last error: {exc.message}"},
+            retryable=exc.retryable,
+        )

@@ -14,8 +14,10 @@ from openai.types.chat import ChatCompletion
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
+    JSON_INSTRUCTION,
     connection_error,
     error_message_from_body,
+    mentions_json,
     provider_error_for_status,
     timeout_error,
 )
@@ -77,10 +79,12 @@ class OpenAIProvider:
 
     def build_kwargs(self, request: LlmRequest) -> dict[str, Any]:
         """The keyword arguments for `chat.completions.create` (public so tests can inspect them)."""
-        kwargs: dict[str, Any] = {
-            "model": request.model,
-            "messages": [_message_param(m) for m in request.messages],
-        }
+        messages = [_message_param(m) for m in request.messages]
+        kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
+        if request.response_format == "json":
+            kwargs["response_format"] = {"type": "json_object"}
+            if not mentions_json(request.messages):
+                messages.insert(0, {"role": "system", "content": JSON_INSTRUCTION})
         if request.tools:
             kwargs["tools"] = [_tool_param(t) for t in request.tools]
             kwargs["parallel_tool_calls"] = request.parallel_tool_calls
@@ -88,10 +92,6 @@ class OpenAIProvider:
             kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
             kwargs[self._max_tokens_field] = request.max_tokens
-        if request.response_format == "json" or (
-            request.output_schema is not None and request.response_format != "text"
-        ):
-            kwargs["response_format"] = {"type": "json_object"}
         if request.timeout_s is not None:
             kwargs["timeout"] = request.timeout_s
         return kwargs

@@ -15,10 +15,14 @@ from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmRequest, LlmResponse
+from stevora.llm.messages import LlmRequest, LlmResponse, Message
 
 # The SDKs retry these themselves; once their retries are spent the step may retry again later.
 RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 409, 429})
+
+# Added to the prompt when JSON output is requested: Anthropic has no JSON mode, and OpenAI's
+# json_object mode answers 400 unless the word "JSON" appears somewhere in the messages.
+JSON_INSTRUCTION = "Respond with a single JSON object and nothing else."
 
 # Ignore absurd server delays; the step retry policy owns long waits.
 _MAX_RETRY_AFTER_S = 24 * 3600.0
@@ -110,6 +114,10 @@ def connection_error(provider: str, detail: str) -> ProviderError:
 
 def timeout_error(provider: str) -> ProviderError:
     return ProviderError(f"{provider} request timed out", provider=provider, retryable=True)
+
+
+def mentions_json(messages: list[Message]) -> bool:
+    return any("json" in (m.content or "").lower() for m in messages)
 
 
 def parse_tool_input(arguments: str) -> dict[str, Any]:

@@ -2,53 +2,72 @@
 
 Without a script it plays a tiny, predictable agent: on the first turn of a conversation with
 tools it calls every tool once (in parallel), and once results are in it answers, quoting them.
-With a script it returns the given responses in order.
+With a script it returns the given responses in order (an exception in the script is raised
+instead, e.g. a retryable `ProviderError` to exercise fallback).
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
+from collections import deque
+from collections.abc import Iterable
 from typing import Any
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, Usage
+
+ScriptItem = LlmResponse | Exception
 
 _RESULT_PREVIEW_CHARS = 200
 _STRING_SEED_CHARS = 60
 
 
 class ScriptedProvider:
-    """`Provider` that answers from a script or from the built-in rules above."""
+    """`Provider` that answers from a script or from the built-in rules above.
+
+    Given a `script`, running out of it is an error (a test asked for more calls than it
+    planned). Without one, answers queued later with `enqueue` come first and the built-in
+    rules answer the rest. `requests` keeps the most recent `record_limit` requests.
+    """
 
     def __init__(
         self,
-        script: list[LlmResponse] | None = None,
+        script: Iterable[ScriptItem] | None = None,
         *,
         name: str = "scripted",
         latency_s: float = 0.0,
+        record_limit: int = 1000,
     ) -> None:
         if isinstance(script, str):
             raise TypeError("ScriptedProvider's first argument is the script; pass name= by keyword")
         self.name = name
         self.latency_s = latency_s
-        self._script = list(script) if script is not None else None
+        self._strict = script is not None
+        self._script: deque[ScriptItem] = deque(script or ())
         self._calls = 0
-        self.requests: list[LlmRequest] = []
+        self.requests: deque[LlmRequest] = deque(maxlen=record_limit)
+
+    def enqueue(self, *items: ScriptItem) -> None:
+        self._script.extend(items)
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         self.requests.append(request)
         self._calls += 1
         if self.latency_s > 0:
             await asyncio.sleep(self.latency_s)
-        if self._script is not None:
-            if not self._script:
-                raise ProviderError(
-                    f"{self.name}: script exhausted after {self._calls - 1} responses",
-                    provider=self.name,
-                    retryable=False,
-                )
-            return self._script.pop(0)
+        if self._script:
+            item = self._script.popleft()
+            if isinstance(item, Exception):
+                raise item
+            return item
+        if self._strict:
+            raise ProviderError(
+                f"{self.name}: script exhausted after {self._calls - 1} responses",
+                provider=self.name,
+                retryable=False,
+            )
         return scripted_response(request, provider=self.name, response_id=f"scripted-{self._calls}")
 
     async def aclose(self) -> None:
@@ -62,12 +81,12 @@ def scripted_response(
     messages = request.messages
     last_user = last_user_text(messages)
     input_tokens = sum(len(m.content or "") for m in messages) // 4
-    asked_before = any(m.role == "assistant" and m.tool_calls for m in messages)
-    last_is_result = bool(messages) and messages[-1].role == "tool"
-    if request.tools and not asked_before and not last_is_result:
+    tool_rounds = sum(1 for m in messages if m.role == "assistant" and m.tool_calls)
+    if request.tools and tool_rounds < scripted_rounds(request.model):
+        prefix = "call_" if tool_rounds == 0 else f"call_r{tool_rounds + 1}_"
         calls = [
             ToolCall(
-                id=f"call_{index}",
+                id=f"{prefix}{index}",
                 name=tool.name,
                 arguments=json.dumps(synthesize_value(tool.parameters, last_user), separators=(",", ":")),
             )
@@ -95,6 +114,15 @@ def scripted_response(
         response_id=response_id,
         provider=provider,
     )
+
+
+_ROUNDS = re.compile(r"rounds=(\d+)")
+
+
+def scripted_rounds(model: str) -> int:
+    """How many tool rounds to play before answering: `scripted:rounds=5`; default 1."""
+    match = _ROUNDS.search(model)
+    return max(1, int(match.group(1))) if match else 1
 
 
 def last_user_text(messages: list[Message]) -> str:

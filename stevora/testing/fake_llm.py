@@ -69,7 +69,7 @@ def openai_text(
     delay_s: float = 0.0,
     headers: Mapping[str, str] | None = None,
 ) -> FakeResponse:
-    message = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
+    message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None, "annotations": []}
     return _openai_completion(message, model, usage, finish_reason, delay_s, headers)
 
 
@@ -276,6 +276,9 @@ def validate_openai(body: dict[str, Any]) -> str | None:
     for tool in body.get("tools") or ():
         if tool.get("type") != "function" or not (tool.get("function") or {}).get("name"):
             return "Invalid 'tools': each tool must be {'type': 'function', 'function': {'name': ...}}"
+    json_mode = (body.get("response_format") or {}).get("type") == "json_object"
+    if json_mode and "json" not in json.dumps([m.get("content") for m in messages]).lower():
+        return "'messages' must contain the word 'json' in some form, to use 'response_format' json_object."
     open_ids: list[str] = []  # calls of the last assistant turn not yet answered
     answered: set[str] = set()
     for i, message in enumerate(messages):
@@ -293,7 +296,7 @@ def validate_openai(body: dict[str, Any]) -> str | None:
                 if len(str(call.get("id", ""))) > 40:
                     return f"Invalid 'messages[{i}].tool_calls[{j}].id': string too long (maximum length 40)"
             open_ids = [str(call.get("id")) for call in message["tool_calls"]]
-            answered: set[str] = set()
+            answered = set()
         elif role == "tool":
             call_id = message.get("tool_call_id")
             if i == 0 or (call_id not in open_ids and call_id not in answered):
@@ -424,8 +427,8 @@ def _neutral_request(kind: Kind, body: dict[str, Any]) -> LlmRequest:
             )
             for b in blocks:
                 if b["type"] == "tool_result":
-                    text = b["content"] if isinstance(b["content"], str) else json.dumps(b["content"])
-                    messages.append(Message.tool_result(b["tool_use_id"], text))
+                    result = b["content"] if isinstance(b["content"], str) else json.dumps(b["content"])
+                    messages.append(Message.tool_result(b["tool_use_id"], result))
             text = "".join(b.get("text", "") for b in blocks if b["type"] == "text") or None
             calls = tuple(
                 ToolCall(b["id"], b["name"], json.dumps(b["input"]))
@@ -451,25 +454,26 @@ class ProviderScript:
         self._server = server
         self.kind = kind
         self.responder: Responder | None = None
-        self._queue: deque[FakeResponse] = deque()
 
     def enqueue(self, *responses: FakeResponse) -> None:
+        """Queue answers for this API only, in order."""
         for response in responses:
             if response.kind not in (None, self.kind):
                 raise ValueError(f"a {response.kind} response cannot be queued for {self.kind}")
         with self._server._lock:
-            self._queue.extend(responses)
+            self._server._queue.extend((self.kind, response) for response in responses)
 
     @property
     def pending(self) -> int:
-        return len(self._queue)
+        """Queued answers this API would serve (its own and those for either API)."""
+        with self._server._lock:
+            return sum(1 for kind, _ in self._server._queue if kind in (None, self.kind))
 
     @property
     def requests(self) -> list[RecordedRequest]:
         return [r for r in self._server.requests if ROUTES.get(r.path) == self.kind]
 
     def _reset(self) -> None:
-        self._queue.clear()
         self.responder = None
 
 
@@ -491,7 +495,8 @@ class FakeLLMServer:
         self.requests: list[RecordedRequest] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
-        self._shared: deque[FakeResponse] = deque()
+        # One FIFO for both APIs: (target API or None for either, answer).
+        self._queue: deque[tuple[Kind | None, FakeResponse]] = deque()
         self.openai = ProviderScript(self, "openai")
         self.anthropic = ProviderScript(self, "anthropic")
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
@@ -518,18 +523,14 @@ class FakeLLMServer:
         return self.base_url
 
     def enqueue(self, *responses: FakeResponse) -> None:
-        """Queue by the response's kind; kind-less ones (errors, disconnects) serve either API."""
-        for response in responses:
-            if response.kind is None:
-                with self._lock:
-                    self._shared.append(response)
-            else:
-                self._script(response.kind).enqueue(response)
+        """Queue in order; a response serves its own API, kind-less ones (errors...) either API."""
+        with self._lock:
+            self._queue.extend((response.kind, response) for response in responses)
 
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
-            self._shared.clear()
+            self._queue.clear()
             self.openai._reset()
             self.anthropic._reset()
             self.responder = None
@@ -560,18 +561,13 @@ class FakeLLMServer:
             problem = validate_openai(body) if kind == "openai" else validate_anthropic(body)
             if problem is not None:
                 return FakeResponse(status=400, error_message=problem, error_type="invalid_request_error")
-        script = self._script(kind)
         with self._lock:
-            queued = script._queue.popleft() if script._queue else None
-            if queued is None and self._shared:
-                queued = self._shared.popleft()
+            queued = next((entry for entry in self._queue if entry[0] in (None, kind)), None)
+            if queued is not None:
+                self._queue.remove(queued)
         if queued is not None:
-            if queued.kind not in (None, kind):
-                return FakeResponse(
-                    status=500, error_message=f"FakeLLMServer: a {queued.kind} response was queued"
-                )
-            return queued
-        responder = script.responder or self.responder
+            return queued[1]
+        responder = self._script(kind).responder or self.responder
         if responder is None:
             return FakeResponse(
                 status=500,

@@ -8,8 +8,9 @@ from collections.abc import Callable
 import pytest
 
 from stevora.errors import ProviderError
-from stevora.llm.anthropic_provider import JSON_INSTRUCTION, AnthropicProvider
+from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message, ToolCall, ToolSpec
+from stevora.llm.provider import JSON_INSTRUCTION
 from stevora.llm.transcript import prepare_transcript
 from stevora.testing.fake_llm import (
     FakeLLMServer,

@@ -84,6 +84,14 @@ def test_enqueue_routes_by_kind_and_journal_records_each_request(fake_llm: FakeL
     assert fake_llm.anthropic.requests[0].json["max_tokens"] == 10
 
 
+def test_kindless_errors_and_api_answers_are_served_in_queue_order(fake_llm: FakeLLMServer):
+    fake_llm.enqueue(error(503, "first"), openai_text("second"))
+    chat = {"model": "m", "messages": [{"role": "user", "content": "q"}]}
+    assert _post(fake_llm, "/v1/chat/completions", chat)[0] == 503
+    assert _post(fake_llm, "/v1/chat/completions", chat)[0] == 200
+    assert fake_llm.openai.pending == 0
+
+
 def test_queueing_a_response_for_the_wrong_api_fails_fast(fake_llm: FakeLLMServer):
     with pytest.raises(ValueError, match="openai"):
         fake_llm.anthropic.enqueue(openai_text("x"))

@@ -147,6 +147,15 @@ async def test_request_options_are_sent_the_way_the_sdk_expects(
     assert sent["response_format"] == {"type": "json_object"}
 
 
+async def test_json_mode_is_accepted_even_when_the_prompt_never_says_json(
+    fake_llm: FakeLLMServer, make_openai: OpenAIFactory
+):
+    fake_llm.openai.enqueue(openai_text('{"summary": "short"}'))
+    response = await make_openai().complete(_request(Message.user("Summarise this."), response_format="json"))
+    assert response.text == '{"summary": "short"}'
+    assert "JSON" in fake_llm.openai.requests[0].json["messages"][0]["content"]
+
+
 async def test_compatible_server_gets_max_tokens_and_its_own_provider_name(
     fake_llm: FakeLLMServer, make_openai: OpenAIFactory
 ):

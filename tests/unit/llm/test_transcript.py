@@ -30,7 +30,9 @@ def test_dangling_call_gets_an_interrupted_error_result():
     out = prepare_transcript(messages, provider_name="anthropic")
 
     assert out[-1] == Message.tool_result("call_b", INTERRUPTED_RESULT, name="lookup", is_error=True)
-    assert json.loads(out[-1].content or "") == {"error": "Tool call was interrupted before it produced a result"}
+    assert json.loads(out[-1].content or "") == {
+        "error": "Tool call was interrupted before it produced a result"
+    }
     assert out[-2] == Message.tool_result("call_a", "ok")
 
 
@@ -44,7 +46,11 @@ def test_orphan_and_duplicate_results_are_dropped_keeping_the_first():
         Message.tool_result("call_unknown", "stray"),
     ]
     out = prepare_transcript(messages, provider_name="openai")
-    assert out == [Message.user("q"), Message.assistant(None, [_call("call_a")]), Message.tool_result("call_a", "first")]
+    assert out == [
+        Message.user("q"),
+        Message.assistant(None, [_call("call_a")]),
+        Message.tool_result("call_a", "first"),
+    ]
 
 
 def test_results_separated_from_their_call_are_moved_right_after_it():
@@ -79,7 +85,13 @@ def test_invalid_and_repeated_ids_are_renamed_with_their_results():
     calls = [call.id for m in out for call in m.tool_calls]
     results = [(m.tool_call_id, m.content) for m in out if m.role == "tool"]
     assert calls == ["call_1_0", "call_1_1", "call_same", "call_3_0", "call_4_0"]
-    assert results == [("call_1_0", "r1"), ("call_1_1", "r2"), ("call_same", "r3"), ("call_3_0", "r4"), ("call_4_0", "r5")]
+    assert results == [
+        ("call_1_0", "r1"),
+        ("call_1_1", "r2"),
+        ("call_same", "r3"),
+        ("call_3_0", "r4"),
+        ("call_4_0", "r5"),
+    ]
 
 
 def test_renaming_is_deterministic_and_avoids_existing_ids():
@@ -124,7 +136,11 @@ def test_empty_assistant_turns_are_dropped_and_none_results_become_empty_text():
 
 
 def test_mistral_gets_nine_character_alphanumeric_ids():
-    messages = [Message.user("q"), Message.assistant(None, [_call("call_abc")]), Message.tool_result("call_abc", "r")]
+    messages = [
+        Message.user("q"),
+        Message.assistant(None, [_call("call_abc")]),
+        Message.tool_result("call_abc", "r"),
+    ]
     out = prepare_transcript(messages, provider_name="mistral")
     new_id = out[1].tool_calls[0].id
     assert len(new_id) == 9 and new_id.isalnum()

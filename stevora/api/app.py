@@ -1,0 +1,100 @@
+"""The FastAPI application factory.
+
+`create_app(settings)` owns its Runtime: the lifespan starts one (asyncpg pool, SQLAlchemy
+engine, Dramatiq dispatcher for `settings.broker_url`) and closes it on shutdown.
+`create_app(settings, runtime=rt)` uses the caller's Runtime and never closes it (tests, the
+embedded `stevora dev` process).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import APIRouter, Depends, FastAPI
+from fastapi.middleware.cors import CORSMiddleware
+
+from stevora.api.auth import ApiKeyAuthenticator
+from stevora.api.deps import ApiContext, reject_nul
+from stevora.api.errors import install_error_handlers
+from stevora.api.openapi import install_openapi
+from stevora.api.ratelimit import RateLimiter
+from stevora.api.routers import (
+    api_keys,
+    approvals,
+    costs,
+    definitions,
+    events,
+    health,
+    runs,
+    traces,
+    webhooks,
+    workspaces,
+)
+from stevora.engine.brokers import build_broker
+from stevora.engine.dispatch import DramatiqDispatcher
+from stevora.runtime import Runtime
+from stevora.settings import Settings
+
+DESCRIPTION = """Durable workflow orchestration with traced LLM tool-calling steps.
+
+Authenticate with `x-api-key: stv_...` (every route except health and workspace creation).
+Responses are `{"success": true, "data": ...}` (lists with pages add `meta`); errors are
+`{"success": false, "error": {"code", "message", "details"}}`."""
+
+
+def build_v1_router() -> APIRouter:
+    v1 = APIRouter(dependencies=[Depends(reject_nul)])
+    for module in (workspaces, api_keys, definitions, runs, events, traces, approvals, webhooks):
+        v1.include_router(module.router)
+    v1.include_router(costs.runs_router)
+    v1.include_router(costs.router)
+    v1.include_router(health.router)
+    return v1
+
+
+def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
+    ctx = ApiContext(
+        settings=settings,
+        keys=ApiKeyAuthenticator(),
+        limiter=RateLimiter(settings.rate_limit_per_minute),
+        runtime=runtime,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if runtime is not None:
+            yield
+            return
+        dispatcher = DramatiqDispatcher(build_broker(settings.broker_url))
+        ctx.runtime = await Runtime.start(settings, dispatcher=dispatcher)
+        try:
+            yield
+        finally:
+            rt, ctx.runtime = ctx.runtime, None
+            await rt.close()
+
+    app = FastAPI(
+        title="Stevora API",
+        version="1.0.0",
+        description=DESCRIPTION,
+        lifespan=lifespan,
+        docs_url="/docs",
+        redoc_url=None,
+    )
+    app.state.ctx = ctx
+    install_error_handlers(app)
+    if settings.cors_origins:
+        app.add_middleware(
+            CORSMiddleware,
+            allow_origins=settings.cors_origins,
+            allow_methods=["*"],
+            allow_headers=["*"],
+            expose_headers=["Retry-After"],
+        )
+    v1 = build_v1_router()
+    app.include_router(v1, prefix="/v1")
+    app.include_router(v1, prefix="/api/v1", include_in_schema=False)
+    app.include_router(health.router, dependencies=[Depends(reject_nul)])
+    install_openapi(app)
+    return app

@@ -1,0 +1,139 @@
+"""API-key authentication, the admin token, and the first-key rules.
+
+Keys are `stv_` + 32 lowercase alphanumerics; only their SHA-256 hex digest is stored.
+
+Hot path: a lookup is cached in process for `KEY_CACHE_TTL_S` (5 s), including "no such key",
+so a busy client costs no query per request. Revoking through this process evicts the entry at
+once; a key revoked through another API process stops working here within the TTL.
+`last_used_at` is written at most once per `TOUCH_INTERVAL_S` (60 s) per key and process, and
+the UPDATE itself skips rows touched in the last minute, so many processes add little load.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import timedelta
+
+from sqlalchemy import func, select, update
+
+from stevora.db.models import ApiKey
+from stevora.errors import AuthError
+from stevora.ids import random_token
+from stevora.runtime import Runtime
+
+KEY_PREFIX = "stv_"
+KEY_CACHE_TTL_S = 5.0
+TOUCH_INTERVAL_S = 60.0
+_MAX_CACHED = 50_000
+_TOUCH_GAP = timedelta(seconds=TOUCH_INTERVAL_S)
+MISSING_KEY = "Missing x-api-key header"
+INVALID_KEY = "Invalid or revoked API key"
+
+
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """Who is calling: the workspace every query is scoped to, and the key used (if any)."""
+
+    workspace_id: str
+    key_id: str | None = None
+
+
+@dataclass(slots=True)
+class _Cached:
+    key_id: str | None  # None: no key with this hash
+    workspace_id: str | None
+    revoked: bool
+    expires: float
+
+
+def hash_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def new_api_key() -> str:
+    return KEY_PREFIX + random_token(32)
+
+
+class ApiKeyAuthenticator:
+    def __init__(
+        self,
+        ttl_s: float = KEY_CACHE_TTL_S,
+        touch_interval_s: float = TOUCH_INTERVAL_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.ttl_s = ttl_s
+        self.touch_interval_s = touch_interval_s
+        self.clock = clock
+        self._cache: dict[str, _Cached] = {}
+        self._touched: dict[str, float] = {}
+
+    async def authenticate(self, rt: Runtime, raw_key: str | None) -> Principal:
+        """The principal of a raw `x-api-key` value; `AuthError` when missing, unknown or revoked."""
+        if not raw_key:
+            raise AuthError(MISSING_KEY)
+        if not raw_key.startswith(KEY_PREFIX) or len(raw_key) > 100:
+            raise AuthError(INVALID_KEY)
+        digest = hash_key(raw_key)
+        now = self.clock()
+        entry = self._cache.get(digest)
+        if entry is None or entry.expires <= now:
+            entry = await self._lookup(rt, digest, now)
+        if entry.key_id is None or entry.workspace_id is None or entry.revoked:
+            raise AuthError(INVALID_KEY)
+        if now - self._touched.get(entry.key_id, -self.touch_interval_s) >= self.touch_interval_s:
+            self._touched[entry.key_id] = now
+            await self._touch(rt, entry.key_id)
+        return Principal(workspace_id=entry.workspace_id, key_id=entry.key_id)
+
+    def forget(self, key_id: str) -> None:
+        """Evict a key from the cache (after revoking it through this process)."""
+        for digest, entry in list(self._cache.items()):
+            if entry.key_id == key_id:
+                del self._cache[digest]
+
+    async def _lookup(self, rt: Runtime, digest: str, now: float) -> _Cached:
+        stmt = select(ApiKey.id, ApiKey.workspace_id, ApiKey.revoked_at).where(ApiKey.key_hash == digest)
+        async with rt.engine.connect() as conn:
+            row = (await conn.execute(stmt)).first()
+        entry = _Cached(
+            key_id=row.id if row else None,
+            workspace_id=row.workspace_id if row else None,
+            revoked=bool(row and row.revoked_at is not None),
+            expires=now + self.ttl_s,
+        )
+        if len(self._cache) >= _MAX_CACHED:
+            self._cache = {d: e for d, e in self._cache.items() if e.expires > now}
+            if len(self._cache) >= _MAX_CACHED:
+                self._cache.clear()
+        self._cache[digest] = entry
+        return entry
+
+    async def _touch(self, rt: Runtime, key_id: str) -> None:
+        stmt = (
+            update(ApiKey)
+            .where(ApiKey.id == key_id)
+            .where(ApiKey.last_used_at.is_(None) | (ApiKey.last_used_at < func.now() - _TOUCH_GAP))
+            .values(last_used_at=func.now())
+        )
+        async with rt.engine.begin() as conn:
+            await conn.execute(stmt)
+        if len(self._touched) > _MAX_CACHED:
+            self._touched.clear()
+
+
+def admin_token_matches(configured: str | None, given: str | None) -> bool:
+    return configured is not None and given is not None and hmac.compare_digest(configured.encode(), given.encode())
+
+
+def require_admin_if_configured(configured: str | None, given: str | None) -> None:
+    """Workspace creation: open unless ADMIN_TOKEN is set, then `x-admin-token` must match it."""
+    if configured is None:
+        return
+    if not given:
+        raise AuthError("Missing x-admin-token header")
+    if not admin_token_matches(configured, given):
+        raise AuthError("Invalid admin token")

@@ -1,0 +1,125 @@
+"""Request-scoped dependencies: the app context, the caller's workspace, paging, input guards."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Annotated, Any
+
+from fastapi import Depends, Query, Request
+from fastapi.security import APIKeyHeader
+
+from stevora.api.auth import ApiKeyAuthenticator, Principal
+from stevora.api.ratelimit import RateLimiter
+from stevora.errors import StevoraError, ValidationError
+from stevora.runtime import Runtime
+from stevora.settings import Settings
+
+api_key_header = APIKeyHeader(
+    name="x-api-key",
+    scheme_name="ApiKeyAuth",
+    description="A workspace API key, `stv_` + 32 characters.",
+    auto_error=False,
+)
+admin_token_header = APIKeyHeader(
+    name="x-admin-token",
+    scheme_name="AdminToken",
+    description="The server's ADMIN_TOKEN (workspace creation; first API key).",
+    auto_error=False,
+)
+
+
+@dataclass
+class ApiContext:
+    """What the routers share, kept on `app.state.ctx` (no module globals)."""
+
+    settings: Settings
+    keys: ApiKeyAuthenticator
+    limiter: RateLimiter
+    runtime: Runtime | None = None
+    sse_poll_s: float = 0.3
+    sse_keepalive_s: float = 15.0
+    extras: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def rt(self) -> Runtime:
+        if self.runtime is None:
+            raise StevoraError("Runtime is not started", http_status=503, code="SERVICE_UNAVAILABLE")
+        return self.runtime
+
+
+def get_ctx(request: Request) -> ApiContext:
+    ctx: ApiContext = request.app.state.ctx
+    return ctx
+
+
+Ctx = Annotated[ApiContext, Depends(get_ctx)]
+
+
+async def authenticated(ctx: Ctx, api_key: Annotated[str | None, Depends(api_key_header)]) -> Principal:
+    """The caller's workspace from `x-api-key`, after the workspace's rate limit."""
+    principal = await ctx.keys.authenticate(ctx.rt, api_key)
+    ctx.limiter.hit(principal.workspace_id)
+    return principal
+
+
+Auth = Annotated[Principal, Depends(authenticated)]
+
+
+@dataclass(frozen=True, slots=True)
+class PageParams:
+    page: int
+    page_size: int
+
+    @property
+    def offset(self) -> int:
+        return (self.page - 1) * self.page_size
+
+
+def page_params(
+    page: Annotated[int, Query(ge=1, description="1-based page number.")] = 1,
+    page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100, description="Items per page.")] = 20,
+) -> PageParams:
+    return PageParams(page, page_size)
+
+
+Paging = Annotated[PageParams, Depends(page_params)]
+
+
+def _find_nul(value: Any, path: str) -> str | None:
+    if isinstance(value, str):
+        return path if "\x00" in value else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if "\x00" in key:
+                return f"{path}.{key!r}" if path else repr(key)
+            found = _find_nul(item, f"{path}.{key}" if path else key)
+            if found is not None:
+                return found
+    if isinstance(value, list):
+        for index, item in enumerate(value):
+            found = _find_nul(item, f"{path}[{index}]")
+            if found is not None:
+                return found
+    return None
+
+
+async def reject_nul(request: Request) -> None:
+    """PostgreSQL text and jsonb cannot hold U+0000: answer 400 instead of failing in the driver."""
+    problems: list[dict[str, str]] = []
+    if "\x00" in request.url.path or "%00" in request.url.path:
+        problems.append({"path": "path", "message": "NUL characters are not allowed"})
+    for name, value in request.query_params.multi_items():
+        if "\x00" in name or "\x00" in value:
+            problems.append({"path": name.replace("\x00", ""), "message": "NUL characters are not allowed"})
+    if request.method in ("POST", "PUT", "PATCH"):
+        body = await request.body()
+        if b"\\u0000" in body or b"\x00" in body:
+            try:
+                found = _find_nul(json.loads(body), "")
+            except ValueError:
+                found = None  # not JSON: the body validation reports it
+            if found is not None:
+                problems.append({"path": found or "body", "message": "NUL characters are not allowed"})
+    if problems:
+        raise ValidationError.from_problems(problems)

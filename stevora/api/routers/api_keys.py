@@ -1,0 +1,130 @@
+"""`/v1/api-keys`: create (raw key shown once), list, revoke.
+
+Who may create a key (docs/api/authentication.md):
+* with `x-api-key`: a key in the caller's workspace;
+* with a valid `x-admin-token` and `workspaceId` in the body: a key in that workspace;
+* with neither, when no ADMIN_TOKEN is configured: the *first* key of `workspaceId` (bootstrap),
+  refused once the workspace has any key, even a revoked one.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Depends, Path
+from sqlalchemy import func, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+from starlette.responses import Response
+
+from stevora.api.auth import MISSING_KEY, admin_token_matches, hash_key, new_api_key
+from stevora.api.db import fetch_all, write_one
+from stevora.api.deps import Auth, Ctx, admin_token_header, api_key_header
+from stevora.api.openapi import errors
+from stevora.api.schemas.envelope import Envelope, ok
+from stevora.api.schemas.workspaces import ApiKeyCreate, ApiKeyCreated, ApiKeyOut
+from stevora.db.models import ApiKey, Workspace
+from stevora.errors import AuthError, NotFoundError, ValidationError
+from stevora.ids import new_id
+
+router = APIRouter(prefix="/api-keys", tags=["api-keys"])
+_COLUMNS = (
+    ApiKey.id,
+    ApiKey.workspace_id,
+    ApiKey.name,
+    ApiKey.key_prefix,
+    ApiKey.last_used_at,
+    ApiKey.created_at,
+    ApiKey.revoked_at,
+)
+KeyId = Annotated[str, Path(description="An API key id (key_...).")]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Envelope[ApiKeyCreated],
+    responses=errors(400, 401, 404, 429),
+    summary="Create an API key",
+)
+async def create_api_key(
+    body: ApiKeyCreate,
+    ctx: Ctx,
+    api_key: Annotated[str | None, Depends(api_key_header)],
+    admin_token: Annotated[str | None, Depends(admin_token_header)],
+) -> Response:
+    if api_key:
+        principal = await ctx.keys.authenticate(ctx.rt, api_key)
+        if body.workspace_id is not None and body.workspace_id != principal.workspace_id:
+            raise NotFoundError("Workspace not found", details={"workspaceId": body.workspace_id})
+        workspace_id, bootstrap = principal.workspace_id, False
+    else:
+        if admin_token is not None:
+            if not admin_token_matches(ctx.settings.admin_token, admin_token):
+                raise AuthError("Invalid admin token")
+        elif ctx.settings.admin_token is not None:
+            raise AuthError(MISSING_KEY)
+        if body.workspace_id is None:
+            raise ValidationError.from_problems(
+                [{"path": "workspaceId", "message": "workspaceId is required without an x-api-key header"}]
+            )
+        workspace_id, bootstrap = body.workspace_id, admin_token is None
+    ctx.limiter.hit(workspace_id)
+    raw = new_api_key()
+    async with ctx.rt.engine.begin() as conn:
+        await _lock_workspace(conn, workspace_id, bootstrap=bootstrap)
+        row = (
+            await conn.execute(
+                ApiKey.__table__.insert()
+                .values(
+                    id=new_id("key"),
+                    workspace_id=workspace_id,
+                    name=body.name,
+                    key_hash=hash_key(raw),
+                    key_prefix=raw[:8],
+                )
+                .returning(ApiKey.id, ApiKey.workspace_id, ApiKey.name, ApiKey.key_prefix, ApiKey.created_at)
+            )
+        ).mappings().one()
+    return ok(ApiKeyCreated.model_validate({**row, "key": raw}), 201)
+
+
+async def _lock_workspace(conn: AsyncConnection, workspace_id: str, *, bootstrap: bool) -> None:
+    """The workspace must exist; for a bootstrap it must have no key yet. The row lock makes two
+    concurrent bootstrap requests take turns, so only one of them can be first."""
+    found = (
+        await conn.execute(select(Workspace.id).where(Workspace.id == workspace_id).with_for_update())
+    ).first()
+    if found is None:
+        raise NotFoundError("Workspace not found", details={"workspaceId": workspace_id})
+    if bootstrap:
+        has_key = (await conn.execute(select(func.count()).where(ApiKey.workspace_id == workspace_id))).scalar()
+        if has_key:
+            raise AuthError(MISSING_KEY)
+
+
+@router.get("", response_model=Envelope[list[ApiKeyOut]], summary="List the workspace's API keys")
+async def list_api_keys(auth: Auth, ctx: Ctx) -> Response:
+    stmt = select(*_COLUMNS).where(ApiKey.workspace_id == auth.workspace_id).order_by(ApiKey.created_at, ApiKey.id)
+    rows = await fetch_all(ctx.rt, stmt)
+    return ok([ApiKeyOut.model_validate(r) for r in rows])
+
+
+@router.delete(
+    "/{key_id}", response_model=Envelope[ApiKeyOut], responses=errors(404), summary="Revoke an API key"
+)
+async def revoke_api_key(key_id: KeyId, auth: Auth, ctx: Ctx) -> Response:
+    """Sets `revokedAt` (idempotent: revoking again keeps the first time). The key stops working
+    at once in this process and within 5 s in others."""
+    stmt = (
+        update(ApiKey)
+        .where(ApiKey.id == key_id, ApiKey.workspace_id == auth.workspace_id)
+        .values(revoked_at=func.coalesce(ApiKey.revoked_at, func.now()))
+        .returning(*_COLUMNS)
+    )
+    row = await write_one(ctx.rt, stmt)
+    if row is None:
+        raise NotFoundError("API key not found", details={"apiKeyId": key_id})
+    ctx.keys.forget(key_id)
+    return ok(ApiKeyOut.model_validate(row))
+
+

@@ -1,0 +1,99 @@
+"""`/v1/workflow-definitions`: create (validated, immutable), list, get."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Query
+from sqlalchemy import func, select
+from sqlalchemy.dialects.postgresql import insert
+from starlette.responses import Response
+
+from stevora.api.db import fetch_all, fetch_one, fetch_value, write_one
+from stevora.api.deps import Auth, Ctx, Paging
+from stevora.api.openapi import definition_body, errors
+from stevora.api.schemas.definitions import DefinitionOut
+from stevora.api.schemas.envelope import Envelope, Page, ok, page
+from stevora.db.models import WorkflowDefinition
+from stevora.definitions import parse_definition
+from stevora.errors import ConflictError, NotFoundError
+from stevora.ids import new_id
+
+router = APIRouter(prefix="/workflow-definitions", tags=["workflow-definitions"])
+_COLUMNS = tuple(WorkflowDefinition.__table__.c)
+DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_...).")]
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Envelope[DefinitionOut],
+    responses=errors(409),
+    openapi_extra=definition_body(),
+    summary="Create a workflow definition",
+)
+async def create_definition(
+    auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]
+) -> Response:
+    """Validated with every problem reported at once; `(name, version)` is unique per workspace."""
+    spec = parse_definition(body)
+    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    stmt = (
+        insert(WorkflowDefinition)
+        .values(
+            id=new_id("wfdef"),
+            workspace_id=auth.workspace_id,
+            name=spec.name,
+            version=spec.version,
+            description=spec.description,
+            steps=dump["steps"],
+        )
+        .on_conflict_do_nothing(constraint="uq_definition_version")
+        .returning(*_COLUMNS)
+    )
+    row = await write_one(ctx.rt, stmt)
+    if row is None:
+        raise ConflictError(
+            f"Workflow definition '{spec.name}' version '{spec.version}' already exists",
+            details={"name": spec.name, "version": spec.version},
+        )
+    return ok(DefinitionOut.model_validate(row), 201)
+
+
+@router.get("", response_model=Page[DefinitionOut], summary="List workflow definitions")
+async def list_definitions(
+    auth: Auth,
+    ctx: Ctx,
+    paging: Paging,
+    name: Annotated[str | None, Query(max_length=200, description="Only definitions with this name.")] = None,
+) -> Response:
+    """Newest first."""
+    where = [WorkflowDefinition.workspace_id == auth.workspace_id]
+    if name is not None:
+        where.append(WorkflowDefinition.name == name)
+    total = await fetch_value(ctx.rt, select(func.count()).select_from(WorkflowDefinition).where(*where)) or 0
+    rows: list[Any] = []
+    if paging.offset < total:
+        stmt = (
+            select(*_COLUMNS)
+            .where(*where)
+            .order_by(WorkflowDefinition.created_at.desc(), WorkflowDefinition.id.desc())
+            .offset(paging.offset)
+            .limit(paging.page_size)
+        )
+        rows = list(await fetch_all(ctx.rt, stmt))
+    data = [DefinitionOut.model_validate(r) for r in rows]
+    return page(data, page=paging.page, page_size=paging.page_size, total=total)
+
+
+@router.get(
+    "/{definition_id}", response_model=Envelope[DefinitionOut], responses=errors(404), summary="Get a definition"
+)
+async def get_definition(definition_id: DefinitionId, auth: Auth, ctx: Ctx) -> Response:
+    stmt = select(*_COLUMNS).where(
+        WorkflowDefinition.id == definition_id, WorkflowDefinition.workspace_id == auth.workspace_id
+    )
+    row = await fetch_one(ctx.rt, stmt)
+    if row is None:
+        raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
+    return ok(DefinitionOut.model_validate(row))

@@ -1,0 +1,175 @@
+"""`/v1/workflow-runs`: create (idempotent), list, get, and the cancel / retry / pause / resume
+commands. Mutations go through `stevora.engine.service`, which owns the guarded transitions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Path, Query
+from sqlalchemy import func, select
+from starlette.responses import Response
+
+from stevora.api.db import fetch_all, fetch_one, fetch_value
+from stevora.api.deps import Auth, Ctx, Paging
+from stevora.api.openapi import errors
+from stevora.api.schemas.envelope import Envelope, Page, ok, page
+from stevora.api.schemas.runs import (
+    DefinitionRef,
+    ResumeIn,
+    RunCreate,
+    RunDetailOut,
+    RunOut,
+    RunStatus,
+    StepRunOut,
+)
+from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
+from stevora.engine import service
+from stevora.errors import NotFoundError
+from stevora.runtime import Runtime
+
+router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
+RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
+_RUNS = WorkflowRun.__table__
+_NEW_RUN_DEFAULTS = {
+    "total_cost_cents": 0.0,
+    "total_input_tokens": 0,
+    "total_output_tokens": 0,
+    "completed_at": None,
+    "failed_at": None,
+    "cancelled_at": None,
+}
+
+
+async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> Mapping[str, Any]:
+    """The run as stored, or `NotFoundError` (also for another workspace's run)."""
+    row = await fetch_one(rt, select(_RUNS).where(_RUNS.c.id == run_id, _RUNS.c.workspace_id == workspace_id))
+    if row is None:
+        raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
+    return row
+
+
+def step_run_out(row: Mapping[str, Any]) -> StepRunOut:
+    started, completed = row["started_at"], row["completed_at"]
+    duration = int((completed - started).total_seconds() * 1000) if started and completed else None
+    return StepRunOut.model_validate({**row, "duration_ms": duration})
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Envelope[RunOut],
+    responses={
+        200: {"model": Envelope[RunOut], "description": "The existing run whose idempotencyKey matched"},
+        **errors(404),
+    },
+    summary="Start a workflow run",
+)
+async def create_run(body: RunCreate, auth: Auth, ctx: Ctx) -> Response:
+    """201 with a new PENDING run; 200 with the existing run when `idempotencyKey` was used before
+    in this workspace (race-safe: the unique index decides)."""
+    record, created = await service.create_run(
+        ctx.rt, auth.workspace_id, body.definition_id, body.input, body.idempotency_key
+    )
+    if created:
+        # The row as inserted: the columns RUN_COLUMNS leaves out still hold their defaults.
+        row: Mapping[str, Any] = {
+            **_NEW_RUN_DEFAULTS,
+            **dict(record),
+            "idempotency_key": body.idempotency_key,
+            "updated_at": record["created_at"],
+        }
+    else:
+        row = await load_run(ctx.rt, auth.workspace_id, record["id"])
+    return ok(RunOut.model_validate(row), 201 if created else 200)
+
+
+@router.get("", response_model=Page[RunOut], summary="List workflow runs")
+async def list_runs(
+    auth: Auth,
+    ctx: Ctx,
+    paging: Paging,
+    status: Annotated[RunStatus | None, Query(description="Only runs in this status.")] = None,
+    definition_id: Annotated[str | None, Query(alias="definitionId", description="Only runs of this definition.")] = None,
+) -> Response:
+    """Newest first."""
+    where = [_RUNS.c.workspace_id == auth.workspace_id]
+    if status is not None:
+        where.append(_RUNS.c.status == status)
+    if definition_id is not None:
+        where.append(_RUNS.c.definition_id == definition_id)
+    total = await fetch_value(ctx.rt, select(func.count()).select_from(_RUNS).where(*where)) or 0
+    rows: list[Any] = []
+    if paging.offset < total:
+        stmt = (
+            select(_RUNS)
+            .where(*where)
+            .order_by(_RUNS.c.created_at.desc(), _RUNS.c.id.desc())
+            .offset(paging.offset)
+            .limit(paging.page_size)
+        )
+        rows = list(await fetch_all(ctx.rt, stmt))
+    data = [RunOut.model_validate(r) for r in rows]
+    return page(data, page=paging.page, page_size=paging.page_size, total=total)
+
+
+@router.get(
+    "/{run_id}", response_model=Envelope[RunDetailOut], responses=errors(404), summary="Get a run with its steps"
+)
+async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
+    run = await load_run(ctx.rt, auth.workspace_id, run_id)
+    steps_table = StepRun.__table__
+    steps = await fetch_all(
+        ctx.rt,
+        select(steps_table)
+        .where(steps_table.c.workflow_run_id == run_id)
+        .order_by(steps_table.c.created_at, steps_table.c.step_index, steps_table.c.attempt, steps_table.c.id),
+    )
+    definition = await fetch_one(
+        ctx.rt,
+        select(WorkflowDefinition.name, WorkflowDefinition.version).where(
+            WorkflowDefinition.id == run["definition_id"]
+        ),
+    )
+    assert definition is not None  # a foreign key guarantees it
+    detail = RunDetailOut.model_validate(
+        {**run, "step_runs": [step_run_out(s) for s in steps], "definition": DefinitionRef.model_validate(definition)}
+    )
+    return ok(detail)
+
+
+_COMMAND_ERRORS = errors(404, 409)
+
+
+@router.post("/{run_id}/cancel", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Cancel a run")
+async def cancel_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
+    """PENDING, RUNNING, WAITING or PAUSED → CANCELLED; open steps and approvals are cancelled."""
+    await service.cancel_run(ctx.rt, auth.workspace_id, run_id)
+    return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
+
+
+@router.post("/{run_id}/retry", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Retry a run")
+async def retry_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
+    """FAILED → RUNNING: the failed step runs again with a fresh attempt budget."""
+    await service.retry_run(ctx.rt, auth.workspace_id, run_id)
+    return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
+
+
+@router.post("/{run_id}/pause", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Pause a run")
+async def pause_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
+    """RUNNING → PAUSED; the worker stops at its next checkpoint. Resume with `/resume`."""
+    await service.pause_run(ctx.rt, auth.workspace_id, run_id)
+    return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
+
+
+@router.post(
+    "/{run_id}/resume", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Signal or un-pause a run"
+)
+async def resume_run(
+    run_id: RunId, auth: Auth, ctx: Ctx, body: Annotated[ResumeIn | None, Body()] = None
+) -> Response:
+    """With `signalType`: deliver the signal an `external_event` step waits for (`payload` is
+    merged into state; a different signal → 409 SIGNAL_MISMATCH). Without: un-pause a PAUSED run."""
+    body = body or ResumeIn()
+    await service.resume_run(ctx.rt, auth.workspace_id, run_id, body.signal_type, body.payload)
+    return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))

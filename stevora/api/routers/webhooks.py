@@ -1,0 +1,105 @@
+"""`/v1/webhooks`: subscribe a URL to run and approval events; list; delete; delivery log.
+
+Delivery (signing, retries) is `stevora.webhooks.delivery`; the engine writes one outbox row per
+subscribed webhook in the same transaction as the change it announces.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query
+from sqlalchemy import delete, func, select
+from sqlalchemy.dialects.postgresql import insert
+from starlette.responses import Response
+
+from stevora.api.db import fetch_all, fetch_one, fetch_value, write_one
+from stevora.api.deps import Auth, Ctx, Paging
+from stevora.api.openapi import errors
+from stevora.api.schemas.envelope import Envelope, Page, ok, page
+from stevora.api.schemas.webhooks import DeliveryOut, DeliveryStatus, WebhookCreate, WebhookCreated, WebhookOut
+from stevora.db.models import Webhook, WebhookDelivery
+from stevora.errors import NotFoundError
+from stevora.ids import new_id, random_token
+
+router = APIRouter(prefix="/webhooks", tags=["webhooks"])
+WebhookId = Annotated[str, Path(description="A webhook id (wh_...).")]
+_HOOKS = Webhook.__table__
+_DELIVERIES = WebhookDelivery.__table__
+SECRET_PREFIX = "whsec_"
+
+
+@router.post("", status_code=201, response_model=Envelope[WebhookCreated], summary="Create a webhook")
+async def create_webhook(body: WebhookCreate, auth: Auth, ctx: Ctx) -> Response:
+    """The signing `secret` is in this response only."""
+    stmt = (
+        insert(Webhook)
+        .values(
+            id=new_id("wh"),
+            workspace_id=auth.workspace_id,
+            url=body.url,
+            events=list(body.events),
+            secret=SECRET_PREFIX + random_token(32),
+        )
+        .returning(_HOOKS)
+    )
+    row = await write_one(ctx.rt, stmt)
+    assert row is not None
+    return ok(WebhookCreated.model_validate(row), 201)
+
+
+@router.get("", response_model=Envelope[list[WebhookOut]], summary="List webhooks")
+async def list_webhooks(auth: Auth, ctx: Ctx) -> Response:
+    stmt = select(_HOOKS).where(_HOOKS.c.workspace_id == auth.workspace_id).order_by(_HOOKS.c.created_at, _HOOKS.c.id)
+    return ok([WebhookOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
+
+
+@router.delete("/{webhook_id}", response_model=Envelope[WebhookOut], responses=errors(404), summary="Delete")
+async def delete_webhook(webhook_id: WebhookId, auth: Auth, ctx: Ctx) -> Response:
+    """Deletes the webhook and its delivery log; pending deliveries are not sent."""
+    stmt = (
+        delete(Webhook)
+        .where(Webhook.id == webhook_id, Webhook.workspace_id == auth.workspace_id)
+        .returning(_HOOKS)
+    )
+    row = await write_one(ctx.rt, stmt)
+    if row is None:
+        raise NotFoundError("Webhook not found", details={"webhookId": webhook_id})
+    return ok(WebhookOut.model_validate(row))
+
+
+@router.get(
+    "/{webhook_id}/deliveries",
+    response_model=Page[DeliveryOut],
+    responses=errors(404),
+    summary="A webhook's deliveries and their attempts",
+)
+async def list_deliveries(
+    webhook_id: WebhookId,
+    auth: Auth,
+    ctx: Ctx,
+    paging: Paging,
+    status: Annotated[DeliveryStatus | None, Query(description="Only deliveries in this status.")] = None,
+) -> Response:
+    """Newest first; each with its `attemptLog` ({attempt, at, statusCode, error, durationMs})."""
+    found = await fetch_one(
+        ctx.rt, select(Webhook.id).where(Webhook.id == webhook_id, Webhook.workspace_id == auth.workspace_id)
+    )
+    if found is None:
+        raise NotFoundError("Webhook not found", details={"webhookId": webhook_id})
+    where = [_DELIVERIES.c.webhook_id == webhook_id]
+    if status is not None:
+        where.append(_DELIVERIES.c.status == status)
+    total = await fetch_value(ctx.rt, select(func.count()).select_from(_DELIVERIES).where(*where)) or 0
+    rows: list[Any] = []
+    if paging.offset < total:
+        stmt = (
+            select(_DELIVERIES)
+            .where(*where)
+            .order_by(_DELIVERIES.c.created_at.desc(), _DELIVERIES.c.id.desc())
+            .offset(paging.offset)
+            .limit(paging.page_size)
+        )
+        rows = list(await fetch_all(ctx.rt, stmt))
+    data = [DeliveryOut.model_validate(r) for r in rows]
+    return page(data, page=paging.page, page_size=paging.page_size, total=total)

@@ -1,0 +1,1 @@
+"""Pydantic models of the HTTP API's request bodies and response data (camelCase on the wire)."""

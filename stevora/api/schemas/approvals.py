@@ -1,0 +1,35 @@
+"""Approval requests."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
+
+ApprovalStatus = Literal["PENDING", "DECIDED", "EXPIRED", "CANCELLED"]
+Decision = Literal["approved", "rejected", "edited"]
+
+
+class DecisionIn(ApiIn):
+    decision: Decision
+    edited_content: Any = Field(default=None, description="Required when decision is 'edited'.")
+    decided_by: str | None = Field(default=None, max_length=200)
+
+
+class ApprovalOut(ApiOut):
+    id: str = Field(examples=["apr_abc123"])
+    workflow_run_id: str
+    step_run_id: str
+    step_name: str
+    content_key: str
+    content: Any
+    prompt: str | None
+    status: ApprovalStatus
+    decision: Decision | None
+    edited_content: Any
+    decided_by: str | None
+    decided_at: Timestamp | None
+    expires_at: Timestamp | None
+    created_at: Timestamp

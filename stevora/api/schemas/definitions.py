@@ -1,0 +1,20 @@
+"""Workflow definitions (the request body is `stevora.definitions.WorkflowDefinitionSpec`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import Field
+
+from stevora.api.schemas.envelope import ApiOut, Timestamp
+
+
+class DefinitionOut(ApiOut):
+    id: str = Field(examples=["wfdef_abc123"])
+    workspace_id: str
+    name: str
+    version: str
+    description: str | None
+    steps: list[dict[str, Any]]
+    created_at: Timestamp
+    updated_at: Timestamp

@@ -1,0 +1,90 @@
+"""Workflow runs, their step runs and events."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
+
+RunStatus = Literal["PENDING", "RUNNING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"]
+StepStatus = Literal["PENDING", "RUNNING", "WAITING", "COMPLETED", "FAILED", "SKIPPED", "CANCELLED"]
+
+
+class RunCreate(ApiIn):
+    definition_id: str = Field(min_length=1, max_length=40, examples=["wfdef_abc123"])
+    input: dict[str, Any] = Field(default_factory=dict)
+    idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+class ResumeIn(ApiIn):
+    signal_type: str | None = Field(
+        default=None, min_length=1, max_length=100, description="Required unless the run is PAUSED."
+    )
+    payload: dict[str, Any] | None = Field(default=None, description="Shallow-merged into the run's state.")
+
+
+class RunOut(ApiOut):
+    id: str = Field(examples=["wfrun_def456"])
+    workspace_id: str
+    definition_id: str
+    status: RunStatus
+    current_step_name: str | None
+    input: dict[str, Any]
+    state: dict[str, Any]
+    output: dict[str, Any] | None
+    error: dict[str, Any] | None
+    total_cost_cents: float
+    total_input_tokens: int
+    total_output_tokens: int
+    started_at: Timestamp | None
+    completed_at: Timestamp | None
+    failed_at: Timestamp | None
+    cancelled_at: Timestamp | None
+    next_run_at: Timestamp | None
+    idempotency_key: str | None
+    version: int
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class StepRunOut(ApiOut):
+    id: str = Field(examples=["srun_aaa111"])
+    workflow_run_id: str
+    step_name: str
+    step_type: str
+    step_index: int
+    status: StepStatus
+    visit: int
+    attempt: int
+    input: dict[str, Any] | None
+    output: dict[str, Any] | None
+    error: dict[str, Any] | None
+    signal_type: str | None
+    wait_until: Timestamp | None
+    started_at: Timestamp | None
+    completed_at: Timestamp | None
+    duration_ms: int | None = Field(description="completedAt - startedAt, when both are set.")
+    created_at: Timestamp
+    updated_at: Timestamp
+
+
+class DefinitionRef(ApiOut):
+    name: str
+    version: str
+
+
+class RunDetailOut(RunOut):
+    step_runs: list[StepRunOut]
+    definition: DefinitionRef
+
+
+class EventOut(ApiOut):
+    id: str = Field(examples=["evt_001"])
+    workflow_run_id: str
+    step_run_id: str | None
+    sequence: int = Field(description="1, 2, 3, ... per run, in commit order, without gaps.")
+    event_type: str = Field(examples=["STEP_COMPLETED"])
+    payload: dict[str, Any]
+    created_at: Timestamp

@@ -1,0 +1,90 @@
+"""LLM calls, tool traces and costs."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from stevora.api.schemas.envelope import ApiOut, Timestamp
+
+CallStatus = Literal["completed", "failed"]
+
+
+class LlmCallOut(ApiOut):
+    id: str
+    workflow_run_id: str
+    step_run_id: str
+    step_name: str
+    round: int
+    provider: str | None
+    model: str
+    status: CallStatus
+    request: dict[str, Any]
+    response: dict[str, Any] | None
+    input_tokens: int
+    output_tokens: int
+    cache_read_tokens: int
+    cache_write_tokens: int
+    cost_usd: float
+    duration_ms: float
+    finish_reason: str | None
+    error: dict[str, Any] | None
+    created_at: Timestamp
+
+
+class ToolTraceOut(ApiOut):
+    id: str
+    workflow_run_id: str
+    step_run_id: str
+    llm_call_id: str
+    round: int
+    sequence: int = Field(description="Position of the call among the tool calls of one model response.")
+    tool_call_id: str
+    tool_name: str
+    input_json: Any
+    output_json: Any
+    status: CallStatus
+    error: str | None
+    error_code: str | None
+    duration_ms: float
+    idempotency_key: str
+    created_at: Timestamp
+
+
+class CostCallOut(ApiOut):
+    step_name: str
+    model: str
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+    created_at: Timestamp
+    status: CallStatus
+
+
+class RunCostOut(ApiOut):
+    workflow_run_id: str
+    total_cost_usd: float
+    total_input_tokens: int
+    total_output_tokens: int
+    calls: list[CostCallOut]
+
+
+class ModelCostOut(ApiOut):
+    model: str
+    provider: str | None
+    calls: int
+    input_tokens: int
+    output_tokens: int
+    cost_usd: float
+
+
+class CostSummaryOut(ApiOut):
+    from_: Timestamp | None = Field(alias="from")
+    to: Timestamp | None
+    total_cost_usd: float
+    total_input_tokens: int
+    total_output_tokens: int
+    run_count: int
+    call_count: int
+    by_model: list[ModelCostOut]

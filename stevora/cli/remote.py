@@ -1,0 +1,1 @@
+"""HTTP client commands (filled in by the client/CLI work)."""

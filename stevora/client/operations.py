@@ -1,0 +1,375 @@
+"""Every client operation, written once as a generator of I/O steps (see `protocol.py`).
+
+The docstrings here are the public methods' docstrings: `resources.py` binds these functions to
+`AgentRuntime` (run synchronously) and `AsyncAgentRuntime` (awaited).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any, Literal
+from urllib.parse import quote
+
+from stevora.client.errors import Conflict, NotFound, StevoraConnectionError, WaitTimeout
+from stevora.client.models import (
+    TERMINAL_EVENTS,
+    ApiKey,
+    ApprovalRequest,
+    CostSummary,
+    CreatedApiKey,
+    CreatedWebhook,
+    Event,
+    Health,
+    LlmCall,
+    Page,
+    RunCost,
+    ToolTrace,
+    Webhook,
+    WebhookDelivery,
+    WorkflowDefinition,
+    WorkflowRun,
+    Workspace,
+)
+from stevora.client.protocol import (
+    NEXT_LINE,
+    Emit,
+    Op,
+    OpenStream,
+    Request,
+    Sleep,
+    SSEDecoder,
+    StreamOp,
+    parse,
+    parse_list,
+    parse_page,
+)
+
+Decision = Literal["approved", "rejected", "edited"]
+STREAM_RECONNECTS = 5
+
+
+def _path(*parts: str) -> str:
+    """`/v1/...` with each id escaped, so an id can never reach another route."""
+    return "/v1/" + "/".join(quote(p, safe="") if i else p for i, p in enumerate(parts))
+
+
+# -- health, workspaces, API keys -------------------------------------------------------------
+
+
+def health() -> Op[Health]:
+    """The server's health: `status` "ok" or "degraded", and each check's result (no API key needed)."""
+    response = yield Request("GET", "/health", authenticated=False, accept=(503,))
+    if response.is_success:
+        return parse(Health, response)
+    details = response.json().get("error", {}).get("details") or {}
+    return Health.model_validate({"status": "degraded", **details})
+
+
+def current_workspace() -> Op[Workspace]:
+    """The workspace the API key belongs to."""
+    return parse(Workspace, (yield Request("GET", _path("workspaces", "current"))))
+
+
+def create_workspace(name: str, slug: str, *, admin_token: str | None = None) -> Op[Workspace]:
+    """Create a workspace (`admin_token` is required when the server sets ADMIN_TOKEN)."""
+    headers = {"x-admin-token": admin_token} if admin_token else None
+    body = {"name": name, "slug": slug}
+    return parse(Workspace, (yield Request("POST", _path("workspaces"), json=body, headers=headers)))
+
+
+def create_api_key(name: str, *, workspace_id: str | None = None, admin_token: str | None = None) -> Op[CreatedApiKey]:
+    """Create an API key; the raw key is in `.key`, shown this once.
+
+    With the client's API key: a key in its workspace. With `admin_token` and `workspace_id`
+    (the client's API key is then not sent): a key in that workspace. With only `workspace_id`
+    on a server without ADMIN_TOKEN: the workspace's first key.
+    """
+    body = {"name": name, "workspaceId": workspace_id} if workspace_id else {"name": name}
+    headers = {"x-admin-token": admin_token} if admin_token else None
+    request = Request("POST", _path("api-keys"), json=body, headers=headers, authenticated=admin_token is None)
+    return parse(CreatedApiKey, (yield request))
+
+
+def list_api_keys() -> Op[list[ApiKey]]:
+    """The workspace's API keys (never the raw keys)."""
+    return parse_list(ApiKey, (yield Request("GET", _path("api-keys"))))
+
+
+def revoke_api_key(key_id: str) -> Op[ApiKey]:
+    """Revoke a key (idempotent); returns it with `revoked_at` set."""
+    return parse(ApiKey, (yield Request("DELETE", _path("api-keys", key_id))))
+
+
+# -- definitions ---------------------------------------------------------------------------
+
+
+def create_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
+    """Create a definition from its JSON form (`name`, `version`, `description`, `steps`).
+
+    Raises `Conflict` when the name and version already exist (definitions are immutable).
+    """
+    return parse(WorkflowDefinition, (yield Request("POST", _path("workflow-definitions"), json=dict(spec))))
+
+
+def list_definitions(*, name: str | None = None, page: int = 1, page_size: int = 20) -> Op[Page[WorkflowDefinition]]:
+    """Definitions, newest first, optionally only those called `name`."""
+    params = {"name": name, "page": page, "pageSize": page_size}
+    return parse_page(WorkflowDefinition, (yield Request("GET", _path("workflow-definitions"), params=params)))
+
+
+def get_definition(definition_id: str) -> Op[WorkflowDefinition]:
+    """One definition by id."""
+    return parse(WorkflowDefinition, (yield Request("GET", _path("workflow-definitions", definition_id))))
+
+
+def find_definition(name: str, version: str | None = None) -> Op[WorkflowDefinition]:
+    """The definition called `name` with `version`, or its newest version; `NotFound` if none."""
+    page = 1
+    while True:
+        found = yield from list_definitions(name=name, page=page, page_size=100)
+        for definition in found.data:
+            if version is None or definition.version == version:
+                return definition
+        if not found.has_next:
+            what = f"'{name}'" + (f" version '{version}'" if version is not None else "")
+            raise NotFound(f"Workflow definition {what} not found", code="NOT_FOUND", status_code=404,
+                           details={"name": name, "version": version})
+        page += 1
+
+
+def apply_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
+    """Create the definition, or return the stored one with the same name and version.
+
+    Raises `Conflict` if the stored one differs from `spec` (a changed workflow needs a new
+    version). Fields the server filled in with defaults do not count as differences.
+    """
+    try:
+        return (yield from create_definition(spec))
+    except Conflict:
+        existing = yield from find_definition(str(spec.get("name")), str(spec.get("version")))
+    changed = _differences(dict(spec), existing.model_dump(by_alias=True, mode="json"))
+    if changed:
+        raise Conflict(
+            f"Definition '{existing.name}' version '{existing.version}' exists with different content "
+            f"({', '.join(changed[:5])}); give the changed workflow a new version",
+            code="CONFLICT", status_code=409, details={"definitionId": existing.id, "differences": changed},
+        )
+    return existing
+
+
+def _differences(wanted: Any, stored: Any, path: str = "") -> list[str]:
+    """Paths where `wanted` is not contained in `stored` (keys only in `stored` are defaults)."""
+    if isinstance(wanted, dict) and isinstance(stored, dict):
+        return [d for k, v in wanted.items() if v is not None
+                for d in _differences(v, stored.get(k), f"{path}.{k}" if path else k)]
+    if isinstance(wanted, list) and isinstance(stored, list) and len(wanted) == len(stored):
+        return [d for i, (w, s) in enumerate(zip(wanted, stored, strict=True)) for d in _differences(w, s, f"{path}[{i}]")]
+    return [] if wanted == stored else [path or "<root>"]
+
+
+# -- runs ----------------------------------------------------------------------------------
+
+
+def create_run(
+    definition_id: str, input: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+) -> Op[WorkflowRun]:
+    """Start a run of a definition. With `idempotency_key`, a run already created with that key is
+    returned instead (`run.created` tells which)."""
+    body: dict[str, Any] = {"definitionId": definition_id, "input": dict(input or {})}
+    if idempotency_key is not None:
+        body["idempotencyKey"] = idempotency_key
+    response = yield Request("POST", _path("workflow-runs"), json=body)
+    run = parse(WorkflowRun, response)
+    run.created = response.status_code == 201
+    return run
+
+
+def get_run(run_id: str) -> Op[WorkflowRun]:
+    """A run with its `step_runs` and its `definition` (name, version)."""
+    return parse(WorkflowRun, (yield Request("GET", _path("workflow-runs", run_id))))
+
+
+def list_runs(
+    *, page: int = 1, page_size: int = 20, status: str | None = None, definition_id: str | None = None
+) -> Op[Page[WorkflowRun]]:
+    """Runs, newest first, optionally filtered by status and definition."""
+    params = {"page": page, "pageSize": page_size, "status": status, "definitionId": definition_id}
+    return parse_page(WorkflowRun, (yield Request("GET", _path("workflow-runs"), params=params)))
+
+
+def _command(run_id: str, action: str, body: dict[str, Any] | None = None) -> Op[WorkflowRun]:
+    return parse(WorkflowRun, (yield Request("POST", _path("workflow-runs", run_id, action), json=body or {})))
+
+
+def cancel_run(run_id: str) -> Op[WorkflowRun]:
+    """Cancel a run that has not finished (`InvalidStateTransition` otherwise)."""
+    return (yield from _command(run_id, "cancel"))
+
+
+def retry_run(run_id: str) -> Op[WorkflowRun]:
+    """Run a FAILED run again from its failed step."""
+    return (yield from _command(run_id, "retry"))
+
+
+def pause_run(run_id: str) -> Op[WorkflowRun]:
+    """Pause a RUNNING run after its current step; `resume` continues it."""
+    return (yield from _command(run_id, "pause"))
+
+
+def resume_run(run_id: str, signal_type: str | None = None, payload: Mapping[str, Any] | None = None) -> Op[WorkflowRun]:
+    """Deliver a signal to a run waiting in an `external_event` step (`payload` is merged into its
+    state), or un-pause a PAUSED run (no `signal_type`)."""
+    body: dict[str, Any] = {}
+    if signal_type is not None:
+        body["signalType"] = signal_type
+    if payload is not None:
+        body["payload"] = dict(payload)
+    return (yield from _command(run_id, "resume", body))
+
+
+def list_events(run_id: str, *, page: int = 1, page_size: int = 20) -> Op[Page[Event]]:
+    """One page of a run's events, oldest first."""
+    params = {"page": page, "pageSize": page_size}
+    return parse_page(Event, (yield Request("GET", _path("workflow-runs", run_id, "events"), params=params)))
+
+
+def iter_events(run_id: str, *, page_size: int = 100) -> StreamOp[Event]:
+    """Every event of a run so far, oldest first (fetched page by page)."""
+    page = 1
+    while True:
+        found = yield from list_events(run_id, page=page, page_size=page_size)
+        for event in found.data:
+            yield Emit(event)
+        if not found.has_next:
+            return
+        page += 1
+
+
+def stream_events(run_id: str, last_event_id: int | str | None = None) -> StreamOp[Event]:
+    """Follow a run's events live (Server-Sent Events) until the run finishes.
+
+    Starts after `last_event_id` (an event `sequence`), else from the first event. A dropped
+    connection is resumed where it broke, without gaps or repeats.
+    """
+    path = _path("workflow-runs", run_id, "events", "stream")
+    last = str(last_event_id) if last_event_id is not None else None
+    failures = 0
+    while True:
+        headers = {"Last-Event-ID": last, "accept": "text/event-stream"} if last else {"accept": "text/event-stream"}
+        finished = False
+        try:
+            yield OpenStream(Request("GET", path, headers=headers))
+            decoder = SSEDecoder()
+            while (line := (yield NEXT_LINE)) is not None:
+                message = decoder.feed(line)
+                if message is None or not message.data:
+                    continue
+                event = Event.model_validate_json(message.data)
+                last, failures = str(event.sequence), 0
+                finished = event.event_type in TERMINAL_EVENTS
+                yield Emit(event)
+        except StevoraConnectionError:
+            failures += 1
+            if failures > STREAM_RECONNECTS:
+                raise
+            yield Sleep(min(0.25 * 2**failures, 5.0))
+            continue
+        if finished or (yield from get_run(run_id)).is_terminal:
+            return  # the server ends the stream at the end of a run; anything else was a hiccup
+
+
+def llm_calls(run_id: str, *, step_name: str | None = None) -> Op[list[LlmCall]]:
+    """The run's LLM calls (completed and failed), oldest first, optionally of one step."""
+    params = {"stepName": step_name}
+    return parse_list(LlmCall, (yield Request("GET", _path("workflow-runs", run_id, "llm-calls"), params=params)))
+
+
+def tool_traces(run_id: str, *, step_name: str | None = None) -> Op[list[ToolTrace]]:
+    """The run's tool calls in execution order, optionally of one step."""
+    params = {"stepName": step_name}
+    return parse_list(ToolTrace, (yield Request("GET", _path("workflow-runs", run_id, "tool-traces"), params=params)))
+
+
+def run_cost(run_id: str) -> Op[RunCost]:
+    """The run's LLM cost: totals in USD and tokens, and each call."""
+    return parse(RunCost, (yield Request("GET", _path("workflow-runs", run_id, "cost"))))
+
+
+def wait_for_completion(run_id: str, *, timeout: float = 300.0, poll_interval: float = 1.0) -> Op[WorkflowRun]:
+    """Poll until the run is COMPLETED, FAILED or CANCELLED and return it (with its step runs).
+
+    Raises `WaitTimeout` (a `TimeoutError`, with the last seen run in `.run`) after `timeout` s.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        run = yield from get_run(run_id)
+        remaining = deadline - time.monotonic()
+        if run.is_terminal:
+            return run
+        if remaining <= 0:
+            raise WaitTimeout(run, timeout)
+        yield Sleep(min(poll_interval, remaining))
+
+
+# -- approvals, webhooks, cost ---------------------------------------------------------------
+
+
+def list_approvals(*, pending: bool | None = None, limit: int | None = None) -> Op[list[ApprovalRequest]]:
+    """Approval requests, newest first: `pending=True` undecided, `False` decided, `None` all."""
+    params = {"pending": pending, "limit": limit}
+    return parse_list(ApprovalRequest, (yield Request("GET", _path("approval-requests"), params=params)))
+
+
+def get_approval(approval_id: str) -> Op[ApprovalRequest]:
+    """One approval request."""
+    return parse(ApprovalRequest, (yield Request("GET", _path("approval-requests", approval_id))))
+
+
+def decide_approval(
+    approval_id: str, decision: Decision, *, edited_content: Any = None, decided_by: str | None = None
+) -> Op[ApprovalRequest]:
+    """Approve, reject or edit (`edited_content` replaces the reviewed state value); the run resumes."""
+    body: dict[str, Any] = {"decision": decision}
+    if edited_content is not None:
+        body["editedContent"] = edited_content
+    if decided_by is not None:
+        body["decidedBy"] = decided_by
+    response = yield Request("POST", _path("approval-requests", approval_id, "decide"), json=body)
+    return parse(ApprovalRequest, response)
+
+
+def create_webhook(url: str, events: list[str]) -> Op[CreatedWebhook]:
+    """Subscribe `url` to webhook events; the signing secret is in `.secret`, shown this once."""
+    body = {"url": url, "events": list(events)}
+    return parse(CreatedWebhook, (yield Request("POST", _path("webhooks"), json=body)))
+
+
+def list_webhooks() -> Op[list[Webhook]]:
+    """The workspace's webhooks (without secrets)."""
+    return parse_list(Webhook, (yield Request("GET", _path("webhooks"))))
+
+
+def delete_webhook(webhook_id: str) -> Op[Webhook]:
+    """Delete a webhook; returns what was deleted."""
+    return parse(Webhook, (yield Request("DELETE", _path("webhooks", webhook_id))))
+
+
+def webhook_deliveries(
+    webhook_id: str, *, page: int = 1, page_size: int = 20, status: str | None = None
+) -> Op[Page[WebhookDelivery]]:
+    """A webhook's deliveries, newest first, each with its attempt log."""
+    params = {"page": page, "pageSize": page_size, "status": status}
+    return parse_page(WebhookDelivery, (yield Request("GET", _path("webhooks", webhook_id, "deliveries"), params=params)))
+
+
+def cost_summary(*, from_: datetime | str | None = None, to: datetime | str | None = None) -> Op[CostSummary]:
+    """The workspace's LLM cost over [from_, to) (either may be omitted), with a per-model breakdown."""
+    params = {"from": _instant(from_), "to": _instant(to)}
+    return parse(CostSummary, (yield Request("GET", _path("cost", "summary"), params=params)))
+
+
+def _instant(value: datetime | str | None) -> str | None:
+    return value.isoformat() if isinstance(value, datetime) else value
+

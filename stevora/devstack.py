@@ -1,0 +1,124 @@
+"""The embedded stack behind `stevora dev` and `stevora demo`: embedded PostgreSQL, migrations,
+Dramatiq's in-process broker with an in-process worker, and the API — same code paths as a
+deployment with PostgreSQL + RabbitMQ, nothing to install and no API keys needed."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import asyncpg
+import structlog
+
+from stevora.db.database import asyncpg_dsn
+from stevora.db.migrate import upgrade_head
+from stevora.embedded import start_embedded_postgres
+from stevora.ids import new_id, random_token
+from stevora.settings import Settings
+
+log = structlog.get_logger("stevora.dev")
+
+
+async def ensure_dev_key(database_url: str, key_file: Path) -> str:
+    """A workspace `default` and an API key for it; the raw key is kept in the data folder
+    (local development only) so every start prints the same key."""
+    conn = await asyncpg.connect(asyncpg_dsn(database_url))
+    try:
+        if key_file.exists():
+            raw = key_file.read_text().strip()
+            digest = hashlib.sha256(raw.encode()).hexdigest()
+            if await conn.fetchval("SELECT 1 FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", digest):
+                return raw
+        ws = await conn.fetchval("SELECT id FROM workspaces WHERE slug = 'default'")
+        if ws is None:
+            ws = new_id("ws")
+            await conn.execute("INSERT INTO workspaces (id, name, slug) VALUES ($1, 'Default', 'default')", ws)
+        raw = f"stv_{random_token(32)}"
+        await conn.execute(
+            "INSERT INTO api_keys (id, workspace_id, name, key_hash, key_prefix) VALUES ($1, $2, 'dev', $3, $4)",
+            new_id("key"), ws, hashlib.sha256(raw.encode()).hexdigest(), raw[:8],
+        )  # fmt: skip
+        key_file.write_text(raw + "\n")
+        key_file.chmod(0o600)
+        return raw
+    finally:
+        await conn.close()
+
+
+class DevStack:
+    def __init__(self, settings: Settings, *, host: str = "127.0.0.1", port: int = 3000, worker_threads: int = 4) -> None:
+        self.base_settings = settings
+        self.host = host
+        self.port = port
+        self.worker_threads = worker_threads
+        self.settings: Settings | None = None
+        self.api_key = ""
+        self._pg: Any = None
+        self._broker: Any = None
+        self._worker: Any = None
+        self._server: Any = None
+        self._api_thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start_backend(self) -> Settings:
+        """PostgreSQL, migrations, the in-process worker and the dev key. Returns the settings used."""
+        from workers.main import build_worker  # the CLI is the process edge that starts workers
+
+        data_dir = Path(self.base_settings.data_dir)
+        data_dir.mkdir(parents=True, exist_ok=True)
+        started = time.perf_counter()
+        self._pg, database_url = start_embedded_postgres(data_dir)
+        no_keys = not (self.base_settings.openai_api_key or self.base_settings.anthropic_api_key)
+        settings = self.base_settings.model_copy(
+            update={
+                "database_url": database_url,
+                "broker_url": "stub://dev",
+                "scripted_fallback": self.base_settings.scripted_fallback or no_keys,
+                "port": self.port,
+            }
+        )
+        upgrade_head(database_url)
+        self.api_key = asyncio.run(ensure_dev_key(database_url, data_dir / "dev-api-key"))
+        self._broker, self._worker = build_worker(settings, threads=self.worker_threads)
+        self._worker.start()
+        log.info("dev_backend_ready", seconds=round(time.perf_counter() - started, 2), data_dir=str(data_dir))
+        self.settings = settings
+        return settings
+
+    def make_server(self) -> Any:
+        import uvicorn
+
+        from stevora.api.app import create_app
+
+        assert self.settings is not None
+        config = uvicorn.Config(create_app(self.settings), host=self.host, port=self.port, log_level="warning")
+        self._server = uvicorn.Server(config)
+        return self._server
+
+    def start_api_in_thread(self) -> None:
+        server = self.make_server()
+        self._api_thread = threading.Thread(target=server.run, name="stevora-api", daemon=True)
+        self._api_thread.start()
+        deadline = time.monotonic() + 30
+        while not server.started:
+            if time.monotonic() > deadline or not self._api_thread.is_alive():
+                raise RuntimeError(f"the API did not start on {self.url}")
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.should_exit = True
+            if self._api_thread is not None:
+                self._api_thread.join(timeout=10)
+        if self._worker is not None:
+            self._worker.stop()
+            self._broker.close()
+        if self._pg is not None:
+            self._pg.cleanup()

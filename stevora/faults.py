@@ -1,0 +1,37 @@
+"""Named crash points for recovery tests (off unless `STEVORA_FAULT_INJECTION` is set).
+
+`STEVORA_FAULT_INJECTION="tool_returned:3:0"` makes the worker SIGKILL itself the first time it
+reaches that point: `<point>[:<round>[:<call index>]]`. Points:
+
+* `llm_call_committed` — right after a model call's llm_calls row + event commit
+* `tool_returned`      — a tool handler returned, its trace is not committed yet
+* `tool_committed`     — right after a tool trace + event commit
+* `step_started`       — a step run just went RUNNING (before its handler runs)
+
+Production never sets it; the cost when unset is one attribute check per checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+
+class FaultPlan:
+    def __init__(self, spec: str | None) -> None:
+        self.point: str | None = None
+        self.args: tuple[str, ...] = ()
+        if spec:
+            parts = spec.split(":")
+            self.point, self.args = parts[0], tuple(parts[1:])
+
+    @property
+    def armed(self) -> bool:
+        return self.point is not None
+
+    def reached(self, point: str, *args: object) -> None:
+        if self.point != point:
+            return
+        if any(str(a) != want for a, want in zip(args, self.args, strict=False)):
+            return
+        os.kill(os.getpid(), signal.SIGKILL)

@@ -1,0 +1,155 @@
+"""Who is looking at the UI: the API key in the `stevora_key` cookie, and CSRF tokens for forms.
+
+The cookie holds the raw key (HttpOnly, SameSite=Strict, Secure behind HTTPS), so the UI sees
+exactly what an API client with that key sees: one workspace. Every request re-checks the key
+against `api_keys` (SHA-256 hex, not revoked), so revoking a key logs its UI sessions out.
+
+CSRF: each form carries `HMAC-SHA256(raw key, "stevora-ui-csrf-v1")`. A cross-site page cannot
+read the cookie, so it cannot compute the token; SameSite=Strict and an Origin check are extra
+layers on top.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import quote, unquote, urlsplit
+
+from fastapi import Request
+from fastapi.responses import RedirectResponse, Response
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+COOKIE_NAME = "stevora_key"
+FLASH_COOKIE = "stevora_flash"
+COOKIE_PATH = "/ui"
+_CSRF_CONTEXT = b"stevora-ui-csrf-v1"
+_MAX_KEY_CHARS = 200
+
+
+@dataclass(frozen=True, slots=True)
+class UiUser:
+    workspace_id: str
+    workspace_name: str
+    key_id: str
+    key_prefix: str
+    csrf_token: str
+
+
+def hash_key(raw_key: str) -> str:
+    return hashlib.sha256(raw_key.encode()).hexdigest()
+
+
+def csrf_token_for(raw_key: str) -> str:
+    return hmac.new(raw_key.encode(), _CSRF_CONTEXT, hashlib.sha256).hexdigest()
+
+
+def runtime_of(request: Request) -> Runtime:
+    return request.app.state.runtime  # type: ignore[no-any-return]
+
+
+async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:
+    """The UI user of a raw key, or `None` when it is missing, unknown or revoked."""
+    if not raw_key or len(raw_key) > _MAX_KEY_CHARS:
+        return None
+    row = await rt.pool.fetchrow(
+        "SELECT k.id, k.workspace_id, k.key_prefix, w.name AS workspace_name "
+        "FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id "
+        "WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
+        hash_key(raw_key),
+    )
+    if row is None:
+        return None
+    return UiUser(
+        workspace_id=row["workspace_id"],
+        workspace_name=row["workspace_name"],
+        key_id=row["id"],
+        key_prefix=row["key_prefix"],
+        csrf_token=csrf_token_for(raw_key),
+    )
+
+
+async def current_user(request: Request) -> UiUser | None:
+    return await user_for_key(runtime_of(request), request.cookies.get(COOKIE_NAME))
+
+
+def safe_next(target: str | None) -> str:
+    """Only same-site UI paths may be redirect targets after login (no open redirects)."""
+    if target and target.startswith("/ui/") and not target.startswith("//") and "\\" not in target:
+        return target
+    return "/ui/runs"
+
+
+def login_redirect(request: Request) -> RedirectResponse:
+    target = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    return RedirectResponse(f"/ui/login?next={quote(target, safe='')}", status_code=303)
+
+
+def _is_https(request: Request) -> bool:
+    proto = request.headers.get("x-forwarded-proto", request.url.scheme)
+    return proto.split(",")[0].strip() == "https"
+
+
+def set_key_cookie(request: Request, response: Response, raw_key: str) -> None:
+    # A session cookie: the key is not written to disk by the browser beyond the session.
+    response.set_cookie(
+        COOKIE_NAME,
+        raw_key,
+        path=COOKIE_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=_is_https(request),
+    )
+
+
+def clear_key_cookie(response: Response) -> None:
+    response.delete_cookie(COOKIE_NAME, path=COOKIE_PATH, httponly=True, samesite="strict")
+
+
+def same_origin(request: Request) -> bool:
+    """Browsers send Origin on POST; when present it must name this host."""
+    origin = request.headers.get("origin")
+    if not origin or origin == "null":
+        return origin is None
+    return urlsplit(origin).netloc == request.headers.get("host", request.url.netloc)
+
+
+def csrf_ok(user: UiUser, submitted: str | None) -> bool:
+    return submitted is not None and hmac.compare_digest(user.csrf_token, submitted)
+
+
+def set_flash(response: Response, message: str, kind: str = "ok", link: str | None = None) -> None:
+    """A one-time message for the page the POST redirects to (a 60 s HttpOnly cookie)."""
+    value = quote(json.dumps({"kind": kind, "text": message, "link": link}))
+    response.set_cookie(FLASH_COOKIE, value, path=COOKIE_PATH, max_age=60, httponly=True, samesite="strict")
+
+
+@dataclass(frozen=True, slots=True)
+class Flash:
+    kind: str
+    text: str
+    link: str | None
+
+
+def read_flash(request: Request) -> Flash | None:
+    raw = request.cookies.get(FLASH_COOKIE)
+    if not raw:
+        return None
+    try:
+        data = json.loads(unquote(raw))
+        kind, text, link = str(data["kind"]), str(data["text"]), data.get("link")
+    except (ValueError, KeyError, TypeError):
+        return None
+    return Flash(
+        kind=kind if kind in ("ok", "error") else "ok",
+        text=text,
+        link=safe_next(link) if isinstance(link, str) else None,
+    )
+
+
+def clear_flash(response: Response) -> None:
+    response.delete_cookie(FLASH_COOKIE, path=COOKIE_PATH, httponly=True, samesite="strict")

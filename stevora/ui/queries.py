@@ -1,0 +1,292 @@
+"""Read models for the UI pages: raw asyncpg queries, every one scoped to one workspace.
+
+The run page's trace is assembled here: step runs in order, each llm step run with its rounds
+(`llm_calls` by round), each round with its tool calls (`tool_trace` by sequence, joined to the
+calls the model asked for, so a call still running shows up too) and the step's tool definitions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+PAGE_SIZE = 25
+EVENTS_SHOWN = 200
+RUN_STATUSES = ("PENDING", "RUNNING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
+
+_RUN_LIST_COLUMNS = (
+    "r.id, r.status, r.current_step_name, r.created_at, r.started_at, r.completed_at, r.failed_at, "
+    "r.cancelled_at, r.total_cost_cents, r.total_input_tokens, r.total_output_tokens, r.definition_id, "
+    "d.name AS definition_name, d.version AS definition_version"
+)
+
+
+@dataclass(slots=True)
+class RunsPage:
+    runs: list[asyncpg.Record]
+    total: int
+    page: int
+    pages: int
+
+
+async def list_runs(
+    rt: Runtime, workspace_id: str, *, status: str | None, definition_id: str | None, page: int
+) -> RunsPage:
+    where = "r.workspace_id = $1 AND ($2::text IS NULL OR r.status = $2) AND ($3::text IS NULL OR r.definition_id = $3)"
+    args = (workspace_id, status, definition_id)
+    total = await rt.pool.fetchval(f"SELECT count(*) FROM workflow_runs r WHERE {where}", *args)
+    pages = max(1, math.ceil(total / PAGE_SIZE))
+    page = min(max(1, page), pages)
+    rows = await rt.pool.fetch(
+        f"SELECT {_RUN_LIST_COLUMNS} FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+        f"WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT {PAGE_SIZE} OFFSET $4",
+        *args,
+        (page - 1) * PAGE_SIZE,
+    )
+    return RunsPage(runs=list(rows), total=total, page=page, pages=pages)
+
+
+async def definition_choices(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
+    return list(
+        await rt.pool.fetch(
+            "SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 ORDER BY name, created_at",
+            workspace_id,
+        )
+    )
+
+
+@dataclass(slots=True)
+class ToolCallView:
+    index: int
+    name: str
+    tool_call_id: str
+    arguments: Any
+    trace: asyncpg.Record | None  # None while the call has not finished (or never ran)
+
+    @property
+    def status(self) -> str:
+        return self.trace["status"] if self.trace is not None else "pending"
+
+
+@dataclass(slots=True)
+class RoundView:
+    call: asyncpg.Record
+    tool_calls: list[ToolCallView]
+
+    @property
+    def sent_messages(self) -> list[dict[str, Any]]:
+        return list((self.call["request"] or {}).get("messages") or [])
+
+    @property
+    def text(self) -> str | None:
+        return (self.call["response"] or {}).get("text")
+
+
+@dataclass(slots=True)
+class ToolDefView:
+    name: str
+    description: str | None
+    parameters: Any
+    source: str  # "inline" (declared in the definition) or "registered" (looked up by name)
+
+
+@dataclass(slots=True)
+class StepView:
+    row: asyncpg.Record
+    rounds: list[RoundView] = field(default_factory=list)
+    tools: list[ToolDefView] = field(default_factory=list)
+
+    @property
+    def cost_usd(self) -> float:
+        return sum(r.call["cost_usd"] or 0 for r in self.rounds)
+
+    @property
+    def tool_call_count(self) -> int:
+        return sum(len(r.tool_calls) for r in self.rounds)
+
+
+@dataclass(slots=True)
+class RunView:
+    run: asyncpg.Record
+    steps: list[StepView]
+    events: list[asyncpg.Record]
+    events_total: int
+
+
+def _arguments(raw: Any) -> Any:
+    if isinstance(raw, str):
+        try:
+            return json.loads(raw)
+        except ValueError:
+            return raw
+    return raw
+
+
+def _rounds(calls: list[asyncpg.Record], traces: list[asyncpg.Record]) -> list[RoundView]:
+    by_call: dict[str, dict[int, asyncpg.Record]] = {}
+    for t in traces:
+        by_call.setdefault(t["llm_call_id"], {})[t["sequence"]] = t
+    rounds = []
+    for call in calls:
+        recorded = by_call.get(call["id"], {})
+        requested = (call["response"] or {}).get("toolCalls") or []
+        views = [
+            ToolCallView(
+                index=i,
+                name=c.get("name", "?"),
+                tool_call_id=c.get("id", ""),
+                arguments=recorded[i]["input_json"] if i in recorded and recorded[i]["input_json"] is not None
+                else _arguments(c.get("arguments")),
+                trace=recorded.get(i),
+            )
+            for i, c in enumerate(requested)
+        ]
+        rounds.append(RoundView(call=call, tool_calls=views))
+    return rounds
+
+
+def step_tools(rt: Runtime, definition_steps: list[Any], step_name: str) -> list[ToolDefView]:
+    """The tool definitions an llm step offers the model; references are looked up in the registry."""
+    spec = next((s for s in definition_steps if isinstance(s, dict) and s.get("name") == step_name), None)
+    if spec is None:
+        return []
+    out = []
+    for entry in spec.get("tools") or []:
+        if isinstance(entry, str):
+            entry = {"name": entry}
+        if "parameters" in entry:
+            out.append(ToolDefView(entry["name"], entry.get("description"), entry["parameters"], "inline"))
+            continue
+        registered = rt.tools.get(entry["name"])
+        out.append(
+            ToolDefView(
+                entry["name"],
+                registered.description if registered else None,
+                registered.parameters if registered else None,
+                "registered",
+            )
+        )
+    return out
+
+
+async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | None:
+    async with rt.pool.acquire() as conn:
+        run = await conn.fetchrow(
+            "SELECT r.*, d.name AS definition_name, d.version AS definition_version, d.steps AS definition_steps "
+            "FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+            "WHERE r.id = $1 AND r.workspace_id = $2",
+            run_id,
+            workspace_id,
+        )
+        if run is None:
+            return None
+        steps = await conn.fetch(
+            "SELECT * FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index, visit, attempt",
+            run_id,
+        )
+        calls = await conn.fetch(
+            "SELECT * FROM llm_calls WHERE workflow_run_id = $1 ORDER BY round, created_at", run_id
+        )
+        traces = await conn.fetch(
+            "SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round, sequence", run_id
+        )
+        events = await conn.fetch(
+            "SELECT * FROM (SELECT * FROM workflow_events WHERE workflow_run_id = $1 "
+            f"ORDER BY sequence DESC LIMIT {EVENTS_SHOWN}) e ORDER BY sequence",
+            run_id,
+        )
+        events_total = await conn.fetchval("SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1", run_id)
+    calls_by_step: dict[str, list[asyncpg.Record]] = {}
+    for c in calls:
+        calls_by_step.setdefault(c["step_run_id"], []).append(c)
+    traces_by_step: dict[str, list[asyncpg.Record]] = {}
+    for t in traces:
+        traces_by_step.setdefault(t["step_run_id"], []).append(t)
+    definition_steps = run["definition_steps"] or []
+    views = []
+    for s in steps:
+        view = StepView(row=s)
+        if s["step_type"] == "llm":
+            view.rounds = _rounds(calls_by_step.get(s["id"], []), traces_by_step.get(s["id"], []))
+            view.tools = step_tools(rt, definition_steps, s["step_name"])
+        views.append(view)
+    return RunView(run=run, steps=views, events=list(events), events_total=events_total)
+
+
+async def run_status(rt: Runtime, workspace_id: str, run_id: str) -> str | None:
+    return await rt.pool.fetchval(  # type: ignore[no-any-return]
+        "SELECT status FROM workflow_runs WHERE id = $1 AND workspace_id = $2", run_id, workspace_id
+    )
+
+
+async def events_after(rt: Runtime, run_id: str, after: int) -> list[asyncpg.Record]:
+    return list(
+        await rt.pool.fetch(
+            "SELECT sequence, event_type, step_run_id, payload, created_at FROM workflow_events "
+            "WHERE workflow_run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT 500",
+            run_id,
+            after,
+        )
+    )
+
+
+async def approvals(rt: Runtime, workspace_id: str) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
+    """Pending requests (oldest first, the order to work through them) and the 10 latest decided."""
+    select = (
+        "SELECT a.*, r.status AS run_status, r.definition_id, d.name AS definition_name, d.version AS definition_version "
+        "FROM approval_requests a JOIN workflow_runs r ON r.id = a.workflow_run_id "
+        "JOIN workflow_definitions d ON d.id = r.definition_id WHERE a.workspace_id = $1 "
+    )
+    pending = await rt.pool.fetch(select + "AND a.status = 'PENDING' ORDER BY a.created_at", workspace_id)
+    decided = await rt.pool.fetch(
+        select + "AND a.status <> 'PENDING' ORDER BY a.updated_at DESC LIMIT 10", workspace_id
+    )
+    return list(pending), list(decided)
+
+
+async def pending_approval_count(rt: Runtime, workspace_id: str) -> int:
+    return await rt.pool.fetchval(  # type: ignore[no-any-return]
+        "SELECT count(*) FROM approval_requests WHERE workspace_id = $1 AND status = 'PENDING'", workspace_id
+    )
+
+
+async def approval_run_id(rt: Runtime, workspace_id: str, approval_id: str) -> str | None:
+    return await rt.pool.fetchval(  # type: ignore[no-any-return]
+        "SELECT workflow_run_id FROM approval_requests WHERE id = $1 AND workspace_id = $2", approval_id, workspace_id
+    )
+
+
+async def definitions(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
+    return list(
+        await rt.pool.fetch(
+            "SELECT d.id, d.name, d.version, d.description, d.created_at, jsonb_array_length(d.steps) AS step_count, "
+            "(SELECT count(*) FROM workflow_runs r WHERE r.definition_id = d.id) AS run_count, "
+            "(SELECT max(created_at) FROM workflow_runs r WHERE r.definition_id = d.id) AS last_run_at "
+            "FROM workflow_definitions d WHERE d.workspace_id = $1 ORDER BY d.name, d.created_at DESC",
+            workspace_id,
+        )
+    )
+
+
+async def definition(
+    rt: Runtime, workspace_id: str, definition_id: str
+) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
+    row = await rt.pool.fetchrow(
+        "SELECT * FROM workflow_definitions WHERE id = $1 AND workspace_id = $2", definition_id, workspace_id
+    )
+    if row is None:
+        return None
+    runs = await rt.pool.fetch(
+        f"SELECT {_RUN_LIST_COLUMNS} FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+        "WHERE r.definition_id = $1 AND r.workspace_id = $2 ORDER BY r.created_at DESC LIMIT 10",
+        definition_id,
+        workspace_id,
+    )
+    return row, list(runs)

@@ -1,0 +1,267 @@
+"""The web UI: server-rendered pages under /ui (Jinja2), a little plain JS, no build step.
+
+Pages: runs list, run page (live over SSE), approvals inbox, definitions. Every page needs the
+`stevora_key` cookie (see stevora.ui.auth) and shows only that key's workspace. Mount with:
+
+    app.include_router(build_ui_router())
+    mount_static(app)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from fastapi.templating import Jinja2Templates
+
+from stevora.engine import service
+from stevora.errors import StevoraError
+from stevora.ui import auth, queries
+from stevora.ui.auth import UiUser, current_user, runtime_of
+from stevora.ui.format import FILTERS, TERMINAL_RUN_STATUSES, run_duration_ms
+from stevora.ui.stream import EVENT_TYPES, run_events
+
+HERE = Path(__file__).parent
+STATIC_DIR = HERE / "static"
+MAX_FORM_BYTES = 1_000_000
+DECISIONS = ("approved", "rejected", "edited")
+# Pages hold workspace data and run only our own script/style files.
+SECURITY_HEADERS = {
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+
+
+def _static_versions() -> dict[str, str]:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:10] for p in STATIC_DIR.iterdir() if p.is_file()}
+
+
+def _templates() -> Jinja2Templates:
+    templates = Jinja2Templates(directory=str(HERE / "templates"))
+    env = templates.env
+    env.filters.update(FILTERS)
+    versions = _static_versions()
+    env.globals["static_url"] = lambda name: f"/ui/static/{name}?v={versions.get(name, '0')}"
+    env.globals["run_duration_ms"] = run_duration_ms
+    env.globals["TERMINAL"] = TERMINAL_RUN_STATUSES
+    env.globals["RUN_STATUSES"] = queries.RUN_STATUSES
+    env.trim_blocks = True
+    env.lstrip_blocks = True
+    return templates
+
+
+def mount_static(app: FastAPI) -> None:
+    """Serve the UI's CSS and JS at /ui/static."""
+    app.mount("/ui/static", StaticFiles(directory=str(STATIC_DIR)), name="ui-static")
+
+
+async def _form(request: Request) -> dict[str, str]:
+    body = await request.body()
+    if len(body) > MAX_FORM_BYTES:
+        return {}
+    parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
+    return {k: v[-1] for k, v in parsed.items()}
+
+
+def _int(value: str | None, default: int) -> int:
+    try:
+        return int(value) if value is not None else default
+    except ValueError:
+        return default
+
+
+def build_ui_router() -> APIRouter:  # noqa: C901 - one closure per page keeps the routes readable
+    """The /ui routes (pages, fragments, the SSE stream and the decision form)."""
+    router = APIRouter(prefix="/ui", include_in_schema=False)
+    templates = _templates()
+
+    async def render(
+        request: Request, user: UiUser | None, name: str, context: dict[str, Any], status_code: int = 200
+    ) -> Response:
+        flash = auth.read_flash(request)
+        pending = await queries.pending_approval_count(runtime_of(request), user.workspace_id) if user else 0
+        response = templates.TemplateResponse(
+            request,
+            name,
+            {"user": user, "flash": flash, "pending_count": pending, **context},
+            status_code=status_code,
+            headers=SECURITY_HEADERS,
+        )
+        if flash:
+            auth.clear_flash(response)
+        return response
+
+    async def not_found(request: Request, user: UiUser, what: str) -> Response:
+        return await render(request, user, "not_found.html", {"what": what, "nav": None}, status_code=404)
+
+    @router.get("")
+    @router.get("/")
+    async def home() -> RedirectResponse:
+        return RedirectResponse("/ui/runs", status_code=303)
+
+    # -- login ------------------------------------------------------------------------------
+
+    @router.get("/login")
+    async def login_page(request: Request) -> Response:
+        target = auth.safe_next(request.query_params.get("next"))
+        if await current_user(request) is not None:
+            return RedirectResponse(target, status_code=303)
+        return await render(request, None, "login.html", {"next": target, "error": None})
+
+    @router.post("/login")
+    async def login(request: Request) -> Response:
+        form = await _form(request)
+        target = auth.safe_next(form.get("next"))
+        if not auth.same_origin(request):
+            return PlainTextResponse("Cross-site login refused", status_code=403)
+        raw_key = form.get("key", "").strip()
+        user = await auth.user_for_key(runtime_of(request), raw_key)
+        if user is None:
+            context = {"next": target, "error": "That API key is unknown or revoked."}
+            return await render(request, None, "login.html", context, status_code=401)
+        response = RedirectResponse(target, status_code=303)
+        auth.set_key_cookie(request, response, raw_key)
+        return response
+
+    @router.get("/logout")
+    @router.post("/logout")
+    async def logout() -> Response:
+        # Clearing a cookie needs no CSRF protection: the worst a forged request does is log out.
+        response = RedirectResponse("/ui/login", status_code=303)
+        auth.clear_key_cookie(response)
+        return response
+
+    # -- runs -------------------------------------------------------------------------------
+
+    @router.get("/runs")
+    async def runs_page(request: Request) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return auth.login_redirect(request)
+        q = request.query_params
+        status = q.get("status") if q.get("status") in queries.RUN_STATUSES else None
+        definition_id = q.get("definition") or None
+        rt = runtime_of(request)
+        page = await queries.list_runs(
+            rt, user.workspace_id, status=status, definition_id=definition_id, page=_int(q.get("page"), 1)
+        )
+        return await render(request, user, "runs.html", {
+            "nav": "runs", "page": page, "status": status, "definition_id": definition_id,
+            "definitions": await queries.definition_choices(rt, user.workspace_id),
+        })  # fmt: skip
+
+    async def run_context(request: Request, user: UiUser, run_id: str) -> dict[str, Any] | None:
+        view = await queries.run_view(runtime_of(request), user.workspace_id, run_id)
+        if view is None:
+            return None
+        return {"nav": "runs", "v": view, "run": view.run, "event_types": ",".join(EVENT_TYPES)}
+
+    @router.get("/runs/{run_id}")
+    async def run_page(request: Request, run_id: str) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return auth.login_redirect(request)
+        context = await run_context(request, user, run_id)
+        if context is None:
+            return await not_found(request, user, f"Run {run_id}")
+        return await render(request, user, "run.html", context)
+
+    @router.get("/runs/{run_id}/fragment")
+    async def run_fragment(request: Request, run_id: str) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return PlainTextResponse("Not logged in", status_code=401)
+        context = await run_context(request, user, run_id)
+        if context is None:
+            return PlainTextResponse("Run not found", status_code=404)
+        return templates.TemplateResponse(request, "_run_body.html", context, headers=SECURITY_HEADERS)
+
+    @router.get("/runs/{run_id}/stream")
+    async def run_stream(request: Request, run_id: str) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return PlainTextResponse("Not logged in", status_code=401)
+        rt = runtime_of(request)
+        if await queries.run_status(rt, user.workspace_id, run_id) is None:
+            return PlainTextResponse("Run not found", status_code=404)
+        # A reconnecting EventSource sends Last-Event-ID; the first connection passes ?after=.
+        after = _int(request.headers.get("last-event-id") or request.query_params.get("after"), 0)
+        return StreamingResponse(
+            run_events(rt, user.workspace_id, run_id, after),
+            media_type="text/event-stream",
+            headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+        )
+
+    # -- approvals --------------------------------------------------------------------------
+
+    @router.get("/approvals")
+    async def approvals_page(request: Request) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return auth.login_redirect(request)
+        pending, decided = await queries.approvals(runtime_of(request), user.workspace_id)
+        return await render(request, user, "approvals.html", {"nav": "approvals", "pending": pending, "decided": decided})
+
+    @router.post("/approvals/{approval_id}/decide")
+    async def decide(request: Request, approval_id: str) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return auth.login_redirect(request)
+        form = await _form(request)
+        if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
+            return PlainTextResponse("Invalid or missing CSRF token; reload the page and try again.", status_code=403)
+        decision = form.get("decision", "")
+        response = RedirectResponse("/ui/approvals", status_code=303)
+        if decision not in DECISIONS:
+            auth.set_flash(response, f"Unknown decision '{decision}'.", "error")
+            return response
+        edited: Any = None
+        if decision == "edited":
+            text = form.get("content", "")
+            try:
+                edited = json.loads(text)
+            except ValueError:
+                edited = text
+        rt = runtime_of(request)
+        try:
+            await service.decide_approval(rt, user.workspace_id, approval_id, decision, edited, decided_by="ui")  # type: ignore[arg-type]
+        except StevoraError as exc:
+            auth.set_flash(response, exc.message, "error")
+            return response
+        run_id = await queries.approval_run_id(rt, user.workspace_id, approval_id)
+        verb = {"approved": "Approved", "rejected": "Rejected", "edited": "Edited and approved"}[decision]
+        auth.set_flash(response, f"{verb} {approval_id}. The run continues.", link=f"/ui/runs/{run_id}")
+        return response
+
+    # -- definitions ------------------------------------------------------------------------
+
+    @router.get("/definitions")
+    async def definitions_page(request: Request) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return auth.login_redirect(request)
+        rows = await queries.definitions(runtime_of(request), user.workspace_id)
+        return await render(request, user, "definitions.html", {"nav": "definitions", "definitions": rows})
+
+    @router.get("/definitions/{definition_id}")
+    async def definition_page(request: Request, definition_id: str) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return auth.login_redirect(request)
+        found = await queries.definition(runtime_of(request), user.workspace_id, definition_id)
+        if found is None:
+            return await not_found(request, user, f"Definition {definition_id}")
+        row, runs = found
+        return await render(request, user, "definition.html", {"nav": "definitions", "d": row, "runs": runs})
+
+    return router
+

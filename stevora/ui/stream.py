@@ -1,0 +1,86 @@
+"""Server-sent events for the run page, authenticated by the UI cookie.
+
+`EventSource` cannot send an `x-api-key` header, so the UI has its own stream with the same
+wire format as `/v1/workflow-runs/{id}/events/stream`: `id: <sequence>`, `event: <eventType>`,
+`data: <event JSON>`. It polls PostgreSQL for events after the last sequence sent and ends
+(with a final `event: end`) once the run is terminal, so a finished page holds no connection.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+from stevora.clock import iso
+from stevora.ui import queries
+from stevora.ui.format import TERMINAL_RUN_STATUSES
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from stevora.runtime import Runtime
+
+POLL_S = 0.3
+HEARTBEAT_S = 15.0
+
+# Named SSE events only reach listeners registered for their name, so the page needs the list.
+EVENT_TYPES = (
+    "WORKFLOW_STARTED", "WORKFLOW_COMPLETED", "WORKFLOW_FAILED", "WORKFLOW_CANCELLED",
+    "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "STEP_STARTED", "STEP_COMPLETED", "STEP_FAILED",
+    "STEP_RETRYING", "STEP_SKIPPED", "STEP_WAITING", "LLM_CALL_COMPLETED", "LLM_CALL_FAILED",
+    "TOOL_CALL_COMPLETED", "TOOL_CALL_FAILED", "GUARDRAIL_FAILED", "APPROVAL_REQUESTED",
+    "APPROVAL_DECIDED", "SIGNAL_RECEIVED",
+)  # fmt: skip
+
+
+def event_json(run_id: str, row: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "workflowRunId": run_id,
+        "sequence": row["sequence"],
+        "stepRunId": row["step_run_id"],
+        "eventType": row["event_type"],
+        "payload": row["payload"],
+        "createdAt": iso(row["created_at"]),
+    }
+
+
+def sse_message(event_id: int | None, event: str, data: Any) -> str:
+    head = f"id: {event_id}\n" if event_id is not None else ""
+    return f"{head}event: {event}\ndata: {json.dumps(data, separators=(',', ':'), default=str)}\n\n"
+
+
+async def run_events(
+    rt: Runtime,
+    workspace_id: str,
+    run_id: str,
+    after: int,
+    *,
+    poll_s: float = POLL_S,
+    heartbeat_s: float = HEARTBEAT_S,
+) -> AsyncIterator[str]:
+    """Every event with `sequence > after`, as it is written, until the run is terminal."""
+    last = after
+    quiet_s = 0.0
+    while True:
+        rows = await queries.events_after(rt, run_id, last)
+        for row in rows:
+            last = row["sequence"]
+            yield sse_message(last, row["event_type"], event_json(run_id, row))
+        if rows:
+            quiet_s = 0.0
+            continue  # drain a backlog before sleeping
+        status = await queries.run_status(rt, workspace_id, run_id)
+        if status is None or status in TERMINAL_RUN_STATUSES:
+            # Events are committed with the status change, but may have landed between our two reads.
+            for row in await queries.events_after(rt, run_id, last):
+                last = row["sequence"]
+                yield sse_message(last, row["event_type"], event_json(run_id, row))
+            yield sse_message(None, "end", {"status": status, "lastSequence": last})
+            return
+        await asyncio.sleep(poll_s)
+        quiet_s += poll_s
+        if quiet_s >= heartbeat_s:
+            quiet_s = 0.0
+            yield ": keep-alive\n\n"

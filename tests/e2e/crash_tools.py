@@ -1,0 +1,52 @@
+"""Tools and task handlers loaded by worker subprocesses in the crash tests.
+
+Each records its side effect under the idempotency key Stevora hands it (the way a real handler
+would use it with a payment or e-mail provider) and counts how often it actually ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from typing import Any
+
+import asyncpg
+
+from stevora import StepContext, ToolContext, register_task_handler, tool
+from stevora.db.database import asyncpg_dsn
+
+_pool: asyncpg.Pool | None = None
+
+
+async def _db() -> asyncpg.Pool:
+    global _pool
+    if _pool is None:
+        _pool = await asyncpg.create_pool(asyncpg_dsn(os.environ["STEVORA_DATABASE_URL"]), min_size=1, max_size=2)
+    return _pool
+
+
+async def record_effect(key: str) -> int:
+    """Idempotent side effect: one row per key; `executions` counts how often the handler ran."""
+    pool = await _db()
+    return await pool.fetchval(
+        "INSERT INTO test_side_effects (idempotency_key, executions) VALUES ($1, 1) "
+        "ON CONFLICT (idempotency_key) DO UPDATE SET executions = test_side_effects.executions + 1 "
+        "RETURNING executions",
+        key,
+    )
+
+
+@tool
+async def effect(note: str, ctx: ToolContext) -> dict[str, Any]:
+    """Record a side effect for this tool call."""
+    executions = await record_effect(ctx.idempotency_key)
+    return {"ok": True, "round": ctx.round, "executions": executions}
+
+
+async def slow_effect(ctx: StepContext) -> dict[str, Any]:
+    await asyncio.sleep(float(ctx.config.get("sleepS", 2.0)))
+    await record_effect(f"task:{ctx.idempotency_key}")
+    return {"status": "completed", "stateUpdates": {ctx.step_name: "done"}}
+
+
+register_task_handler("slow_effect", slow_effect)

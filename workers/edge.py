@@ -1,0 +1,91 @@
+"""Dramatiq middleware that owns this process's Runtime, RunPool and recovery sweep.
+
+They live on the AsyncIO middleware's event loop thread (asyncpg pools are loop-bound), are
+started as the worker boots and stopped before it shuts down; on shutdown every held lease
+is handed back and its run re-dispatched so another worker resumes it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import sys
+from dataclasses import dataclass
+
+import dramatiq
+import structlog
+from dramatiq.asyncio import get_event_loop_thread
+
+from stevora.engine.dispatch import DramatiqDispatcher
+from stevora.engine.run_pool import RunPool
+from stevora.engine.sweep import sweep_forever
+from stevora.runtime import Runtime
+from stevora.settings import Settings
+
+log = structlog.get_logger("stevora.worker")
+
+
+@dataclass
+class WorkerState:
+    runtime: Runtime
+    run_pool: RunPool
+    sweeper: asyncio.Task[None]
+
+
+_state: WorkerState | None = None
+
+
+def current() -> WorkerState:
+    if _state is None:
+        raise RuntimeError("the Stevora worker runtime is not started in this process")
+    return _state
+
+
+def load_tool_modules(modules: list[str]) -> None:
+    """Import user modules so their register_tool / @tool / register_task_handler calls run.
+
+    The working directory is importable, as with `uvicorn --app-dir .`."""
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())
+    for name in modules:
+        importlib.import_module(name)
+        log.info("tool_module_loaded", module=name)
+
+
+class StevoraWorkerMiddleware(dramatiq.Middleware):
+    def __init__(self, settings: Settings, *, sweep: bool = True) -> None:
+        self.settings = settings
+        self.sweep = sweep
+
+    def before_worker_boot(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        # Runs after the AsyncIO middleware made its loop thread (it is earlier in the list) and
+        # before consumers start, so no message can arrive before the runtime exists.
+        loop_thread = get_event_loop_thread()
+        assert loop_thread is not None, "the AsyncIO middleware must come before this one"
+        loop_thread.run_coroutine(self._start(broker))
+
+    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        loop_thread = get_event_loop_thread()
+        if loop_thread is not None and _state is not None:
+            loop_thread.run_coroutine(self._stop())
+
+    async def _start(self, broker: dramatiq.Broker) -> None:
+        global _state
+        rt = await Runtime.start(self.settings, dispatcher=DramatiqDispatcher(broker, self.settings.queue_name))
+        pool = RunPool(rt)
+        pool.start()
+        sweeper = asyncio.create_task(sweep_forever(rt) if self.sweep else asyncio.Event().wait(), name="stevora-sweep")
+        _state = WorkerState(rt, pool, sweeper)
+        log.info("worker_started", worker_id=pool.worker_id, max_concurrent_runs=self.settings.max_concurrent_runs)
+
+    async def _stop(self) -> None:
+        global _state
+        state, _state = _state, None
+        if state is None:
+            return
+        state.sweeper.cancel()
+        await asyncio.gather(state.sweeper, return_exceptions=True)
+        await state.run_pool.close()
+        await state.runtime.close()
+        log.info("worker_stopped", worker_id=state.run_pool.worker_id)

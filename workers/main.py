@@ -1,0 +1,65 @@
+"""`stevora worker`: one or more worker processes consuming the run queue."""
+
+from __future__ import annotations
+
+import multiprocessing
+import signal
+import sys
+import threading
+
+import dramatiq
+import structlog
+
+from stevora.engine.brokers import build_broker
+from stevora.logging import configure_logging
+from stevora.settings import Settings
+from workers.actors import declare_actors
+from workers.edge import StevoraWorkerMiddleware, load_tool_modules
+
+log = structlog.get_logger("stevora.worker")
+
+
+def build_worker(settings: Settings, *, threads: int, sweep: bool = True) -> tuple[dramatiq.Broker, dramatiq.Worker]:
+    """A started-able Dramatiq worker whose actors drive runs through this process's runtime."""
+    load_tool_modules(settings.tool_modules)
+    broker = build_broker(settings.broker_url)
+    broker.add_middleware(StevoraWorkerMiddleware(settings, sweep=sweep))
+    declare_actors(broker, settings.queue_name)
+    return broker, dramatiq.Worker(broker, worker_threads=threads, worker_timeout=200)
+
+
+def run_worker_process(settings: Settings, threads: int) -> None:
+    configure_logging(settings)
+    broker, worker = build_worker(settings, threads=threads)
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
+    worker.start()
+    log.info("worker_ready", broker=settings.broker_url.split("@")[-1], queue=settings.queue_name, threads=threads)
+    stop.wait()
+    log.info("worker_stopping")
+    worker.stop()
+    broker.close()
+
+
+def run(settings: Settings, *, processes: int = 1, threads: int = 8) -> int:
+    if processes <= 1:
+        run_worker_process(settings, threads)
+        return 0
+    ctx = multiprocessing.get_context("spawn")
+    children = [ctx.Process(target=run_worker_process, args=(settings, threads), daemon=False) for _ in range(processes)]
+    for child in children:
+        child.start()
+
+    def forward(signum: int, _frame: object) -> None:
+        for child in children:
+            if child.is_alive():
+                child.terminate()
+
+    signal.signal(signal.SIGTERM, forward)
+    signal.signal(signal.SIGINT, forward)
+    for child in children:
+        child.join()
+    return max((c.exitcode or 0) for c in children)
+
+
