@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import traceback
 from collections.abc import Sequence
 from typing import Any
 
@@ -119,7 +120,14 @@ class CatchAllMiddleware:
         try:
             await self.app(scope, receive, tracking_send)
         except Exception:
-            log.exception("unhandled_error", method=scope.get("method"), path=scope.get("path"))
+            # A plain traceback, not exc_info: rich console tracebacks print locals, and the
+            # locals here include request headers (API keys).
+            log.error(
+                "unhandled_error",
+                method=scope.get("method"),
+                path=scope.get("path"),
+                exception=traceback.format_exc(),
+            )
             if started:
                 raise
             response = error_response(500, "INTERNAL_ERROR", INTERNAL_MESSAGE)

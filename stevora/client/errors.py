@@ -141,7 +141,11 @@ def error_from_response(response: httpx.Response) -> StevoraAPIError:
     cls = _BY_CODE.get(code) or _BY_STATUS.get(status) or (ServerError if status >= 500 else StevoraAPIError)
     if cls is RateLimited:
         return RateLimited(
-            message, code=code, status_code=status, details=details, retry_after_s=_retry_after_s(response, details)
+            message,
+            code=code,
+            status_code=status,
+            details=details,
+            retry_after_s=_retry_after_s(response, details),
         )
     return cls(message, code=code, status_code=status, details=details)
 

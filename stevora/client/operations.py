@@ -79,7 +79,9 @@ def create_workspace(name: str, slug: str, *, admin_token: str | None = None) ->
     return parse(Workspace, (yield Request("POST", _path("workspaces"), json=body, headers=headers)))
 
 
-def create_api_key(name: str, *, workspace_id: str | None = None, admin_token: str | None = None) -> Op[CreatedApiKey]:
+def create_api_key(
+    name: str, *, workspace_id: str | None = None, admin_token: str | None = None
+) -> Op[CreatedApiKey]:
     """Create an API key; the raw key is in `.key`, shown this once.
 
     With the client's API key: a key in its workspace. With `admin_token` and `workspace_id`
@@ -88,7 +90,9 @@ def create_api_key(name: str, *, workspace_id: str | None = None, admin_token: s
     """
     body = {"name": name, "workspaceId": workspace_id} if workspace_id else {"name": name}
     headers = {"x-admin-token": admin_token} if admin_token else None
-    request = Request("POST", _path("api-keys"), json=body, headers=headers, authenticated=admin_token is None)
+    request = Request(
+        "POST", _path("api-keys"), json=body, headers=headers, authenticated=admin_token is None
+    )
     return parse(CreatedApiKey, (yield request))
 
 
@@ -113,10 +117,14 @@ def create_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
     return parse(WorkflowDefinition, (yield Request("POST", _path("workflow-definitions"), json=dict(spec))))
 
 
-def list_definitions(*, name: str | None = None, page: int = 1, page_size: int = 20) -> Op[Page[WorkflowDefinition]]:
+def list_definitions(
+    *, name: str | None = None, page: int = 1, page_size: int = 20
+) -> Op[Page[WorkflowDefinition]]:
     """Definitions, newest first, optionally only those called `name`."""
     params = {"name": name, "page": page, "pageSize": page_size}
-    return parse_page(WorkflowDefinition, (yield Request("GET", _path("workflow-definitions"), params=params)))
+    return parse_page(
+        WorkflowDefinition, (yield Request("GET", _path("workflow-definitions"), params=params))
+    )
 
 
 def get_definition(definition_id: str) -> Op[WorkflowDefinition]:
@@ -134,8 +142,12 @@ def find_definition(name: str, version: str | None = None) -> Op[WorkflowDefinit
                 return definition
         if not found.has_next:
             what = f"'{name}'" + (f" version '{version}'" if version is not None else "")
-            raise NotFound(f"Workflow definition {what} not found", code="NOT_FOUND", status_code=404,
-                           details={"name": name, "version": version})
+            raise NotFound(
+                f"Workflow definition {what} not found",
+                code="NOT_FOUND",
+                status_code=404,
+                details={"name": name, "version": version},
+            )
         page += 1
 
 
@@ -154,7 +166,9 @@ def apply_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
         raise Conflict(
             f"Definition '{existing.name}' version '{existing.version}' exists with different content "
             f"({', '.join(changed[:5])}); give the changed workflow a new version",
-            code="CONFLICT", status_code=409, details={"definitionId": existing.id, "differences": changed},
+            code="CONFLICT",
+            status_code=409,
+            details={"definitionId": existing.id, "differences": changed},
         )
     return existing
 
@@ -162,10 +176,18 @@ def apply_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
 def _differences(wanted: Any, stored: Any, path: str = "") -> list[str]:
     """Paths where `wanted` is not contained in `stored` (keys only in `stored` are defaults)."""
     if isinstance(wanted, dict) and isinstance(stored, dict):
-        return [d for k, v in wanted.items() if v is not None
-                for d in _differences(v, stored.get(k), f"{path}.{k}" if path else k)]
+        return [
+            d
+            for k, v in wanted.items()
+            if v is not None
+            for d in _differences(v, stored.get(k), f"{path}.{k}" if path else k)
+        ]
     if isinstance(wanted, list) and isinstance(stored, list) and len(wanted) == len(stored):
-        return [d for i, (w, s) in enumerate(zip(wanted, stored, strict=True)) for d in _differences(w, s, f"{path}[{i}]")]
+        return [
+            d
+            for i, (w, s) in enumerate(zip(wanted, stored, strict=True))
+            for d in _differences(w, s, f"{path}[{i}]")
+        ]
     return [] if wanted == stored else [path or "<root>"]
 
 
@@ -200,7 +222,9 @@ def list_runs(
 
 
 def _command(run_id: str, action: str, body: dict[str, Any] | None = None) -> Op[WorkflowRun]:
-    return parse(WorkflowRun, (yield Request("POST", _path("workflow-runs", run_id, action), json=body or {})))
+    return parse(
+        WorkflowRun, (yield Request("POST", _path("workflow-runs", run_id, action), json=body or {}))
+    )
 
 
 def cancel_run(run_id: str) -> Op[WorkflowRun]:
@@ -218,7 +242,9 @@ def pause_run(run_id: str) -> Op[WorkflowRun]:
     return (yield from _command(run_id, "pause"))
 
 
-def resume_run(run_id: str, signal_type: str | None = None, payload: Mapping[str, Any] | None = None) -> Op[WorkflowRun]:
+def resume_run(
+    run_id: str, signal_type: str | None = None, payload: Mapping[str, Any] | None = None
+) -> Op[WorkflowRun]:
     """Deliver a signal to a run waiting in an `external_event` step (`payload` is merged into its
     state), or un-pause a PAUSED run (no `signal_type`)."""
     body: dict[str, Any] = {}
@@ -257,7 +283,11 @@ def stream_events(run_id: str, last_event_id: int | str | None = None) -> Stream
     last = str(last_event_id) if last_event_id is not None else None
     failures = 0
     while True:
-        headers = {"Last-Event-ID": last, "accept": "text/event-stream"} if last else {"accept": "text/event-stream"}
+        headers = (
+            {"Last-Event-ID": last, "accept": "text/event-stream"}
+            if last
+            else {"accept": "text/event-stream"}
+        )
         finished = False
         try:
             yield OpenStream(Request("GET", path, headers=headers))
@@ -283,13 +313,17 @@ def stream_events(run_id: str, last_event_id: int | str | None = None) -> Stream
 def llm_calls(run_id: str, *, step_name: str | None = None) -> Op[list[LlmCall]]:
     """The run's LLM calls (completed and failed), oldest first, optionally of one step."""
     params = {"stepName": step_name}
-    return parse_list(LlmCall, (yield Request("GET", _path("workflow-runs", run_id, "llm-calls"), params=params)))
+    return parse_list(
+        LlmCall, (yield Request("GET", _path("workflow-runs", run_id, "llm-calls"), params=params))
+    )
 
 
 def tool_traces(run_id: str, *, step_name: str | None = None) -> Op[list[ToolTrace]]:
     """The run's tool calls in execution order, optionally of one step."""
     params = {"stepName": step_name}
-    return parse_list(ToolTrace, (yield Request("GET", _path("workflow-runs", run_id, "tool-traces"), params=params)))
+    return parse_list(
+        ToolTrace, (yield Request("GET", _path("workflow-runs", run_id, "tool-traces"), params=params))
+    )
 
 
 def run_cost(run_id: str) -> Op[RunCost]:
@@ -297,7 +331,9 @@ def run_cost(run_id: str) -> Op[RunCost]:
     return parse(RunCost, (yield Request("GET", _path("workflow-runs", run_id, "cost"))))
 
 
-def wait_for_completion(run_id: str, *, timeout: float = 300.0, poll_interval: float = 1.0) -> Op[WorkflowRun]:
+def wait_for_completion(
+    run_id: str, *, timeout: float = 300.0, poll_interval: float = 1.0
+) -> Op[WorkflowRun]:
     """Poll until the run is COMPLETED, FAILED or CANCELLED and return it (with its step runs).
 
     Raises `WaitTimeout` (a `TimeoutError`, with the last seen run in `.run`) after `timeout` s.
@@ -361,7 +397,9 @@ def webhook_deliveries(
 ) -> Op[Page[WebhookDelivery]]:
     """A webhook's deliveries, newest first, each with its attempt log."""
     params = {"page": page, "pageSize": page_size, "status": status}
-    return parse_page(WebhookDelivery, (yield Request("GET", _path("webhooks", webhook_id, "deliveries"), params=params)))
+    return parse_page(
+        WebhookDelivery, (yield Request("GET", _path("webhooks", webhook_id, "deliveries"), params=params))
+    )
 
 
 def cost_summary(*, from_: datetime | str | None = None, to: datetime | str | None = None) -> Op[CostSummary]:
@@ -372,4 +410,3 @@ def cost_summary(*, from_: datetime | str | None = None, to: datetime | str | No
 
 def _instant(value: datetime | str | None) -> str | None:
     return value.isoformat() if isinstance(value, datetime) else value
-

@@ -107,16 +107,26 @@ def http_options(base_url: str, timeout_s: float, transport: Any) -> dict[str, A
     }
 
 
-def request_options(request: Request, api_key: str | None) -> dict[str, Any]:
-    """Keyword arguments for `build_request` (same on both httpx clients)."""
-    headers = dict(request.headers or {})
-    if request.authenticated and api_key:
-        headers["x-api-key"] = api_key
-    params = {k: v for k, v in (request.params or {}).items() if v is not None}
-    options: dict[str, Any] = {"method": request.method, "url": request.path, "params": params, "headers": headers}
-    if request.json is not None:
-        options["json"] = request.json
-    return options
+class DriverBase:
+    """What the sync and async drivers share: the httpx client and how requests are built."""
+
+    def __init__(self, http: httpx.Client | httpx.AsyncClient, api_key: str | None) -> None:
+        self.http = http
+        self.api_key = api_key
+
+    def build(self, request: Request) -> httpx.Request:
+        headers = dict(request.headers or {})
+        if request.authenticated and self.api_key:
+            headers["x-api-key"] = self.api_key
+        params = {k: v for k, v in (request.params or {}).items() if v is not None}
+        return self.http.build_request(
+            request.method, request.path, params=params, headers=headers, json=request.json
+        )
+
+
+def failure(exc: httpx.HTTPError | StevoraClientError, step: Step) -> Outcome:
+    """The outcome of a step that raised: the typed client error, to throw into the operation."""
+    return Outcome(error=exc if isinstance(exc, StevoraClientError) else connection_error(exc, step))
 
 
 def connection_error(exc: httpx.HTTPError, step: Step) -> StevoraConnectionError:

@@ -13,8 +13,10 @@ import functools
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 
+import httpx
+
 from stevora.client import operations as ops
-from stevora.client.protocol import Op, StreamOp
+from stevora.client.protocol import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S, Op, StreamOp, http_options
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -42,7 +44,7 @@ class Namespace(Generic[Mode]):
         self._driver = driver
 
 
-class operation(Generic[P, T]):  # noqa: N801  (used like a decorator-made method)
+class operation(Generic[P, T]):
     """A method running `build(*args)` on the namespace's driver."""
 
     def __init__(self, build: Callable[P, Op[T]]) -> None:
@@ -62,7 +64,7 @@ class operation(Generic[P, T]):  # noqa: N801  (used like a decorator-made metho
         return functools.wraps(build)(lambda *args, **kwargs: run(build(*args, **kwargs)))
 
 
-class iteration(Generic[P, T]):  # noqa: N801
+class iteration(Generic[P, T]):
     """A method returning an iterator (sync) or async iterator (async) over what `build` emits."""
 
     def __init__(self, build: Callable[P, StreamOp[T]]) -> None:
@@ -136,11 +138,23 @@ class Costs(Namespace[Mode]):
 
 
 class ClientRoot(Namespace[Mode]):
-    """What `AgentRuntime` and `AsyncAgentRuntime` share: `health()` and the namespaces."""
+    """What `AgentRuntime` and `AsyncAgentRuntime` share: construction, `health()`, the namespaces."""
+
+    _http_class: Any  # httpx.Client or httpx.AsyncClient
+    _driver_class: Callable[[Any, str | None], Driver]
 
     health = operation(ops.health)
 
-    def __init__(self, driver: Driver) -> None:
+    def __init__(
+        self,
+        api_key: str | None = None,
+        base_url: str = DEFAULT_BASE_URL,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        self.base_url = base_url
+        self._http = self._http_class(**http_options(base_url, timeout, transport))
+        driver = self._driver_class(self._http, api_key)
         super().__init__(driver)
         self.workspaces: Workspaces[Mode] = Workspaces(driver)
         self.api_keys: ApiKeys[Mode] = ApiKeys(driver)

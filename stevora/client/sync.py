@@ -3,127 +3,89 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Generator, Iterator
 from contextlib import closing
-from collections.abc import Iterator
 from types import TracebackType
 from typing import Any
 
 import httpx
 
+from stevora.client import protocol as p
 from stevora.client.errors import StevoraAPIError, error_from_response
-from stevora.client.protocol import (
-    DEFAULT_BASE_URL,
-    DEFAULT_TIMEOUT_S,
-    Done,
-    Emit,
-    NextLine,
-    Op,
-    OpenStream,
-    Outcome,
-    Request,
-    Sleep,
-    Step,
-    StreamOp,
-    accepted,
-    advance,
-    connection_error,
-    http_options,
-    request_options,
-)
 from stevora.client.resources import ClientRoot, Sync
 
 
-class _Stream:
-    """The event stream an operation has open (at most one)."""
-
-    def __init__(self) -> None:
-        self.response: httpx.Response | None = None
-        self.lines: Iterator[str] = iter(())
-
-    def close(self) -> None:
-        if self.response is not None:
-            self.response.close()
-            self.response = None
-
-
-class _SyncDriver:
+class _SyncDriver(p.DriverBase):
     """Performs operations' steps with a blocking httpx client."""
 
-    def __init__(self, http: httpx.Client, api_key: str | None) -> None:
-        self.http = http
-        self.api_key = api_key
+    http: httpx.Client
 
-    def run(self, op: Op[Any]) -> Any:
+    def run(self, op: p.Op[Any]) -> Any:
         with closing(self._drive(op)) as items:
-            for item in items:
-                if isinstance(item, Done):
-                    return item.value
-        raise AssertionError("operation ended without a result")
+            return next(item.value for item in items if isinstance(item, p.Done))
 
-    def iterate(self, op: StreamOp[Any]) -> Iterator[Any]:
+    def iterate(self, op: p.StreamOp[Any]) -> Iterator[Any]:
         with closing(self._drive(op)) as items:
-            for item in items:
-                if isinstance(item, Emit):
-                    yield item.item
+            yield from (item.item for item in items if isinstance(item, p.Emit))
 
-    def _drive(self, op: Op[Any] | StreamOp[Any]) -> Iterator[Emit[Any] | Done]:
-        stream, outcome = _Stream(), Outcome()
+    def _drive(self, op: p.Op[Any] | p.StreamOp[Any]) -> Generator[p.Emit[Any] | p.Done, None, None]:
+        stream: list[
+            tuple[httpx.Response, Iterator[str]]
+        ] = []  # the operation's open event stream and its lines
+        outcome = p.Outcome()
         try:
-            while not isinstance(step := advance(op, outcome), Done):
-                if isinstance(step, Emit):
+            while not isinstance(step := p.advance(op, outcome), p.Done):
+                if isinstance(step, p.Emit):
                     yield step
-                    outcome = Outcome()
+                    outcome = p.Outcome()
                 else:
                     outcome = self._perform(step, stream)
             yield step
         finally:
-            stream.close()
+            _close(stream)
             op.close()
 
-    def _perform(self, step: Step, stream: _Stream) -> Outcome:
+    def _perform(self, step: p.Step, stream: list[tuple[httpx.Response, Iterator[str]]]) -> p.Outcome:
         try:
-            if isinstance(step, Sleep):
+            if isinstance(step, p.Sleep):
                 time.sleep(step.seconds)
-            elif isinstance(step, NextLine):
-                return Outcome(next(stream.lines, None))
-            elif isinstance(step, OpenStream):
-                stream.close()
-                stream.response = self._send(step.request, stream=True)
-                stream.lines = stream.response.iter_lines()
+            elif isinstance(step, p.NextLine):
+                return p.Outcome(next(stream[0][1], None) if stream else None)
+            elif isinstance(step, p.OpenStream):
+                _close(stream)
+                response = self._send(step.request, stream=True)
+                stream.append((response, response.iter_lines()))
             else:
-                return Outcome(self._send(step, stream=False))
-        except httpx.HTTPError as exc:
-            return Outcome(error=connection_error(exc, step))
-        except StevoraAPIError as exc:
-            return Outcome(error=exc)
-        return Outcome()
+                return p.Outcome(self._send(step, stream=False))
+        except (httpx.HTTPError, StevoraAPIError) as exc:
+            return p.failure(exc, step)
+        return p.Outcome()
 
-    def _send(self, request: Request, *, stream: bool) -> httpx.Response:
-        response = self.http.send(self.http.build_request(**request_options(request, self.api_key)), stream=stream)
-        if not accepted(response, request):
+    def _send(self, request: p.Request, *, stream: bool) -> httpx.Response:
+        response = self.http.send(self.build(request), stream=stream)
+        if not p.accepted(response, request):
             response.read()
             response.close()
             raise error_from_response(response)
         return response
 
 
+def _close(stream: list[tuple[httpx.Response, Iterator[str]]]) -> None:
+    while stream:
+        stream.pop()[0].close()
+
+
 class AgentRuntime(ClientRoot[Sync]):
     """The Stevora API client. Use it as a context manager, or call `close()`.
 
-    `AgentRuntime(api_key, base_url="http://localhost:3000", timeout=30.0)`; `transport` is an
-    optional `httpx.BaseTransport` (tests, proxies). Errors raise `StevoraAPIError` subclasses.
+    `AgentRuntime(api_key, base_url="http://localhost:3000", timeout=30.0, transport=None)`;
+    `transport` is an optional `httpx.BaseTransport` (tests, proxies). API errors raise
+    `StevoraAPIError` subclasses, network failures `StevoraConnectionError`.
     """
 
-    def __init__(
-        self,
-        api_key: str | None = None,
-        base_url: str = DEFAULT_BASE_URL,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        self.base_url = base_url
-        self._http = httpx.Client(**http_options(base_url, timeout, transport))
-        super().__init__(_SyncDriver(self._http, api_key))
+    _http: httpx.Client
+    _http_class = httpx.Client
+    _driver_class = _SyncDriver
 
     def close(self) -> None:
         self._http.close()
