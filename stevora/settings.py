@@ -72,5 +72,7 @@ class Settings(BaseSettings):
     # Route models whose provider has no key to the offline `scripted` provider instead of failing
     # (`stevora dev` turns this on when no provider key is set, so every example runs offline).
     scripted_fallback: bool = False
+    # Simulated model latency of the scripted provider (demos, load tests).
+    scripted_latency_s: float = 0.0
     # Test-only crash points (see stevora/faults.py). Never set in production.
     fault_injection: str | None = None

@@ -22,7 +22,9 @@ _LLM_CALL_SQL = """
 WITH r AS (
     UPDATE workflow_runs
        SET event_seq = event_seq + 1,
-           total_cost_cents = total_cost_cents + $17 * 100,
+           -- The cast types $17 as a float: `$17 * 100` alone makes PostgreSQL infer int4, and
+           -- asyncpg then truncates 0.00045 to 0, so every cost would be stored as 0.
+           total_cost_cents = total_cost_cents + $17::double precision * 100,
            total_input_tokens = total_input_tokens + $13,
            total_output_tokens = total_output_tokens + $14
      WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'

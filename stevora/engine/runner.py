@@ -15,6 +15,7 @@ approval decision, a cancel) is just a row in a new status that the next pass re
 
 from __future__ import annotations
 
+import math
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -40,6 +41,14 @@ TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 MAX_VISITS_PER_STEP = 1000
 
 _RELEASE = {"lease_owner": None, "lease_expires_at": None}
+
+
+# Timers fire a little late rather than early: an early message finds the run not yet due.
+_TIMER_SLACK_MS = 10
+
+
+def delay_until(when: Any) -> int:
+    return max(0, math.ceil((when - utcnow()).total_seconds() * 1000)) + _TIMER_SLACK_MS
 
 
 def _ms_between(start: Any, end: Any) -> int:
@@ -238,8 +247,7 @@ class RunDriver:
                 sets={"status": "WAITING", "next_run_at": until, **_RELEASE}, events=events,
             )
         if until is not None:
-            delay_ms = max(0, int((until - utcnow()).total_seconds() * 1000))
-            await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_ms)
+            await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_until(until))
 
     async def _fail_step(self, run: asyncpg.Record, step_run: asyncpg.Record, result: StepResult) -> None:
         error = dict(result.error or {"message": "Step failed"})
@@ -257,7 +265,10 @@ class RunDriver:
     async def _wake(self, run: asyncpg.Record, step_run: asyncpg.Record) -> bool:
         due = step_run["wait_until"]
         if due is None or due > utcnow():
-            await self.release(run["id"])  # dispatched early or by a duplicate; the timer will return
+            # Dispatched early (or by a duplicate): hand the run back and come back when it is due.
+            await self.release(run["id"])
+            if due is not None:
+                await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_until(due))
             return False
         async with self.pool.acquire() as conn, conn.transaction():
             if step_run["step_type"] == "wait":
@@ -347,7 +358,7 @@ class RunDriver:
             else:
                 await self._fail_run(conn, run, {**error, "stepName": step.name, "attempts": attempt}, [])
                 return False
-        await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_ms)
+        await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_ms + _TIMER_SLACK_MS)
         return False
 
     async def _fail_run(self, conn: asyncpg.Connection, run: asyncpg.Record, error: dict[str, Any],

@@ -172,9 +172,12 @@ class LlmStepRun:
             provider = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
             if provider is None:
                 self.log.warning("no_provider_for_model", model=model, hint="trying next")
-                last_error = ProviderNotFound(
-                    f"No provider configured for model '{model}'", details={"model": model}
-                )
+                # A real provider failure (maybe retryable) outranks a missing fallback provider:
+                # otherwise an unconfigured fallback would turn a 503 into a permanent failure.
+                if not isinstance(last_error, ProviderError):
+                    last_error = ProviderNotFound(
+                        f"No provider configured for model '{model}'", details={"model": model}
+                    )
                 continue
             request = LlmRequest(
                 model=model,

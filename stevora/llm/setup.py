@@ -36,7 +36,7 @@ def build_router(settings: Settings) -> ProviderRouter:
     for name, base_url in settings.compat_base_urls.items():
         key = settings.compat_api_keys.get(name, "not-needed")
         router.register(name, OpenAIProvider(key, base_url, name=name, **common))
-    router.register("scripted", ScriptedProvider())
+    router.register("scripted", ScriptedProvider(latency_s=settings.scripted_latency_s))
     if not settings.openai_api_key and not settings.anthropic_api_key:
         log.warning(
             "no_provider_keys", hint="set OPENAI_API_KEY or ANTHROPIC_API_KEY; only 'scripted' models work"

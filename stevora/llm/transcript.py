@@ -72,11 +72,15 @@ def prepare_transcript(messages: list[Message], *, provider_name: str) -> list[M
             if not queue:
                 continue  # unknown id, or this call already has its result
             index = queue.popleft()
-            results[index] = dataclasses.replace(
-                item, tool_call_id=new_calls[index].id, content=item.content or ""
-            )
+            # Reuse unchanged messages: this runs before every model call, on the whole history.
+            new_id = new_calls[index].id
+            if item.tool_call_id == new_id and item.content is not None:
+                results[index] = item
+            else:
+                results[index] = dataclasses.replace(item, tool_call_id=new_id, content=item.content or "")
 
-        out.append(dataclasses.replace(message, tool_calls=tuple(new_calls)))
+        unchanged = all(new is old for new, old in zip(new_calls, message.tool_calls, strict=True))
+        out.append(message if unchanged else dataclasses.replace(message, tool_calls=tuple(new_calls)))
         for index, call in enumerate(new_calls):
             out.append(
                 results.get(index)

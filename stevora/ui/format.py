@@ -23,6 +23,8 @@ def duration(ms: float | None) -> str:
     """`0.4 ms`, `85 ms`, `1.24 s`, `12.3 s`, `3 min 12 s`, `2 h 05 min`; `—` when unknown."""
     if ms is None:
         return "—"
+    if ms < 0.1:
+        return "<0.1 ms"
     if ms < 1:
         return f"{ms:.1f} ms"
     if ms < 1000:
@@ -103,6 +105,38 @@ def absolute(dt: datetime | None) -> str:
     return iso(dt) or ""
 
 
+def offset(dt: datetime | None, origin: datetime | None) -> str:
+    """`+2.27 s`: when something happened relative to the start of its run."""
+    if dt is None or origin is None:
+        return "—"
+    return "+" + duration(max(0.0, (dt - origin).total_seconds() * 1000))
+
+
+INLINE_JSON_CHARS = 120
+
+
+def json_inline(value: Any) -> str | None:
+    """One-line JSON when it is short enough to read at a glance, else `None`."""
+    text = json.dumps(value, ensure_ascii=False, default=str, separators=(", ", ": "))
+    return text if len(text) <= INLINE_JSON_CHARS else None
+
+
+def schema_params(schema: Any) -> list[tuple[str, str, bool]]:
+    """`(name, type, required)` for each top-level property of a tool's parameter schema."""
+    if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+        return []
+    required = set(schema.get("required") or [])
+    out = []
+    for name, sub in schema["properties"].items():
+        kind = sub.get("type", "any") if isinstance(sub, dict) else "any"
+        if isinstance(kind, list):
+            kind = " | ".join(str(k) for k in kind)
+        if isinstance(sub, dict) and isinstance(sub.get("enum"), list):
+            kind = " | ".join(json.dumps(v) for v in sub["enum"][:5])
+        out.append((str(name), str(kind), name in required))
+    return out
+
+
 @dataclass(frozen=True, slots=True)
 class JsonView:
     text: str
@@ -162,6 +196,9 @@ FILTERS = {
     "tokens": tokens,
     "relative": relative,
     "absolute": absolute,
+    "offset": offset,
+    "json_inline": json_inline,
+    "schema_params": schema_params,
     "json_view": json_view,
     "error_message": error_message,
 }

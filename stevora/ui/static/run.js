@@ -67,6 +67,7 @@
     (root.dataset.eventTypes || "").split(",").forEach(function (type) {
       if (type) source.addEventListener(type, function (event) {
         if (event.lastEventId) root.dataset.lastSeq = event.lastEventId;
+        root.dataset.eventsSeen = String((Number(root.dataset.eventsSeen) || 0) + 1);
         schedule();
       });
     });

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import httpx
@@ -38,3 +39,7 @@ async def bootstrap_tenant(client: httpx.AsyncClient, **workspace_headers: str) 
     assert key.status_code == 201, key.text
     data = key.json()["data"]
     return Tenant(workspace_id, data["key"], data["id"])
+
+
+DefinitionFactory = Callable[..., Awaitable[str]]
+"""The `define` fixture: POST a definition (steps, name=, as_=tenant) and return its id."""

@@ -6,12 +6,12 @@ harness's Runtime (runs execute in-process) instead of starting its own.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-from api_helpers import Tenant, bootstrap_tenant, make_client
+from api_helpers import DefinitionFactory, Tenant, bootstrap_tenant, make_client
 from fastapi import FastAPI
 
 from stevora.api import create_app
@@ -38,9 +38,6 @@ async def tenant(client: httpx.AsyncClient) -> Tenant:
 @pytest.fixture
 async def other_tenant(client: httpx.AsyncClient) -> Tenant:
     return await bootstrap_tenant(client)
-
-
-DefinitionFactory = Callable[..., Awaitable[str]]
 
 
 @pytest.fixture

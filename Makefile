@@ -1,0 +1,40 @@
+# One target per job. `make demo` and `make test` are the README's two commands.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: demo dev test lint typecheck bench clean
+
+$(BIN)/stevora: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	@touch $@
+
+## Set up, start the embedded stack (embedded PostgreSQL, in-process broker + worker, API) and run
+## the example workflows end to end, printing their event timelines.
+demo: $(BIN)/stevora
+	$(BIN)/stevora demo
+
+## Embedded stack for development: API + UI on http://127.0.0.1:3000 until Ctrl-C.
+dev: $(BIN)/stevora
+	$(BIN)/stevora dev --tools examples.tools
+
+## Set up and run the whole test suite (PostgreSQL: STEVORA_TEST_DATABASE_URL or embedded).
+test: $(BIN)/stevora
+	$(BIN)/pytest
+
+lint: $(BIN)/stevora
+	$(BIN)/ruff check stevora workers tests bench examples
+	$(BIN)/ruff format --check stevora workers tests bench examples
+
+typecheck: $(BIN)/stevora
+	$(BIN)/mypy stevora workers
+
+bench: $(BIN)/stevora
+	$(BIN)/python -m bench.tool_loop
+	$(BIN)/python -m bench.concurrency
+	$(BIN)/python -m bench.api
+
+clean:
+	rm -rf $(VENV) .stevora test-artifacts .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,31 @@
+"""docker-compose.yml is checked against the Compose specification schema (no Docker engine here)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import yaml
+from jsonschema import Draft7Validator
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def test_compose_file_is_valid_against_the_compose_spec() -> None:
+    schema = json.loads((ROOT / "tests" / "data" / "compose_spec.json").read_text())
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    errors = sorted(Draft7Validator(schema).iter_errors(compose), key=lambda e: list(e.path))
+    assert not errors, [f"{'.'.join(map(str, e.path))}: {e.message}" for e in errors]
+
+
+def test_compose_runs_every_process_from_the_dockerfile_image() -> None:
+    compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    services = compose["services"]
+    assert {"postgres", "rabbitmq", "redis", "migrate", "api", "worker"} <= set(services)
+    for name in ("migrate", "api", "worker"):
+        assert services[name]["build"] == "."
+        assert services[name]["command"][0] == "stevora"
+    assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    for path in ("stevora", "workers", "migrations", "alembic.ini"):
+        assert f"COPY {path}" in dockerfile or f" {path} " in dockerfile
