@@ -3,7 +3,6 @@ retries on 429 with retry-after-ms, and step retries that resume the loop."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from stevora.testing.fake_llm import (
@@ -220,5 +219,7 @@ async def test_unconfigured_fallback_does_not_hide_a_retryable_provider_failure(
     assert retrying["error"]["code"] == "LLM_PROVIDER_ERROR"
     assert retrying["error"]["details"]["statusCode"] == 503
     assert [(c["provider"], c["status"]) for c in result.llm_calls] == [("openai", "failed"), ("openai", "completed")]
-    assert json.loads(json.dumps(result.state)) == {"agent": "Second attempt worked."}
+    assert result.state == {"agent": "Second attempt worked."}
+    assert result.event_types().count("LLM_CALL_FAILED") == 1 and result.traces == []
+    assert len(fake.openai.requests) == 2 and fake.anthropic.requests == []
     await assert_trace_event_consistency(harness, result.id)

@@ -52,7 +52,8 @@ async def test_json_answer_matching_the_output_schema_lands_in_state_under_outpu
     output = await harness.rt.pool.fetchval("SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"])
     assert output["json"] == {"sentiment": "positive", "score": 0.92}
     assert output["text"] == answer
-    assert "GUARDRAIL_FAILED" not in result.event_types()
+    assert "GUARDRAIL_FAILED" not in result.event_types() and result.traces == []
+    assert result.events_of("LLM_CALL_COMPLETED")[0]["finishReason"] == "stop"
     (request,) = fake.openai.requests
     assert request.json["response_format"] == {"type": "json_object"}
     # The prompt never said "JSON", which OpenAI's json_object mode requires: an instruction is added.
@@ -91,6 +92,10 @@ async def test_text_answer_lands_under_output_key_defaulting_to_the_step_name(
     assert result.status == "COMPLETED", result.run["error"]
     assert result.state == {output_key or "draft-reply": "Plain text answer."}
     assert result.run["output"] == result.state  # the run's output is its final state
+    assert result.traces == [] and result.event_types().count("LLM_CALL_COMPLETED") == 1
+    (request,) = fake.anthropic.requests
+    assert request.json["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hello?"}]}]
+    assert "system" not in request.json and "tools" not in request.json
     await assert_trace_event_consistency(harness, result.id)
 
 

@@ -214,3 +214,45 @@ async def test_anthropic_sees_a_failed_call_as_an_error_tool_result_next_to_a_go
         {"type": "tool_result", "tool_use_id": "toolu_b", "content": '["kb-1"]'},
     ]
     await assert_trace_event_consistency(harness, result.id)
+
+
+async def test_tool_referenced_by_name_sends_the_registered_schema(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    ran: list[str] = []
+    _register(harness, ran)
+    fake.openai.enqueue(
+        openai_tool_calls([("call_1", "find_docs", '{"query": "sso"}')]), openai_text("SSO is documented.")
+    )
+    result = await run_workflow(harness, workspace_id, llm_step(tools=["find_docs"]))
+
+    assert result.status == "COMPLETED", result.run["error"]
+    assert ran == ["find_docs"]
+    (sent,) = fake.openai.requests[0].json["tools"]
+    registered = harness.tools.get("find_docs")
+    assert registered is not None
+    assert sent["function"] == {
+        "name": "find_docs",
+        "description": "Search the docs.",
+        "parameters": registered.parameters,
+    }
+    assert registered.parameters["required"] == ["query"]
+    assert registered.parameters["properties"]["limit"]["type"] == "integer"
+    (trace,) = result.traces
+    assert trace["status"] == "completed" and trace["output_json"] == ["sso"]
+    assert result.events_of("TOOL_CALL_COMPLETED")[0]["toolTraceId"] == trace["id"]
+    assert openai_messages(fake, 1)[-1]["content"] == '["sso"]'
+    await assert_trace_event_consistency(harness, result.id)
+
+
+async def test_reference_to_an_unregistered_tool_fails_before_any_model_call(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    result = await run_workflow(harness, workspace_id, llm_step(tools=["not_loaded"]))
+
+    assert result.status == "FAILED"
+    assert result.run["error"]["code"] == "TOOL_NOT_REGISTERED"
+    assert "stevora worker --tools" in result.run["error"]["message"]
+    assert "STEP_RETRYING" not in result.event_types()  # retrying cannot load the module
+    assert result.llm_calls == [] and result.traces == [] and fake.requests == []
+    await assert_trace_event_consistency(harness, result.id)
