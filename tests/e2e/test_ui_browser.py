@@ -230,9 +230,7 @@ async def test_approving_from_the_inbox_continues_the_run_live_on_its_page(
     assert await inbox.locator(f"[data-approval-id='{approval_id}']").count() == 0
 
     # The watcher page follows over SSE: no reload, and the status ends COMPLETED.
-    import time; t0 = time.monotonic()
     await watcher.locator(".run-header .pill-completed").wait_for(timeout=15_000)
-    print("WAITED", time.monotonic() - t0, await watcher.evaluate("JSON.stringify(document.getElementById('run-live').dataset)"))
     assert await watcher.evaluate("window.__notReloaded === true")
     seen_over_sse = await watcher.evaluate("Number(document.getElementById('run-live').dataset.eventsSeen || 0)")
     assert seen_over_sse >= 5  # APPROVAL_DECIDED .. WORKFLOW_COMPLETED arrived on the stream

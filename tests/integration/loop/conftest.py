@@ -47,7 +47,9 @@ class SdkProviders:
         self.fake = fake
         self._clients: list[openai.AsyncOpenAI | anthropic.AsyncAnthropic] = []
 
-    def openai(self, *, max_retries: int = 0, name: str = "openai", timeout_s: float = 10.0) -> OpenAIProvider:
+    def openai(
+        self, *, max_retries: int = 0, name: str = "openai", timeout_s: float = 10.0
+    ) -> OpenAIProvider:
         client = openai.AsyncOpenAI(
             api_key="test",
             base_url=self.fake.openai_base_url,

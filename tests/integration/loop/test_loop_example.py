@@ -51,7 +51,7 @@ def register_example_tools(harness: Harness) -> list[str]:
         calls.append("search_knowledge_base")
         return await example_tools.search_knowledge_base(query, limit)
 
-    async def get_customer_data(customerId: str, ctx: ToolContext) -> dict[str, Any]:  # noqa: N803
+    async def get_customer_data(customerId: str, ctx: ToolContext) -> dict[str, Any]:
         calls.append("get_customer_data")
         return await example_tools.get_customer_data(customerId, ctx)
 
@@ -96,7 +96,7 @@ async def check_example_rows(result: LoopRun, provider: str, model: str, calls: 
     assert llm_events[0]["toolCalls"] == ["search_knowledge_base", "get_customer_data"]
     tool_events = sorted(result.events_of("TOOL_CALL_COMPLETED"), key=lambda e: e["sequence"])
     assert [e["toolTraceId"] for e in tool_events] == [t["id"] for t in result.traces]
-    output = (await result.harness.rt.pool.fetchval("SELECT output FROM step_runs WHERE id = $1", step_run_id))
+    output = await result.harness.rt.pool.fetchval("SELECT output FROM step_runs WHERE id = $1", step_run_id)
     assert output["rounds"] == 2 and output["toolRounds"] == 1 and output["provider"] == provider
     await assert_trace_event_consistency(result.harness, result.id)
 
@@ -124,13 +124,19 @@ async def test_research_agent_example_on_the_openai_api(
         {"role": "system", "content": research_agent("gpt-4o")["steps"][0]["systemPrompt"]},
         {"role": "user", "content": PROMPT},
     ]
-    assert [t["function"]["name"] for t in first.json["tools"]] == ["search_knowledge_base", "get_customer_data"]
+    assert [t["function"]["name"] for t in first.json["tools"]] == [
+        "search_knowledge_base",
+        "get_customer_data",
+    ]
     assert first.json["parallel_tool_calls"] is True
     history = openai_messages(fake, 1)
     assert history[:2] == first.json["messages"]
     assert [c["id"] for c in history[2]["tool_calls"]] == ["call_kb", "call_cus"]
     assert history[2]["tool_calls"][0]["function"]["arguments"] == '{"query": "refund policy", "limit": 2}'
-    assert [(m["role"], m["tool_call_id"]) for m in history[3:]] == [("tool", "call_kb"), ("tool", "call_cus")]
+    assert [(m["role"], m["tool_call_id"]) for m in history[3:]] == [
+        ("tool", "call_kb"),
+        ("tool", "call_cus"),
+    ]
     assert json.loads(history[3]["content"]) == result.traces[0]["output_json"]
     assert json.loads(history[4]["content"]) == result.traces[1]["output_json"]
     assert second.json["tools"] == first.json["tools"]
@@ -171,7 +177,10 @@ async def test_research_agent_example_on_the_anthropic_api(
     ]
     results = history[2]["content"]
     assert history[2]["role"] == "user"
-    assert [(b["type"], b["tool_use_id"]) for b in results] == [("tool_result", "toolu_kb"), ("tool_result", "toolu_cus")]
+    assert [(b["type"], b["tool_use_id"]) for b in results] == [
+        ("tool_result", "toolu_kb"),
+        ("tool_result", "toolu_cus"),
+    ]
     assert json.loads(results[0]["content"]) == result.traces[0]["output_json"]
     assert not any(b.get("is_error") for b in results)
     assert result.llm_calls[0]["response"]["text"] == "Let me look that up."
@@ -246,7 +255,10 @@ async def test_parallel_tool_calls_false_runs_calls_one_by_one(
     result = await run_workflow(harness, workspace_id, step)
     assert result.status == "COMPLETED", result.run["error"]
     assert spans[1][0] >= spans[0][1]  # the second started after the first ended
-    assert fake.anthropic.requests[0].json["tool_choice"] == {"type": "auto", "disable_parallel_tool_use": True}
+    assert fake.anthropic.requests[0].json["tool_choice"] == {
+        "type": "auto",
+        "disable_parallel_tool_use": True,
+    }
     assert [t["sequence"] for t in result.traces] == [0, 1]
     assert [e["sequence"] for e in result.events_of("TOOL_CALL_COMPLETED")] == [0, 1]
     await assert_trace_event_consistency(harness, result.id)

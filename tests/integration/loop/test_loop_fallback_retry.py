@@ -53,7 +53,9 @@ async def test_fallback_model_continues_the_loop_from_the_committed_transcript(
 ) -> None:
     runs = _register(harness)
     fake.openai.enqueue(ROUND_ONE, error(500, "upstream exploded"))
-    fake.anthropic.enqueue(anthropic_text("Refunds: see the article. Customer unknown.", model="claude-haiku-4-5"))
+    fake.anthropic.enqueue(
+        anthropic_text("Refunds: see the article. Customer unknown.", model="claude-haiku-4-5")
+    )
     step = llm_step(
         systemPrompt="Be brief.", tools=TOOLS, fallbackModels=["claude-haiku-4-5"], retry={"maxAttempts": 1}
     )
@@ -107,9 +109,17 @@ async def test_fallback_model_continues_the_loop_from_the_committed_transcript(
         },
     ]
     # The failed OpenAI round-2 request carried the same history (ids normalised for OpenAI too).
-    assert [m.get("tool_call_id") for m in openai_messages(fake, 1) if m["role"] == "tool"] == ["call_1_0", "call_B2"]
-    assert [t["tool_call_id"] for t in result.traces] == ["call.1:kb", "call_B2"]  # traces keep the original ids
-    output = await harness.rt.pool.fetchval("SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"])
+    assert [m.get("tool_call_id") for m in openai_messages(fake, 1) if m["role"] == "tool"] == [
+        "call_1_0",
+        "call_B2",
+    ]
+    assert [t["tool_call_id"] for t in result.traces] == [
+        "call.1:kb",
+        "call_B2",
+    ]  # traces keep the original ids
+    output = await harness.rt.pool.fetchval(
+        "SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"]
+    )
     assert (output["provider"], output["model"]) == ("anthropic", "claude-haiku-4-5")
     await assert_trace_event_consistency(harness, result.id)
 
@@ -160,7 +170,12 @@ async def test_retryable_provider_failure_retries_the_step_and_resumes_the_loop(
     assert result.state == {"agent": "Resumed and answered."}
     assert runs == {"search_kb": 1, "get_customer": 1}  # committed tool calls were not re-run
     first, second = result.step_runs
-    assert (first["attempt"], first["status"], second["attempt"], second["status"]) == (1, "FAILED", 2, "COMPLETED")
+    assert (first["attempt"], first["status"], second["attempt"], second["status"]) == (
+        1,
+        "FAILED",
+        2,
+        "COMPLETED",
+    )
     assert first["error"]["code"] == "LLM_PROVIDER_ERROR" and first["error"]["retryable"] is True
     assert [(c["round"], c["status"], c["step_run_id"]) for c in result.llm_calls] == [
         (1, "completed", first["id"]),
@@ -175,8 +190,11 @@ async def test_retryable_provider_failure_retries_the_step_and_resumes_the_loop(
     assert (retrying["attempt"], retrying["nextAttempt"], retrying["maxAttempts"]) == (1, 2, 3)
     assert retrying["error"]["code"] == "LLM_PROVIDER_ERROR"
     assert types[types.index("STEP_RETRYING") + 1 :] == [
-        "STEP_STARTED", "LLM_CALL_COMPLETED", "STEP_COMPLETED", "WORKFLOW_COMPLETED"
-    ]  # fmt: skip
+        "STEP_STARTED",
+        "LLM_CALL_COMPLETED",
+        "STEP_COMPLETED",
+        "WORKFLOW_COMPLETED",
+    ]
 
     requests = fake.openai.requests
     assert len(requests) == 4
@@ -184,7 +202,10 @@ async def test_retryable_provider_failure_retries_the_step_and_resumes_the_loop(
     # (including the failed tool's error result).
     assert requests[3].json["messages"] == requests[1].json["messages"]
     tool_results = [m for m in openai_messages(fake, 3) if m["role"] == "tool"]
-    assert [m["content"] for m in tool_results] == ['["article about refunds"]', error_json("no such customer")]
+    assert [m["content"] for m in tool_results] == [
+        '["article about refunds"]',
+        error_json("no such customer"),
+    ]
     await assert_trace_event_consistency(harness, result.id)
 
 
@@ -218,7 +239,10 @@ async def test_unconfigured_fallback_does_not_hide_a_retryable_provider_failure(
     (retrying,) = result.events_of("STEP_RETRYING")
     assert retrying["error"]["code"] == "LLM_PROVIDER_ERROR"
     assert retrying["error"]["details"]["statusCode"] == 503
-    assert [(c["provider"], c["status"]) for c in result.llm_calls] == [("openai", "failed"), ("openai", "completed")]
+    assert [(c["provider"], c["status"]) for c in result.llm_calls] == [
+        ("openai", "failed"),
+        ("openai", "completed"),
+    ]
     assert result.state == {"agent": "Second attempt worked."}
     assert result.event_types().count("LLM_CALL_FAILED") == 1 and result.traces == []
     assert len(fake.openai.requests) == 2 and fake.anthropic.requests == []

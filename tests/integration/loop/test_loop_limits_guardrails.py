@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from stevora.llm.guardrails import feedback_message, Violation
+from stevora.llm.guardrails import Violation, feedback_message
 from stevora.testing.fake_llm import (
     FakeLLMServer,
     anthropic_text,
@@ -57,7 +57,11 @@ async def test_still_asking_for_tools_after_max_tool_rounds_fails_the_step(
     assert result.run["error"]["code"] == "MAX_TOOL_ROUNDS"
     assert result.run["error"]["details"] == {"maxToolRounds": 2, "requestedTools": ["check_stock"]}
     assert calls == [1, 2]  # the third request's tool was not executed
-    assert [(c["round"], c["status"]) for c in result.llm_calls] == [(1, "completed"), (2, "completed"), (3, "completed")]
+    assert [(c["round"], c["status"]) for c in result.llm_calls] == [
+        (1, "completed"),
+        (2, "completed"),
+        (3, "completed"),
+    ]
     assert [(t["round"], t["input_json"]) for t in result.traces] == [(1, {"sku": 1}), (2, {"sku": 2})]
     types = result.event_types()
     assert types.count("LLM_CALL_COMPLETED") == 3 and types.count("TOOL_CALL_COMPLETED") == 2
@@ -82,7 +86,9 @@ async def test_on_max_tool_rounds_complete_keeps_the_last_text(
     assert result.status == "COMPLETED", result.run["error"]
     assert result.state == {"stock": "Nothing is in stock so far."}
     assert calls == [1, 2]
-    output = await harness.rt.pool.fetchval("SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"])
+    output = await harness.rt.pool.fetchval(
+        "SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"]
+    )
     assert output["stoppedAtMaxToolRounds"] is True
     assert (output["rounds"], output["toolRounds"], output["text"]) == (3, 2, "Nothing is in stock so far.")
     assert result.event_types().count("TOOL_CALL_COMPLETED") == 2
@@ -124,7 +130,9 @@ async def test_guardrail_warn_completes_with_warnings(
     assert result.state == {"agent": "A guaranteed refund is yours."}
     (event,) = result.events_of("GUARDRAIL_FAILED")
     assert event["action"] == "warn"
-    output = await harness.rt.pool.fetchval("SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"])
+    output = await harness.rt.pool.fetchval(
+        "SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"]
+    )
     assert output["guardrailWarnings"] == event["violations"]
     assert len(fake.openai.requests) == 1
     await assert_trace_event_consistency(harness, result.id)
@@ -138,7 +146,10 @@ FEEDBACK_STEP = llm_step(
     outputSchema=RISK_SCHEMA,
     outputKey="risk",
     guardrails={
-        "postChecks": [{"type": "schema_validation"}, {"type": "confidence_threshold", "config": {"min": 0.7}}],
+        "postChecks": [
+            {"type": "schema_validation"},
+            {"type": "confidence_threshold", "config": {"min": 0.7}},
+        ],
         "onFailure": "retry_with_feedback",
     },
 )
@@ -167,8 +178,11 @@ async def test_guardrail_retry_with_feedback_reprompts_with_the_failures(
     )
     (event,) = result.events_of("GUARDRAIL_FAILED")
     assert event == {
-        "stepName": "agent", "round": 1, "action": "retry_with_feedback", "violations": [v.to_dict() for v in violations]
-    }  # fmt: skip
+        "stepName": "agent",
+        "round": 1,
+        "action": "retry_with_feedback",
+        "violations": [v.to_dict() for v in violations],
+    }
     # What the model was sent in the feedback round: its own answer, then the failures.
     assert anthropic_messages(fake, 1) == [
         {"role": "user", "content": [{"type": "text", "text": "Assess the risk of vendor X as JSON."}]},

@@ -49,7 +49,9 @@ async def test_json_answer_matching_the_output_schema_lands_in_state_under_outpu
 
     assert result.status == "COMPLETED", result.run["error"]
     assert result.state == {"classification": {"sentiment": "positive", "score": 0.92}}
-    output = await harness.rt.pool.fetchval("SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"])
+    output = await harness.rt.pool.fetchval(
+        "SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"]
+    )
     assert output["json"] == {"sentiment": "positive", "score": 0.92}
     assert output["text"] == answer
     assert "GUARDRAIL_FAILED" not in result.event_types() and result.traces == []
@@ -108,8 +110,12 @@ async def test_total_cost_cents_is_the_sum_of_llm_call_costs(
     harness.tools.register("lookup", lambda input: {"found": True})
     usages = [(1000, 500), (2000, 40), (3000, 700)]
     fake.openai.enqueue(
-        openai_tool_calls([("call_1", "lookup", "{}")], usage={"prompt_tokens": 1000, "completion_tokens": 500}),
-        openai_tool_calls([("call_2", "lookup", "{}")], usage={"prompt_tokens": 2000, "completion_tokens": 40}),
+        openai_tool_calls(
+            [("call_1", "lookup", "{}")], usage={"prompt_tokens": 1000, "completion_tokens": 500}
+        ),
+        openai_tool_calls(
+            [("call_2", "lookup", "{}")], usage={"prompt_tokens": 2000, "completion_tokens": 40}
+        ),
         openai_text("Done.", usage={"prompt_tokens": 3000, "completion_tokens": 700}),
     )
     result = await run_workflow(harness, workspace_id, llm_step(tools=[tool_def("lookup")]))
@@ -124,7 +130,9 @@ async def test_total_cost_cents_is_the_sum_of_llm_call_costs(
     assert result.run["total_cost_cents"] == pytest.approx(sum(expected) * 100)
     assert result.run["total_input_tokens"] == 6000 and result.run["total_output_tokens"] == 1240
     assert [e["costUsd"] for e in result.events_of("LLM_CALL_COMPLETED")] == pytest.approx(expected)
-    output = await harness.rt.pool.fetchval("SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"])
+    output = await harness.rt.pool.fetchval(
+        "SELECT output FROM step_runs WHERE id = $1", result.step_runs[0]["id"]
+    )
     assert output["costUsd"] == pytest.approx(total_usd)
     assert output["usage"] == {"inputTokens": 6000, "outputTokens": 1240}
     await assert_trace_event_consistency(harness, result.id)

@@ -83,41 +83,69 @@ def _register(harness: Harness, ran: list[str]) -> list[dict[str, Any]]:
 
 CASES = {
     "declared_but_unregistered": Case(
-        "lookup_order", '{"orderId": "o_1"}', "TOOL_NOT_REGISTERED",
-        error_json("Tool 'lookup_order' not registered"), "Tool 'lookup_order' not registered", {"orderId": "o_1"},
+        "lookup_order",
+        '{"orderId": "o_1"}',
+        "TOOL_NOT_REGISTERED",
+        error_json("Tool 'lookup_order' not registered"),
+        "Tool 'lookup_order' not registered",
+        {"orderId": "o_1"},
     ),
     "unknown_tool_name": Case(
-        "drop_tables", "{}", "TOOL_NOT_REGISTERED",
-        error_json("Tool 'drop_tables' not registered"), "Tool 'drop_tables' not registered", {},
+        "drop_tables",
+        "{}",
+        "TOOL_NOT_REGISTERED",
+        error_json("Tool 'drop_tables' not registered"),
+        "Tool 'drop_tables' not registered",
+        {},
     ),
     "schema_invalid_arguments": Case(
-        "search_kb", '{"limit": "ten"}', "INVALID_ARGUMENTS",
-        error_json("Invalid arguments for tool 'search_kb': limit: 'ten' is not of type 'integer'; "
-                   "query: 'query' is a required property"),
+        "search_kb",
+        '{"limit": "ten"}',
+        "INVALID_ARGUMENTS",
+        error_json(
+            "Invalid arguments for tool 'search_kb': limit: 'ten' is not of type 'integer'; "
+            "query: 'query' is a required property"
+        ),
         "Invalid arguments for tool 'search_kb': limit: 'ten' is not of type 'integer'; "
         "query: 'query' is a required property",
         {"limit": "ten"},
     ),
     "bad_json_for_typed_tool": Case(
-        "find_docs", '{"query": "refunds', "INVALID_ARGUMENTS",
-        error_json("Invalid arguments for tool 'find_docs': raw: unexpected argument; "
-                   "query: missing required argument"),
+        "find_docs",
+        '{"query": "refunds',
+        "INVALID_ARGUMENTS",
+        error_json(
+            "Invalid arguments for tool 'find_docs': raw: unexpected argument; "
+            "query: missing required argument"
+        ),
         "Invalid arguments for tool 'find_docs': raw: unexpected argument; query: missing required argument",
         {"raw": '{"query": "refunds'},
     ),
     "raising_handler": Case(
-        "crm_lookup", "{}", "TOOL_ERROR", error_json("CRM is down"), "RuntimeError: CRM is down", {},
+        "crm_lookup",
+        "{}",
+        "TOOL_ERROR",
+        error_json("CRM is down"),
+        "RuntimeError: CRM is down",
+        {},
     ),
     "timeout": Case(
-        "slow_lookup", "{}", "TOOL_TIMEOUT",
-        error_json("Tool 'slow_lookup' timed out after 0.2s"), "Tool 'slow_lookup' timed out after 0.2s", {},
+        "slow_lookup",
+        "{}",
+        "TOOL_TIMEOUT",
+        error_json("Tool 'slow_lookup' timed out after 0.2s"),
+        "Tool 'slow_lookup' timed out after 0.2s",
+        {},
     ),
     "oversized_output": Case(
-        "dump_logs", "{}", "TOOL_OUTPUT_TOO_LARGE",
+        "dump_logs",
+        "{}",
+        "TOOL_OUTPUT_TOO_LARGE",
         error_json("Tool output is 1500 bytes, over the 1000-byte limit"),
-        "Tool output is 1500 bytes, over the 1000-byte limit", {},
+        "Tool output is 1500 bytes, over the 1000-byte limit",
+        {},
     ),
-}  # fmt: skip
+}
 
 
 @pytest.mark.parametrize("case_name", list(CASES))
@@ -210,7 +238,12 @@ async def test_anthropic_sees_a_failed_call_as_an_error_tool_result_next_to_a_go
     assert result.event_types().count("TOOL_CALL_COMPLETED") == 1
     results = anthropic_messages(fake, 1)[2]["content"]
     assert results == [
-        {"type": "tool_result", "tool_use_id": "toolu_a", "content": error_json("CRM is down"), "is_error": True},
+        {
+            "type": "tool_result",
+            "tool_use_id": "toolu_a",
+            "content": error_json("CRM is down"),
+            "is_error": True,
+        },
         {"type": "tool_result", "tool_use_id": "toolu_b", "content": '["kb-1"]'},
     ]
     await assert_trace_event_consistency(harness, result.id)

@@ -1,0 +1,221 @@
+"""Rich output for the remote commands: run tables, a run's steps, and lines for events."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from stevora.client import Event, Page, WorkflowRun
+
+STATUS_STYLES = {
+    "COMPLETED": "green",
+    "FAILED": "red",
+    "CANCELLED": "yellow",
+    "WAITING": "cyan",
+    "PAUSED": "magenta",
+    "RUNNING": "blue",
+    "PENDING": "dim",
+    "SKIPPED": "dim",
+}
+
+
+def status(value: str) -> str:
+    style = STATUS_STYLES.get(value, "white")
+    return f"[{style}]{escape(value)}[/{style}]"
+
+
+def duration(ms: float | None) -> str:
+    if ms is None:
+        return "-"
+    if ms < 1000:
+        return f"{ms:.0f} ms"
+    if ms < 60_000:
+        return f"{ms / 1000:.1f} s"
+    minutes, seconds = divmod(int(ms // 1000), 60)
+    return f"{minutes}m {seconds:02d}s"
+
+
+def usd(value: float) -> str:
+    return f"${value:.4f}"
+
+
+def when(value: datetime | None) -> str:
+    return value.astimezone().strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def short_json(value: Any, limit: int = 120) -> str:
+    text = json.dumps(value, separators=(",", ":"), default=str)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def error_text(error: dict[str, Any] | None) -> str:
+    if not error:
+        return ""
+    return f"{error.get('code', 'ERROR')}: {error.get('message', '')}"
+
+
+def runs_table(page: Page[WorkflowRun]) -> Table:
+    table = Table(
+        title=f"Runs · page {page.meta.page}/{max(page.meta.total_pages, 1)} · {page.meta.total} total"
+    )
+    table.add_column("ID", no_wrap=True, min_width=26)
+    table.add_column("Status")
+    table.add_column("Definition", no_wrap=True, overflow="ellipsis")
+    table.add_column("Step")
+    table.add_column("Cost", justify="right")
+    table.add_column("Created", no_wrap=True)
+    for run in page.data:
+        table.add_row(
+            run.id,
+            status(run.status),
+            escape(run.definition_id),
+            escape(run.current_step_name or ""),
+            usd(run.total_cost_usd),
+            when(run.created_at),
+        )
+    return table
+
+
+def run_header(run: WorkflowRun) -> Table:
+    grid = Table.grid(padding=(0, 2))
+    grid.add_column(style="bold")
+    grid.add_column()
+    definition = f"{run.definition.name} v{run.definition.version}" if run.definition else ""
+    grid.add_row("Run", run.id)
+    grid.add_row("Definition", f"{escape(definition)} ({run.definition_id})")
+    grid.add_row("Status", status(run.status))
+    grid.add_row("Created", when(run.created_at))
+    if run.started_at:
+        grid.add_row("Started", when(run.started_at))
+    finished = run.completed_at or run.failed_at or run.cancelled_at
+    if finished:
+        grid.add_row("Finished", when(finished))
+    tokens = run.total_input_tokens + run.total_output_tokens
+    grid.add_row("LLM cost", f"{usd(run.total_cost_usd)} ({tokens} tokens)")
+    grid.add_row("Input", escape(short_json(run.input)))
+    if run.output is not None:
+        grid.add_row("Output", escape(short_json(run.output)))
+    if run.error:
+        grid.add_row("Error", f"[red]{escape(error_text(run.error))}[/red]")
+    return grid
+
+
+def steps_table(run: WorkflowRun) -> Table:
+    table = Table(title="Steps")
+    for name, justify in (("#", "right"), ("Step", "left"), ("Type", "left"), ("Status", "left"),
+                          ("Attempt", "right"), ("Duration", "right"), ("Error", "left")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for index, step in enumerate(run.step_runs or [], start=1):
+        table.add_row(
+            str(index),
+            escape(step.step_name),
+            step.step_type,
+            status(step.status),
+            str(step.attempt),
+            duration(step.duration_ms),
+            escape(error_text(step.error)),
+        )
+    return table
+
+
+def event_line(event: Event) -> str:
+    """`runs events`: sequence, time, type, step and payload of one event."""
+    payload = dict(event.payload)
+    step = payload.pop("stepName", "")
+    stamp = event.created_at.astimezone().strftime("%H:%M:%S.%f")[:-3] if event.created_at else ""
+    return (
+        f"[dim]{event.sequence:>4}  {stamp}[/dim]  [bold]{event.event_type:<20}[/bold] "
+        f"{escape(str(step)):<16} [dim]{escape(short_json(payload))}[/dim]"
+    )
+
+
+class Progress:
+    """`run --watch`: one readable line per meaningful event, and the run's LLM totals."""
+
+    def __init__(self) -> None:
+        self.cost_usd = 0.0
+        self.tokens = 0
+        self.llm_calls = 0
+
+    def line(self, event: Event) -> str | None:
+        p = event.payload
+        step = escape(str(p.get("stepName", "")))
+        kind = event.event_type
+        if kind == "STEP_STARTED":
+            retry = f" attempt {p['attempt']}" if p.get("attempt", 1) > 1 else ""
+            return f"[blue]▶[/blue] {step} [dim]({p.get('stepType', '')}{retry})[/dim]"
+        if kind == "STEP_COMPLETED":
+            return f"[green]✓[/green] {step} [dim]{duration(p.get('durationMs'))}[/dim]"
+        if kind == "STEP_FAILED":
+            return f"[red]✗[/red] {step} failed: {escape(error_text(p.get('error')))}"
+        if kind == "STEP_RETRYING":
+            attempts = f"attempt {p.get('nextAttempt')}/{p.get('maxAttempts')}"
+            return f"[yellow]↻[/yellow] {step} retrying in {duration(p.get('delayMs'))} ({attempts})"
+        if kind == "STEP_SKIPPED":
+            return f"[dim]- {step} skipped[/dim]"
+        if kind == "LLM_CALL_COMPLETED":
+            return self._llm_round(p)
+        if kind == "LLM_CALL_FAILED":
+            model = escape(str(p.get("model")))
+            return (
+                f"  [red]◆ round {p.get('round')} {model} failed[/red]: {escape(error_text(p.get('error')))}"
+            )
+        if kind in ("TOOL_CALL_COMPLETED", "TOOL_CALL_FAILED"):
+            ok = kind == "TOOL_CALL_COMPLETED"
+            mark = (
+                "[green]completed[/green]" if ok else f"[red]failed[/red] {escape(str(p.get('error', '')))}"
+            )
+            tool = escape(str(p.get("toolName")))
+            return f"    [magenta]⚙[/magenta] {tool} {mark} [dim]{duration(p.get('durationMs'))}[/dim]"
+        if kind == "GUARDRAIL_FAILED":
+            return f"  [yellow]⚠ guardrail failed[/yellow] ({escape(str(p.get('action')))}) in {step}"
+        return self._run_line(kind, p, step)
+
+    def _llm_round(self, p: dict[str, Any]) -> str:
+        cost = float(p.get("costUsd") or 0.0)
+        tokens_in, tokens_out = int(p.get("inputTokens") or 0), int(p.get("outputTokens") or 0)
+        self.cost_usd += cost
+        self.tokens += tokens_in + tokens_out
+        self.llm_calls += 1
+        tools = p.get("toolCalls") or []
+        asks = f" → {escape(', '.join(tools))}" if tools else ""
+        return (
+            f"  [cyan]◆[/cyan] round {p.get('round')} {escape(str(p.get('model')))} "
+            f"[dim]{tokens_in} in / {tokens_out} out · {usd(cost)} · "
+            f"{duration(p.get('durationMs'))}[/dim]{asks}"
+        )
+
+    def _run_line(self, kind: str, p: dict[str, Any], step: str) -> str | None:
+        if kind == "WORKFLOW_PAUSED":
+            reason = p.get("reason")
+            if reason == "wait":
+                return f"[cyan]⏸[/cyan] {step} waiting until {escape(str(p.get('waitUntil')))}"
+            if reason == "external_event":
+                return f"[cyan]⏸[/cyan] {step} waiting for signal '{escape(str(p.get('signalType')))}'"
+            if reason == "manual":
+                return "[magenta]⏸ paused[/magenta]"
+            return None  # approvals have their own line
+        if kind == "APPROVAL_REQUESTED":
+            approval = escape(str(p.get("approvalRequestId")))
+            return f"[cyan]⏸[/cyan] {step} waiting for approval — [bold]stevora approve {approval}[/bold]"
+        if kind == "APPROVAL_DECIDED":
+            by = f" by {escape(str(p['decidedBy']))}" if p.get("decidedBy") else ""
+            return f"[cyan]☑[/cyan] {step} {escape(str(p.get('decision')))}{by}"
+        if kind == "WORKFLOW_RESUMED" and p.get("reason") in ("manual", "retry", "signal"):
+            return f"[blue]⏵ resumed[/blue] ({escape(str(p.get('reason')))})"
+        return None
+
+    def summary(self, run: WorkflowRun) -> str:
+        started = run.started_at or run.created_at
+        finished = run.completed_at or run.failed_at or run.cancelled_at
+        took = duration((finished - started).total_seconds() * 1000) if started and finished else "-"
+        line = f"{status(run.status)} in {took} · LLM cost {usd(run.total_cost_usd)}"
+        if self.llm_calls:
+            line += f" ({self.llm_calls} calls, {self.tokens} tokens)"
+        if run.error:
+            line += f"\n[red]{escape(error_text(run.error))}[/red]"
+        return line
