@@ -29,8 +29,9 @@ from stevora.client import (
 )
 from stevora.client.operations import Decision
 
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+# soft_wrap: long lines (ids, commands to copy) are left whole for the terminal to wrap.
+console = Console(highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 definitions_app = typer.Typer(help="Manage workflow definitions.", no_args_is_help=True)

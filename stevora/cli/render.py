@@ -6,6 +6,7 @@ import json
 from datetime import datetime
 from typing import Any
 
+from rich import box
 from rich.markup import escape
 from rich.table import Table
 
@@ -59,23 +60,19 @@ def error_text(error: dict[str, Any] | None) -> str:
 
 
 def runs_table(page: Page[WorkflowRun]) -> Table:
+    meta = page.meta
     table = Table(
-        title=f"Runs · page {page.meta.page}/{max(page.meta.total_pages, 1)} · {page.meta.total} total"
+        title=f"Runs · page {meta.page}/{max(meta.total_pages, 1)} · {meta.total} total", box=box.SIMPLE_HEAD
     )
-    table.add_column("ID", no_wrap=True, min_width=26)
-    table.add_column("Status")
-    table.add_column("Definition", no_wrap=True, overflow="ellipsis")
+    table.add_column("ID", no_wrap=True)
+    table.add_column("Status", no_wrap=True)
     table.add_column("Step")
-    table.add_column("Cost", justify="right")
+    table.add_column("Cost", justify="right", no_wrap=True)
     table.add_column("Created", no_wrap=True)
     for run in page.data:
+        created = run.created_at.astimezone().strftime("%m-%d %H:%M:%S") if run.created_at else "-"
         table.add_row(
-            run.id,
-            status(run.status),
-            escape(run.definition_id),
-            escape(run.current_step_name or ""),
-            usd(run.total_cost_usd),
-            when(run.created_at),
+            run.id, status(run.status), escape(run.current_step_name or ""), usd(run.total_cost_usd), created
         )
     return table
 
@@ -105,7 +102,7 @@ def run_header(run: WorkflowRun) -> Table:
 
 
 def steps_table(run: WorkflowRun) -> Table:
-    table = Table(title="Steps")
+    table = Table(title="Steps", box=box.SIMPLE_HEAD)
     for name, justify in (("#", "right"), ("Step", "left"), ("Type", "left"), ("Status", "left"),
                           ("Attempt", "right"), ("Duration", "right"), ("Error", "left")):  # fmt: skip
         table.add_column(name, justify=justify)  # type: ignore[arg-type]

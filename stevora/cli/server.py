@@ -24,7 +24,9 @@ def _settings(**overrides: object) -> Settings:
 
 
 @app.command()
-def migrate(database_url: Annotated[str | None, typer.Option(help="Overrides STEVORA_DATABASE_URL")] = None) -> None:
+def migrate(
+    database_url: Annotated[str | None, typer.Option(help="Overrides STEVORA_DATABASE_URL")] = None,
+) -> None:
     """Bring the database schema to the newest revision (Alembic upgrade head)."""
     from stevora.db.migrate import upgrade_head
 
@@ -50,7 +52,8 @@ def api(
 @app.command()
 def worker(
     tools: Annotated[
-        list[str] | None, typer.Option("--tools", help="Module to import at start (its register_tool / @tool calls)")
+        list[str] | None,
+        typer.Option("--tools", help="Module to import at start (its register_tool / @tool calls)"),
     ] = None,
     processes: Annotated[int | None, typer.Option(help="Worker processes (STEVORA_WORKER_PROCESSES)")] = None,
     threads: Annotated[int | None, typer.Option(help="Threads per process (STEVORA_WORKER_THREADS)")] = None,
@@ -61,15 +64,22 @@ def worker(
     settings = _settings()
     if tools:
         settings = settings.model_copy(update={"tool_modules": [*settings.tool_modules, *tools]})
-    raise typer.Exit(run(settings, processes=processes or settings.worker_processes,
-                         threads=threads or settings.worker_threads))
+    raise typer.Exit(
+        run(
+            settings,
+            processes=processes or settings.worker_processes,
+            threads=threads or settings.worker_threads,
+        )
+    )
 
 
 @app.command()
 def dev(
     port: Annotated[int, typer.Option(help="API port")] = 3000,
     data_dir: Annotated[Path | None, typer.Option(help="Where embedded PostgreSQL keeps its data")] = None,
-    tools: Annotated[list[str] | None, typer.Option("--tools", help="Module with your tools / task handlers")] = None,
+    tools: Annotated[
+        list[str] | None, typer.Option("--tools", help="Module with your tools / task handlers")
+    ] = None,
 ) -> None:
     """Embedded PostgreSQL + in-process broker and worker + the API, on localhost."""
     from stevora.devstack import DevStack
@@ -99,14 +109,21 @@ def demo(
 
     import os
 
-    settings = _settings(data_dir=str(data_dir) if data_dir else None, tool_modules=["examples.tools"],
-                         log_level=os.environ.get("STEVORA_LOG_LEVEL", "WARNING"))
+    settings = _settings(
+        data_dir=str(data_dir) if data_dir else None,
+        tool_modules=["examples.tools"],
+        log_level=os.environ.get("STEVORA_LOG_LEVEL", "WARNING"),
+    )
     stack = DevStack(settings, port=port)
     try:
         stack.start_backend()
         stack.start_api_in_thread()
-        ok = run_demo(stack.url, stack.api_key, Path(settings.data_dir) / "dev-api-key",
-                      offline=not (settings.openai_api_key or settings.anthropic_api_key))
+        ok = run_demo(
+            stack.url,
+            stack.api_key,
+            Path(settings.data_dir) / "dev-api-key",
+            offline=not (settings.openai_api_key or settings.anthropic_api_key),
+        )
     finally:
         stack.stop()
     raise typer.Exit(0 if ok else 1)

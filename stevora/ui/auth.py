@@ -21,6 +21,8 @@ from urllib.parse import quote, unquote, urlsplit
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
+from stevora.errors import StevoraError
+
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
 
@@ -49,7 +51,12 @@ def csrf_token_for(raw_key: str) -> str:
 
 
 def runtime_of(request: Request) -> Runtime:
-    return request.app.state.runtime  # type: ignore[no-any-return]
+    """`app.state.runtime`, or the API app's `app.state.ctx.runtime` (started by its lifespan)."""
+    state = request.app.state
+    rt = getattr(state, "runtime", None) or getattr(getattr(state, "ctx", None), "runtime", None)
+    if rt is None:
+        raise StevoraError("Runtime is not started", http_status=503, code="SERVICE_UNAVAILABLE")
+    return rt  # type: ignore[no-any-return]
 
 
 async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:

@@ -36,7 +36,7 @@ def duration(ms: float | None) -> str:
         return f"{seconds:.1f} s"
     minutes, secs = divmod(int(seconds), 60)
     if minutes < 60:
-        return f"{minutes} min {secs} s"
+        return f"{minutes} min {secs} s" if secs else f"{minutes} min"
     hours, minutes = divmod(minutes, 60)
     return f"{hours} h {minutes:02d} min"
 
@@ -216,8 +216,11 @@ def step_details(step: dict[str, Any]) -> list[tuple[str, str]]:
         if step.get("untilTimestamp"):
             out.append(("until", str(step["untilTimestamp"])))
     elif kind == "condition":
-        out += [("if", str(step.get("expression"))), ("then", str(step.get("trueStep"))),
-                ("else", str(step.get("falseStep")))]
+        out += [
+            ("if", str(step.get("expression"))),
+            ("then", str(step.get("trueStep"))),
+            ("else", str(step.get("falseStep"))),
+        ]
     elif kind == "llm":
         models = [step.get("model"), *(step.get("fallbackModels") or [])]
         out.append(("model", " → ".join(str(m) for m in models)))

@@ -21,6 +21,7 @@ PAGE_SIZE = 25
 EVENTS_SHOWN = 200
 RUN_STATUSES = ("PENDING", "RUNNING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
 
+_RUNS_JOIN = "workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id"
 _RUN_LIST_COLUMNS = (
     "r.id, r.status, r.current_step_name, r.created_at, r.started_at, r.completed_at, r.failed_at, "
     "r.cancelled_at, r.total_cost_cents, r.total_input_tokens, r.total_output_tokens, r.definition_id, "
@@ -39,13 +40,16 @@ class RunsPage:
 async def list_runs(
     rt: Runtime, workspace_id: str, *, status: str | None, definition_id: str | None, page: int
 ) -> RunsPage:
-    where = "r.workspace_id = $1 AND ($2::text IS NULL OR r.status = $2) AND ($3::text IS NULL OR r.definition_id = $3)"
+    where = (
+        "r.workspace_id = $1 AND ($2::text IS NULL OR r.status = $2) "
+        "AND ($3::text IS NULL OR r.definition_id = $3)"
+    )
     args = (workspace_id, status, definition_id)
     total = await rt.pool.fetchval(f"SELECT count(*) FROM workflow_runs r WHERE {where}", *args)
     pages = max(1, math.ceil(total / PAGE_SIZE))
     page = min(max(1, page), pages)
     rows = await rt.pool.fetch(
-        f"SELECT {_RUN_LIST_COLUMNS} FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+        f"SELECT {_RUN_LIST_COLUMNS} FROM {_RUNS_JOIN} "
         f"WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT {PAGE_SIZE} OFFSET $4",
         *args,
         (page - 1) * PAGE_SIZE,
@@ -56,7 +60,8 @@ async def list_runs(
 async def definition_choices(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
     return list(
         await rt.pool.fetch(
-            "SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 ORDER BY name, created_at",
+            "SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 "
+            "ORDER BY name, created_at",
             workspace_id,
         )
     )
@@ -142,7 +147,8 @@ def _rounds(calls: list[asyncpg.Record], traces: list[asyncpg.Record]) -> list[R
                 index=i,
                 name=c.get("name", "?"),
                 tool_call_id=c.get("id", ""),
-                arguments=recorded[i]["input_json"] if i in recorded and recorded[i]["input_json"] is not None
+                arguments=recorded[i]["input_json"]
+                if i in recorded and recorded[i]["input_json"] is not None
                 else _arguments(c.get("arguments")),
                 trace=recorded.get(i),
             )
@@ -179,8 +185,8 @@ def step_tools(rt: Runtime, definition_steps: list[Any], step_name: str) -> list
 async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | None:
     async with rt.pool.acquire() as conn:
         run = await conn.fetchrow(
-            "SELECT r.*, d.name AS definition_name, d.version AS definition_version, d.steps AS definition_steps "
-            "FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+            "SELECT r.*, d.name AS definition_name, d.version AS definition_version, "
+            f"d.steps AS definition_steps FROM {_RUNS_JOIN} "
             "WHERE r.id = $1 AND r.workspace_id = $2",
             run_id,
             workspace_id,
@@ -188,7 +194,8 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
         if run is None:
             return None
         steps = await conn.fetch(
-            "SELECT * FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index, visit, attempt",
+            "SELECT * FROM step_runs WHERE workflow_run_id = $1 "
+            "ORDER BY created_at, step_index, visit, attempt",
             run_id,
         )
         calls = await conn.fetch(
@@ -202,7 +209,9 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
             f"ORDER BY sequence DESC LIMIT {EVENTS_SHOWN}) e ORDER BY sequence",
             run_id,
         )
-        events_total = await conn.fetchval("SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1", run_id)
+        events_total = await conn.fetchval(
+            "SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1", run_id
+        )
     calls_by_step: dict[str, list[asyncpg.Record]] = {}
     for c in calls:
         calls_by_step.setdefault(c["step_run_id"], []).append(c)
@@ -229,7 +238,7 @@ async def run_status(rt: Runtime, workspace_id: str, run_id: str) -> str | None:
 async def events_after(rt: Runtime, run_id: str, after: int) -> list[asyncpg.Record]:
     return list(
         await rt.pool.fetch(
-            "SELECT sequence, event_type, step_run_id, payload, created_at FROM workflow_events "
+            "SELECT id, sequence, event_type, step_run_id, payload, created_at FROM workflow_events "
             "WHERE workflow_run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT 500",
             run_id,
             after,
@@ -240,7 +249,8 @@ async def events_after(rt: Runtime, run_id: str, after: int) -> list[asyncpg.Rec
 async def approvals(rt: Runtime, workspace_id: str) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
     """Pending requests (oldest first, the order to work through them) and the 10 latest decided."""
     select = (
-        "SELECT a.*, r.status AS run_status, r.definition_id, d.name AS definition_name, d.version AS definition_version "
+        "SELECT a.*, r.status AS run_status, r.definition_id, "
+        "d.name AS definition_name, d.version AS definition_version "
         "FROM approval_requests a JOIN workflow_runs r ON r.id = a.workflow_run_id "
         "JOIN workflow_definitions d ON d.id = r.definition_id WHERE a.workspace_id = $1 "
     )
@@ -259,14 +269,17 @@ async def pending_approval_count(rt: Runtime, workspace_id: str) -> int:
 
 async def approval_run_id(rt: Runtime, workspace_id: str, approval_id: str) -> str | None:
     return await rt.pool.fetchval(  # type: ignore[no-any-return]
-        "SELECT workflow_run_id FROM approval_requests WHERE id = $1 AND workspace_id = $2", approval_id, workspace_id
+        "SELECT workflow_run_id FROM approval_requests WHERE id = $1 AND workspace_id = $2",
+        approval_id,
+        workspace_id,
     )
 
 
 async def definitions(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
     return list(
         await rt.pool.fetch(
-            "SELECT d.id, d.name, d.version, d.description, d.created_at, jsonb_array_length(d.steps) AS step_count, "
+            "SELECT d.id, d.name, d.version, d.description, d.created_at, "
+            "jsonb_array_length(d.steps) AS step_count, "
             "(SELECT count(*) FROM workflow_runs r WHERE r.definition_id = d.id) AS run_count, "
             "(SELECT max(created_at) FROM workflow_runs r WHERE r.definition_id = d.id) AS last_run_at "
             "FROM workflow_definitions d WHERE d.workspace_id = $1 ORDER BY d.name, d.created_at DESC",
@@ -284,7 +297,7 @@ async def definition(
     if row is None:
         return None
     runs = await rt.pool.fetch(
-        f"SELECT {_RUN_LIST_COLUMNS} FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+        f"SELECT {_RUN_LIST_COLUMNS} FROM {_RUNS_JOIN} "
         "WHERE r.definition_id = $1 AND r.workspace_id = $2 ORDER BY r.created_at DESC LIMIT 10",
         definition_id,
         workspace_id,

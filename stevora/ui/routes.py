@@ -21,6 +21,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from stevora.engine import service
+from stevora.engine.service import Decision
 from stevora.errors import StevoraError
 from stevora.ui import auth, queries
 from stevora.ui.auth import UiUser, current_user, runtime_of
@@ -30,11 +31,13 @@ from stevora.ui.stream import EVENT_TYPES, run_events
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
 MAX_FORM_BYTES = 1_000_000
-DECISIONS = ("approved", "rejected", "edited")
+CSRF_FAILED = "Invalid or missing CSRF token; reload the page and try again."
+DECISIONS: dict[str, Decision] = {"approved": "approved", "rejected": "rejected", "edited": "edited"}
+VERBS = {"approved": "Approved", "rejected": "Rejected", "edited": "Edited and approved"}
 # Pages hold workspace data and run only our own script/style files.
 SECURITY_HEADERS = {
-    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-    "connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+    "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",
@@ -42,7 +45,9 @@ SECURITY_HEADERS = {
 
 
 def _static_versions() -> dict[str, str]:
-    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:10] for p in STATIC_DIR.iterdir() if p.is_file()}
+    return {
+        p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:10] for p in STATIC_DIR.iterdir() if p.is_file()
+    }
 
 
 def _templates() -> Jinja2Templates:
@@ -79,7 +84,7 @@ def _int(value: str | None, default: int) -> int:
         return default
 
 
-def build_ui_router() -> APIRouter:  # noqa: C901 - one closure per page keeps the routes readable
+def build_ui_router() -> APIRouter:
     """The /ui routes (pages, fragments, the SSE stream and the decision form)."""
     router = APIRouter(prefix="/ui", include_in_schema=False)
     templates = _templates()
@@ -209,7 +214,9 @@ def build_ui_router() -> APIRouter:  # noqa: C901 - one closure per page keeps t
         if user is None:
             return auth.login_redirect(request)
         pending, decided = await queries.approvals(runtime_of(request), user.workspace_id)
-        return await render(request, user, "approvals.html", {"nav": "approvals", "pending": pending, "decided": decided})
+        return await render(
+            request, user, "approvals.html", {"nav": "approvals", "pending": pending, "decided": decided}
+        )
 
     @router.post("/approvals/{approval_id}/decide")
     async def decide(request: Request, approval_id: str) -> Response:
@@ -218,11 +225,11 @@ def build_ui_router() -> APIRouter:  # noqa: C901 - one closure per page keeps t
             return auth.login_redirect(request)
         form = await _form(request)
         if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
-            return PlainTextResponse("Invalid or missing CSRF token; reload the page and try again.", status_code=403)
-        decision = form.get("decision", "")
+            return PlainTextResponse(CSRF_FAILED, status_code=403)
         response = RedirectResponse("/ui/approvals", status_code=303)
-        if decision not in DECISIONS:
-            auth.set_flash(response, f"Unknown decision '{decision}'.", "error")
+        decision = DECISIONS.get(form.get("decision", ""))
+        if decision is None:
+            auth.set_flash(response, "Unknown decision.", "error")
             return response
         edited: Any = None
         if decision == "edited":
@@ -233,13 +240,16 @@ def build_ui_router() -> APIRouter:  # noqa: C901 - one closure per page keeps t
                 edited = text
         rt = runtime_of(request)
         try:
-            await service.decide_approval(rt, user.workspace_id, approval_id, decision, edited, decided_by="ui")  # type: ignore[arg-type]
+            await service.decide_approval(
+                rt, user.workspace_id, approval_id, decision, edited, decided_by="ui"
+            )
         except StevoraError as exc:
             auth.set_flash(response, exc.message, "error")
             return response
         run_id = await queries.approval_run_id(rt, user.workspace_id, approval_id)
-        verb = {"approved": "Approved", "rejected": "Rejected", "edited": "Edited and approved"}[decision]
-        auth.set_flash(response, f"{verb} {approval_id}. The run continues.", link=f"/ui/runs/{run_id}")
+        auth.set_flash(
+            response, f"{VERBS[decision]} {approval_id}. The run continues.", link=f"/ui/runs/{run_id}"
+        )
         return response
 
     # -- definitions ------------------------------------------------------------------------
@@ -264,4 +274,3 @@ def build_ui_router() -> APIRouter:  # noqa: C901 - one closure per page keeps t
         return await render(request, user, "definition.html", {"nav": "definitions", "d": row, "runs": runs})
 
     return router
-

@@ -37,9 +37,10 @@ EVENT_TYPES = (
 
 def event_json(run_id: str, row: asyncpg.Record) -> dict[str, Any]:
     return {
+        "id": row["id"],
         "workflowRunId": run_id,
-        "sequence": row["sequence"],
         "stepRunId": row["step_run_id"],
+        "sequence": row["sequence"],
         "eventType": row["event_type"],
         "payload": row["payload"],
         "createdAt": iso(row["created_at"]),

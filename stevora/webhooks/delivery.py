@@ -60,9 +60,9 @@ RETURNING d.id, d.event, d.payload, d.attempts, w.url, w.secret, w.is_active
 
 RECORD_SQL = """
 UPDATE webhook_deliveries
-SET status = $2, attempts = attempts + 1, next_attempt_at = $3, last_status_code = $4, last_error = $5,
+SET status = $2::text, attempts = attempts + 1, next_attempt_at = $3, last_status_code = $4, last_error = $5,
     attempt_log = attempt_log || jsonb_build_array($6::jsonb),
-    delivered_at = CASE WHEN $2 = 'DELIVERED' THEN now() ELSE delivered_at END,
+    delivered_at = CASE WHEN $2::text = 'DELIVERED' THEN now() ELSE delivered_at END,
     updated_at = now()
 WHERE id = $1 AND status = 'PENDING'
 """
@@ -152,7 +152,7 @@ async def _record(rt: Runtime, row: Any, outcome: _Outcome) -> None:
     log.info(
         "webhook_attempted",
         delivery_id=row["id"],
-        event=row["event"],
+        webhook_event=row["event"],
         attempt=attempt,
         status=status,
         status_code=outcome.status_code,

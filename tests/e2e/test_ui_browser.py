@@ -31,7 +31,8 @@ FINAL_ANSWER = "Lisbon is 21.5 °C (70.7 °F) and sunny; Oslo has sleet at 4 °C
 
 def _reply(calls: list[tuple[str, dict[str, Any]]] | None = None, text: str | None = None) -> LlmResponse:
     tool_calls = [
-        ToolCall(id=f"call_{name}_{i}", name=name, arguments=json.dumps(args)) for i, (name, args) in enumerate(calls or [])
+        ToolCall(id=f"call_{name}_{i}", name=name, arguments=json.dumps(args))
+        for i, (name, args) in enumerate(calls or [])
     ]
     return LlmResponse(
         text=text,
@@ -106,7 +107,8 @@ async def _failed_run(harness: Harness, workspace_id: str) -> str:
     harness.tasks.register("reserve_stock", reserve)
     def_id = await create_definition(harness.rt, workspace_id, {
         "name": "order-fulfilment", "version": "3",
-        "steps": [{"type": "task", "name": "reserve", "handler": "reserve_stock", "retry": {"maxAttempts": 1}}],
+        "steps": [{"type": "task", "name": "reserve", "handler": "reserve_stock",
+                   "retry": {"maxAttempts": 1}}],
     })  # fmt: skip
     run, _ = await service.create_run(harness.rt, workspace_id, def_id, {"orderId": "ord_1042"})
     await harness.wait_for_status(run["id"], "FAILED")
@@ -134,7 +136,9 @@ async def test_runs_list_tool_loop_trace_and_failed_run_are_readable_in_the_brow
     table = page.locator("table.runs-table")
     await table.locator(f"a[href='/ui/runs/{loop_run}']").wait_for()
     assert "city-briefing" in await table.inner_text() and "order-fulfilment" in await table.inner_text()
-    assert await page.locator(".pill-completed").count() >= 1 and await page.locator(".pill-failed").count() >= 1
+    assert (
+        await page.locator(".pill-completed").count() >= 1 and await page.locator(".pill-failed").count() >= 1
+    )
     await screenshot(page, "01-runs-list")
     await page.select_option("select[name=status]", "FAILED")
     await page.wait_for_url("**status=FAILED**")
@@ -181,7 +185,10 @@ async def test_runs_list_tool_loop_trace_and_failed_run_are_readable_in_the_brow
 
 async def _approval_run(harness: Harness, workspace_id: str, name: str) -> tuple[str, str]:
     async def draft(ctx: Any) -> dict[str, Any]:
-        return {"status": "completed", "stateUpdates": {"email": {"subject": "Welcome aboard!", "body": "Hi Ada, thanks for joining."}}}
+        return {
+            "status": "completed",
+            "stateUpdates": {"email": {"subject": "Welcome aboard!", "body": "Hi Ada, thanks for joining."}},
+        }
 
     async def send(ctx: Any) -> dict[str, Any]:
         await asyncio.sleep(0.4)  # long enough to watch the run go RUNNING before COMPLETED
@@ -217,6 +224,7 @@ async def test_approving_from_the_inbox_continues_the_run_live_on_its_page(
     await watcher.locator(".run-header .pill-waiting").wait_for()
     assert "Waiting for a reviewer" in await watcher.locator(".step-waiting").inner_text()
     await watcher.evaluate("window.__notReloaded = true")
+    await screenshot(watcher, "05a-run-waiting-for-approval")
 
     inbox = await context.new_page()
     await inbox.goto("/ui/approvals")
@@ -232,7 +240,9 @@ async def test_approving_from_the_inbox_continues_the_run_live_on_its_page(
     # The watcher page follows over SSE: no reload, and the status ends COMPLETED.
     await watcher.locator(".run-header .pill-completed").wait_for(timeout=15_000)
     assert await watcher.evaluate("window.__notReloaded === true")
-    seen_over_sse = await watcher.evaluate("Number(document.getElementById('run-live').dataset.eventsSeen || 0)")
+    seen_over_sse = await watcher.evaluate(
+        "Number(document.getElementById('run-live').dataset.eventsSeen || 0)"
+    )
     assert seen_over_sse >= 5  # APPROVAL_DECIDED .. WORKFLOW_COMPLETED arrived on the stream
     events = await watcher.locator(".events-table").inner_text()
     assert "APPROVAL_DECIDED" in events and "WORKFLOW_COMPLETED" in events
@@ -267,7 +277,9 @@ async def test_pages_need_a_valid_key_and_forms_need_the_csrf_token(
     await page.wait_for_url(f"**/ui/runs/{run_id}")
 
     forged = await page.request.post(
-        f"/ui/approvals/{approval_id}/decide", form={"decision": "approved", "csrf": "0" * 64}, max_redirects=0
+        f"/ui/approvals/{approval_id}/decide",
+        form={"decision": "approved", "csrf": "0" * 64},
+        max_redirects=0,
     )
     assert forged.status == 403
     status = await harness.rt.pool.fetchval("SELECT status FROM approval_requests WHERE id = $1", approval_id)
@@ -282,18 +294,27 @@ async def test_pages_need_a_valid_key_and_forms_need_the_csrf_token(
 async def test_runs_list_pages_through_runs_and_filters_by_definition(
     harness: Harness, workspace_id: str, ui_server: UiServer, context: Any
 ) -> None:
-    a = await create_definition(harness.rt, workspace_id, {"name": "nightly-sync", "version": "1",
-                                                           "steps": [{"type": "task", "name": "t", "handler": "h"}]})
-    b = await create_definition(harness.rt, workspace_id, {"name": "weekly-report", "version": "1",
-                                                           "steps": [{"type": "task", "name": "t", "handler": "h"}]})
+    a = await create_definition(
+        harness.rt,
+        workspace_id,
+        {"name": "nightly-sync", "version": "1", "steps": [{"type": "task", "name": "t", "handler": "h"}]},
+    )
+    b = await create_definition(
+        harness.rt,
+        workspace_id,
+        {"name": "weekly-report", "version": "1", "steps": [{"type": "task", "name": "t", "handler": "h"}]},
+    )
     # Finished runs written directly: the list only reads rows, no need to execute 30 runs.
     await harness.rt.pool.execute(
         "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, started_at, completed_at, "
         "total_cost_cents, total_input_tokens, total_output_tokens, created_at) "
-        "SELECT 'wfrun_page' || lpad(g::text, 3, '0'), $1, CASE WHEN g <= 28 THEN $2 ELSE $3 END, 'COMPLETED', "
-        "now() - interval '1 hour', now() - interval '1 hour' + g * interval '1 second', 1.25 * g, 1000 * g, 100 * g, "
-        "now() - interval '1 hour' + g * interval '1 minute' FROM generate_series(1, 30) g",
-        workspace_id, a, b,
+        "SELECT 'wfrun_page' || lpad(g::text, 3, '0'), $1, CASE WHEN g <= 28 THEN $2 ELSE $3 END, "
+        "'COMPLETED', now() - interval '1 hour', now() - interval '1 hour' + g * interval '1 second', "
+        "1.25 * g, 1000 * g, 100 * g, now() - interval '1 hour' + g * interval '1 minute' "
+        "FROM generate_series(1, 30) g",
+        workspace_id,
+        a,
+        b,
     )
     page = await context.new_page()
     await login(page, ui_server.api_key)

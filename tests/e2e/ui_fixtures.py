@@ -104,9 +104,7 @@ async def ui_server(harness: Harness, workspace_id: str) -> AsyncIterator[UiServ
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app, log_level="warning", lifespan="off", ws="none", timeout_graceful_shutdown=2
-    )
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", ws="none", timeout_graceful_shutdown=2)
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:

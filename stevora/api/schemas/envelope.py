@@ -7,20 +7,26 @@ Success: `{"success": true, "data": ...}`; paginated lists add
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
 from pydantic.alias_generators import to_camel
 from starlette.responses import Response
 
-from stevora.clock import iso
 
 T = TypeVar("T")
 
+
+def wire_time(dt: datetime) -> str:
+    """ISO 8601 with milliseconds and `Z`, e.g. `2026-04-02T12:00:00.000Z`. Same as
+    `stevora.clock.iso`, but with a four-digit year before 1000 too (strftime drops the padding)."""
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
 Timestamp = Annotated[
     datetime,
-    PlainSerializer(iso, return_type=str),
+    PlainSerializer(wire_time, return_type=str),
     WithJsonSchema({"type": "string", "format": "date-time", "examples": ["2026-04-02T12:00:00.000Z"]}),
 ]
 """A timezone-aware datetime written as ISO 8601 with milliseconds and `Z`."""

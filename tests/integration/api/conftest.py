@@ -6,6 +6,7 @@ harness's Runtime (runs execute in-process) instead of starting its own.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -17,6 +18,26 @@ from fastapi import FastAPI
 from stevora.api import create_app
 from stevora.ids import new_id
 from stevora.settings import Settings
+
+
+@pytest.fixture(autouse=True)
+async def recovery_sweep(harness: Any) -> AsyncIterator[None]:
+    """Run the engine's recovery sweep (not webhook delivery) in the background, as every worker
+    does, so a timer that fires a moment before a wait is due cannot strand a run in a test."""
+    from stevora.engine.sweep import sweep_once
+
+    async def loop() -> None:
+        while True:
+            await asyncio.sleep(0.25)
+            try:
+                await sweep_once(harness.rt)
+            except Exception:  # pool closing at teardown
+                return
+
+    task = asyncio.create_task(loop())
+    yield
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.fixture

@@ -32,7 +32,11 @@ from stevora.errors import StevoraError
 from stevora.ids import new_id
 from tests.conftest import Harness
 
-TOOL = {"name": "lookup", "description": "Look a thing up", "parameters": {"type": "object", "properties": {}}}
+TOOL = {
+    "name": "lookup",
+    "description": "Look a thing up",
+    "parameters": {"type": "object", "properties": {}},
+}
 
 
 def task_spec(name: str | None = None, *, wait_ms: int = 0, approval: bool = False) -> dict[str, Any]:
@@ -55,13 +59,17 @@ def register_greet(harness: Harness) -> None:
 async def test_health_needs_no_api_key_and_reports_each_check(app: Any) -> None:
     import httpx
 
-    async with AsyncAgentRuntime(None, base_url="http://t", transport=httpx.ASGITransport(app=app)) as anonymous:
+    async with AsyncAgentRuntime(
+        None, base_url="http://t", transport=httpx.ASGITransport(app=app)
+    ) as anonymous:
         health = await anonymous.health()
     assert health.status == "ok"
     assert health.checks == {"database": "ok", "queue": "ok"}
 
 
-async def test_current_workspace_is_the_one_the_key_belongs_to(client: AsyncAgentRuntime, workspace_id: str) -> None:
+async def test_current_workspace_is_the_one_the_key_belongs_to(
+    client: AsyncAgentRuntime, workspace_id: str
+) -> None:
     workspace = await client.workspaces.current()
     assert workspace.id == workspace_id
     assert isinstance(workspace.created_at, datetime) and workspace.created_at.tzinfo is not None
@@ -156,7 +164,9 @@ async def test_api_errors_raise_typed_exceptions_with_code_status_and_details(
     assert isinstance(not_found.value, StevoraError)
 
     with pytest.raises(ValidationFailed) as invalid:
-        await client.definitions.create({"name": "bad", "version": "1", "steps": [{"type": "nope", "name": "x"}]})
+        await client.definitions.create(
+            {"name": "bad", "version": "1", "steps": [{"type": "nope", "name": "x"}]}
+        )
     assert invalid.value.status_code == 400 and invalid.value.errors
     assert invalid.value.errors[0]["path"].startswith("steps[0]")
 
@@ -219,7 +229,9 @@ async def test_deciding_an_approval_resumes_the_run_with_the_edited_content(
         await client.approvals.decide(pending[0].id, "approved")
 
 
-async def test_run_controls_cancel_retry_pause_and_signal(client: AsyncAgentRuntime, harness: Harness) -> None:
+async def test_run_controls_cancel_retry_pause_and_signal(
+    client: AsyncAgentRuntime, harness: Harness
+) -> None:
     attempts: list[int] = []
 
     def flaky(ctx: Any) -> None:
@@ -228,16 +240,28 @@ async def test_run_controls_cancel_retry_pause_and_signal(client: AsyncAgentRunt
             raise RuntimeError("first time fails")
 
     harness.tasks.register("flaky", flaky)
-    failing = await client.definitions.apply({"name": new_id("wf"), "version": "1", "steps": [
-        {"type": "task", "name": "t", "handler": "flaky", "retry": {"maxAttempts": 1}}]})
+    failing = await client.definitions.apply(
+        {
+            "name": new_id("wf"),
+            "version": "1",
+            "steps": [{"type": "task", "name": "t", "handler": "flaky", "retry": {"maxAttempts": 1}}],
+        }
+    )
     run = await client.workflows.create(failing.id)
     failed = await client.workflows.wait_for_completion(run.id, timeout=10, poll_interval=0.05)
     assert failed.status == "FAILED" and "first time fails" in (failed.error or {}).get("message", "")
     await client.workflows.retry(run.id)
-    assert (await client.workflows.wait_for_completion(run.id, timeout=10, poll_interval=0.05)).status == "COMPLETED"
+    assert (
+        await client.workflows.wait_for_completion(run.id, timeout=10, poll_interval=0.05)
+    ).status == "COMPLETED"
 
-    signal = await client.definitions.apply({"name": new_id("wf"), "version": "1", "steps": [
-        {"type": "external_event", "name": "hook", "signalType": "paid"}]})
+    signal = await client.definitions.apply(
+        {
+            "name": new_id("wf"),
+            "version": "1",
+            "steps": [{"type": "external_event", "name": "hook", "signalType": "paid"}],
+        }
+    )
     waiting = await client.workflows.create(signal.id)
     await harness.wait_for_status(waiting.id, "WAITING")
     await client.workflows.resume(waiting.id, "paid", {"amount": 5})
@@ -253,9 +277,21 @@ async def test_run_controls_cancel_retry_pause_and_signal(client: AsyncAgentRunt
 
 async def test_llm_step_traces_and_costs_are_readable(client: AsyncAgentRuntime, harness: Harness) -> None:
     harness.tools.register("lookup", lambda input: {"found": True})
-    definition = await client.definitions.apply({"name": new_id("wf"), "version": "1", "steps": [
-        {"type": "llm", "name": "agent", "model": "scripted", "tools": [TOOL],
-         "messages": [{"role": "user", "content": "find it"}]}]})
+    definition = await client.definitions.apply(
+        {
+            "name": new_id("wf"),
+            "version": "1",
+            "steps": [
+                {
+                    "type": "llm",
+                    "name": "agent",
+                    "model": "scripted",
+                    "tools": [TOOL],
+                    "messages": [{"role": "user", "content": "find it"}],
+                }
+            ],
+        }
+    )
     run = await client.workflows.create(definition.id)
     done = await client.workflows.wait_for_completion(run.id, timeout=10, poll_interval=0.05)
     assert done.status == "COMPLETED", done.error
