@@ -45,7 +45,9 @@ def bench_database_url() -> str:
 
 async def new_workspace(pool: asyncpg.Pool) -> str:
     ws = new_id("ws")
-    await pool.execute("INSERT INTO workspaces (id, name, slug) VALUES ($1, 'bench', $2)", ws, ws.replace("_", "-"))
+    await pool.execute(
+        "INSERT INTO workspaces (id, name, slug) VALUES ($1, 'bench', $2)", ws, ws.replace("_", "-")
+    )
     return ws
 
 
@@ -53,7 +55,7 @@ def pct(values: list[float], q: float) -> float:
     if not values:
         return float("nan")
     ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+    return ordered[min(len(ordered) - 1, round(q / 100 * (len(ordered) - 1)))]
 
 
 def median(values: list[float]) -> float:

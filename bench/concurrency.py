@@ -48,10 +48,20 @@ async def level(rt: Runtime, ws: str, def_id: str, n: int, calls_per_run: int, l
     dispatcher = DramatiqDispatcher(build_broker(BROKER), queue)
     rt.dispatcher = RecordingDispatcher()
     runs = [(await service.create_run(rt, ws, def_id, {"n": i}))[0]["id"] for i in range(n)]
-    worker = WorkerProcess(rt.settings.database_url, BROKER, queue, extra_env={
-        "STEVORA_SCRIPTED_LATENCY_S": str(latency), "STEVORA_HOT_POOL_SIZE": "20",
-        "STEVORA_LEASE_S": "30", "STEVORA_HEARTBEAT_S": "5", "STEVORA_UNDISPATCHED_GRACE_S": "600",
-        "STEVORA_MAX_CONCURRENT_RUNS": str(max(2000, n)), "STEVORA_WORKER_THREADS": "8"})
+    worker = WorkerProcess(
+        rt.settings.database_url,
+        BROKER,
+        queue,
+        extra_env={
+            "STEVORA_SCRIPTED_LATENCY_S": str(latency),
+            "STEVORA_HOT_POOL_SIZE": "20",
+            "STEVORA_LEASE_S": "30",
+            "STEVORA_HEARTBEAT_S": "5",
+            "STEVORA_UNDISPATCHED_GRACE_S": "600",
+            "STEVORA_MAX_CONCURRENT_RUNS": str(max(2000, n)),
+            "STEVORA_WORKER_THREADS": "8",
+        },
+    )
     try:
         await asyncio.sleep(3)  # let the worker boot
         t0 = time.perf_counter()
@@ -61,7 +71,8 @@ async def level(rt: Runtime, ws: str, def_id: str, n: int, calls_per_run: int, l
             row = await rt.pool.fetchrow(
                 "SELECT count(*) FILTER (WHERE status IN ('COMPLETED', 'FAILED')) AS done, "
                 "count(*) FILTER (WHERE status = 'RUNNING') AS running FROM workflow_runs WHERE id = ANY($1::text[])",
-                runs)
+                runs,
+            )
             in_flight_peak = max(in_flight_peak, row["running"])
             if row["done"] == n:
                 break
@@ -72,32 +83,60 @@ async def level(rt: Runtime, ws: str, def_id: str, n: int, calls_per_run: int, l
         rss = peak_rss_mb(worker.proc.pid)
     finally:
         worker.stop()
-    failed = await rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE id = ANY($1::text[]) AND status = 'FAILED'", runs)
+    failed = await rt.pool.fetchval(
+        "SELECT count(*) FROM workflow_runs WHERE id = ANY($1::text[]) AND status = 'FAILED'", runs
+    )
     # Steady window: from the first model call + one latency to the last call - one latency.
     stamps = await rt.pool.fetchrow(
-        "SELECT min(created_at) AS first, max(created_at) AS last FROM llm_calls WHERE workflow_run_id = ANY($1::text[])", runs)
+        "SELECT min(created_at) AS first, max(created_at) AS last FROM llm_calls WHERE workflow_run_id = ANY($1::text[])",
+        runs,
+    )
     lo = stamps["first"].timestamp() + latency
     hi = stamps["last"].timestamp() - latency
     in_window = await rt.pool.fetchval(
         "SELECT count(*) FROM llm_calls WHERE workflow_run_id = ANY($1::text[]) "
-        "AND created_at BETWEEN to_timestamp($2) AND to_timestamp($3)", runs, lo, hi)
+        "AND created_at BETWEEN to_timestamp($2) AND to_timestamp($3)",
+        runs,
+        lo,
+        hi,
+    )
     achieved = in_window / (hi - lo) if hi > lo else float("nan")
     ideal = n / latency
-    print(f"  {n:>5} runs: peak in flight {in_flight_peak:>5}   calls/s {achieved:7.1f} of ideal {ideal:7.1f} "
-          f"({100 * achieved / ideal:5.1f} %)   wall {wall:6.1f} s vs ideal {calls_per_run * latency:.0f} s   "
-          f"peak RSS {rss:6.0f} MiB   failed {failed}")
+    print(
+        f"  {n:>5} runs: peak in flight {in_flight_peak:>5}   calls/s {achieved:7.1f} of ideal {ideal:7.1f} "
+        f"({100 * achieved / ideal:5.1f} %)   wall {wall:6.1f} s vs ideal {calls_per_run * latency:.0f} s   "
+        f"peak RSS {rss:6.0f} MiB   failed {failed}"
+    )
 
 
 async def main(url: str, levels: list[int], rounds: int, latency: float) -> None:
     settings = Settings(database_url=url, hot_pool_size=10)
     rt = await Runtime.start(settings, dispatcher=RecordingDispatcher())
     ws = await new_workspace(rt.pool)
-    def_id = await create_definition(rt, ws, {"name": "bench-concurrency", "version": new_id("v"), "steps": [{
-        "type": "llm", "name": "agent", "model": f"scripted:rounds={rounds}", "maxToolRounds": max(rounds, 1),
-        "messages": [{"role": "user", "content": "run {{input.n}}"}], "tools": ["effect"]}]})
+    def_id = await create_definition(
+        rt,
+        ws,
+        {
+            "name": "bench-concurrency",
+            "version": new_id("v"),
+            "steps": [
+                {
+                    "type": "llm",
+                    "name": "agent",
+                    "model": f"scripted:rounds={rounds}",
+                    "maxToolRounds": max(rounds, 1),
+                    "messages": [{"role": "user", "content": "run {{input.n}}"}],
+                    "tools": ["effect"],
+                }
+            ],
+        },
+    )
     await rt.pool.execute(
-        "CREATE TABLE IF NOT EXISTS test_side_effects (idempotency_key text PRIMARY KEY, executions int NOT NULL)")
-    print(f"one worker process, model latency {latency:.1f} s, {rounds} tool rounds + 1 answer per run (RabbitMQ)")
+        "CREATE TABLE IF NOT EXISTS test_side_effects (idempotency_key text PRIMARY KEY, executions int NOT NULL)"
+    )
+    print(
+        f"one worker process, model latency {latency:.1f} s, {rounds} tool rounds + 1 answer per run (RabbitMQ)"
+    )
     try:
         for n in levels:
             await level(rt, ws, def_id, n, rounds + 1, latency)
@@ -106,7 +145,9 @@ async def main(url: str, levels: list[int], rounds: int, latency: float) -> None
 
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--levels", type=int, nargs="+", default=[100, 1000, 2000])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--latency", type=float, default=2.0)

@@ -10,12 +10,26 @@ from stevora import StepContext, ToolContext, register_task_handler, tool
 
 KNOWLEDGE_BASE = [
     {"id": "kb-1", "title": "Resetting a password", "body": "Use Settings → Security → Reset password."},
-    {"id": "kb-2", "title": "Refund policy", "body": "Refunds within 30 days for annual plans, pro rata after."},
-    {"id": "kb-3", "title": "Exporting data", "body": "Admins can export all workspace data as JSON from Billing."},
+    {
+        "id": "kb-2",
+        "title": "Refund policy",
+        "body": "Refunds within 30 days for annual plans, pro rata after.",
+    },
+    {
+        "id": "kb-3",
+        "title": "Exporting data",
+        "body": "Admins can export all workspace data as JSON from Billing.",
+    },
     {"id": "kb-4", "title": "Plan limits", "body": "Team plans allow 50 seats; Enterprise is unlimited."},
 ]
 CUSTOMERS = {
-    "cus_42": {"customerId": "cus_42", "name": "Acme Corp", "plan": "team", "seats": 48, "renewal": "2027-01-31"},
+    "cus_42": {
+        "customerId": "cus_42",
+        "name": "Acme Corp",
+        "plan": "team",
+        "seats": 48,
+        "renewal": "2027-01-31",
+    },
 }
 
 
@@ -26,7 +40,12 @@ async def enrich_lead(ctx: StepContext, step: Any) -> dict[str, Any]:
     """Pretend to call a CRM: company size decides the enterprise path."""
     email = str(ctx.workflow_input.get("email", "someone@example.com"))
     size = int(ctx.workflow_input.get("companySize", 10))
-    lead = {"email": email, "domain": email.split("@")[-1], "company": {"size": size}, "isEnterprise": size >= 100}
+    lead = {
+        "email": email,
+        "domain": email.split("@")[-1],
+        "company": {"size": size},
+        "isEnterprise": size >= 100,
+    }
     return {"status": "completed", "output": {"enriched": True}, "stateUpdates": {"enrichedLead": lead}}
 
 
@@ -41,9 +60,15 @@ async def draft_welcome_email(ctx: StepContext, step: Any) -> dict[str, Any]:
 
 async def send_welcome(ctx: StepContext, step: Any) -> dict[str, Any]:
     # A real handler would send with ctx.idempotency_key as the provider's idempotency key.
-    email = ctx.workflow_state.get("welcomeEmail") or {"subject": "Welcome!", "body": "Here is our self-serve guide."}
-    return {"status": "completed", "output": {"sent": True, "subject": email["subject"]},
-            "stateUpdates": {"sentAt": "now", "sentSubject": email["subject"]}}
+    email = ctx.workflow_state.get("welcomeEmail") or {
+        "subject": "Welcome!",
+        "body": "Here is our self-serve guide.",
+    }
+    return {
+        "status": "completed",
+        "output": {"sent": True, "subject": email["subject"]},
+        "stateUpdates": {"sentAt": "now", "sentSubject": email["subject"]},
+    }
 
 
 register_task_handler("enrich_lead", enrich_lead)
@@ -66,7 +91,7 @@ async def search_knowledge_base(
 
 
 @tool
-async def get_customer_data(customerId: str, ctx: ToolContext) -> dict[str, Any]:  # noqa: N803 - wire name
+async def get_customer_data(customerId: str, ctx: ToolContext) -> dict[str, Any]:
     """Look up a customer's plan and seats by id."""
     found = CUSTOMERS.get(customerId) or CUSTOMERS["cus_42"]
     return {**found, "lookedUpWith": ctx.idempotency_key}

@@ -27,17 +27,24 @@ _STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "grey50", "WAITING
 def _summary(event_type: str, payload: dict[str, Any]) -> str:
     p = payload
     if event_type in ("STEP_STARTED", "STEP_COMPLETED", "STEP_SKIPPED"):
-        extra = f" ({p['durationMs']} ms)" if "durationMs" in p else (f" [{p['stepType']}]" if "stepType" in p else "")
+        extra = (
+            f" ({p['durationMs']} ms)"
+            if "durationMs" in p
+            else (f" [{p['stepType']}]" if "stepType" in p else "")
+        )
         return f"{p.get('stepName', '')}{extra}"
     if event_type == "LLM_CALL_COMPLETED":
         tools = ", ".join(p.get("toolCalls") or []) or "final answer"
         return f"round {p['round']} {p['model']}: {p['inputTokens']} in / {p['outputTokens']} out, ${p['costUsd']:.4f} → {tools}"
     if event_type in ("TOOL_CALL_COMPLETED", "TOOL_CALL_FAILED"):
-        return f"{p['toolName']} (round {p['round']}, {p['durationMs']:.1f} ms){' ' + str(p.get('error')) if p.get('error') else ''}"
+        error = f" {p['error']}" if p.get("error") else ""
+        return f"{p['toolName']} (round {p['round']}, {p['durationMs']:.1f} ms){error}"
     if event_type == "WORKFLOW_PAUSED":
         return f"{p.get('reason')} at {p.get('stepName')}"
     if event_type in ("WORKFLOW_RESUMED", "APPROVAL_DECIDED"):
-        return ", ".join(f"{k}={v}" for k, v in p.items() if k in ("reason", "decision", "decidedBy", "stepName"))
+        return ", ".join(
+            f"{k}={v}" for k, v in p.items() if k in ("reason", "decision", "decidedBy", "stepName")
+        )
     return json.dumps(p)[:100] if p else ""
 
 
@@ -80,13 +87,16 @@ def onboarding(client: AgentRuntime) -> WorkflowRun:
 def research_agent(client: AgentRuntime) -> WorkflowRun:
     spec = json.loads((EXAMPLES / "research-agent.json").read_text())
     definition = client.definitions.apply(spec)
-    run = client.workflows.create(definition.id, {"question": "What is the refund policy for my plan?",
-                                                  "customerId": "cus_42"})
+    run = client.workflows.create(
+        definition.id, {"question": "What is the refund policy for my plan?", "customerId": "cus_42"}
+    )
     console.print(f"[bold]research-agent[/bold]: run {run.id} created ({run.status})")
     run = client.workflows.wait_for_completion(run.id, timeout=60, poll_interval=0.2)
     for trace in client.workflows.tool_traces(run.id):
-        console.print(f"  tool {trace.tool_name}({json.dumps(trace.input_json)}) → {trace.status}: "
-                      f"{json.dumps(trace.output_json)[:120]}")
+        console.print(
+            f"  tool {trace.tool_name}({json.dumps(trace.input_json)}) → {trace.status}: "
+            f"{json.dumps(trace.output_json)[:120]}"
+        )
     answer = run.state.get("answer")
     console.print(f"  answer: {str(answer)[:300]}")
     return run
@@ -94,16 +104,22 @@ def research_agent(client: AgentRuntime) -> WorkflowRun:
 
 def run_demo(url: str, api_key: str, key_file: Path, *, offline: bool) -> bool:
     if offline:
-        console.print("[dim]No OPENAI_API_KEY / ANTHROPIC_API_KEY: the offline scripted provider plays the model.[/dim]")
+        console.print(
+            "[dim]No OPENAI_API_KEY / ANTHROPIC_API_KEY: the offline scripted provider plays the model.[/dim]"
+        )
     with AgentRuntime(api_key, base_url=url) as client:
         results = []
         for scenario in (onboarding, research_agent):
             run = scenario(client)
             print_timeline(client, run)
             cost = client.workflows.cost(run.id)
-            console.print(f"  status [{_STYLE.get(run.status, '')}]{run.status}[/] · "
-                          f"{cost.total_input_tokens} in / {cost.total_output_tokens} out tokens · ${cost.total_cost_usd:.4f}\n")
+            console.print(
+                f"  status [{_STYLE.get(run.status, '')}]{run.status}[/] · "
+                f"{cost.total_input_tokens} in / {cost.total_output_tokens} out tokens · ${cost.total_cost_usd:.4f}\n"
+            )
             results.append(run.status == "COMPLETED")
-    console.print(f"Run `make dev` to keep the stack up and open the UI at {url}/ui "
-                  f"(log in with the API key in {key_file}).")
+    console.print(
+        f"Run `make dev` to keep the stack up and open the UI at {url}/ui "
+        f"(log in with the API key in {key_file})."
+    )
     return all(results)

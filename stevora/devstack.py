@@ -23,16 +23,14 @@ from stevora.settings import Settings
 log = structlog.get_logger("stevora.dev")
 
 
-async def ensure_dev_key(database_url: str, key_file: Path) -> str:
-    """A workspace `default` and an API key for it; the raw key is kept in the data folder
-    (local development only) so every start prints the same key."""
+async def _ensure_dev_key(database_url: str, existing: str | None) -> tuple[str, bool]:
+    """The `default` workspace's dev key: `existing` if it still works, else a new one (True)."""
     conn = await asyncpg.connect(asyncpg_dsn(database_url))
     try:
-        if key_file.exists():
-            raw = key_file.read_text().strip()
-            digest = hashlib.sha256(raw.encode()).hexdigest()
+        if existing:
+            digest = hashlib.sha256(existing.encode()).hexdigest()
             if await conn.fetchval("SELECT 1 FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", digest):
-                return raw
+                return existing, False
         ws = await conn.fetchval("SELECT id FROM workspaces WHERE slug = 'default'")
         if ws is None:
             ws = new_id("ws")
@@ -42,15 +40,26 @@ async def ensure_dev_key(database_url: str, key_file: Path) -> str:
             "INSERT INTO api_keys (id, workspace_id, name, key_hash, key_prefix) VALUES ($1, $2, 'dev', $3, $4)",
             new_id("key"), ws, hashlib.sha256(raw.encode()).hexdigest(), raw[:8],
         )  # fmt: skip
-        key_file.write_text(raw + "\n")
-        key_file.chmod(0o600)
-        return raw
+        return raw, True
     finally:
         await conn.close()
 
 
+def ensure_dev_key(database_url: str, key_file: Path) -> str:
+    """A workspace `default` and an API key for it. The raw key is kept in the data folder (local
+    development only) so every start prints the same key."""
+    existing = key_file.read_text().strip() if key_file.exists() else None
+    raw, created = asyncio.run(_ensure_dev_key(database_url, existing))
+    if created:
+        key_file.write_text(raw + "\n")
+        key_file.chmod(0o600)
+    return raw
+
+
 class DevStack:
-    def __init__(self, settings: Settings, *, host: str = "127.0.0.1", port: int = 3000, worker_threads: int = 4) -> None:
+    def __init__(
+        self, settings: Settings, *, host: str = "127.0.0.1", port: int = 3000, worker_threads: int = 4
+    ) -> None:
         self.base_settings = settings
         self.host = host
         self.port = port
@@ -85,7 +94,7 @@ class DevStack:
             }
         )
         upgrade_head(database_url)
-        self.api_key = asyncio.run(ensure_dev_key(database_url, data_dir / "dev-api-key"))
+        self.api_key = ensure_dev_key(database_url, data_dir / "dev-api-key")
         self._broker, self._worker = build_worker(settings, threads=self.worker_threads)
         self._worker.start()
         log.info("dev_backend_ready", seconds=round(time.perf_counter() - started, 2), data_dir=str(data_dir))
@@ -98,7 +107,9 @@ class DevStack:
         from stevora.api.app import create_app
 
         assert self.settings is not None
-        config = uvicorn.Config(create_app(self.settings), host=self.host, port=self.port, log_level="warning")
+        config = uvicorn.Config(
+            create_app(self.settings), host=self.host, port=self.port, log_level="warning"
+        )
         self._server = uvicorn.Server(config)
         return self._server
 

@@ -51,7 +51,9 @@ class ValidationError(StevoraError):
     @classmethod
     def from_problems(cls, problems: list[dict[str, str]], message: str | None = None) -> ValidationError:
         if message is None:
-            message = "; ".join(f"{p['path']}: {p['message']}" if p["path"] else p["message"] for p in problems)
+            message = "; ".join(
+                f"{p['path']}: {p['message']}" if p["path"] else p["message"] for p in problems
+            )
         return cls(message, details={"errors": problems})
 
 

@@ -33,12 +33,18 @@ class DefinitionCache:
         spec = self._cache.get(definition_id)
         if spec is None:
             row = await self.pool.fetchrow(
-                "SELECT name, version, description, steps FROM workflow_definitions WHERE id = $1", definition_id
+                "SELECT name, version, description, steps FROM workflow_definitions WHERE id = $1",
+                definition_id,
             )
             if row is None:
                 raise NotFoundError(f"Workflow definition {definition_id} not found")
             spec = parse_definition(
-                {"name": row["name"], "version": row["version"], "description": row["description"], "steps": row["steps"]}
+                {
+                    "name": row["name"],
+                    "version": row["version"],
+                    "description": row["description"],
+                    "steps": row["steps"],
+                }
             )
             self._cache[definition_id] = spec
         return spec

@@ -26,7 +26,9 @@ class Settings(BaseSettings):
     # API
     host: str = "127.0.0.1"
     port: int = 3000
-    admin_token: str | None = Field(default=None, validation_alias=AliasChoices("ADMIN_TOKEN", "STEVORA_ADMIN_TOKEN"))
+    admin_token: str | None = Field(
+        default=None, validation_alias=AliasChoices("ADMIN_TOKEN", "STEVORA_ADMIN_TOKEN")
+    )
     rate_limit_per_minute: int = 6000  # per workspace; 0 disables
     cors_origins: list[str] = []
 
@@ -41,8 +43,12 @@ class Settings(BaseSettings):
     undispatched_grace_s: float = 5.0  # PENDING runs older than this with no lease get re-dispatched
 
     # LLM
-    openai_api_key: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "STEVORA_OPENAI_API_KEY"))
-    openai_base_url: str | None = Field(default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "STEVORA_OPENAI_BASE_URL"))
+    openai_api_key: str | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "STEVORA_OPENAI_API_KEY")
+    )
+    openai_base_url: str | None = Field(
+        default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "STEVORA_OPENAI_BASE_URL")
+    )
     anthropic_api_key: str | None = Field(
         default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "STEVORA_ANTHROPIC_API_KEY")
     )

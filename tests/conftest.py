@@ -19,9 +19,9 @@ import pytest
 
 from stevora.db.database import asyncpg_dsn
 from stevora.db.migrate import upgrade_head
+from stevora.engine.handlers import TaskRegistry
 from stevora.engine.inline import InlineDispatcher
 from stevora.engine.run_pool import RunPool
-from stevora.engine.handlers import TaskRegistry
 from stevora.ids import new_id
 from stevora.llm.router import ProviderRouter
 from stevora.llm.scripted_provider import ScriptedProvider
@@ -116,7 +116,9 @@ class Harness:
 async def harness(settings: Settings) -> AsyncIterator[Harness]:
     dispatcher = InlineDispatcher()
     router = ProviderRouter({"scripted": ScriptedProvider()})
-    rt = await Runtime.start(settings, dispatcher=dispatcher, providers=router, tasks=TaskRegistry(), tools=ToolRegistry())
+    rt = await Runtime.start(
+        settings, dispatcher=dispatcher, providers=router, tasks=TaskRegistry(), tools=ToolRegistry()
+    )
     pool = RunPool(rt)
     dispatcher.run_pool = pool
     pool.start()

@@ -72,12 +72,18 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
 
     async def _start(self, broker: dramatiq.Broker) -> None:
         global _state
-        rt = await Runtime.start(self.settings, dispatcher=DramatiqDispatcher(broker, self.settings.queue_name))
+        rt = await Runtime.start(
+            self.settings, dispatcher=DramatiqDispatcher(broker, self.settings.queue_name)
+        )
         pool = RunPool(rt)
         pool.start()
-        sweeper = asyncio.create_task(sweep_forever(rt) if self.sweep else asyncio.Event().wait(), name="stevora-sweep")
+        sweeper = asyncio.create_task(
+            sweep_forever(rt) if self.sweep else asyncio.Event().wait(), name="stevora-sweep"
+        )
         _state = WorkerState(rt, pool, sweeper)
-        log.info("worker_started", worker_id=pool.worker_id, max_concurrent_runs=self.settings.max_concurrent_runs)
+        log.info(
+            "worker_started", worker_id=pool.worker_id, max_concurrent_runs=self.settings.max_concurrent_runs
+        )
 
     async def _stop(self) -> None:
         global _state

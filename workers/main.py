@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import multiprocessing
 import signal
-import sys
 import threading
 
 import dramatiq
@@ -19,7 +18,9 @@ from workers.edge import StevoraWorkerMiddleware, load_tool_modules
 log = structlog.get_logger("stevora.worker")
 
 
-def build_worker(settings: Settings, *, threads: int, sweep: bool = True) -> tuple[dramatiq.Broker, dramatiq.Worker]:
+def build_worker(
+    settings: Settings, *, threads: int, sweep: bool = True
+) -> tuple[dramatiq.Broker, dramatiq.Worker]:
     """A started-able Dramatiq worker whose actors drive runs through this process's runtime."""
     load_tool_modules(settings.tool_modules)
     broker = build_broker(settings.broker_url)
@@ -35,7 +36,9 @@ def run_worker_process(settings: Settings, threads: int) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     worker.start()
-    log.info("worker_ready", broker=settings.broker_url.split("@")[-1], queue=settings.queue_name, threads=threads)
+    log.info(
+        "worker_ready", broker=settings.broker_url.split("@")[-1], queue=settings.queue_name, threads=threads
+    )
     stop.wait()
     log.info("worker_stopping")
     worker.stop()
@@ -47,7 +50,10 @@ def run(settings: Settings, *, processes: int = 1, threads: int = 8) -> int:
         run_worker_process(settings, threads)
         return 0
     ctx = multiprocessing.get_context("spawn")
-    children = [ctx.Process(target=run_worker_process, args=(settings, threads), daemon=False) for _ in range(processes)]
+    children = [
+        ctx.Process(target=run_worker_process, args=(settings, threads), daemon=False)
+        for _ in range(processes)
+    ]
     for child in children:
         child.start()
 
@@ -61,5 +67,3 @@ def run(settings: Settings, *, processes: int = 1, threads: int = 8) -> int:
     for child in children:
         child.join()
     return max((c.exitcode or 0) for c in children)
-
-

@@ -104,10 +104,10 @@ def demo(
     data_dir: Annotated[Path | None, typer.Option(help="Where embedded PostgreSQL keeps its data")] = None,
 ) -> None:
     """Start the embedded stack, run the example workflows end to end and print their timelines."""
+    import os
+
     from stevora.demo import run_demo
     from stevora.devstack import DevStack
-
-    import os
 
     settings = _settings(
         data_dir=str(data_dir) if data_dir else None,

@@ -114,7 +114,12 @@ async def record_llm_call(
 
 
 async def record_tool_trace(
-    pool: asyncpg.Pool, run_id: str, owner: str, rec: ToolTraceRecord, event_type: str, payload: dict[str, Any]
+    pool: asyncpg.Pool,
+    run_id: str,
+    owner: str,
+    rec: ToolTraceRecord,
+    event_type: str,
+    payload: dict[str, Any],
 ) -> None:
     seq = await pool.fetchval(
         _TOOL_TRACE_SQL,

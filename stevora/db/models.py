@@ -145,7 +145,9 @@ class StepRun(Base):
         UniqueConstraint("workflow_run_id", "step_name", "visit", "attempt", name="uq_step_attempt"),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"), index=True)
+    workflow_run_id: Mapped[str] = mapped_column(
+        ForeignKey("workflow_runs.id", ondelete="CASCADE"), index=True
+    )
     step_name: Mapped[str] = mapped_column(String(100))
     step_type: Mapped[str] = mapped_column(String(20))
     step_index: Mapped[int] = mapped_column(Integer)
@@ -247,12 +249,16 @@ class ApprovalRequest(Base):
     __tablename__ = "approval_requests"
     __table_args__ = (
         CheckConstraint(_in("status", APPROVAL_STATUSES), name="status"),
-        CheckConstraint("decision IS NULL OR decision IN ('approved', 'rejected', 'edited')", name="decision"),
+        CheckConstraint(
+            "decision IS NULL OR decision IN ('approved', 'rejected', 'edited')", name="decision"
+        ),
         Index("ix_approvals_workspace_status", "workspace_id", "status"),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
-    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"), index=True)
+    workflow_run_id: Mapped[str] = mapped_column(
+        ForeignKey("workflow_runs.id", ondelete="CASCADE"), index=True
+    )
     step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), unique=True)
     step_name: Mapped[str] = mapped_column(String(100))
     content_key: Mapped[str] = mapped_column(String(200))

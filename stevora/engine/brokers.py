@@ -14,7 +14,15 @@ from __future__ import annotations
 
 import dramatiq
 from dramatiq.brokers.stub import StubBroker
-from dramatiq.middleware import AgeLimit, AsyncIO, Callbacks, Pipelines, Retries, ShutdownNotifications, TimeLimit
+from dramatiq.middleware import (
+    AgeLimit,
+    AsyncIO,
+    Callbacks,
+    Pipelines,
+    Retries,
+    ShutdownNotifications,
+    TimeLimit,
+)
 
 ACTOR_TIME_LIMIT_MS = 60_000
 

@@ -32,23 +32,23 @@ class StepContext:
 
     # camelCase aliases, as the original SDK names them
     @property
-    def workflowRunId(self) -> str:  # noqa: N802
+    def workflowRunId(self) -> str:
         return self.workflow_run_id
 
     @property
-    def workspaceId(self) -> str:  # noqa: N802
+    def workspaceId(self) -> str:
         return self.workspace_id
 
     @property
-    def stepName(self) -> str:  # noqa: N802
+    def stepName(self) -> str:
         return self.step_name
 
     @property
-    def workflowInput(self) -> Mapping[str, Any]:  # noqa: N802
+    def workflowInput(self) -> Mapping[str, Any]:
         return self.workflow_input
 
     @property
-    def workflowState(self) -> Mapping[str, Any]:  # noqa: N802
+    def workflowState(self) -> Mapping[str, Any]:
         return self.workflow_state
 
 
@@ -159,7 +159,7 @@ def task_handler(name: str | None = None) -> Callable[[TaskHandler], TaskHandler
     return default_task_registry.handler(name)
 
 
-registerTaskHandler = register_task_handler  # noqa: N816 - the documented camelCase alias
+registerTaskHandler = register_task_handler
 
 __all__ = [
     "RegisteredTask",

@@ -112,14 +112,24 @@ class RunDriver:
         first = definition.steps[0]
         async with self.pool.acquire() as conn, conn.transaction():
             step_run = await store.insert_step_run(
-                conn, run_id=run["id"], step_name=first.name, step_type=first.type, step_index=0, visit=1, attempt=1
+                conn,
+                run_id=run["id"],
+                step_name=first.name,
+                step_type=first.type,
+                step_index=0,
+                visit=1,
+                attempt=1,
             )
             await store.update_run(
                 conn,
                 run["id"],
                 expect=["PENDING"],
                 owner=self.owner,
-                sets={"status": "RUNNING", "current_step_name": first.name, "current_step_run_id": step_run["id"]},
+                sets={
+                    "status": "RUNNING",
+                    "current_step_name": first.name,
+                    "current_step_run_id": step_run["id"],
+                },
                 now_columns=["started_at"],
                 events=[Event("WORKFLOW_STARTED", {})],
             )
@@ -127,7 +137,13 @@ class RunDriver:
 
     async def _begin(self, run: asyncpg.Record, step_run: asyncpg.Record) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
-            await store.update_step(conn, step_run["id"], expect=["PENDING"], sets={"status": "RUNNING"}, now_columns=["started_at"])
+            await store.update_step(
+                conn,
+                step_run["id"],
+                expect=["PENDING"],
+                sets={"status": "RUNNING"},
+                now_columns=["started_at"],
+            )
             await store.update_run(
                 conn,
                 run["id"],
@@ -191,7 +207,10 @@ class RunDriver:
             output["__nextStep"] = result.next_step
         async with self.pool.acquire() as conn, conn.transaction():
             done = await store.update_step(
-                conn, step_run["id"], expect=["RUNNING"], sets={"status": "COMPLETED", "output": output},
+                conn,
+                step_run["id"],
+                expect=["RUNNING"],
+                sets={"status": "COMPLETED", "output": output},
                 now_columns=["completed_at"],
             )
             await store.update_run(
@@ -203,15 +222,24 @@ class RunDriver:
                 events=[
                     Event(
                         "STEP_COMPLETED",
-                        {"stepName": step_run["step_name"], "durationMs": _ms_between(done["started_at"], done["completed_at"])},
+                        {
+                            "stepName": step_run["step_name"],
+                            "durationMs": _ms_between(done["started_at"], done["completed_at"]),
+                        },
                         step_run["id"],
                     )
                 ],
             )
 
-    async def _wait(self, run: asyncpg.Record, step_run: asyncpg.Record, step: Any, result: StepResult) -> None:
+    async def _wait(
+        self, run: asyncpg.Record, step_run: asyncpg.Record, step: Any, result: StepResult
+    ) -> None:
         until = result.wait_until
-        reason = "approval" if isinstance(step, ApprovalStep) else ("external_event" if result.signal_type else "wait")
+        reason = (
+            "approval"
+            if isinstance(step, ApprovalStep)
+            else ("external_event" if result.signal_type else "wait")
+        )
         events = []
         async with self.pool.acquire() as conn, conn.transaction():
             await store.update_step(
@@ -226,25 +254,60 @@ class RunDriver:
                 await conn.execute(
                     "INSERT INTO approval_requests (id, workspace_id, workflow_run_id, step_run_id, step_name, "
                     "content_key, content, prompt, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    approval_id, run["workspace_id"], run["id"], step_run["id"], step.name,
-                    step.content_key, content, step.prompt, until,
+                    approval_id,
+                    run["workspace_id"],
+                    run["id"],
+                    step_run["id"],
+                    step.name,
+                    step.content_key,
+                    content,
+                    step.prompt,
+                    until,
                 )
                 events.append(
-                    Event("APPROVAL_REQUESTED", {"approvalRequestId": approval_id, "stepName": step.name,
-                                                 "contentKey": step.content_key, "expiresAt": iso(until)}, step_run["id"])
+                    Event(
+                        "APPROVAL_REQUESTED",
+                        {
+                            "approvalRequestId": approval_id,
+                            "stepName": step.name,
+                            "contentKey": step.content_key,
+                            "expiresAt": iso(until),
+                        },
+                        step_run["id"],
+                    )
                 )
                 await store.enqueue_webhooks(
-                    conn, run["workspace_id"], "approval.requested",
-                    {"approvalRequestId": approval_id, "workflowRunId": run["id"], "stepName": step.name,
-                     "contentKey": step.content_key, "content": content, "prompt": step.prompt},
+                    conn,
+                    run["workspace_id"],
+                    "approval.requested",
+                    {
+                        "approvalRequestId": approval_id,
+                        "workflowRunId": run["id"],
+                        "stepName": step.name,
+                        "contentKey": step.content_key,
+                        "content": content,
+                        "prompt": step.prompt,
+                    },
                 )
             events.append(
-                Event("WORKFLOW_PAUSED", {"reason": reason, "signalType": result.signal_type,
-                                          "stepName": step_run["step_name"], "waitUntil": iso(until)}, step_run["id"])
+                Event(
+                    "WORKFLOW_PAUSED",
+                    {
+                        "reason": reason,
+                        "signalType": result.signal_type,
+                        "stepName": step_run["step_name"],
+                        "waitUntil": iso(until),
+                    },
+                    step_run["id"],
+                )
             )
             await store.update_run(
-                conn, run["id"], expect=["RUNNING"], owner=self.owner,
-                sets={"status": "WAITING", "next_run_at": until, **_RELEASE}, events=events,
+                conn,
+                run["id"],
+                expect=["RUNNING"],
+                owner=self.owner,
+                sets={"status": "WAITING", "next_run_at": until, **_RELEASE},
+                events=events,
             )
         if until is not None:
             await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_until(until))
@@ -254,12 +317,25 @@ class RunDriver:
         error.setdefault("code", "STEP_FAILED")
         error["retryable"] = result.retryable and error.get("retryable", True) is not False
         async with self.pool.acquire() as conn, conn.transaction():
-            await store.update_step(conn, step_run["id"], expect=["RUNNING"], sets={"status": "FAILED", "error": error},
-                                    now_columns=["completed_at"])
+            await store.update_step(
+                conn,
+                step_run["id"],
+                expect=["RUNNING"],
+                sets={"status": "FAILED", "error": error},
+                now_columns=["completed_at"],
+            )
             await store.update_run(
-                conn, run["id"], expect=["RUNNING"], owner=self.owner,
-                events=[Event("STEP_FAILED", {"stepName": step_run["step_name"], "attempt": step_run["attempt"],
-                                              "error": error}, step_run["id"])],
+                conn,
+                run["id"],
+                expect=["RUNNING"],
+                owner=self.owner,
+                events=[
+                    Event(
+                        "STEP_FAILED",
+                        {"stepName": step_run["step_name"], "attempt": step_run["attempt"], "error": error},
+                        step_run["id"],
+                    )
+                ],
             )
 
     async def _wake(self, run: asyncpg.Record, step_run: asyncpg.Record) -> bool:
@@ -272,27 +348,63 @@ class RunDriver:
             return False
         async with self.pool.acquire() as conn, conn.transaction():
             if step_run["step_type"] == "wait":
-                done = await store.update_step(conn, step_run["id"], expect=["WAITING"],
-                                               sets={"status": "COMPLETED", "output": {"waitedUntil": iso(due)}},
-                                               now_columns=["completed_at"])
+                done = await store.update_step(
+                    conn,
+                    step_run["id"],
+                    expect=["WAITING"],
+                    sets={"status": "COMPLETED", "output": {"waitedUntil": iso(due)}},
+                    now_columns=["completed_at"],
+                )
                 events = [
-                    Event("STEP_COMPLETED", {"stepName": step_run["step_name"],
-                                             "durationMs": _ms_between(done["started_at"], done["completed_at"])}, step_run["id"]),
-                    Event("WORKFLOW_RESUMED", {"reason": "timer", "stepName": step_run["step_name"]}, step_run["id"]),
+                    Event(
+                        "STEP_COMPLETED",
+                        {
+                            "stepName": step_run["step_name"],
+                            "durationMs": _ms_between(done["started_at"], done["completed_at"]),
+                        },
+                        step_run["id"],
+                    ),
+                    Event(
+                        "WORKFLOW_RESUMED",
+                        {"reason": "timer", "stepName": step_run["step_name"]},
+                        step_run["id"],
+                    ),
                 ]
             else:
-                error = {"code": "TIMEOUT", "retryable": True,
-                         "message": f"No {'approval decision' if step_run['step_type'] == 'approval' else 'signal'} "
-                                    f"received before {iso(due)}"}
-                await store.update_step(conn, step_run["id"], expect=["WAITING"], sets={"status": "FAILED", "error": error},
-                                        now_columns=["completed_at"])
+                error = {
+                    "code": "TIMEOUT",
+                    "retryable": True,
+                    "message": f"No {'approval decision' if step_run['step_type'] == 'approval' else 'signal'} "
+                    f"received before {iso(due)}",
+                }
+                await store.update_step(
+                    conn,
+                    step_run["id"],
+                    expect=["WAITING"],
+                    sets={"status": "FAILED", "error": error},
+                    now_columns=["completed_at"],
+                )
                 if step_run["step_type"] == "approval":
-                    await conn.execute("UPDATE approval_requests SET status = 'EXPIRED', updated_at = now() "
-                                       "WHERE step_run_id = $1 AND status = 'PENDING'", step_run["id"])
-                events = [Event("STEP_FAILED", {"stepName": step_run["step_name"], "attempt": step_run["attempt"],
-                                                "error": error}, step_run["id"])]
-            await store.update_run(conn, run["id"], expect=["WAITING", "RUNNING"], owner=self.owner,
-                                   sets={"status": "RUNNING", "next_run_at": None}, events=events)
+                    await conn.execute(
+                        "UPDATE approval_requests SET status = 'EXPIRED', updated_at = now() "
+                        "WHERE step_run_id = $1 AND status = 'PENDING'",
+                        step_run["id"],
+                    )
+                events = [
+                    Event(
+                        "STEP_FAILED",
+                        {"stepName": step_run["step_name"], "attempt": step_run["attempt"], "error": error},
+                        step_run["id"],
+                    )
+                ]
+            await store.update_run(
+                conn,
+                run["id"],
+                expect=["WAITING", "RUNNING"],
+                owner=self.owner,
+                sets={"status": "RUNNING", "next_run_at": None},
+                events=events,
+            )
         return True
 
     async def _advance(self, run: asyncpg.Record, step_run: asyncpg.Record, definition: Any) -> bool:
@@ -305,35 +417,69 @@ class RunDriver:
             # A forward jump skips the steps in between; they get SKIPPED rows so the timeline says so.
             for skipped in steps[index + 1 : next_index] if next_index > index + 1 else []:
                 visit = await store.next_visit(conn, run["id"], skipped.name)
-                row = await store.insert_step_run(conn, run_id=run["id"], step_name=skipped.name, step_type=skipped.type,
-                                                  step_index=definition.index_of(skipped.name), visit=visit, attempt=1,
-                                                  status="SKIPPED")
+                row = await store.insert_step_run(
+                    conn,
+                    run_id=run["id"],
+                    step_name=skipped.name,
+                    step_type=skipped.type,
+                    step_index=definition.index_of(skipped.name),
+                    visit=visit,
+                    attempt=1,
+                    status="SKIPPED",
+                )
                 events.append(Event("STEP_SKIPPED", {"stepName": skipped.name}, row["id"]))
             if next_index >= len(steps):
                 final = await store.update_run(
-                    conn, run["id"], expect=["RUNNING"], owner=self.owner,
+                    conn,
+                    run["id"],
+                    expect=["RUNNING"],
+                    owner=self.owner,
                     sets={"status": "COMPLETED", "current_step_name": None, "next_run_at": None, **_RELEASE},
                     now_columns=["completed_at"],
                     events=[*events, Event("WORKFLOW_COMPLETED", {})],
                 )
                 # The run's output is its final state (documented in docs/concepts.md).
                 await conn.execute("UPDATE workflow_runs SET output = state WHERE id = $1", run["id"])
-                await store.enqueue_webhooks(conn, run["workspace_id"], "workflow.completed",
-                                             {"workflowRunId": run["id"], "status": "COMPLETED",
-                                              "output": final["state"], "totalCostCents": final["total_cost_cents"]})
+                await store.enqueue_webhooks(
+                    conn,
+                    run["workspace_id"],
+                    "workflow.completed",
+                    {
+                        "workflowRunId": run["id"],
+                        "status": "COMPLETED",
+                        "output": final["state"],
+                        "totalCostCents": final["total_cost_cents"],
+                    },
+                )
                 log.info("run_completed", workflow_run_id=run["id"])
                 return False
             step = steps[next_index]
             visit = await store.next_visit(conn, run["id"], step.name)
             if visit > MAX_VISITS_PER_STEP:
-                error = {"code": "STEP_VISIT_LIMIT", "stepName": step.name,
-                         "message": f"Step '{step.name}' was entered more than {MAX_VISITS_PER_STEP} times"}
+                error = {
+                    "code": "STEP_VISIT_LIMIT",
+                    "stepName": step.name,
+                    "message": f"Step '{step.name}' was entered more than {MAX_VISITS_PER_STEP} times",
+                }
                 await self._fail_run(conn, run, error, events)
                 return False
-            new = await store.insert_step_run(conn, run_id=run["id"], step_name=step.name, step_type=step.type,
-                                              step_index=next_index, visit=visit, attempt=1)
-            await store.update_run(conn, run["id"], expect=["RUNNING"], owner=self.owner,
-                                   sets={"current_step_name": step.name, "current_step_run_id": new["id"]}, events=events)
+            new = await store.insert_step_run(
+                conn,
+                run_id=run["id"],
+                step_name=step.name,
+                step_type=step.type,
+                step_index=next_index,
+                visit=visit,
+                attempt=1,
+            )
+            await store.update_run(
+                conn,
+                run["id"],
+                expect=["RUNNING"],
+                owner=self.owner,
+                sets={"current_step_name": step.name, "current_step_run_id": new["id"]},
+                events=events,
+            )
         return True
 
     async def _handle_failure(self, run: asyncpg.Record, step_run: asyncpg.Record, definition: Any) -> bool:
@@ -344,16 +490,39 @@ class RunDriver:
         async with self.pool.acquire() as conn, conn.transaction():
             if error.get("retryable", True) and attempt < policy.max_attempts:
                 delay_ms = compute_next_retry_delay_ms(policy, attempt)
-                new = await store.insert_step_run(conn, run_id=run["id"], step_name=step.name, step_type=step.type,
-                                                  step_index=step_run["step_index"], visit=step_run["visit"],
-                                                  attempt=attempt + 1)
+                new = await store.insert_step_run(
+                    conn,
+                    run_id=run["id"],
+                    step_name=step.name,
+                    step_type=step.type,
+                    step_index=step_run["step_index"],
+                    visit=step_run["visit"],
+                    attempt=attempt + 1,
+                )
                 await store.update_run(
-                    conn, run["id"], expect=["RUNNING"], owner=self.owner,
-                    sets={"current_step_run_id": new["id"], "next_run_at": utcnow() + timedelta(milliseconds=delay_ms),
-                          **_RELEASE},
-                    events=[Event("STEP_RETRYING", {"stepName": step.name, "attempt": attempt, "nextAttempt": attempt + 1,
-                                                    "maxAttempts": policy.max_attempts, "delayMs": delay_ms,
-                                                    "error": error}, new["id"])],
+                    conn,
+                    run["id"],
+                    expect=["RUNNING"],
+                    owner=self.owner,
+                    sets={
+                        "current_step_run_id": new["id"],
+                        "next_run_at": utcnow() + timedelta(milliseconds=delay_ms),
+                        **_RELEASE,
+                    },
+                    events=[
+                        Event(
+                            "STEP_RETRYING",
+                            {
+                                "stepName": step.name,
+                                "attempt": attempt,
+                                "nextAttempt": attempt + 1,
+                                "maxAttempts": policy.max_attempts,
+                                "delayMs": delay_ms,
+                                "error": error,
+                            },
+                            new["id"],
+                        )
+                    ],
                 )
             else:
                 await self._fail_run(conn, run, {**error, "stepName": step.name, "attempts": attempt}, [])
@@ -361,14 +530,22 @@ class RunDriver:
         await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_ms + _TIMER_SLACK_MS)
         return False
 
-    async def _fail_run(self, conn: asyncpg.Connection, run: asyncpg.Record, error: dict[str, Any],
-                        events: list[Event]) -> None:
+    async def _fail_run(
+        self, conn: asyncpg.Connection, run: asyncpg.Record, error: dict[str, Any], events: list[Event]
+    ) -> None:
         await store.update_run(
-            conn, run["id"], expect=["RUNNING"], owner=self.owner,
+            conn,
+            run["id"],
+            expect=["RUNNING"],
+            owner=self.owner,
             sets={"status": "FAILED", "error": error, "next_run_at": None, **_RELEASE},
             now_columns=["failed_at"],
             events=[*events, Event("WORKFLOW_FAILED", {"error": error})],
         )
-        await store.enqueue_webhooks(conn, run["workspace_id"], "workflow.failed",
-                                     {"workflowRunId": run["id"], "status": "FAILED", "error": error})
+        await store.enqueue_webhooks(
+            conn,
+            run["workspace_id"],
+            "workflow.failed",
+            {"workflowRunId": run["id"], "status": "FAILED", "error": error},
+        )
         log.info("run_failed", workflow_run_id=run["id"], code=error.get("code"))

@@ -30,7 +30,9 @@ _RELEASE = {"lease_owner": None, "lease_expires_at": None}
 
 async def _owned_run(conn: asyncpg.Connection, workspace_id: str, run_id: str) -> asyncpg.Record:
     row = await conn.fetchrow(
-        f"SELECT {store.RUN_COLUMNS} FROM workflow_runs WHERE id = $1 AND workspace_id = $2", run_id, workspace_id
+        f"SELECT {store.RUN_COLUMNS} FROM workflow_runs WHERE id = $1 AND workspace_id = $2",
+        run_id,
+        workspace_id,
     )
     if row is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
@@ -48,7 +50,9 @@ async def create_run(
     workspace, return the existing run and `created=False` (race-safe: the unique index decides)."""
     async with rt.pool.acquire() as conn:
         exists = await conn.fetchval(
-            "SELECT 1 FROM workflow_definitions WHERE id = $1 AND workspace_id = $2", definition_id, workspace_id
+            "SELECT 1 FROM workflow_definitions WHERE id = $1 AND workspace_id = $2",
+            definition_id,
+            workspace_id,
         )
         if not exists:
             raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
@@ -97,7 +101,9 @@ async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Rec
             now_columns=["cancelled_at"],
             events=[Event("WORKFLOW_CANCELLED", {"cancelledStepRuns": [s["id"] for s in steps]})],
         )
-        await store.enqueue_webhooks(conn, workspace_id, "workflow.cancelled", {"workflowRunId": run_id, "status": "CANCELLED"})
+        await store.enqueue_webhooks(
+            conn, workspace_id, "workflow.cancelled", {"workflowRunId": run_id, "status": "CANCELLED"}
+        )
     log.info("run_cancelled", workflow_run_id=run_id)
     return row
 
@@ -137,7 +143,9 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 **_RELEASE,
             },
             now_columns=["dispatched_at"],
-            events=[Event("WORKFLOW_RESUMED", {"reason": "retry", "stepName": failed["step_name"]}, new["id"])],
+            events=[
+                Event("WORKFLOW_RESUMED", {"reason": "retry", "stepName": failed["step_name"]}, new["id"])
+            ],
         )
     await rt.dispatcher.dispatch(run_id)
     return row
@@ -148,7 +156,10 @@ async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
     async with rt.pool.acquire() as conn, conn.transaction():
         await _owned_run(conn, workspace_id, run_id)
         row = await store.update_run(
-            conn, run_id, expect=["RUNNING"], sets={"status": "PAUSED"},
+            conn,
+            run_id,
+            expect=["RUNNING"],
+            sets={"status": "PAUSED"},
             events=[Event("WORKFLOW_PAUSED", {"reason": "manual"})],
         )
     return row
@@ -163,15 +174,27 @@ async def resume_run(
         run = await _owned_run(conn, workspace_id, run_id)
         if run["status"] == "PAUSED" and signal_type is None:
             row = await store.update_run(
-                conn, run_id, expect=["PAUSED"], sets={"status": "RUNNING", **_RELEASE},
-                now_columns=["dispatched_at"], events=[Event("WORKFLOW_RESUMED", {"reason": "manual"})],
+                conn,
+                run_id,
+                expect=["PAUSED"],
+                sets={"status": "RUNNING", **_RELEASE},
+                now_columns=["dispatched_at"],
+                events=[Event("WORKFLOW_RESUMED", {"reason": "manual"})],
             )
         else:
             if signal_type is None:
                 raise ValidationError.from_problems([{"path": "signalType", "message": "Field required"}])
-            step_run = await store.get_step_run(conn, run["current_step_run_id"]) if run["current_step_run_id"] else None
-            if run["status"] != "WAITING" or step_run is None or step_run["status"] != "WAITING" \
-                    or step_run["step_type"] != "external_event":
+            step_run = (
+                await store.get_step_run(conn, run["current_step_run_id"])
+                if run["current_step_run_id"]
+                else None
+            )
+            if (
+                run["status"] != "WAITING"
+                or step_run is None
+                or step_run["status"] != "WAITING"
+                or step_run["step_type"] != "external_event"
+            ):
                 raise InvalidStateTransition(
                     "Workflow run is not waiting for an external event",
                     details={"workflowRunId": run_id, "status": run["status"]},
@@ -183,18 +206,39 @@ async def resume_run(
                     details={"expectedSignalType": step_run["signal_type"], "signalType": signal_type},
                 )
             done = await store.update_step(
-                conn, step_run["id"], expect=["WAITING"],
+                conn,
+                step_run["id"],
+                expect=["WAITING"],
                 sets={"status": "COMPLETED", "output": {"signalType": signal_type, "payload": payload or {}}},
                 now_columns=["completed_at"],
             )
-            duration = int((done["completed_at"] - done["started_at"]).total_seconds() * 1000) if done["started_at"] else 0
+            duration = (
+                int((done["completed_at"] - done["started_at"]).total_seconds() * 1000)
+                if done["started_at"]
+                else 0
+            )
             row = await store.update_run(
-                conn, run_id, expect=["WAITING"], sets={"status": "RUNNING", "next_run_at": None, **_RELEASE},
-                merge_state=payload or None, now_columns=["dispatched_at"],
+                conn,
+                run_id,
+                expect=["WAITING"],
+                sets={"status": "RUNNING", "next_run_at": None, **_RELEASE},
+                merge_state=payload or None,
+                now_columns=["dispatched_at"],
                 events=[
-                    Event("STEP_COMPLETED", {"stepName": step_run["step_name"], "durationMs": duration}, step_run["id"]),
-                    Event("WORKFLOW_RESUMED", {"reason": "signal", "signalType": signal_type,
-                                               "payloadKeys": sorted((payload or {}).keys())}, step_run["id"]),
+                    Event(
+                        "STEP_COMPLETED",
+                        {"stepName": step_run["step_name"], "durationMs": duration},
+                        step_run["id"],
+                    ),
+                    Event(
+                        "WORKFLOW_RESUMED",
+                        {
+                            "reason": "signal",
+                            "signalType": signal_type,
+                            "payloadKeys": sorted((payload or {}).keys()),
+                        },
+                        step_run["id"],
+                    ),
                 ],
             )
     await rt.dispatcher.dispatch(run_id)
@@ -220,11 +264,17 @@ async def decide_approval(
             "UPDATE approval_requests SET status = 'DECIDED', decision = $3, edited_content = $4, decided_by = $5, "
             "decided_at = now(), updated_at = now() WHERE id = $1 AND workspace_id = $2 AND status = 'PENDING' "
             "RETURNING *",
-            approval_id, workspace_id, decision, edited_content, decided_by,
+            approval_id,
+            workspace_id,
+            decision,
+            edited_content,
+            decided_by,
         )
         if approval is None:
             current = await conn.fetchrow(
-                "SELECT status FROM approval_requests WHERE id = $1 AND workspace_id = $2", approval_id, workspace_id
+                "SELECT status FROM approval_requests WHERE id = $1 AND workspace_id = $2",
+                approval_id,
+                workspace_id,
             )
             if current is None:
                 raise NotFoundError("Approval request not found", details={"approvalRequestId": approval_id})
@@ -233,32 +283,69 @@ async def decide_approval(
                 details={"approvalRequestId": approval_id, "status": current["status"]},
             )
         step_run_id = approval["step_run_id"]
-        decided = {"approvalRequestId": approval_id, "decision": decision, "decidedBy": decided_by,
-                   "stepName": approval["step_name"]}
+        decided = {
+            "approvalRequestId": approval_id,
+            "decision": decision,
+            "decidedBy": decided_by,
+            "stepName": approval["step_name"],
+        }
         events = [Event("APPROVAL_DECIDED", decided, step_run_id)]
         if decision == "rejected":
-            error = {"code": "APPROVAL_REJECTED", "retryable": False,
-                     "message": f"Approval rejected{' by ' + decided_by if decided_by else ''}"}
-            await store.update_step(conn, step_run_id, expect=["WAITING"], sets={"status": "FAILED", "error": error},
-                                    now_columns=["completed_at"])
-            events.append(Event("STEP_FAILED", {"stepName": approval["step_name"], "attempt": 1, "error": error}, step_run_id))
+            error = {
+                "code": "APPROVAL_REJECTED",
+                "retryable": False,
+                "message": f"Approval rejected{' by ' + decided_by if decided_by else ''}",
+            }
+            await store.update_step(
+                conn,
+                step_run_id,
+                expect=["WAITING"],
+                sets={"status": "FAILED", "error": error},
+                now_columns=["completed_at"],
+            )
+            events.append(
+                Event(
+                    "STEP_FAILED",
+                    {"stepName": approval["step_name"], "attempt": 1, "error": error},
+                    step_run_id,
+                )
+            )
         else:
             done = await store.update_step(
-                conn, step_run_id, expect=["WAITING"],
+                conn,
+                step_run_id,
+                expect=["WAITING"],
                 sets={"status": "COMPLETED", "output": {"decision": decision, "decidedBy": decided_by}},
                 now_columns=["completed_at"],
             )
-            duration = int((done["completed_at"] - done["started_at"]).total_seconds() * 1000) if done["started_at"] else 0
-            events.append(Event("STEP_COMPLETED", {"stepName": approval["step_name"], "durationMs": duration}, step_run_id))
-        events.append(Event("WORKFLOW_RESUMED", {"reason": "approval", "signalType": APPROVAL_SIGNAL,
-                                                 "decision": decision}, step_run_id))
+            duration = (
+                int((done["completed_at"] - done["started_at"]).total_seconds() * 1000)
+                if done["started_at"]
+                else 0
+            )
+            events.append(
+                Event(
+                    "STEP_COMPLETED", {"stepName": approval["step_name"], "durationMs": duration}, step_run_id
+                )
+            )
+        events.append(
+            Event(
+                "WORKFLOW_RESUMED",
+                {"reason": "approval", "signalType": APPROVAL_SIGNAL, "decision": decision},
+                step_run_id,
+            )
+        )
         await store.update_run(
-            conn, approval["workflow_run_id"], expect=["WAITING"],
+            conn,
+            approval["workflow_run_id"],
+            expect=["WAITING"],
             sets={"status": "RUNNING", "next_run_at": None, **_RELEASE},
             merge_state={approval["content_key"]: edited_content} if decision == "edited" else None,
-            now_columns=["dispatched_at"], events=events,
+            now_columns=["dispatched_at"],
+            events=events,
         )
-        await store.enqueue_webhooks(conn, workspace_id, "approval.decided",
-                                     {**decided, "workflowRunId": approval["workflow_run_id"]})
+        await store.enqueue_webhooks(
+            conn, workspace_id, "approval.decided", {**decided, "workflowRunId": approval["workflow_run_id"]}
+        )
     await rt.dispatcher.dispatch(approval["workflow_run_id"])
     return approval

@@ -141,7 +141,9 @@ async def update_run(
     return row
 
 
-async def insert_events(conn: asyncpg.Connection, run_id: str, first_seq: int, events: Sequence[Event]) -> None:
+async def insert_events(
+    conn: asyncpg.Connection, run_id: str, first_seq: int, events: Sequence[Event]
+) -> None:
     await conn.execute(
         "INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload) "
         "SELECT e.id, $1, e.step_run_id, e.seq, e.event_type, e.payload "
@@ -230,7 +232,12 @@ async def get_step_run(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str
 
 
 async def enqueue_webhooks(
-    conn: asyncpg.Connection, workspace_id: str, event: str, data: dict[str, Any], *, at: datetime | None = None
+    conn: asyncpg.Connection,
+    workspace_id: str,
+    event: str,
+    data: dict[str, Any],
+    *,
+    at: datetime | None = None,
 ) -> None:
     """Outbox: one delivery row per active subscribed webhook, in the caller's transaction."""
     delivery_event_id = new_id("whevt")

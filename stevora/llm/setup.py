@@ -41,5 +41,8 @@ def build_router(settings: Settings) -> ProviderRouter:
         if settings.scripted_fallback:
             log.info("offline_models", hint="no provider keys: the scripted provider answers every model")
         else:
-            log.warning("no_provider_keys", hint="set OPENAI_API_KEY or ANTHROPIC_API_KEY; only 'scripted' models work")
+            log.warning(
+                "no_provider_keys",
+                hint="set OPENAI_API_KEY or ANTHROPIC_API_KEY; only 'scripted' models work",
+            )
     return router

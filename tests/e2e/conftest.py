@@ -57,7 +57,9 @@ async def broker_setup(request: pytest.FixtureRequest, settings: Settings) -> As
     broker = build_broker(url)
     rt = await Runtime.start(client_settings, dispatcher=DramatiqDispatcher(broker, queue))
     ws = new_id("ws")
-    await rt.pool.execute("INSERT INTO workspaces (id, name, slug) VALUES ($1, 'e2e', $2)", ws, ws.replace("_", "-"))
+    await rt.pool.execute(
+        "INSERT INTO workspaces (id, name, slug) VALUES ($1, 'e2e', $2)", ws, ws.replace("_", "-")
+    )
     await rt.pool.execute(
         "CREATE TABLE IF NOT EXISTS test_side_effects (idempotency_key text PRIMARY KEY, executions int NOT NULL)"
     )

@@ -21,7 +21,9 @@ _pool: asyncpg.Pool | None = None
 async def _db() -> asyncpg.Pool:
     global _pool
     if _pool is None:
-        _pool = await asyncpg.create_pool(asyncpg_dsn(os.environ["STEVORA_DATABASE_URL"]), min_size=1, max_size=2)
+        _pool = await asyncpg.create_pool(
+            asyncpg_dsn(os.environ["STEVORA_DATABASE_URL"]), min_size=1, max_size=2
+        )
     return _pool
 
 

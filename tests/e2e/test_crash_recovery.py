@@ -14,8 +14,13 @@ from tests.e2e.workerproc import WorkerProcess
 from tests.integration.loop.test_loop_basics import CONSISTENCY_SQL
 
 
-async def wait_status(setup: BrokerSetup, run_id: str, *statuses: str, timeout_s: float = 45.0,
-                      workers: tuple[WorkerProcess, ...] = ()) -> dict:
+async def wait_status(
+    setup: BrokerSetup,
+    run_id: str,
+    *statuses: str,
+    timeout_s: float = 45.0,
+    workers: tuple[WorkerProcess, ...] = (),
+) -> dict:
     deadline = asyncio.get_running_loop().time() + timeout_s
     while True:
         row = await setup.rt.pool.fetchrow("SELECT * FROM workflow_runs WHERE id = $1", run_id)
@@ -23,13 +28,16 @@ async def wait_status(setup: BrokerSetup, run_id: str, *statuses: str, timeout_s
             return dict(row)
         if asyncio.get_running_loop().time() > deadline:
             logs = "\n".join(w.log_tail() for w in workers)
-            raise AssertionError(f"run {run_id} stuck in {row['status']} ({row['error']}); worker logs:\n{logs}")
+            raise AssertionError(
+                f"run {run_id} stuck in {row['status']} ({row['error']}); worker logs:\n{logs}"
+            )
         await asyncio.sleep(0.1)
 
 
 async def assert_gap_free(setup: BrokerSetup, run_id: str) -> list[str]:
     events = await setup.rt.pool.fetch(
-        "SELECT sequence, event_type FROM workflow_events WHERE workflow_run_id = $1 ORDER BY sequence", run_id
+        "SELECT sequence, event_type FROM workflow_events WHERE workflow_run_id = $1 ORDER BY sequence",
+        run_id,
     )
     assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
     row = await setup.rt.pool.fetchrow(CONSISTENCY_SQL, run_id)
@@ -38,8 +46,12 @@ async def assert_gap_free(setup: BrokerSetup, run_id: str) -> list[str]:
 
 
 LOOP_STEP = {
-    "type": "llm", "name": "agent", "model": "scripted:rounds=5", "maxToolRounds": 5,
-    "messages": [{"role": "user", "content": "record five effects"}], "tools": ["effect"],
+    "type": "llm",
+    "name": "agent",
+    "model": "scripted:rounds=5",
+    "maxToolRounds": 5,
+    "messages": [{"role": "user", "content": "record five effects"}],
+    "tools": ["effect"],
 }
 
 
@@ -50,7 +62,9 @@ async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactl
     broker_setup: BrokerSetup, fault: str
 ) -> None:
     setup = broker_setup
-    def_id = await create_definition(setup.rt, setup.workspace_id, {"name": "loop", "version": "1", "steps": [LOOP_STEP]})
+    def_id = await create_definition(
+        setup.rt, setup.workspace_id, {"name": "loop", "version": "1", "steps": [LOOP_STEP]}
+    )
     first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
     second = None
     try:
@@ -66,11 +80,18 @@ async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactl
     pool = setup.rt.pool
     traces = await pool.fetch("SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"])
     assert [t["round"] for t in traces] == [1, 2, 3, 4, 5] and all(t["status"] == "completed" for t in traces)
-    calls = await pool.fetch("SELECT round FROM llm_calls WHERE workflow_run_id = $1 AND status = 'completed' "
-                             "ORDER BY round", run["id"])
+    calls = await pool.fetch(
+        "SELECT round FROM llm_calls WHERE workflow_run_id = $1 AND status = 'completed' ORDER BY round",
+        run["id"],
+    )
     assert [c["round"] for c in calls] == [1, 2, 3, 4, 5, 6]  # no committed round was sent to the model again
-    effects = {r["idempotency_key"]: r["executions"] for r in await pool.fetch(
-        "SELECT * FROM test_side_effects WHERE idempotency_key = ANY($1::text[])", [t["idempotency_key"] for t in traces])}
+    effects = {
+        r["idempotency_key"]: r["executions"]
+        for r in await pool.fetch(
+            "SELECT * FROM test_side_effects WHERE idempotency_key = ANY($1::text[])",
+            [t["idempotency_key"] for t in traces],
+        )
+    }
     assert len(effects) == 5  # one side effect per tool call
     reran = {k for k, n in effects.items() if n > 1}
     # Only a handler that returned but was not committed runs again, under the same key.
@@ -80,19 +101,32 @@ async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactl
 
 
 @pytest.mark.broker
-async def test_worker_killed_during_a_slow_task_is_finished_by_another_worker(broker_setup: BrokerSetup) -> None:
+async def test_worker_killed_during_a_slow_task_is_finished_by_another_worker(
+    broker_setup: BrokerSetup,
+) -> None:
     setup = broker_setup
-    def_id = await create_definition(setup.rt, setup.workspace_id, {"name": "slow", "version": "1", "steps": [
-        {"type": "task", "name": "slow", "handler": "slow_effect", "config": {"sleepS": 3}},
-        {"type": "task", "name": "quick", "handler": "slow_effect", "config": {"sleepS": 0.05}},
-    ]})
+    def_id = await create_definition(
+        setup.rt,
+        setup.workspace_id,
+        {
+            "name": "slow",
+            "version": "1",
+            "steps": [
+                {"type": "task", "name": "slow", "handler": "slow_effect", "config": {"sleepS": 3}},
+                {"type": "task", "name": "quick", "handler": "slow_effect", "config": {"sleepS": 0.05}},
+            ],
+        },
+    )
     first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
     second = None
     try:
         run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)
         for _ in range(300):
-            if await setup.rt.pool.fetchval("SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1 "
-                                            "AND event_type = 'STEP_STARTED'", run["id"]):
+            if await setup.rt.pool.fetchval(
+                "SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1 "
+                "AND event_type = 'STEP_STARTED'",
+                run["id"],
+            ):
                 break
             await asyncio.sleep(0.05)
         await asyncio.sleep(0.5)
@@ -104,9 +138,13 @@ async def test_worker_killed_during_a_slow_task_is_finished_by_another_worker(br
         first.stop()
         if second:
             second.stop()
-    steps = await setup.rt.pool.fetch("SELECT id FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", run["id"])
-    effects = await setup.rt.pool.fetch("SELECT * FROM test_side_effects WHERE idempotency_key = ANY($1::text[])",
-                                        [f"task:{s['id']}" for s in steps])
+    steps = await setup.rt.pool.fetch(
+        "SELECT id FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", run["id"]
+    )
+    effects = await setup.rt.pool.fetch(
+        "SELECT * FROM test_side_effects WHERE idempotency_key = ANY($1::text[])",
+        [f"task:{s['id']}" for s in steps],
+    )
     assert sorted(e["executions"] for e in effects) == [1, 1]  # each step's side effect recorded once
     types = await assert_gap_free(setup, run["id"])
     assert types.count("STEP_COMPLETED") == 2 and types[-1] == "WORKFLOW_COMPLETED"
@@ -115,15 +153,26 @@ async def test_worker_killed_during_a_slow_task_is_finished_by_another_worker(br
 @pytest.mark.broker
 async def test_the_same_message_delivered_twice_concurrently_executes_once(broker_setup: BrokerSetup) -> None:
     setup = broker_setup
-    def_id = await create_definition(setup.rt, setup.workspace_id, {"name": "dup", "version": "1", "steps": [
-        {"type": "task", "name": "once", "handler": "slow_effect", "config": {"sleepS": 0.5}}]})
+    def_id = await create_definition(
+        setup.rt,
+        setup.workspace_id,
+        {
+            "name": "dup",
+            "version": "1",
+            "steps": [{"type": "task", "name": "once", "handler": "slow_effect", "config": {"sleepS": 0.5}}],
+        },
+    )
     recording = RecordingDispatcher()
     real = setup.rt.dispatcher
     setup.rt.dispatcher = recording  # create the run without dispatching it
     run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)
     setup.rt.dispatcher = real
-    worker = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue,
-                           extra_env={"STEVORA_UNDISPATCHED_GRACE_S": "60"})  # keep the sweep out of it
+    worker = WorkerProcess(
+        setup.rt.settings.database_url,
+        setup.url,
+        setup.queue,
+        extra_env={"STEVORA_UNDISPATCHED_GRACE_S": "60"},
+    )  # keep the sweep out of it
     try:
         await asyncio.gather(*(asyncio.to_thread(real.send, EXECUTE_RUN_ACTOR, run["id"]) for _ in range(2)))  # type: ignore[attr-defined]
         row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(worker,))
@@ -131,8 +180,9 @@ async def test_the_same_message_delivered_twice_concurrently_executes_once(broke
     finally:
         worker.stop()
     step = await setup.rt.pool.fetchrow("SELECT id FROM step_runs WHERE workflow_run_id = $1", run["id"])
-    executions = await setup.rt.pool.fetchval("SELECT executions FROM test_side_effects WHERE idempotency_key = $1",
-                                              f"task:{step['id']}")
+    executions = await setup.rt.pool.fetchval(
+        "SELECT executions FROM test_side_effects WHERE idempotency_key = $1", f"task:{step['id']}"
+    )
     assert executions == 1
     types = await assert_gap_free(setup, run["id"])
     assert types.count("STEP_STARTED") == 1
@@ -141,8 +191,15 @@ async def test_the_same_message_delivered_twice_concurrently_executes_once(broke
 @pytest.mark.broker
 async def test_a_lost_message_is_recovered_by_the_sweep(broker_setup: BrokerSetup) -> None:
     setup = broker_setup
-    def_id = await create_definition(setup.rt, setup.workspace_id, {"name": "lost", "version": "1", "steps": [
-        {"type": "task", "name": "only", "handler": "slow_effect", "config": {"sleepS": 0.01}}]})
+    def_id = await create_definition(
+        setup.rt,
+        setup.workspace_id,
+        {
+            "name": "lost",
+            "version": "1",
+            "steps": [{"type": "task", "name": "only", "handler": "slow_effect", "config": {"sleepS": 0.01}}],
+        },
+    )
     real = setup.rt.dispatcher
     setup.rt.dispatcher = RecordingDispatcher()  # the message is "lost": never reaches the broker
     run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)

@@ -15,8 +15,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class WorkerProcess:
-    def __init__(self, database_url: str, broker_url: str, queue_name: str, *, fault: str | None = None,
-                 extra_env: dict[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        database_url: str,
+        broker_url: str,
+        queue_name: str,
+        *,
+        fault: str | None = None,
+        extra_env: dict[str, str] | None = None,
+    ) -> None:
         env = {
             **os.environ,
             "STEVORA_DATABASE_URL": database_url,
@@ -39,8 +46,9 @@ class WorkerProcess:
         self.log_path = ROOT / "test-artifacts" / f"worker-{queue_name}-{os.getpid()}-{id(self)}.log"
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("wb")
-        self.proc = subprocess.Popen([sys.executable, "-m", "workers"], cwd=ROOT, env=env,
-                                     stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "workers"], cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT
+        )
 
     async def wait_exit(self, timeout_s: float) -> int:
         deadline = asyncio.get_running_loop().time() + timeout_s

@@ -49,13 +49,19 @@ def test_downgrade_to_base_and_upgrade_again_round_trips(fresh_database_url: str
 
 
 async def test_status_columns_reject_values_outside_the_documented_enums(harness, workspace_id: str) -> None:  # type: ignore[no-untyped-def]
-    def_id = await create_definition(harness.rt, workspace_id, {"name": "ck", "version": "1", "steps": [
-        {"type": "wait", "name": "w", "durationMs": 1}]})
+    def_id = await create_definition(
+        harness.rt,
+        workspace_id,
+        {"name": "ck", "version": "1", "steps": [{"type": "wait", "name": "w", "durationMs": 1}]},
+    )
     with pytest.raises(asyncpg.CheckViolationError):
         await harness.rt.pool.execute(
             "INSERT INTO workflow_runs (id, workspace_id, definition_id, status) VALUES ('wfrun_bad', $1, $2, 'DONE')",
-            workspace_id, def_id)
+            workspace_id,
+            def_id,
+        )
     with pytest.raises(asyncpg.ForeignKeyViolationError):
         await harness.rt.pool.execute(
             "INSERT INTO workflow_runs (id, workspace_id, definition_id) VALUES ('wfrun_bad2', $1, 'wfdef_nope')",
-            workspace_id)
+            workspace_id,
+        )

@@ -15,34 +15,51 @@ async def test_task_wait_condition_approval_workflow_completes_with_gap_free_eve
 
     async def enrich(ctx: Any, step: Any) -> dict[str, Any]:
         calls.append(ctx.step_name)
-        return {"status": "completed", "output": {"n": 1},
-                "stateUpdates": {"lead": {"big": ctx.workflow_input["size"] > 10}, "draft": "hello"}}
+        return {
+            "status": "completed",
+            "output": {"n": 1},
+            "stateUpdates": {"lead": {"big": ctx.workflow_input["size"] > 10}, "draft": "hello"},
+        }
 
     async def finish(ctx: Any) -> None:
         calls.append(ctx.step_name)
 
     harness.tasks.register("enrich", enrich)
     harness.tasks.register("finish", finish)
-    def_id = await create_definition(harness.rt, workspace_id, {
-        "name": "flow", "version": "1",
-        "steps": [
-            {"type": "task", "name": "enrich", "handler": "enrich"},
-            {"type": "wait", "name": "pause", "durationMs": 50},
-            {"type": "condition", "name": "is-big", "expression": "lead.big", "trueStep": "review", "falseStep": "done"},
-            {"type": "approval", "name": "review", "contentKey": "draft", "prompt": "ok?"},
-            {"type": "task", "name": "done", "handler": "finish"},
-        ],
-    })
+    def_id = await create_definition(
+        harness.rt,
+        workspace_id,
+        {
+            "name": "flow",
+            "version": "1",
+            "steps": [
+                {"type": "task", "name": "enrich", "handler": "enrich"},
+                {"type": "wait", "name": "pause", "durationMs": 50},
+                {
+                    "type": "condition",
+                    "name": "is-big",
+                    "expression": "lead.big",
+                    "trueStep": "review",
+                    "falseStep": "done",
+                },
+                {"type": "approval", "name": "review", "contentKey": "draft", "prompt": "ok?"},
+                {"type": "task", "name": "done", "handler": "finish"},
+            ],
+        },
+    )
     run, created = await service.create_run(harness.rt, workspace_id, def_id, {"size": 50})
     assert created
     await harness.wait_for_status(run["id"], "WAITING")
     row = await harness.wait_for_status(run["id"], "WAITING")
     approval = None
     for _ in range(200):
-        approval = await harness.rt.pool.fetchrow("SELECT * FROM approval_requests WHERE workflow_run_id = $1", run["id"])
+        approval = await harness.rt.pool.fetchrow(
+            "SELECT * FROM approval_requests WHERE workflow_run_id = $1", run["id"]
+        )
         if approval:
             break
         import asyncio
+
         await asyncio.sleep(0.02)
     assert approval is not None and approval["content"] == "hello"
     await service.decide_approval(harness.rt, workspace_id, approval["id"], "edited", "HELLO", "ann")
@@ -58,7 +75,9 @@ async def test_task_wait_condition_approval_workflow_completes_with_gap_free_eve
     assert calls == ["enrich", "done"]
 
 
-async def test_failing_task_is_retried_with_backoff_then_fails_the_run(harness: Harness, workspace_id: str) -> None:
+async def test_failing_task_is_retried_with_backoff_then_fails_the_run(
+    harness: Harness, workspace_id: str
+) -> None:
     attempts: list[int] = []
 
     def flaky(ctx: Any) -> None:
@@ -66,10 +85,22 @@ async def test_failing_task_is_retried_with_backoff_then_fails_the_run(harness: 
         raise RuntimeError("boom")
 
     harness.tasks.register("flaky", flaky)
-    def_id = await create_definition(harness.rt, workspace_id, {
-        "name": "retry", "version": "1",
-        "steps": [{"type": "task", "name": "t", "handler": "flaky", "retry": {"maxAttempts": 3, "backoffMs": 100}}],
-    })
+    def_id = await create_definition(
+        harness.rt,
+        workspace_id,
+        {
+            "name": "retry",
+            "version": "1",
+            "steps": [
+                {
+                    "type": "task",
+                    "name": "t",
+                    "handler": "flaky",
+                    "retry": {"maxAttempts": 3, "backoffMs": 100},
+                }
+            ],
+        },
+    )
     run, _ = await service.create_run(harness.rt, workspace_id, def_id)
     row = await harness.wait_for_status(run["id"], "FAILED")
     assert attempts == [1, 2, 3]

@@ -33,8 +33,22 @@ def test_templates_render_input_state_dot_paths_and_json(text: str, expected: st
 
 @pytest.mark.parametrize(
     ("value", "truthy"),
-    [(0, False), (0.0, False), (math.nan, False), ("", False), (None, False), (False, False), (True, True),
-     (1, True), (-2.5, True), ("0", True), ("false", True), ({}, True), ([], True), ({"a": 1}, True)],
+    [
+        (0, False),
+        (0.0, False),
+        (math.nan, False),
+        ("", False),
+        (None, False),
+        (False, False),
+        (True, True),
+        (1, True),
+        (-2.5, True),
+        ("0", True),
+        ("false", True),
+        ({}, True),
+        ([], True),
+        ({"a": 1}, True),
+    ],
 )
 def test_truthiness_matches_javascript_boolean(value: object, truthy: bool) -> None:
     assert js_truthy(value) is truthy
