@@ -7,11 +7,11 @@ your.module` so a worker imports the module and these registrations take effect.
 from stevora.engine.handlers import (
     StepContext,
     StepResult,
-    registerTaskHandler,
     register_task_handler,
+    registerTaskHandler,
     task_handler,
 )
-from stevora.tools import ToolContext, registerTool, register_tool, tool
+from stevora.tools import ToolContext, register_tool, registerTool, tool
 
 __version__ = "0.1.0"
 

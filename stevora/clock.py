@@ -13,4 +13,4 @@ def iso(dt: datetime | None) -> str | None:
     """ISO 8601 with milliseconds and `Z`, e.g. `2026-04-02T12:00:00.000Z`."""
     if dt is None:
         return None
-    return dt.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.") + f"{dt.microsecond // 1000:03d}Z"
+    return dt.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
+from fastapi.responses import RedirectResponse
 
 from stevora.api.auth import ApiKeyAuthenticator
 from stevora.api.deps import ApiContext, reject_nul
@@ -35,6 +36,7 @@ from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.ui import build_ui_router, mount_static
 
 DESCRIPTION = """Durable workflow orchestration with traced LLM tool-calling steps.
 
@@ -66,7 +68,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         if runtime is not None:
             yield
             return
-        dispatcher = DramatiqDispatcher(build_broker(settings.broker_url))
+        dispatcher = DramatiqDispatcher(build_broker(settings.broker_url), settings.queue_name)
         ctx.runtime = await Runtime.start(settings, dispatcher=dispatcher)
         try:
             yield
@@ -96,5 +98,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     app.include_router(v1, prefix="/v1")
     app.include_router(v1, prefix="/api/v1", include_in_schema=False)
     app.include_router(health.router, dependencies=[Depends(reject_nul)])
+    # The web UI authenticates with its own cookie; see docs/ui.md.
+    app.include_router(build_ui_router())
+    mount_static(app)
+
+    @app.get("/", include_in_schema=False)
+    async def root() -> RedirectResponse:
+        return RedirectResponse("/ui")
+
     install_openapi(app)
     return app

@@ -126,7 +126,11 @@ class ApiKeyAuthenticator:
 
 
 def admin_token_matches(configured: str | None, given: str | None) -> bool:
-    return configured is not None and given is not None and hmac.compare_digest(configured.encode(), given.encode())
+    return (
+        configured is not None
+        and given is not None
+        and hmac.compare_digest(configured.encode(), given.encode())
+    )
 
 
 def require_admin_if_configured(configured: str | None, given: str | None) -> None:

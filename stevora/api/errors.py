@@ -33,7 +33,12 @@ log = structlog.get_logger("stevora.api")
 INTERNAL_MESSAGE = "Internal server error"
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
-_HTTP_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED", 413: "PAYLOAD_TOO_LARGE", 415: "UNSUPPORTED_MEDIA_TYPE"}
+_HTTP_CODES = {
+    404: "NOT_FOUND",
+    405: "METHOD_NOT_ALLOWED",
+    413: "PAYLOAD_TOO_LARGE",
+    415: "UNSUPPORTED_MEDIA_TYPE",
+}
 
 
 def format_loc(loc: Sequence[Any]) -> str:
@@ -85,7 +90,7 @@ async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "HTTP_ERROR" if exc.status_code < 500 else "INTERNAL_ERROR")
     message = "Route not found" if exc.status_code == 404 else str(exc.detail)
-    return error_response(exc.status_code, code, message, headers=exc.headers)
+    return error_response(exc.status_code, code, message, headers=dict(exc.headers) if exc.headers else None)
 
 
 def install_error_handlers(app: FastAPI) -> None:

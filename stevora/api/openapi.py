@@ -30,7 +30,10 @@ def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
         entry: dict[str, Any] = {"model": ErrorEnvelope, "description": _DESCRIPTIONS[status]}
         if status == 429:
             entry["headers"] = {
-                "Retry-After": {"description": "Seconds to wait (integer >= 1).", "schema": {"type": "integer"}}
+                "Retry-After": {
+                    "description": "Seconds to wait (integer >= 1).",
+                    "schema": {"type": "integer"},
+                }
             }
         out[status] = entry
     return out
@@ -57,7 +60,9 @@ def install_openapi(app: FastAPI) -> None:
             title=app.title, version=app.version, description=app.description, routes=app.routes
         )
         components = schema.setdefault("components", {}).setdefault("schemas", {})
-        spec = WorkflowDefinitionSpec.model_json_schema(by_alias=True, ref_template="#/components/schemas/{model}")
+        spec = WorkflowDefinitionSpec.model_json_schema(
+            by_alias=True, ref_template="#/components/schemas/{model}"
+        )
         components.update(spec.pop("$defs", {}))
         components[DEFINITION_SCHEMA] = spec
         for path_item in schema.get("paths", {}).values():
@@ -66,7 +71,9 @@ def install_openapi(app: FastAPI) -> None:
                     operation["requestBody"] = {
                         "required": True,
                         "content": {
-                            "application/json": {"schema": {"$ref": f"#/components/schemas/{DEFINITION_SCHEMA}"}}
+                            "application/json": {
+                                "schema": {"$ref": f"#/components/schemas/{DEFINITION_SCHEMA}"}
+                            }
                         },
                     }
                 responses = operation.get("responses", {})

@@ -146,9 +146,7 @@ async def _record(rt: Runtime, row: Any, outcome: _Outcome) -> None:
         "error": outcome.error,
         "durationMs": outcome.duration_ms,
     }
-    await rt.pool.execute(
-        RECORD_SQL, row["id"], status, next_at, outcome.status_code, outcome.error, entry
-    )
+    await rt.pool.execute(RECORD_SQL, row["id"], status, next_at, outcome.status_code, outcome.error, entry)
     log.info(
         "webhook_attempted",
         delivery_id=row["id"],

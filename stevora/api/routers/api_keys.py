@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path
-from sqlalchemy import func, select, update
+from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import Response
 
@@ -73,18 +73,24 @@ async def create_api_key(
     async with ctx.rt.engine.begin() as conn:
         await _lock_workspace(conn, workspace_id, bootstrap=bootstrap)
         row = (
-            await conn.execute(
-                ApiKey.__table__.insert()
-                .values(
-                    id=new_id("key"),
-                    workspace_id=workspace_id,
-                    name=body.name,
-                    key_hash=hash_key(raw),
-                    key_prefix=raw[:8],
+            (
+                await conn.execute(
+                    insert(ApiKey)
+                    .values(
+                        id=new_id("key"),
+                        workspace_id=workspace_id,
+                        name=body.name,
+                        key_hash=hash_key(raw),
+                        key_prefix=raw[:8],
+                    )
+                    .returning(
+                        ApiKey.id, ApiKey.workspace_id, ApiKey.name, ApiKey.key_prefix, ApiKey.created_at
+                    )
                 )
-                .returning(ApiKey.id, ApiKey.workspace_id, ApiKey.name, ApiKey.key_prefix, ApiKey.created_at)
             )
-        ).mappings().one()
+            .mappings()
+            .one()
+        )
     return ok(ApiKeyCreated.model_validate({**row, "key": raw}), 201)
 
 
@@ -97,14 +103,20 @@ async def _lock_workspace(conn: AsyncConnection, workspace_id: str, *, bootstrap
     if found is None:
         raise NotFoundError("Workspace not found", details={"workspaceId": workspace_id})
     if bootstrap:
-        has_key = (await conn.execute(select(func.count()).where(ApiKey.workspace_id == workspace_id))).scalar()
+        has_key = (
+            await conn.execute(select(func.count()).where(ApiKey.workspace_id == workspace_id))
+        ).scalar()
         if has_key:
             raise AuthError(MISSING_KEY)
 
 
 @router.get("", response_model=Envelope[list[ApiKeyOut]], summary="List the workspace's API keys")
 async def list_api_keys(auth: Auth, ctx: Ctx) -> Response:
-    stmt = select(*_COLUMNS).where(ApiKey.workspace_id == auth.workspace_id).order_by(ApiKey.created_at, ApiKey.id)
+    stmt = (
+        select(*_COLUMNS)
+        .where(ApiKey.workspace_id == auth.workspace_id)
+        .order_by(ApiKey.created_at, ApiKey.id)
+    )
     rows = await fetch_all(ctx.rt, stmt)
     return ok([ApiKeyOut.model_validate(r) for r in rows])
 
@@ -126,5 +138,3 @@ async def revoke_api_key(key_id: KeyId, auth: Auth, ctx: Ctx) -> Response:
         raise NotFoundError("API key not found", details={"apiKeyId": key_id})
     ctx.keys.forget(key_id)
     return ok(ApiKeyOut.model_validate(row))
-
-

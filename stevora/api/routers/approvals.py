@@ -49,7 +49,9 @@ async def list_approvals(
 async def get_approval(approval_id: ApprovalId, auth: Auth, ctx: Ctx) -> Response:
     row = await fetch_one(
         ctx.rt,
-        select(_APPROVALS).where(_APPROVALS.c.id == approval_id, _APPROVALS.c.workspace_id == auth.workspace_id),
+        select(_APPROVALS).where(
+            _APPROVALS.c.id == approval_id, _APPROVALS.c.workspace_id == auth.workspace_id
+        ),
     )
     if row is None:
         raise NotFoundError("Approval request not found", details={"approvalRequestId": approval_id})

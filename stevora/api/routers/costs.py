@@ -113,14 +113,16 @@ async def cost_summary(
     )
     run_count = await fetch_value(ctx.rt, runs.where(*where)) or 0
     by_model = [ModelCostOut.model_validate(r) for r in rows]
-    summary = CostSummaryOut(
-        from_=start,
-        to=end,
-        total_cost_usd=round(sum(m.cost_usd for m in by_model), 10),
-        total_input_tokens=sum(m.input_tokens for m in by_model),
-        total_output_tokens=sum(m.output_tokens for m in by_model),
-        run_count=run_count,
-        call_count=sum(m.calls for m in by_model),
-        by_model=by_model,
+    summary = CostSummaryOut.model_validate(
+        {
+            "from": start,
+            "to": end,
+            "total_cost_usd": round(sum(m.cost_usd for m in by_model), 10),
+            "total_input_tokens": sum(m.input_tokens for m in by_model),
+            "total_output_tokens": sum(m.output_tokens for m in by_model),
+            "run_count": run_count,
+            "call_count": sum(m.calls for m in by_model),
+            "by_model": by_model,
+        }
     )
     return ok(summary)

@@ -32,9 +32,7 @@ DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_
     openapi_extra=definition_body(),
     summary="Create a workflow definition",
 )
-async def create_definition(
-    auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]
-) -> Response:
+async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]) -> Response:
     """Validated with every problem reported at once; `(name, version)` is unique per workspace."""
     spec = parse_definition(body)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
@@ -87,7 +85,10 @@ async def list_definitions(
 
 
 @router.get(
-    "/{definition_id}", response_model=Envelope[DefinitionOut], responses=errors(404), summary="Get a definition"
+    "/{definition_id}",
+    response_model=Envelope[DefinitionOut],
+    responses=errors(404),
+    summary="Get a definition",
 )
 async def get_definition(definition_id: DefinitionId, auth: Auth, ctx: Ctx) -> Response:
     stmt = select(*_COLUMNS).where(

@@ -55,12 +55,16 @@ async def events_between(rt: Runtime, run_id: str, after: int, until: int) -> li
     return [EventOut.model_validate(r) for r in await fetch_all(rt, stmt)]
 
 
-@router.get("/{run_id}/events", response_model=Page[EventOut], responses=errors(404), summary="A run's events")
+@router.get(
+    "/{run_id}/events", response_model=Page[EventOut], responses=errors(404), summary="A run's events"
+)
 async def list_events(run_id: RunId, auth: Auth, ctx: Ctx, paging: Paging) -> Response:
     _, total = await _run_progress(ctx.rt, auth.workspace_id, run_id)
     data: list[EventOut] = []
     if paging.offset < total:
-        data = await events_between(ctx.rt, run_id, paging.offset, min(total, paging.offset + paging.page_size))
+        data = await events_between(
+            ctx.rt, run_id, paging.offset, min(total, paging.offset + paging.page_size)
+        )
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
 
@@ -69,7 +73,7 @@ async def list_events(run_id: RunId, auth: Auth, ctx: Ctx, paging: Paging) -> Re
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "`text/event-stream`: `id: <sequence>`, `event: <eventType>`, `data: <Event JSON>`",
+            "description": "`text/event-stream` of `id: <sequence>`, `event: <eventType>`, `data: <Event>`",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         **errors(404),
@@ -129,4 +133,3 @@ async def _stream(ctx: ApiContext, workspace_id: str, run_id: str, last: int) ->
             idle_s = 0.0
         await asyncio.sleep(ctx.sse_poll_s)
         idle_s += ctx.sse_poll_s
-

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import func, select
+from sqlalchemy import RowMapping, func, select
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_one, fetch_value
@@ -41,7 +41,7 @@ _NEW_RUN_DEFAULTS = {
 }
 
 
-async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> Mapping[str, Any]:
+async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> RowMapping:
     """The run as stored, or `NotFoundError` (also for another workspace's run)."""
     row = await fetch_one(rt, select(_RUNS).where(_RUNS.c.id == run_id, _RUNS.c.workspace_id == workspace_id))
     if row is None:
@@ -49,7 +49,7 @@ async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> Mapping[str, 
     return row
 
 
-def step_run_out(row: Mapping[str, Any]) -> StepRunOut:
+def step_run_out(row: Mapping[Any, Any]) -> StepRunOut:
     started, completed = row["started_at"], row["completed_at"]
     duration = int((completed - started).total_seconds() * 1000) if started and completed else None
     return StepRunOut.model_validate({**row, "duration_ms": duration})
@@ -73,7 +73,7 @@ async def create_run(body: RunCreate, auth: Auth, ctx: Ctx) -> Response:
     )
     if created:
         # The row as inserted: the columns RUN_COLUMNS leaves out still hold their defaults.
-        row: Mapping[str, Any] = {
+        row: Mapping[Any, Any] = {
             **_NEW_RUN_DEFAULTS,
             **dict(record),
             "idempotency_key": body.idempotency_key,
@@ -90,7 +90,9 @@ async def list_runs(
     ctx: Ctx,
     paging: Paging,
     status: Annotated[RunStatus | None, Query(description="Only runs in this status.")] = None,
-    definition_id: Annotated[str | None, Query(alias="definitionId", description="Only runs of this definition.")] = None,
+    definition_id: Annotated[
+        str | None, Query(alias="definitionId", description="Only runs of this definition.")
+    ] = None,
 ) -> Response:
     """Newest first."""
     where = [_RUNS.c.workspace_id == auth.workspace_id]
@@ -114,7 +116,10 @@ async def list_runs(
 
 
 @router.get(
-    "/{run_id}", response_model=Envelope[RunDetailOut], responses=errors(404), summary="Get a run with its steps"
+    "/{run_id}",
+    response_model=Envelope[RunDetailOut],
+    responses=errors(404),
+    summary="Get a run with its steps",
 )
 async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     run = await load_run(ctx.rt, auth.workspace_id, run_id)
@@ -123,7 +128,9 @@ async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
         ctx.rt,
         select(steps_table)
         .where(steps_table.c.workflow_run_id == run_id)
-        .order_by(steps_table.c.created_at, steps_table.c.step_index, steps_table.c.attempt, steps_table.c.id),
+        .order_by(
+            steps_table.c.created_at, steps_table.c.step_index, steps_table.c.attempt, steps_table.c.id
+        ),
     )
     definition = await fetch_one(
         ctx.rt,
@@ -133,7 +140,11 @@ async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     )
     assert definition is not None  # a foreign key guarantees it
     detail = RunDetailOut.model_validate(
-        {**run, "step_runs": [step_run_out(s) for s in steps], "definition": DefinitionRef.model_validate(definition)}
+        {
+            **run,
+            "step_runs": [step_run_out(s) for s in steps],
+            "definition": DefinitionRef.model_validate(definition),
+        }
     )
     return ok(detail)
 
@@ -141,21 +152,27 @@ async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
 _COMMAND_ERRORS = errors(404, 409)
 
 
-@router.post("/{run_id}/cancel", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Cancel a run")
+@router.post(
+    "/{run_id}/cancel", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Cancel a run"
+)
 async def cancel_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """PENDING, RUNNING, WAITING or PAUSED → CANCELLED; open steps and approvals are cancelled."""
     await service.cancel_run(ctx.rt, auth.workspace_id, run_id)
     return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
 
 
-@router.post("/{run_id}/retry", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Retry a run")
+@router.post(
+    "/{run_id}/retry", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Retry a run"
+)
 async def retry_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """FAILED → RUNNING: the failed step runs again with a fresh attempt budget."""
     await service.retry_run(ctx.rt, auth.workspace_id, run_id)
     return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
 
 
-@router.post("/{run_id}/pause", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Pause a run")
+@router.post(
+    "/{run_id}/pause", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Pause a run"
+)
 async def pause_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """RUNNING → PAUSED; the worker stops at its next checkpoint. Resume with `/resume`."""
     await service.pause_run(ctx.rt, auth.workspace_id, run_id)
@@ -163,7 +180,10 @@ async def pause_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
 
 
 @router.post(
-    "/{run_id}/resume", response_model=Envelope[RunOut], responses=_COMMAND_ERRORS, summary="Signal or un-pause a run"
+    "/{run_id}/resume",
+    response_model=Envelope[RunOut],
+    responses=_COMMAND_ERRORS,
+    summary="Signal or un-pause a run",
 )
 async def resume_run(
     run_id: RunId, auth: Auth, ctx: Ctx, body: Annotated[ResumeIn | None, Body()] = None

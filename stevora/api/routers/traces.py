@@ -19,7 +19,9 @@ from stevora.db.models import LlmCall, StepRun, ToolTrace
 
 router = APIRouter(prefix="/workflow-runs", tags=["traces"])
 RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
-StepName = Annotated[str | None, Query(alias="stepName", max_length=100, description="Only this step's records.")]
+StepName = Annotated[
+    str | None, Query(alias="stepName", max_length=100, description="Only this step's records.")
+]
 _CALLS = LlmCall.__table__
 _TRACES = ToolTrace.__table__
 
@@ -51,6 +53,8 @@ async def list_tool_traces(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepN
     await load_run(ctx.rt, auth.workspace_id, run_id)
     stmt = select(_TRACES).where(_TRACES.c.workflow_run_id == run_id)
     if step_name is not None:
-        stmt = stmt.join(StepRun.__table__, StepRun.id == _TRACES.c.step_run_id).where(StepRun.step_name == step_name)
+        stmt = stmt.join(StepRun.__table__, StepRun.id == _TRACES.c.step_run_id).where(
+            StepRun.step_name == step_name
+        )
     stmt = stmt.order_by(_TRACES.c.created_at, _TRACES.c.round, _TRACES.c.sequence, _TRACES.c.id)
     return ok([ToolTraceOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])

@@ -17,7 +17,13 @@ from stevora.api.db import fetch_all, fetch_one, fetch_value, write_one
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
-from stevora.api.schemas.webhooks import DeliveryOut, DeliveryStatus, WebhookCreate, WebhookCreated, WebhookOut
+from stevora.api.schemas.webhooks import (
+    DeliveryOut,
+    DeliveryStatus,
+    WebhookCreate,
+    WebhookCreated,
+    WebhookOut,
+)
 from stevora.db.models import Webhook, WebhookDelivery
 from stevora.errors import NotFoundError
 from stevora.ids import new_id, random_token
@@ -50,7 +56,11 @@ async def create_webhook(body: WebhookCreate, auth: Auth, ctx: Ctx) -> Response:
 
 @router.get("", response_model=Envelope[list[WebhookOut]], summary="List webhooks")
 async def list_webhooks(auth: Auth, ctx: Ctx) -> Response:
-    stmt = select(_HOOKS).where(_HOOKS.c.workspace_id == auth.workspace_id).order_by(_HOOKS.c.created_at, _HOOKS.c.id)
+    stmt = (
+        select(_HOOKS)
+        .where(_HOOKS.c.workspace_id == auth.workspace_id)
+        .order_by(_HOOKS.c.created_at, _HOOKS.c.id)
+    )
     return ok([WebhookOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
 
 

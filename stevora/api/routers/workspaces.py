@@ -43,11 +43,15 @@ async def create_workspace(
     )
     row = await write_one(ctx.rt, stmt)
     if row is None:
-        raise ConflictError(f"A workspace with slug '{body.slug}' already exists", details={"slug": body.slug})
+        raise ConflictError(
+            f"A workspace with slug '{body.slug}' already exists", details={"slug": body.slug}
+        )
     return ok(WorkspaceOut.model_validate(row), 201)
 
 
-@router.get("/current", response_model=Envelope[WorkspaceOut], responses=errors(404), summary="The key's workspace")
+@router.get(
+    "/current", response_model=Envelope[WorkspaceOut], responses=errors(404), summary="The key's workspace"
+)
 async def current_workspace(auth: Auth, ctx: Ctx) -> Response:
     row = await fetch_one(ctx.rt, select(*_COLUMNS).where(Workspace.id == auth.workspace_id))
     if row is None:  # deleted under a cached key

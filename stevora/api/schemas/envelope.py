@@ -14,7 +14,6 @@ from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSche
 from pydantic.alias_generators import to_camel
 from starlette.responses import Response
 
-
 T = TypeVar("T")
 
 

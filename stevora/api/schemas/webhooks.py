@@ -25,8 +25,9 @@ def _http_url(value: str) -> str:
     return value
 
 
-HttpUrlStr = Annotated[str, Field(min_length=1, max_length=2000, json_schema_extra={"format": "uri"}),
-                       AfterValidator(_http_url)]
+HttpUrlStr = Annotated[
+    str, Field(min_length=1, max_length=2000, json_schema_extra={"format": "uri"}), AfterValidator(_http_url)
+]
 
 
 def _dedupe(events: list[str]) -> list[str]:
@@ -49,7 +50,9 @@ class WebhookOut(ApiOut):
 
 
 class WebhookCreated(WebhookOut):
-    secret: str = Field(description="Signing secret. Shown only in this response.", examples=["whsec_" + "x" * 32])
+    secret: str = Field(
+        description="Signing secret. Shown only in this response.", examples=["whsec_" + "x" * 32]
+    )
 
 
 class AttemptOut(ApiOut):

@@ -27,7 +27,7 @@ class ApiKeyCreate(ApiIn):
     workspace_id: str | None = Field(
         default=None,
         max_length=40,
-        description="Only without x-api-key: the workspace to create the key in (admin token or first-key bootstrap).",
+        description="Only without x-api-key: the workspace for the key (admin token or first-key bootstrap).",
     )
 
 
@@ -35,7 +35,9 @@ class ApiKeyOut(ApiOut):
     id: str = Field(examples=["key_abc123"])
     workspace_id: str
     name: str
-    key_prefix: str = Field(description="The first characters of the key, to recognise it.", examples=["stv_a1b2"])
+    key_prefix: str = Field(
+        description="The first characters of the key, to recognise it.", examples=["stv_a1b2"]
+    )
     last_used_at: Timestamp | None
     created_at: Timestamp
     revoked_at: Timestamp | None
@@ -45,6 +47,8 @@ class ApiKeyCreated(ApiOut):
     id: str
     workspace_id: str
     name: str
-    key: str = Field(description="The raw key. Shown only in this response.", examples=["stv_" + "a1b2c3d4" * 4])
+    key: str = Field(
+        description="The raw key. Shown only in this response.", examples=["stv_" + "a1b2c3d4" * 4]
+    )
     key_prefix: str
     created_at: Timestamp

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 from fastapi import FastAPI
+from jsonschema import Draft202012Validator
 
 from stevora.ids import new_id
 
@@ -43,3 +45,14 @@ async def bootstrap_tenant(client: httpx.AsyncClient, **workspace_headers: str) 
 
 DefinitionFactory = Callable[..., Awaitable[str]]
 """The `define` fixture: POST a definition (steps, name=, as_=tenant) and return its id."""
+
+
+Conforms = Callable[[httpx.Response, str, str], None]
+"""The `conforms` fixture: assert a response matches the app's OpenAPI for (method, path template)."""
+
+
+def check_conformance(openapi: dict[str, Any], response: httpx.Response, method: str, path: str) -> None:
+    operation = openapi["paths"][path][method.lower()]
+    documented = operation["responses"][str(response.status_code)]
+    schema = documented["content"]["application/json"]["schema"]
+    Draft202012Validator({**schema, "components": openapi["components"]}).validate(response.json())

@@ -6,38 +6,17 @@ harness's Runtime (runs execute in-process) instead of starting its own.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
-from api_helpers import DefinitionFactory, Tenant, bootstrap_tenant, make_client
+from api_helpers import Conforms, DefinitionFactory, Tenant, bootstrap_tenant, check_conformance, make_client
 from fastapi import FastAPI
 
 from stevora.api import create_app
 from stevora.ids import new_id
 from stevora.settings import Settings
-
-
-@pytest.fixture(autouse=True)
-async def recovery_sweep(harness: Any) -> AsyncIterator[None]:
-    """Run the engine's recovery sweep (not webhook delivery) in the background, as every worker
-    does, so a timer that fires a moment before a wait is due cannot strand a run in a test."""
-    from stevora.engine.sweep import sweep_once
-
-    async def loop() -> None:
-        while True:
-            await asyncio.sleep(0.25)
-            try:
-                await sweep_once(harness.rt)
-            except Exception:  # pool closing at teardown
-                return
-
-    task = asyncio.create_task(loop())
-    yield
-    task.cancel()
-    await asyncio.gather(task, return_exceptions=True)
 
 
 @pytest.fixture
@@ -73,3 +52,13 @@ def define(client: httpx.AsyncClient, tenant: Tenant) -> DefinitionFactory:
         return definition_id
 
     return make
+
+
+@pytest.fixture
+def conforms(app: FastAPI) -> Conforms:
+    document = app.openapi()
+
+    def check(response: httpx.Response, method: str, path: str) -> None:
+        check_conformance(document, response, method, path)
+
+    return check

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import httpx
-from api_helpers import DefinitionFactory, Tenant
+from api_helpers import Conforms, DefinitionFactory, Tenant
 
 APPROVAL_FIELDS = {
     "id", "workflowRunId", "stepRunId", "stepName", "contentKey", "content", "prompt", "status", "decision",
@@ -17,8 +17,12 @@ async def _awaiting_approval(
     client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
 ) -> tuple[str, dict[str, Any]]:
     """A run waiting on approval of `state.draft`; returns (run id, the pending approval)."""
-    harness.tasks.register("draft", lambda ctx: {"status": "completed", "stateUpdates": {"draft": {"subject": "Hi"}}})
-    harness.tasks.register("send", lambda ctx: {"status": "completed", "stateUpdates": {"sent": ctx.workflow_state["draft"]}})
+    harness.tasks.register(
+        "draft", lambda ctx: {"status": "completed", "stateUpdates": {"draft": {"subject": "Hi"}}}
+    )
+    harness.tasks.register(
+        "send", lambda ctx: {"status": "completed", "stateUpdates": {"sent": ctx.workflow_state["draft"]}}
+    )
     definition_id = await define(
         [
             {"type": "task", "name": "write", "handler": "draft"},
@@ -37,7 +41,7 @@ async def _awaiting_approval(
 async def test_pending_approval_is_listed_with_its_content(
     client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
 ) -> None:
-    run_id, approval = await _awaiting_approval(client, tenant, define, harness)
+    _, approval = await _awaiting_approval(client, tenant, define, harness)
     assert set(approval) == APPROVAL_FIELDS
     assert approval["id"].startswith("apr_") and approval["status"] == "PENDING"
     assert approval["stepName"] == "review" and approval["contentKey"] == "draft"
@@ -52,7 +56,7 @@ async def test_pending_approval_is_listed_with_its_content(
 
 
 async def test_approved_decision_completes_the_run_with_the_content_unchanged(
-    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any, conforms: Conforms
 ) -> None:
     run_id, approval = await _awaiting_approval(client, tenant, define, harness)
     response = await client.post(
@@ -61,13 +65,19 @@ async def test_approved_decision_completes_the_run_with_the_content_unchanged(
         headers=tenant.headers,
     )
     assert response.status_code == 200
+    conforms(response, "POST", "/v1/approval-requests/{approval_id}/decide")
     data = response.json()["data"]
-    assert data["status"] == "DECIDED" and data["decision"] == "approved" and data["decidedBy"] == "ana@example.com"
+    assert (
+        data["status"] == "DECIDED"
+        and data["decision"] == "approved"
+        and data["decidedBy"] == "ana@example.com"
+    )
     assert data["decidedAt"] is not None
     done = await harness.wait_for_status(run_id, "COMPLETED")
     assert done["state"]["sent"] == {"subject": "Hi"}
-    decided = (await client.get("/v1/approval-requests?pending=false", headers=tenant.headers)).json()["data"]
-    assert approval["id"] in {a["id"] for a in decided}
+    listed = await client.get("/v1/approval-requests?pending=false", headers=tenant.headers)
+    conforms(listed, "GET", "/v1/approval-requests")
+    assert approval["id"] in {a["id"] for a in listed.json()["data"]}
 
 
 async def test_edited_decision_replaces_the_content_in_state(
@@ -90,13 +100,26 @@ async def test_rejected_decision_fails_the_run(
 ) -> None:
     run_id, approval = await _awaiting_approval(client, tenant, define, harness)
     response = await client.post(
-        f"/v1/approval-requests/{approval['id']}/decide", json={"decision": "rejected"}, headers=tenant.headers
+        f"/v1/approval-requests/{approval['id']}/decide",
+        json={"decision": "rejected"},
+        headers=tenant.headers,
     )
     assert response.status_code == 200
     await harness.wait_for_status(run_id, "FAILED")
     run = (await client.get(f"/v1/workflow-runs/{run_id}", headers=tenant.headers)).json()["data"]
     assert run["error"]["code"] == "APPROVAL_REJECTED"
     assert "sent" not in run["state"]
+    # A retry asks again: a new approval request for a new visit of the step.
+    assert (await client.post(f"/v1/workflow-runs/{run_id}/retry", headers=tenant.headers)).status_code == 200
+    await harness.wait_for_status(run_id, "WAITING")
+    pending = (await client.get("/v1/approval-requests?pending=true", headers=tenant.headers)).json()["data"]
+    (again,) = [a for a in pending if a["workflowRunId"] == run_id]
+    assert again["id"] != approval["id"] and again["stepRunId"] != approval["stepRunId"]
+    decide = await client.post(
+        f"/v1/approval-requests/{again['id']}/decide", json={"decision": "approved"}, headers=tenant.headers
+    )
+    assert decide.status_code == 200
+    await harness.wait_for_status(run_id, "COMPLETED")
 
 
 async def test_decide_validates_and_refuses_a_second_decision(
@@ -114,7 +137,9 @@ async def test_decide_validates_and_refuses_a_second_decision(
     twice = await client.post(url, json={"decision": "rejected"}, headers=tenant.headers)
     assert twice.status_code == 409
     assert twice.json()["error"]["code"] == "INVALID_STATE_TRANSITION"
-    unknown = await client.post("/v1/approval-requests/apr_nope/decide", json={"decision": "approved"}, headers=tenant.headers)
+    unknown = await client.post(
+        "/v1/approval-requests/apr_nope/decide", json={"decision": "approved"}, headers=tenant.headers
+    )
     assert unknown.status_code == 404
 
 
@@ -122,10 +147,16 @@ async def test_another_workspaces_approval_is_404(
     client: httpx.AsyncClient, tenant: Tenant, other_tenant: Tenant, define: DefinitionFactory, harness: Any
 ) -> None:
     run_id, approval = await _awaiting_approval(client, tenant, define, harness)
-    assert (await client.get(f"/v1/approval-requests/{approval['id']}", headers=other_tenant.headers)).status_code == 404
+    assert (
+        await client.get(f"/v1/approval-requests/{approval['id']}", headers=other_tenant.headers)
+    ).status_code == 404
     decide = await client.post(
-        f"/v1/approval-requests/{approval['id']}/decide", json={"decision": "approved"}, headers=other_tenant.headers
+        f"/v1/approval-requests/{approval['id']}/decide",
+        json={"decision": "approved"},
+        headers=other_tenant.headers,
     )
     assert decide.status_code == 404
     assert (await client.get("/v1/approval-requests", headers=other_tenant.headers)).json()["data"] == []
-    assert (await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", run_id)) == "WAITING"
+    assert (
+        await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", run_id)
+    ) == "WAITING"

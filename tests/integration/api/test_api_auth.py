@@ -40,14 +40,18 @@ async def test_created_key_has_the_documented_format_and_only_its_hash_is_stored
     client: httpx.AsyncClient, tenant: Tenant, harness: object
 ) -> None:
     assert re.fullmatch(r"stv_[a-z0-9]{32}", tenant.key)
-    row = await harness.rt.pool.fetchrow("SELECT key_hash, key_prefix FROM api_keys WHERE id = $1", tenant.key_id)  # type: ignore[attr-defined]
+    row = await harness.rt.pool.fetchrow(
+        "SELECT key_hash, key_prefix FROM api_keys WHERE id = $1", tenant.key_id
+    )  # type: ignore[attr-defined]
     assert row["key_hash"] == hashlib.sha256(tenant.key.encode()).hexdigest()
     assert row["key_prefix"] == tenant.key[:8]
     listed = (await client.get("/v1/api-keys", headers=tenant.headers)).json()["data"]
     assert tenant.key not in str(listed)
 
 
-async def test_revoked_key_is_rejected_immediately_in_this_process(client: httpx.AsyncClient, tenant: Tenant) -> None:
+async def test_revoked_key_is_rejected_immediately_in_this_process(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
     second = await client.post("/v1/api-keys", json={"name": "second"}, headers=tenant.headers)
     second_key = second.json()["data"]["key"]
     assert (await client.get("/v1/workflow-runs", headers={"x-api-key": second_key})).status_code == 200
@@ -84,7 +88,11 @@ async def test_workspace_creation_requires_matching_admin_token_when_configured(
         body = {"name": "Gated", "slug": "gated-" + hashlib.md5(str(id(app)).encode()).hexdigest()[:8]}
         missing = await client.post("/v1/workspaces", json=body)
         assert missing.status_code == 401
-        assert _error(missing) == {"code": "AUTH_ERROR", "message": "Missing x-admin-token header", "details": {}}
+        assert _error(missing) == {
+            "code": "AUTH_ERROR",
+            "message": "Missing x-admin-token header",
+            "details": {},
+        }
         wrong = await client.post("/v1/workspaces", json=body, headers={"x-admin-token": "nope"})
         assert wrong.status_code == 401
         assert _error(wrong)["message"] == "Invalid admin token"
@@ -99,13 +107,16 @@ async def test_admin_token_creates_a_key_in_any_workspace_even_after_the_first(
     async with make_client(app) as client:
         tenant = await bootstrap_tenant(client, **{"x-admin-token": ADMIN})
         again = await client.post(
-            "/v1/api-keys", json={"name": "ops", "workspaceId": tenant.workspace_id}, headers={"x-admin-token": ADMIN}
+            "/v1/api-keys",
+            json={"name": "ops", "workspaceId": tenant.workspace_id},
+            headers={"x-admin-token": ADMIN},
         )
         assert again.status_code == 201
         assert again.json()["data"]["workspaceId"] == tenant.workspace_id
         # With ADMIN_TOKEN configured there is no bootstrap without it.
         fresh = await client.post(
-            "/v1/workspaces", json={"name": "X", "slug": tenant.workspace_id.replace("_", "-") + "-x"},
+            "/v1/workspaces",
+            json={"name": "X", "slug": tenant.workspace_id.replace("_", "-") + "-x"},
             headers={"x-admin-token": ADMIN},
         )
         fresh_id = fresh.json()["data"]["id"]
@@ -126,7 +137,9 @@ async def test_first_key_bootstrap_is_refused_once_the_workspace_has_a_key(
     assert _error(response)["message"] == "Missing x-api-key header"
 
 
-async def test_bootstrap_stays_closed_after_every_key_is_revoked(client: httpx.AsyncClient, tenant: Tenant) -> None:
+async def test_bootstrap_stays_closed_after_every_key_is_revoked(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
     await client.delete(f"/v1/api-keys/{tenant.key_id}", headers=tenant.headers)
     response = await client.post("/v1/api-keys", json={"name": "again", "workspaceId": tenant.workspace_id})
     assert response.status_code == 401
@@ -160,12 +173,16 @@ async def test_key_holder_cannot_create_keys_in_another_workspace(
     assert response.status_code == 404
 
 
-async def test_rate_limit_answers_429_with_retry_after_per_workspace(settings: Settings, harness: object) -> None:
+async def test_rate_limit_answers_429_with_retry_after_per_workspace(
+    settings: Settings, harness: object
+) -> None:
     app = create_app(settings.model_copy(update={"rate_limit_per_minute": 3}), runtime=harness.rt)  # type: ignore[attr-defined]
     async with make_client(app) as client:
         tenant = await bootstrap_tenant(client)  # the bootstrap key creation takes one token
         other = await bootstrap_tenant(client)
-        codes = [(await client.get("/v1/workflow-runs", headers=tenant.headers)).status_code for _ in range(3)]
+        codes = [
+            (await client.get("/v1/workflow-runs", headers=tenant.headers)).status_code for _ in range(3)
+        ]
         assert codes == [200, 200, 429]
         limited = await client.get("/v1/workflow-runs", headers=tenant.headers)
         assert limited.status_code == 429

@@ -25,7 +25,16 @@ async def test_create_returns_the_stored_definition(client: httpx.AsyncClient, t
     response = await client.post("/v1/workflow-definitions", json=_definition("lead"), headers=tenant.headers)
     assert response.status_code == 201
     data = response.json()["data"]
-    assert set(data) == {"id", "workspaceId", "name", "version", "description", "steps", "createdAt", "updatedAt"}
+    assert set(data) == {
+        "id",
+        "workspaceId",
+        "name",
+        "version",
+        "description",
+        "steps",
+        "createdAt",
+        "updatedAt",
+    }
     assert data["id"].startswith("wfdef_") and data["workspaceId"] == tenant.workspace_id
     assert data["steps"][0] == {"type": "task", "name": "enrich", "handler": "enrich-lead", "config": {}}
     assert data["steps"][1]["durationMs"] == 10
@@ -33,7 +42,9 @@ async def test_create_returns_the_stored_definition(client: httpx.AsyncClient, t
     assert got.json()["data"] == data
 
 
-async def test_every_validation_problem_is_reported_with_its_path(client: httpx.AsyncClient, tenant: Tenant) -> None:
+async def test_every_validation_problem_is_reported_with_its_path(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
     body = {
         "name": "",
         "version": "1",
@@ -61,12 +72,17 @@ async def test_duplicate_name_and_version_is_409_even_under_concurrency(
 ) -> None:
     name = new_id("dup")
     responses = await asyncio.gather(
-        *(client.post("/v1/workflow-definitions", json=_definition(name), headers=tenant.headers) for _ in range(8))
+        *(
+            client.post("/v1/workflow-definitions", json=_definition(name), headers=tenant.headers)
+            for _ in range(8)
+        )
     )
     assert sorted(r.status_code for r in responses) == [201] + [409] * 7
     conflict = next(r for r in responses if r.status_code == 409).json()["error"]
     assert conflict["code"] == "CONFLICT"
-    newer = await client.post("/v1/workflow-definitions", json=_definition(name, "2.0.0"), headers=tenant.headers)
+    newer = await client.post(
+        "/v1/workflow-definitions", json=_definition(name, "2.0.0"), headers=tenant.headers
+    )
     assert newer.status_code == 201
 
 
@@ -74,15 +90,21 @@ async def test_same_name_and_version_may_exist_in_two_workspaces(
     client: httpx.AsyncClient, tenant: Tenant, other_tenant: Tenant
 ) -> None:
     for who in (tenant, other_tenant):
-        response = await client.post("/v1/workflow-definitions", json=_definition("shared"), headers=who.headers)
+        response = await client.post(
+            "/v1/workflow-definitions", json=_definition("shared"), headers=who.headers
+        )
         assert response.status_code == 201
 
 
 async def test_list_is_paginated_and_filters_by_name(client: httpx.AsyncClient, tenant: Tenant) -> None:
     for version in ("1", "2", "3"):
-        await client.post("/v1/workflow-definitions", json=_definition("paged", version), headers=tenant.headers)
+        await client.post(
+            "/v1/workflow-definitions", json=_definition("paged", version), headers=tenant.headers
+        )
     await client.post("/v1/workflow-definitions", json=_definition("other"), headers=tenant.headers)
-    response = await client.get("/v1/workflow-definitions?name=paged&pageSize=2&page=2", headers=tenant.headers)
+    response = await client.get(
+        "/v1/workflow-definitions?name=paged&pageSize=2&page=2", headers=tenant.headers
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["meta"] == {"page": 2, "pageSize": 2, "total": 3, "totalPages": 2}
@@ -107,5 +129,7 @@ async def test_definitions_are_immutable(client: httpx.AsyncClient, tenant: Tena
     created = await client.post("/v1/workflow-definitions", json=_definition("fixed"), headers=tenant.headers)
     definition_id = created.json()["data"]["id"]
     for method in ("PUT", "PATCH", "DELETE"):
-        response = await client.request(method, f"/v1/workflow-definitions/{definition_id}", headers=tenant.headers)
+        response = await client.request(
+            method, f"/v1/workflow-definitions/{definition_id}", headers=tenant.headers
+        )
         assert response.status_code == 405

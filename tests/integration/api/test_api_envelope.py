@@ -32,7 +32,9 @@ async def test_wrong_method_is_a_405_envelope(client: httpx.AsyncClient) -> None
 
 async def test_malformed_json_is_a_400_validation_error(client: httpx.AsyncClient, tenant: Tenant) -> None:
     response = await client.post(
-        "/v1/workflow-runs", content=b"{not json", headers={**tenant.headers, "content-type": "application/json"}
+        "/v1/workflow-runs",
+        content=b"{not json",
+        headers={**tenant.headers, "content-type": "application/json"},
     )
     assert response.status_code == 400
     error = response.json()["error"]
@@ -40,14 +42,18 @@ async def test_malformed_json_is_a_400_validation_error(client: httpx.AsyncClien
     assert error["details"]["errors"] == [{"path": "body", "message": "Request body is not valid JSON"}]
 
 
-async def test_query_parameter_errors_name_the_camel_case_parameter(client: httpx.AsyncClient, tenant: Tenant) -> None:
+async def test_query_parameter_errors_name_the_camel_case_parameter(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
     response = await client.get("/v1/workflow-runs?pageSize=0&page=abc", headers=tenant.headers)
     assert response.status_code == 400
     paths = sorted(e["path"] for e in response.json()["error"]["details"]["errors"])
     assert paths == ["page", "pageSize"]
 
 
-async def test_nul_characters_are_rejected_before_reaching_postgres(client: httpx.AsyncClient, tenant: Tenant) -> None:
+async def test_nul_characters_are_rejected_before_reaching_postgres(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
     body = await client.post("/v1/workspaces", json={"name": "bad\x00name", "slug": "nul-test"})
     assert body.status_code == 400
     assert body.json()["error"]["details"]["errors"][0]["path"] == "name"
@@ -74,7 +80,9 @@ async def test_unexpected_exception_is_a_500_without_internals(
     }
 
 
-async def test_api_v1_prefix_is_an_alias_hidden_from_openapi(client: httpx.AsyncClient, tenant: Tenant) -> None:
+async def test_api_v1_prefix_is_an_alias_hidden_from_openapi(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
     response = await client.get("/api/v1/workspaces/current", headers=tenant.headers)
     assert response.status_code == 200
     assert response.json()["data"]["id"] == tenant.workspace_id
@@ -90,7 +98,9 @@ async def test_openapi_documents_400_not_422_and_the_error_envelope(client: http
             if "security" in operation:
                 assert {"400", "401", "429"} <= set(operation["responses"]), (path, method)
     create = schema["paths"]["/v1/workflow-definitions"]["post"]["requestBody"]
-    assert create["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/WorkflowDefinitionInput"}
+    assert create["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/WorkflowDefinitionInput"
+    }
     assert "ErrorEnvelope" in schema["components"]["schemas"]
 
 
@@ -98,7 +108,10 @@ async def test_health_is_ok_without_auth_on_both_paths(client: httpx.AsyncClient
     for path in ("/health", "/v1/health"):
         response = await client.get(path)
         assert response.status_code == 200
-        assert response.json() == {"success": True, "data": {"status": "ok", "checks": {"database": "ok", "queue": "ok"}}}
+        assert response.json() == {
+            "success": True,
+            "data": {"status": "ok", "checks": {"database": "ok", "queue": "ok"}},
+        }
 
 
 async def test_health_is_503_degraded_when_the_broker_is_unreachable(settings: Settings) -> None:

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 import httpx
-from api_helpers import DefinitionFactory, Tenant
+from api_helpers import Conforms, DefinitionFactory, Tenant
 from fastapi import FastAPI
 
 EVENT_FIELDS = {"id", "workflowRunId", "stepRunId", "sequence", "eventType", "payload", "createdAt"}
@@ -32,9 +32,13 @@ def parse_sse(text: str) -> tuple[list[dict[str, Any]], list[str]]:
     return events, comments
 
 
-async def _waiting_run(client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any) -> str:
+async def _waiting_run(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
+) -> str:
     definition_id = await define([{"type": "external_event", "name": "e", "signalType": "go"}])
-    response = await client.post("/v1/workflow-runs", json={"definitionId": definition_id}, headers=tenant.headers)
+    response = await client.post(
+        "/v1/workflow-runs", json={"definitionId": definition_id}, headers=tenant.headers
+    )
     run_id: str = response.json()["data"]["id"]
     await harness.wait_for_status(run_id, "WAITING")
     return run_id
@@ -44,7 +48,9 @@ async def _add_events(harness: Any, run_id: str, count: int) -> int:
     """Append `count` synthetic events the way the engine does (counter and rows in one transaction)."""
     async with harness.rt.pool.acquire() as conn, conn.transaction():
         last = await conn.fetchval(
-            "UPDATE workflow_runs SET event_seq = event_seq + $2 WHERE id = $1 RETURNING event_seq", run_id, count
+            "UPDATE workflow_runs SET event_seq = event_seq + $2 WHERE id = $1 RETURNING event_seq",
+            run_id,
+            count,
         )
         await conn.execute(
             "INSERT INTO workflow_events (id, workflow_run_id, sequence, event_type, payload) "
@@ -59,11 +65,12 @@ async def _add_events(harness: Any, run_id: str, count: int) -> int:
 
 
 async def test_events_are_oldest_first_with_meta(
-    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any, conforms: Conforms
 ) -> None:
     run_id = await _waiting_run(client, tenant, define, harness)
     response = await client.get(f"/v1/workflow-runs/{run_id}/events", headers=tenant.headers)
     assert response.status_code == 200
+    conforms(response, "GET", "/v1/workflow-runs/{run_id}/events")
     body = response.json()
     types = [e["eventType"] for e in body["data"]]
     assert types[:3] == ["WORKFLOW_STARTED", "STEP_STARTED", "WORKFLOW_PAUSED"]
@@ -102,7 +109,9 @@ async def test_event_paging_is_validated(
     for query in ("page=0", "pageSize=0", "pageSize=101", "page=x"):
         response = await client.get(f"/v1/workflow-runs/{run_id}/events?{query}", headers=tenant.headers)
         assert response.status_code == 400, query
-    assert (await client.get("/v1/workflow-runs/wfrun_nope/events", headers=tenant.headers)).status_code == 404
+    assert (
+        await client.get("/v1/workflow-runs/wfrun_nope/events", headers=tenant.headers)
+    ).status_code == 404
 
 
 async def test_stream_sends_every_event_until_the_run_completes(
@@ -111,7 +120,10 @@ async def test_stream_sends_every_event_until_the_run_completes(
     app.state.ctx.sse_poll_s = 0.05
     harness.tasks.register("prepare", lambda ctx: {"status": "completed", "stateUpdates": {"ready": True}})
     definition_id = await define(
-        [{"type": "task", "name": "prepare", "handler": "prepare"}, {"type": "wait", "name": "w", "durationMs": 300}]
+        [
+            {"type": "task", "name": "prepare", "handler": "prepare"},
+            {"type": "wait", "name": "w", "durationMs": 300},
+        ]
     )
     run = await client.post("/v1/workflow-runs", json={"definitionId": definition_id}, headers=tenant.headers)
     run_id = run.json()["data"]["id"]
@@ -123,8 +135,12 @@ async def test_stream_sends_every_event_until_the_run_completes(
     assert [int(e["id"]) for e in events] == list(range(1, len(events) + 1))
     assert [e["event"] for e in events] == [e["data"]["eventType"] for e in events]
     assert events[-1]["event"] == "WORKFLOW_COMPLETED"
-    assert {"STEP_STARTED", "STEP_COMPLETED", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED"} <= {e["event"] for e in events}
-    paged = (await client.get(f"/v1/workflow-runs/{run_id}/events?pageSize=100", headers=tenant.headers)).json()
+    assert {"STEP_STARTED", "STEP_COMPLETED", "WORKFLOW_PAUSED", "WORKFLOW_RESUMED"} <= {
+        e["event"] for e in events
+    }
+    paged = (
+        await client.get(f"/v1/workflow-runs/{run_id}/events?pageSize=100", headers=tenant.headers)
+    ).json()
     assert [e["data"] for e in events] == paged["data"]
 
 
@@ -143,7 +159,9 @@ async def test_stream_resumes_after_last_event_id_or_after_param(
     assert resumed == full[2:]
     after, _ = parse_sse((await client.get(f"{url}?after=3", headers=tenant.headers)).text)
     assert after == full[3:]
-    done, _ = parse_sse((await client.get(url, headers={**tenant.headers, "Last-Event-ID": str(len(full))})).text)
+    done, _ = parse_sse(
+        (await client.get(url, headers={**tenant.headers, "Last-Event-ID": str(len(full))})).text
+    )
     assert done == []
     bad = await client.get(url, headers={**tenant.headers, "Last-Event-ID": "abc"})
     assert bad.status_code == 400
@@ -156,7 +174,9 @@ async def test_stream_sends_keep_alive_comments_while_idle(
     app.state.ctx.sse_keepalive_s = 0.1
     definition_id = await define([{"type": "wait", "name": "w", "durationMs": 600}])
     run = await client.post("/v1/workflow-runs", json={"definitionId": definition_id}, headers=tenant.headers)
-    response = await client.get(f"/v1/workflow-runs/{run.json()['data']['id']}/events/stream", headers=tenant.headers)
+    response = await client.get(
+        f"/v1/workflow-runs/{run.json()['data']['id']}/events/stream", headers=tenant.headers
+    )
     events, comments = parse_sse(response.text)
     assert ": keep-alive" in comments
     assert events[-1]["event"] == "WORKFLOW_COMPLETED"

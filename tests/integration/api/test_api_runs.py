@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import httpx
-from api_helpers import DefinitionFactory, Tenant
+from api_helpers import Conforms, DefinitionFactory, Tenant
 
 RUN_FIELDS = {
     "id", "workspaceId", "definitionId", "status", "currentStepName", "input", "state", "output", "error",
@@ -14,20 +14,27 @@ RUN_FIELDS = {
     "cancelledAt", "nextRunAt", "idempotencyKey", "version", "createdAt", "updatedAt",
 }  # fmt: skip
 STEP_FIELDS = {
-    "id", "workflowRunId", "stepName", "stepType", "stepIndex", "status", "visit", "attempt", "input", "output",
-    "error", "signalType", "waitUntil", "startedAt", "completedAt", "durationMs", "createdAt", "updatedAt",
+    "id", "workflowRunId", "stepName", "stepType", "stepIndex", "status", "visit", "attempt", "input",
+    "output", "error", "signalType", "waitUntil", "startedAt", "completedAt", "durationMs", "createdAt",
+    "updatedAt",
 }  # fmt: skip
 
 
-async def _start(client: httpx.AsyncClient, tenant: Tenant, definition_id: str, **body: Any) -> dict[str, Any]:
-    response = await client.post("/v1/workflow-runs", json={"definitionId": definition_id, **body}, headers=tenant.headers)
+async def _start(
+    client: httpx.AsyncClient, tenant: Tenant, definition_id: str, **body: Any
+) -> dict[str, Any]:
+    response = await client.post(
+        "/v1/workflow-runs", json={"definitionId": definition_id, **body}, headers=tenant.headers
+    )
     assert response.status_code == 201, response.text
     data: dict[str, Any] = response.json()["data"]
     return data
 
 
 def _ok(harness: Any, name: str = "ok") -> None:
-    harness.tasks.register(name, lambda ctx: {"status": "completed", "stateUpdates": {name: ctx.workflow_input}})
+    harness.tasks.register(
+        name, lambda ctx: {"status": "completed", "stateUpdates": {name: ctx.workflow_input}}
+    )
 
 
 async def test_create_returns_a_pending_run_with_every_field(
@@ -82,11 +89,17 @@ async def test_idempotency_keys_are_scoped_to_the_workspace(
 
 
 async def test_create_validation_and_missing_definition(
-    client: httpx.AsyncClient, tenant: Tenant, other_tenant: Tenant, define: DefinitionFactory
+    client: httpx.AsyncClient,
+    tenant: Tenant,
+    other_tenant: Tenant,
+    define: DefinitionFactory,
+    conforms: Conforms,
 ) -> None:
     missing = await client.post("/v1/workflow-runs", json={"input": {}}, headers=tenant.headers)
     assert missing.status_code == 400
-    assert missing.json()["error"]["details"]["errors"] == [{"path": "definitionId", "message": "Field required"}]
+    assert missing.json()["error"]["details"]["errors"] == [
+        {"path": "definitionId", "message": "Field required"}
+    ]
     for body, path in (
         ({"definitionId": "x", "input": [1]}, "input"),
         ({"definitionId": "x", "idempotencyKey": "k" * 256}, "idempotencyKey"),
@@ -95,16 +108,20 @@ async def test_create_validation_and_missing_definition(
         response = await client.post("/v1/workflow-runs", json=body, headers=tenant.headers)
         assert response.status_code == 400
         assert response.json()["error"]["details"]["errors"][0]["path"] == path
-    unknown = await client.post("/v1/workflow-runs", json={"definitionId": "wfdef_nope"}, headers=tenant.headers)
+    unknown = await client.post(
+        "/v1/workflow-runs", json={"definitionId": "wfdef_nope"}, headers=tenant.headers
+    )
     assert unknown.status_code == 404
     assert unknown.json()["error"]["code"] == "NOT_FOUND"
+    conforms(unknown, "POST", "/v1/workflow-runs")
+    conforms(missing, "POST", "/v1/workflow-runs")
     foreign = await define([{"type": "wait", "name": "w", "durationMs": 1}], as_=other_tenant)
     response = await client.post("/v1/workflow-runs", json={"definitionId": foreign}, headers=tenant.headers)
     assert response.status_code == 404
 
 
 async def test_list_is_newest_first_paginated_and_filtered(
-    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any, conforms: Conforms
 ) -> None:
     _ok(harness)
     first_def = await define([{"type": "task", "name": "a", "handler": "ok"}])
@@ -115,7 +132,9 @@ async def test_list_is_newest_first_paginated_and_filtered(
     for run_id in ids:
         await harness.wait_for_status(run_id, "COMPLETED")
 
-    page = (await client.get("/v1/workflow-runs?pageSize=3", headers=tenant.headers)).json()
+    listed = await client.get("/v1/workflow-runs?pageSize=3", headers=tenant.headers)
+    conforms(listed, "GET", "/v1/workflow-runs")
+    page = listed.json()
     assert page["meta"] == {"page": 1, "pageSize": 3, "total": 4, "totalPages": 2}
     assert [r["id"] for r in page["data"]] == [waiting["id"], *reversed(ids[1:])]
     second = (await client.get("/v1/workflow-runs?pageSize=3&page=2", headers=tenant.headers)).json()
@@ -135,7 +154,7 @@ async def test_list_is_newest_first_paginated_and_filtered(
 
 
 async def test_get_includes_step_runs_in_order_and_the_definition(
-    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any, conforms: Conforms
 ) -> None:
     _ok(harness)
     definition_id = await define(
@@ -144,7 +163,9 @@ async def test_get_includes_step_runs_in_order_and_the_definition(
     )
     run = await _start(client, tenant, definition_id)
     await harness.wait_for_status(run["id"], "COMPLETED")
-    data = (await client.get(f"/v1/workflow-runs/{run['id']}", headers=tenant.headers)).json()["data"]
+    response = await client.get(f"/v1/workflow-runs/{run['id']}", headers=tenant.headers)
+    conforms(response, "GET", "/v1/workflow-runs/{run_id}")
+    data = response.json()["data"]
     assert set(data) == RUN_FIELDS | {"stepRuns", "definition"}
     assert data["definition"] == {"name": "two-steps", "version": "1.0.0"}
     assert [s["stepName"] for s in data["stepRuns"]] == ["a", "w"]
@@ -158,7 +179,9 @@ async def test_get_includes_step_runs_in_order_and_the_definition(
 async def test_cancel_a_waiting_run_and_refuse_to_cancel_twice(
     client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
 ) -> None:
-    run = await _start(client, tenant, await define([{"type": "external_event", "name": "e", "signalType": "go"}]))
+    run = await _start(
+        client, tenant, await define([{"type": "external_event", "name": "e", "signalType": "go"}])
+    )
     await harness.wait_for_status(run["id"], "WAITING")
     cancelled = await client.post(f"/v1/workflow-runs/{run['id']}/cancel", headers=tenant.headers)
     assert cancelled.status_code == 200
@@ -182,7 +205,9 @@ async def test_retry_a_failed_run_until_it_completes(
 
     harness.tasks.register("flaky", flaky)
     run = await _start(
-        client, tenant, await define([{"type": "task", "name": "f", "handler": "flaky", "retry": {"maxAttempts": 1}}])
+        client,
+        tenant,
+        await define([{"type": "task", "name": "f", "handler": "flaky", "retry": {"maxAttempts": 1}}]),
     )
     await harness.wait_for_status(run["id"], "FAILED")
     failed = (await client.get(f"/v1/workflow-runs/{run['id']}", headers=tenant.headers)).json()["data"]
@@ -216,7 +241,9 @@ async def test_pause_a_running_run_then_resume_it(
     assert again.status_code == 409
     release.set()
     await asyncio.sleep(0.1)
-    assert (await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", run["id"])) == "PAUSED"
+    assert (
+        await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", run["id"])
+    ) == "PAUSED"
     resumed = await client.post(f"/v1/workflow-runs/{run['id']}/resume", headers=tenant.headers)
     assert resumed.status_code == 200
     done = await harness.wait_for_status(run["id"], "COMPLETED")
@@ -226,7 +253,9 @@ async def test_pause_a_running_run_then_resume_it(
 async def test_resume_delivers_a_signal_and_merges_its_payload(
     client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
 ) -> None:
-    definition_id = await define([{"type": "external_event", "name": "pay", "signalType": "payment_confirmed"}])
+    definition_id = await define(
+        [{"type": "external_event", "name": "pay", "signalType": "payment_confirmed"}]
+    )
     run = await _start(client, tenant, definition_id)
     await harness.wait_for_status(run["id"], "WAITING")
     url = f"/v1/workflow-runs/{run['id']}/resume"
@@ -251,7 +280,9 @@ async def test_resume_delivers_a_signal_and_merges_its_payload(
 async def test_every_run_route_is_404_for_another_workspaces_run(
     client: httpx.AsyncClient, tenant: Tenant, other_tenant: Tenant, define: DefinitionFactory, harness: Any
 ) -> None:
-    run = await _start(client, tenant, await define([{"type": "external_event", "name": "e", "signalType": "go"}]))
+    run = await _start(
+        client, tenant, await define([{"type": "external_event", "name": "e", "signalType": "go"}])
+    )
     await harness.wait_for_status(run["id"], "WAITING")
     base = f"/v1/workflow-runs/{run['id']}"
     requests = [

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 import pytest
-from api_helpers import DefinitionFactory, Tenant
+from api_helpers import Conforms, DefinitionFactory, Tenant
 
 from stevora.webhooks import deliver_due, sign, verify_signature
 
@@ -35,7 +35,10 @@ class Receiver:
                         "headers": headers,
                         "body": body,
                         "valid": verify_signature(
-                            receiver.secret, headers["x-stevora-timestamp"], body, headers["x-stevora-signature"]
+                            receiver.secret,
+                            headers["x-stevora-timestamp"],
+                            body,
+                            headers["x-stevora-signature"],
                         ),
                     }
                 )
@@ -66,14 +69,18 @@ def receiver() -> Iterator[Receiver]:
         yield r
 
 
-async def _subscribe(client: httpx.AsyncClient, tenant: Tenant, url: str, events: list[str]) -> dict[str, Any]:
+async def _subscribe(
+    client: httpx.AsyncClient, tenant: Tenant, url: str, events: list[str]
+) -> dict[str, Any]:
     response = await client.post("/v1/webhooks", json={"url": url, "events": events}, headers=tenant.headers)
     assert response.status_code == 201, response.text
     data: dict[str, Any] = response.json()["data"]
     return data
 
 
-async def _complete_a_run(client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any) -> str:
+async def _complete_a_run(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
+) -> str:
     harness.tasks.register("noop", lambda ctx: None)
     definition_id = await define([{"type": "task", "name": "n", "handler": "noop"}])
     run = await client.post("/v1/workflow-runs", json={"definitionId": definition_id}, headers=tenant.headers)
@@ -84,16 +91,23 @@ async def _complete_a_run(client: httpx.AsyncClient, tenant: Tenant, define: Def
 
 async def _make_due(harness: Any, webhook_id: str) -> None:
     await harness.rt.pool.execute(
-        "UPDATE webhook_deliveries SET next_attempt_at = now() WHERE webhook_id = $1 AND status = 'PENDING'", webhook_id
+        "UPDATE webhook_deliveries SET next_attempt_at = now() WHERE webhook_id = $1 AND status = 'PENDING'",
+        webhook_id,
     )
 
 
-async def test_create_list_and_delete_a_webhook(client: httpx.AsyncClient, tenant: Tenant) -> None:
-    created = await _subscribe(client, tenant, "https://example.com/h", ["workflow.completed", "workflow.completed"])
+async def test_create_list_and_delete_a_webhook(
+    client: httpx.AsyncClient, tenant: Tenant, conforms: Conforms
+) -> None:
+    created = await _subscribe(
+        client, tenant, "https://example.com/h", ["workflow.completed", "workflow.completed"]
+    )
     assert created["secret"].startswith("whsec_") and len(created["secret"]) == len("whsec_") + 32
     assert created["events"] == ["workflow.completed"] and created["isActive"] is True
     assert created["id"].startswith("wh_") and created["workspaceId"] == tenant.workspace_id
-    listed = (await client.get("/v1/webhooks", headers=tenant.headers)).json()["data"]
+    response = await client.get("/v1/webhooks", headers=tenant.headers)
+    conforms(response, "GET", "/v1/webhooks")
+    listed = response.json()["data"]
     assert [w["id"] for w in listed] == [created["id"]]
     assert "secret" not in listed[0]
     deleted = await client.delete(f"/v1/webhooks/{created['id']}", headers=tenant.headers)
@@ -119,14 +133,22 @@ async def test_another_workspaces_webhook_is_404(
     client: httpx.AsyncClient, tenant: Tenant, other_tenant: Tenant
 ) -> None:
     created = await _subscribe(client, tenant, "https://example.com/h", ["workflow.failed"])
-    for method, url in (("DELETE", f"/v1/webhooks/{created['id']}"), ("GET", f"/v1/webhooks/{created['id']}/deliveries")):
+    for method, url in (
+        ("DELETE", f"/v1/webhooks/{created['id']}"),
+        ("GET", f"/v1/webhooks/{created['id']}/deliveries"),
+    ):
         response = await client.request(method, url, headers=other_tenant.headers)
         assert response.status_code == 404
     assert (await client.get("/v1/webhooks", headers=other_tenant.headers)).json()["data"] == []
 
 
 async def test_failed_delivery_is_retried_signed_and_logged(
-    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any, receiver: Receiver
+    client: httpx.AsyncClient,
+    tenant: Tenant,
+    define: DefinitionFactory,
+    harness: Any,
+    receiver: Receiver,
+    conforms: Conforms,
 ) -> None:
     hook = await _subscribe(client, tenant, receiver.url, ["workflow.completed"])
     receiver.secret = hook["secret"]
@@ -144,8 +166,14 @@ async def test_failed_delivery_is_retried_signed_and_logged(
 
     await _make_due(harness, hook["id"])
     assert await deliver_due(harness.rt) >= 1
-    (delivery,) = (await client.get(log_url, headers=tenant.headers)).json()["data"]
-    assert delivery["status"] == "DELIVERED" and delivery["attempts"] == 2 and delivery["deliveredAt"] is not None
+    delivered = await client.get(log_url, headers=tenant.headers)
+    conforms(delivered, "GET", "/v1/webhooks/{webhook_id}/deliveries")
+    (delivery,) = delivered.json()["data"]
+    assert (
+        delivery["status"] == "DELIVERED"
+        and delivery["attempts"] == 2
+        and delivery["deliveredAt"] is not None
+    )
     assert [a["statusCode"] for a in delivery["attemptLog"]] == [500, 200]
     assert [a["attempt"] for a in delivery["attemptLog"]] == [1, 2]
     assert delivery["attemptLog"][0]["error"].startswith("HTTP 500")
@@ -155,7 +183,11 @@ async def test_failed_delivery_is_retried_signed_and_logged(
     headers = receiver.requests[1]["headers"]
     assert headers["content-type"] == "application/json"
     assert headers["x-stevora-event"] == "workflow.completed"
-    assert headers["x-stevora-delivery"] == delivery["id"] == receiver.requests[0]["headers"]["x-stevora-delivery"]
+    assert (
+        headers["x-stevora-delivery"]
+        == delivery["id"]
+        == receiver.requests[0]["headers"]["x-stevora-delivery"]
+    )
     payload = json.loads(receiver.requests[1]["body"])
     assert payload["event"] == "workflow.completed" and payload["data"]["workflowRunId"] == run_id
     assert payload["data"]["status"] == "COMPLETED" and payload == delivery["payload"]
@@ -166,13 +198,17 @@ async def test_failed_delivery_is_retried_signed_and_logged(
 async def test_delivery_gives_up_after_max_attempts(
     client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any, monkeypatch: Any
 ) -> None:
-    monkeypatch.setattr(harness.rt, "settings", harness.rt.settings.model_copy(update={"webhook_max_attempts": 2}))
+    monkeypatch.setattr(
+        harness.rt, "settings", harness.rt.settings.model_copy(update={"webhook_max_attempts": 2})
+    )
     hook = await _subscribe(client, tenant, "http://127.0.0.1:1/unreachable", ["workflow.completed"])
     await _complete_a_run(client, tenant, define, harness)
     await deliver_due(harness.rt)
     await _make_due(harness, hook["id"])
     await deliver_due(harness.rt)
-    (delivery,) = (await client.get(f"/v1/webhooks/{hook['id']}/deliveries", headers=tenant.headers)).json()["data"]
+    (delivery,) = (await client.get(f"/v1/webhooks/{hook['id']}/deliveries", headers=tenant.headers)).json()[
+        "data"
+    ]
     assert delivery["status"] == "FAILED" and delivery["attempts"] == 2 and delivery["nextAttemptAt"] is None
     assert delivery["attemptLog"][0]["statusCode"] is None and "Connect" in delivery["attemptLog"][0]["error"]
 

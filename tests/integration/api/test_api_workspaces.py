@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 
 import httpx
-from api_helpers import Tenant
+from api_helpers import Conforms, Tenant
 
 from stevora.ids import new_id
 
@@ -59,15 +59,19 @@ async def test_current_workspace_is_the_keys_workspace(client: httpx.AsyncClient
     assert response.json()["data"]["id"] == tenant.workspace_id
 
 
-async def test_api_key_create_list_and_revoke(client: httpx.AsyncClient, tenant: Tenant) -> None:
+async def test_api_key_create_list_and_revoke(
+    client: httpx.AsyncClient, tenant: Tenant, conforms: Conforms
+) -> None:
     created = await client.post("/v1/api-keys", json={"name": "CI"}, headers=tenant.headers)
     assert created.status_code == 201
+    conforms(created, "POST", "/v1/api-keys")
     data = created.json()["data"]
     assert {"id", "workspaceId", "name", "key", "createdAt"} <= set(data)
     assert data["workspaceId"] == tenant.workspace_id and data["name"] == "CI"
 
     listed = await client.get("/v1/api-keys", headers=tenant.headers)
     assert listed.status_code == 200
+    conforms(listed, "GET", "/v1/api-keys")
     keys = listed.json()["data"]
     assert isinstance(keys, list) and "meta" not in listed.json()
     assert [k["name"] for k in keys] == ["first", "CI"]

@@ -1,0 +1,209 @@
+"""HTTP API throughput and latency: run creation under load, and event pages at depth.
+
+    .venv/bin/python -m bench.api [--seconds 10] [--clients 50] [--events 10000] [--log-info]
+
+The API runs under uvicorn on 127.0.0.1 in a child process (real HTTP, keep-alive connections)
+with a Runtime whose dispatcher only records, so runs are created but never executed: this
+measures the API, auth, rate limiting and the insert, not the engine. The parent process runs
+`--clients` concurrent httpx clients, each POSTing `/v1/workflow-runs` (with a fresh
+idempotency key) back to back for `--seconds`, and prints creates/s and p50/p99 latency.
+Note the load generator shares the machine (and its cores) with the server.
+
+Then one run gets `--events` events inserted with SQL (as the engine writes them: the run's
+`event_seq` counter and the rows in one transaction), and page 1 and the last page of
+`GET /v1/workflow-runs/{id}/events?pageSize=100` are timed (200 requests each, one at a time).
+
+The server logs at WARNING (`run_created` is INFO, one line per request); `--log-info` keeps it.
+Database: `STEVORA_DATABASE_URL` (default local PostgreSQL, database `stevora_bench`, created if
+missing and migrated to head).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import multiprocessing
+import secrets
+import socket
+import time
+
+import asyncpg
+import httpx
+
+from bench.common import bench_database_url, median, pct
+from stevora.db.database import asyncpg_dsn
+
+
+def _serve(database_url: str, port: int, log_info: bool) -> None:
+    """Child process: the app on uvicorn with a recording dispatcher."""
+    import structlog
+    import uvicorn
+
+    from stevora.api import create_app
+    from stevora.engine.dispatch import RecordingDispatcher
+    from stevora.runtime import Runtime
+    from stevora.settings import Settings
+
+    if not log_info:
+        structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    settings = Settings(database_url=database_url, broker_url="stub://", rate_limit_per_minute=0)
+
+    async def main() -> None:
+        rt = await Runtime.start(settings, dispatcher=RecordingDispatcher())
+        app = create_app(settings, runtime=rt)
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
+        try:
+            await uvicorn.Server(config).serve()
+        finally:
+            await rt.close()
+
+    asyncio.run(main())
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+async def _wait_up(url: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with httpx.AsyncClient(base_url=url) as client:
+        while True:
+            try:
+                if (await client.get("/health")).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("API did not start")
+            await asyncio.sleep(0.1)
+
+
+async def _setup(url: str) -> tuple[dict[str, str], str]:
+    """A workspace, its first key (bootstrap) and a one-step definition."""
+    async with httpx.AsyncClient(base_url=url) as client:
+        slug = f"bench-{secrets.token_hex(4)}"
+        ws = (await client.post("/v1/workspaces", json={"name": "bench", "slug": slug})).json()["data"]
+        key = await client.post("/v1/api-keys", json={"name": "bench", "workspaceId": ws["id"]})
+        headers = {"x-api-key": key.json()["data"]["key"]}
+        body = {"name": "bench", "version": "1", "steps": [{"type": "task", "name": "a", "handler": "noop"}]}
+        definition = await client.post("/v1/workflow-definitions", json=body, headers=headers)
+        definition.raise_for_status()
+        return headers, definition.json()["data"]["id"]
+
+
+async def _create_load(
+    url: str, headers: dict[str, str], definition_id: str, clients: int, seconds: float
+) -> tuple[list[float], int, float]:
+    """(latencies in ms, errors, elapsed s) of `clients` loops creating runs for `seconds`."""
+    latencies: list[float] = []
+    errors = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def worker() -> None:
+        nonlocal errors
+        async with httpx.AsyncClient(base_url=url, headers=headers, timeout=30) as client:
+            while time.perf_counter() < stop_at:
+                body = {
+                    "definitionId": definition_id,
+                    "input": {"n": 1},
+                    "idempotencyKey": secrets.token_hex(8),
+                }
+                started = time.perf_counter()
+                response = await client.post("/v1/workflow-runs", json=body)
+                latencies.append((time.perf_counter() - started) * 1000)
+                if response.status_code != 201:
+                    errors += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(clients)))
+    return latencies, errors, time.perf_counter() - started
+
+
+async def _deep_run(
+    database_url: str, url: str, headers: dict[str, str], definition_id: str, events: int
+) -> str:
+    async with httpx.AsyncClient(base_url=url, headers=headers) as client:
+        run = await client.post("/v1/workflow-runs", json={"definitionId": definition_id})
+        run_id: str = run.json()["data"]["id"]
+    conn = await asyncpg.connect(asyncpg_dsn(database_url))
+    try:
+        async with conn.transaction():
+            last = await conn.fetchval(
+                "UPDATE workflow_runs SET event_seq = event_seq + $2 WHERE id = $1 RETURNING event_seq",
+                run_id,
+                events,
+            )
+            await conn.execute(
+                "INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, "
+                "payload) SELECT 'evt_' || substr(md5($1 || s), 1, 24), $1, NULL, s, 'STEP_COMPLETED', "
+                "jsonb_build_object('stepName', 'a', 'durationMs', s % 100) "
+                "FROM generate_series($2::int, $3::int) AS s",
+                run_id,
+                last - events + 1,
+                last,
+            )
+        await conn.execute("ANALYZE workflow_events")
+    finally:
+        await conn.close()
+    return run_id
+
+
+async def _page_latency(url: str, headers: dict[str, str], path: str, n: int = 200) -> list[float]:
+    out = []
+    async with httpx.AsyncClient(base_url=url, headers=headers) as client:
+        for _ in range(10):  # warm up (connection, plan cache)
+            (await client.get(path)).raise_for_status()
+        for _ in range(n):
+            started = time.perf_counter()
+            response = await client.get(path)
+            out.append((time.perf_counter() - started) * 1000)
+            assert response.status_code == 200 and len(response.json()["data"]) > 0
+    return out
+
+
+async def _bench(database_url: str, url: str, args: argparse.Namespace) -> None:
+    await _wait_up(url)
+    headers, definition_id = await _setup(url)
+    await _create_load(url, headers, definition_id, args.clients, min(2.0, args.seconds))  # warm-up
+    latencies, errors, elapsed = await _create_load(url, headers, definition_id, args.clients, args.seconds)
+    print(f"run creation: {args.clients} clients x {args.seconds:.0f} s over HTTP")
+    print(f"  creates/s     {len(latencies) / elapsed:8.0f}   ({len(latencies)} requests, {errors} non-201)")
+    print(f"  latency ms    p50 {median(latencies):6.2f}   p99 {pct(latencies, 99):6.2f}")
+
+    run_id = await _deep_run(database_url, url, headers, definition_id, args.events)
+    last_page = (args.events + 99) // 100
+    base = f"/v1/workflow-runs/{run_id}/events?pageSize=100"
+    first = await _page_latency(url, headers, f"{base}&page=1")
+    deep = await _page_latency(url, headers, f"{base}&page={last_page}")
+    print(f"events pages of a run with {args.events} events (pageSize 100, sequential requests)")
+    print(f"  page 1        p50 {median(first):6.2f} ms   p99 {pct(first, 99):6.2f} ms")
+    print(f"  page {last_page:<8} p50 {median(deep):6.2f} ms   p99 {pct(deep, 99):6.2f} ms")
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--clients", type=int, default=50)
+    parser.add_argument("--events", type=int, default=10_000)
+    parser.add_argument("--log-info", action="store_true", help="keep the server's INFO logs")
+    args = parser.parse_args(argv)
+    database_url = bench_database_url()
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = multiprocessing.get_context("spawn").Process(
+        target=_serve, args=(database_url, port, args.log_info), daemon=True
+    )
+    server.start()
+    try:
+        asyncio.run(_bench(database_url, url, args))
+    finally:
+        server.terminate()
+        server.join(10)
+
+
+if __name__ == "__main__":
+    main()
