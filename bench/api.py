@@ -2,12 +2,14 @@
 
     .venv/bin/python -m bench.api [--seconds 10] [--clients 50] [--events 10000] [--log-info]
 
-The API runs under uvicorn on 127.0.0.1 in a child process (real HTTP, keep-alive connections)
+The API runs under uvicorn on 127.0.0.1 in `--server-processes` child processes sharing the port
+(as `stevora api --workers N`; real HTTP, keep-alive connections)
 with a Runtime whose dispatcher only records, so runs are created but never executed: this
 measures the API, auth, rate limiting and the insert, not the engine. The parent process runs
-`--clients` concurrent httpx clients, each POSTing `/v1/workflow-runs` (with a fresh
-idempotency key) back to back for `--seconds`, and prints creates/s and p50/p99 latency.
-Note the load generator shares the machine (and its cores) with the server.
+`--clients` concurrent connections, each POSTing `/v1/workflow-runs` (with a fresh idempotency
+key) back to back for `--seconds`, and prints creates/s and p50/p99 latency. The load comes from
+`wrk` when it is installed (`apt-get install wrk`: a C client that leaves the two cores to the
+server and PostgreSQL), else from httpx clients in this process (`--httpx` forces that).
 
 Then one run gets `--events` events inserted with SQL (as the engine writes them: the run's
 `event_seq` counter and the rows in one transaction), and page 1 and the last page of
@@ -24,8 +26,11 @@ import argparse
 import asyncio
 import logging
 import multiprocessing
+import os
 import secrets
+import shutil
 import socket
+import tempfile
 import time
 
 import asyncpg
@@ -41,6 +46,7 @@ def _serve(database_url: str, port: int, log_info: bool) -> None:
     import uvicorn
 
     from stevora.api import create_app
+    from stevora.api.serve import reuse_port_socket
     from stevora.engine.dispatch import RecordingDispatcher
     from stevora.runtime import Runtime
     from stevora.settings import Settings
@@ -54,7 +60,8 @@ def _serve(database_url: str, port: int, log_info: bool) -> None:
         app = create_app(settings, runtime=rt)
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", access_log=False)
         try:
-            await uvicorn.Server(config).serve()
+            # Several of these processes share the port, as `stevora api --workers N` does.
+            await uvicorn.Server(config).serve(sockets=[reuse_port_socket("127.0.0.1", port)])
         finally:
             await rt.close()
 
@@ -165,14 +172,64 @@ async def _page_latency(url: str, headers: dict[str, str], path: str, n: int = 2
     return out
 
 
+_WRK_SCRIPT = """
+wrk.method = "POST"
+wrk.headers["Content-Type"] = "application/json"
+wrk.headers["x-api-key"] = "%(key)s"
+counter = 0
+request = function()
+  counter = counter + 1
+  local key = string.format("%%d-%%d", math.random(1, 1e12), counter)
+  return wrk.format(nil, "/v1/workflow-runs", nil,
+    '{"definitionId": "%(definition)s", "input": {"n": 1}, "idempotencyKey": "' .. key .. '"}')
+end
+response = function(status, headers, body)
+  if status ~= 201 then errors = (errors or 0) + 1 end
+end
+done = function(summary, latency, requests)
+  io.write(string.format("WRK %%d %%f %%f %%f %%d\\n", summary.requests, summary.duration / 1e6,
+    latency:percentile(50) / 1000, latency:percentile(99) / 1000,
+    summary.errors.status + summary.errors.connect + summary.errors.read + summary.errors.timeout))
+end
+"""
+
+
+async def _wrk_load(
+    url: str, headers: dict[str, str], definition_id: str, clients: int, seconds: float
+) -> str:
+    """Drive the load with wrk (C, one thread): the Python server gets the cores, not the client."""
+    with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
+        script.write(_WRK_SCRIPT % {"key": headers["x-api-key"], "definition": definition_id})
+    proc = await asyncio.create_subprocess_exec(
+        "wrk", "-t1", f"-c{clients}", f"-d{seconds:.0f}s", "-s", script.name, url,
+        stdout=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    out, _ = await proc.communicate()
+    os.unlink(script.name)
+    line = next(x for x in out.decode().splitlines() if x.startswith("WRK "))
+    requests, elapsed, p50, p99, errors = line.split()[1:]
+    return (
+        f"  creates/s     {int(requests) / float(elapsed):8.0f}   ({requests} requests, {errors} errors; load: wrk)\n"
+        f"  latency ms    p50 {float(p50):6.2f}   p99 {float(p99):6.2f}"
+    )
+
+
 async def _bench(database_url: str, url: str, args: argparse.Namespace) -> None:
     await _wait_up(url)
     headers, definition_id = await _setup(url)
     await _create_load(url, headers, definition_id, args.clients, min(2.0, args.seconds))  # warm-up
-    latencies, errors, elapsed = await _create_load(url, headers, definition_id, args.clients, args.seconds)
-    print(f"run creation: {args.clients} clients x {args.seconds:.0f} s over HTTP")
-    print(f"  creates/s     {len(latencies) / elapsed:8.0f}   ({len(latencies)} requests, {errors} non-201)")
-    print(f"  latency ms    p50 {median(latencies):6.2f}   p99 {pct(latencies, 99):6.2f}")
+    print(f"run creation: {args.clients} concurrent clients x {args.seconds:.0f} s over HTTP")
+    if shutil.which("wrk") and not args.httpx:
+        print(await _wrk_load(url, headers, definition_id, args.clients, args.seconds))
+    else:
+        latencies, errors, elapsed = await _create_load(
+            url, headers, definition_id, args.clients, args.seconds
+        )
+        print(
+            f"  creates/s     {len(latencies) / elapsed:8.0f}   ({len(latencies)} requests, {errors} non-201; "
+            "load: httpx in this process — install wrk for a load generator that leaves the cores to the server)"
+        )
+        print(f"  latency ms    p50 {median(latencies):6.2f}   p99 {pct(latencies, 99):6.2f}")
 
     run_id = await _deep_run(database_url, url, headers, definition_id, args.events)
     last_page = (args.events + 99) // 100
@@ -190,19 +247,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--log-info", action="store_true", help="keep the server's INFO logs")
+    parser.add_argument("--server-processes", type=int, default=2, help="API processes (default 2, one per core)")
+    parser.add_argument(
+        "--httpx", action="store_true", help="generate load with httpx even when wrk is installed"
+    )
     args = parser.parse_args(argv)
     database_url = bench_database_url()
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
-    server = multiprocessing.get_context("spawn").Process(
-        target=_serve, args=(database_url, port, args.log_info), daemon=True
-    )
-    server.start()
+    servers = [
+        multiprocessing.get_context("spawn").Process(
+            target=_serve, args=(database_url, port, args.log_info), daemon=True
+        )
+        for _ in range(args.server_processes)
+    ]
+    for server in servers:
+        server.start()
     try:
+        print(
+            f"API: {args.server_processes} uvicorn process(es) on one port (stevora api --workers "
+            f"{args.server_processes}), 2 cores shared with PostgreSQL and the load generator"
+        )
         asyncio.run(_bench(database_url, url, args))
     finally:
-        server.terminate()
-        server.join(10)
+        for server in servers:
+            server.terminate()
+            server.join(10)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from stevora.engine.run_pool import RunPool
 from stevora.engine.sweep import sweep_forever
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.tuning import tune_gc
 
 log = structlog.get_logger("stevora.worker")
 
@@ -81,6 +82,7 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
             sweep_forever(rt) if self.sweep else asyncio.Event().wait(), name="stevora-sweep"
         )
         _state = WorkerState(rt, pool, sweeper)
+        tune_gc()
         log.info(
             "worker_started", worker_id=pool.worker_id, max_concurrent_runs=self.settings.max_concurrent_runs
         )

@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import RedirectResponse
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stevora.api.auth import ApiKeyAuthenticator
 from stevora.api.deps import ApiContext, reject_nul
@@ -36,6 +37,7 @@ from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.tuning import tune_gc
 from stevora.ui import build_ui_router, mount_static
 
 DESCRIPTION = """Durable workflow orchestration with traced LLM tool-calling steps.
@@ -55,6 +57,22 @@ def build_v1_router() -> APIRouter:
     return v1
 
 
+class ApiPrefixAlias:
+    """Serve `/api/v1/...` (the prefix some reference pages use) as `/v1/...`.
+
+    A path rewrite instead of mounting every route twice, which doubled route matching."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket") and scope["path"].startswith("/api/v1/"):
+            scope = {**scope, "path": scope["path"][4:], "raw_path": scope.get("raw_path", b"")[4:] or None}
+            if scope["raw_path"] is None:
+                del scope["raw_path"]
+        await self.app(scope, receive, send)
+
+
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     ctx = ApiContext(
         settings=settings,
@@ -66,10 +84,12 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if runtime is not None:
+            tune_gc()
             yield
             return
         dispatcher = DramatiqDispatcher(build_broker(settings.broker_url), settings.queue_name)
         ctx.runtime = await Runtime.start(settings, dispatcher=dispatcher)
+        tune_gc()
         try:
             yield
         finally:
@@ -85,6 +105,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         redoc_url=None,
     )
     app.state.ctx = ctx
+    app.add_middleware(ApiPrefixAlias)
     install_error_handlers(app)
     if settings.cors_origins:
         app.add_middleware(
@@ -96,7 +117,6 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         )
     v1 = build_v1_router()
     app.include_router(v1, prefix="/v1")
-    app.include_router(v1, prefix="/api/v1", include_in_schema=False)
     app.include_router(health.router, dependencies=[Depends(reject_nul)])
     # The web UI authenticates with its own cookie; see docs/ui.md.
     app.include_router(build_ui_router())

@@ -48,7 +48,9 @@ class ApiContext:
         return self.runtime
 
 
-def get_ctx(request: Request) -> ApiContext:
+# Dependencies are `async def` on purpose: FastAPI runs plain `def` dependencies in a thread
+# pool, which costs a thread hop per dependency per request.
+async def get_ctx(request: Request) -> ApiContext:
     ctx: ApiContext = request.app.state.ctx
     return ctx
 
@@ -76,7 +78,7 @@ class PageParams:
         return (self.page - 1) * self.page_size
 
 
-def page_params(
+async def page_params(
     page: Annotated[int, Query(ge=1, description="1-based page number.")] = 1,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100, description="Items per page.")] = 20,
 ) -> PageParams:

@@ -39,14 +39,12 @@ def migrate(
 def api(
     host: Annotated[str | None, typer.Option(help="Bind address (STEVORA_HOST)")] = None,
     port: Annotated[int | None, typer.Option(help="Port (STEVORA_PORT, default 3000)")] = None,
+    workers: Annotated[int, typer.Option(help="API processes sharing the port (SO_REUSEPORT)")] = 1,
 ) -> None:
     """Serve the HTTP API and the web UI (uvicorn)."""
-    import uvicorn
+    from stevora.api.serve import serve
 
-    from stevora.api.app import create_app
-
-    settings = _settings(host=host, port=port)
-    uvicorn.run(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    serve(_settings(host=host, port=port), workers=workers)
 
 
 @app.command()

@@ -22,7 +22,7 @@ import stevora.cli.remote  # noqa: F401  (registers the remote commands on the a
 from stevora.api.app import create_app
 from stevora.cli import app
 from stevora.settings import Settings
-from tests.integration.client.live_server import add_backup_hints, insert_api_key, serve
+from tests.integration.client.live_server import insert_api_key, serve
 
 
 @dataclass
@@ -53,6 +53,5 @@ async def api_key(harness: Any, workspace_id: str) -> str:
 
 @pytest.fixture
 async def cli(harness: Any, settings: Settings, api_key: str) -> AsyncIterator[Cli]:
-    add_backup_hints(harness.dispatcher)
     async with serve(create_app(settings, runtime=harness.rt)) as url:
         yield Cli(url, api_key)

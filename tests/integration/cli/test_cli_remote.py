@@ -10,11 +10,16 @@ from typing import Any
 
 import yaml
 
+from stevora.engine import service
 from stevora.ids import new_id
 from tests.conftest import Harness
 from tests.integration.cli.conftest import Cli
 
 RUN_ID = re.compile(r"wfrun_[0-9a-z]+")
+GREET_THEN_REVIEW = [
+    {"type": "task", "name": "greet", "handler": "greet"},
+    {"type": "approval", "name": "review", "contentKey": "greeting"},
+]
 TOOL = {
     "name": "lookup",
     "description": "Look a thing up",
@@ -41,7 +46,7 @@ def write_definition(folder: Path, steps: list[dict[str, Any]], name: str | None
     return path
 
 
-async def run_id_of(result: Any) -> str:
+def run_id_of(result: Any) -> str:
     found = RUN_ID.search(result.output)
     assert found, result.output
     return found.group(0)
@@ -66,7 +71,7 @@ async def test_run_watch_shows_each_step_llm_round_and_tool_call_then_exits_zero
         assert expected in out, out
     assert out.index("✓ greet") < out.index("✓ nap") < out.index("⚙ lookup") < out.index("COMPLETED in")
     row = await harness.rt.pool.fetchrow(
-        "SELECT input, status FROM workflow_runs WHERE id = $1", await run_id_of(result)
+        "SELECT input, status FROM workflow_runs WHERE id = $1", run_id_of(result)
     )
     assert row["input"] == {"name": "Ada", "n": 3} and row["status"] == "COMPLETED"
 
@@ -95,32 +100,24 @@ async def test_run_watch_of_a_failing_run_shows_retries_and_exits_one(
 
 
 async def test_run_watch_waits_through_an_approval_decided_elsewhere(
-    cli: Cli, harness: Harness, tmp_path: Path
+    cli: Cli, harness: Harness, workspace_id: str, tmp_path: Path
 ) -> None:
     register_handlers(harness)
-    path = write_definition(tmp_path, [
-        {"type": "task", "name": "greet", "handler": "greet"},
-        {"type": "approval", "name": "review", "contentKey": "greeting"},
-    ])  # fmt: skip
+    path = write_definition(tmp_path, GREET_THEN_REVIEW)
     watching = asyncio.ensure_future(cli("run", str(path), "--watch"))
-    row = None
+    approval_id = None
     for _ in range(500):
-        row = await harness.rt.pool.fetchrow(
-            "SELECT id, workflow_run_id FROM approval_requests ORDER BY created_at DESC"
+        approval_id = await harness.rt.pool.fetchval(
+            "SELECT id FROM approval_requests WHERE workspace_id = $1 AND status = 'PENDING'", workspace_id
         )
-        if row is not None:
+        if approval_id is not None:
             break
         await asyncio.sleep(0.02)
-    assert row is not None
-    from stevora.engine import service
-
-    workspace = await harness.rt.pool.fetchval(
-        "SELECT workspace_id FROM workflow_runs WHERE id = $1", row["workflow_run_id"]
-    )
-    await service.decide_approval(harness.rt, workspace, row["id"], "approved", decided_by="ann")
+    assert approval_id is not None
+    await service.decide_approval(harness.rt, workspace_id, approval_id, "approved", decided_by="ann")
     result = await asyncio.wait_for(watching, 15)
     assert result.exit_code == 0, result.output
-    assert f"waiting for approval — stevora approve {row['id']}" in result.output
+    assert f"waiting for approval — stevora approve {approval_id}" in result.output
     assert "review approved by ann" in result.output and "COMPLETED in" in result.output
 
 
@@ -128,12 +125,9 @@ async def test_approve_continues_a_waiting_run_and_reject_fails_it(
     cli: Cli, harness: Harness, tmp_path: Path
 ) -> None:
     register_handlers(harness)
-    path = write_definition(tmp_path, [
-        {"type": "task", "name": "greet", "handler": "greet"},
-        {"type": "approval", "name": "review", "contentKey": "greeting"},
-    ])  # fmt: skip
-    edited_run = await run_id_of(await cli("run", str(path), "--input", "name=Bo"))
-    rejected_run = await run_id_of(await cli("run", str(path)))
+    path = write_definition(tmp_path, GREET_THEN_REVIEW)
+    edited_run = run_id_of(await cli("run", str(path), "--input", "name=Bo"))
+    rejected_run = run_id_of(await cli("run", str(path)))
     await harness.wait_for_status(edited_run, "WAITING")
     await harness.wait_for_status(rejected_run, "WAITING")
 
@@ -160,7 +154,7 @@ async def test_runs_list_show_and_events_describe_a_finished_run(
 ) -> None:
     register_handlers(harness)
     path = write_definition(tmp_path, [{"type": "task", "name": "greet", "handler": "greet"}])
-    run_id = await run_id_of(await cli("run", str(path), "--input-json", '{"name": "Cy"}'))
+    run_id = run_id_of(await cli("run", str(path), "--input-json", '{"name": "Cy"}'))
     await harness.wait_for_status(run_id, "COMPLETED")
 
     listed = await cli("runs", "list")
@@ -197,7 +191,7 @@ async def test_definitions_apply_reads_yaml_prints_the_id_and_is_idempotent(
 
     by_name = await cli("run", stored["name"], "--version", "1", "--idempotency-key", "once")
     again = await cli("run", definition_id, "--idempotency-key", "once")
-    assert await run_id_of(by_name) == await run_id_of(again)
+    assert run_id_of(by_name) == run_id_of(again)
     assert "existing run for this idempotency key" in again.output
 
     bad = tmp_path / "bad.json"

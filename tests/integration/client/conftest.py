@@ -12,12 +12,11 @@ from fastapi import FastAPI
 from stevora.api.app import create_app
 from stevora.client import AsyncAgentRuntime
 from stevora.settings import Settings
-from tests.integration.client.live_server import add_backup_hints, insert_api_key, serve
+from tests.integration.client.live_server import insert_api_key, serve
 
 
 @pytest.fixture
 def app(harness: Any, settings: Settings) -> FastAPI:
-    add_backup_hints(harness.dispatcher)
     return create_app(settings, runtime=harness.rt)
 
 

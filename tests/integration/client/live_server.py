@@ -8,29 +8,12 @@ import asyncio
 import hashlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 import uvicorn
 from fastapi import FastAPI
 
 from stevora.ids import new_id, random_token
 from stevora.runtime import Runtime
-
-
-def add_backup_hints(dispatcher: Any, after_ms: int = 50) -> None:
-    """Follow every dispatch with a second one `after_ms` later (hints are idempotent).
-
-    The harness runs no recovery sweep, and the engine can dispatch a wait's wake-up a fraction
-    of a millisecond before it is due (the delay is truncated to whole ms), when the claim
-    refuses it and nothing asks again. The second hint stands in for the sweep.
-    """
-    dispatch = dispatcher.dispatch
-
-    async def with_backup(run_id: str, *, delay_ms: int = 0) -> None:
-        await dispatch(run_id, delay_ms=delay_ms)
-        await dispatch(run_id, delay_ms=delay_ms + after_ms)
-
-    dispatcher.dispatch = with_backup
 
 
 async def insert_api_key(rt: Runtime, workspace_id: str) -> str:
@@ -50,7 +33,16 @@ async def insert_api_key(rt: Runtime, workspace_id: str) -> str:
 @asynccontextmanager
 async def serve(app: FastAPI) -> AsyncIterator[str]:
     """Serve `app` on a free local port for the duration; yields its base URL."""
-    config = uvicorn.Config(app, host="127.0.0.1", port=0, lifespan="off", ws="none", log_level="warning")
+    # A bounded graceful shutdown: an open event stream must not keep the test from ending.
+    config = uvicorn.Config(
+        app,
+        host="127.0.0.1",
+        port=0,
+        lifespan="off",
+        ws="none",
+        log_level="warning",
+        timeout_graceful_shutdown=1,
+    )
     server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     while not server.started:
