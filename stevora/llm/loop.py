@@ -136,6 +136,7 @@ class LlmStepRun:
         self.tools = resolve_tools(rt, step)
         self.timeout_s = step.timeout_ms / 1000 if step.timeout_ms else None
         self.log = log.bind(workflow_run_id=ex.run_id, step_name=ex.step_name, attempt=ex.attempt)
+        self._model_index = 0  # index into [model, *fallbackModels] of the model that answered last
 
     async def run(self) -> StepResult:
         prompt = render_prompt(self.step, self.ex.input, self.ex.state)
@@ -168,7 +169,10 @@ class LlmStepRun:
         st.transcript.extend(appended)
         candidates = [self.step.model, *self.step.fallback_models]
         last_error: StevoraError | None = None
-        for index, model in enumerate(candidates):
+        # Stay on the model that answered last: once the primary has failed over, later rounds of
+        # this execution do not pay for its failures (and its SDK retries) again.
+        for index in range(self._model_index, len(candidates)):
+            model = candidates[index]
             provider = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
             if provider is None:
                 self.log.warning("no_provider_for_model", model=model, hint="trying next")
@@ -209,6 +213,7 @@ class LlmStepRun:
                     st, provider, model, stored_request, exc, time.perf_counter() - started
                 )
                 continue
+            self._model_index = index
             return await self._record_call(
                 st, provider, model, stored_request, response, time.perf_counter() - started
             )

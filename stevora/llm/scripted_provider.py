@@ -165,8 +165,23 @@ def synthesize_value(schema: Any, seed_text: str = "") -> Any:
         properties = schema.get("properties")
         if not isinstance(properties, dict):
             return {}
-        return {name: synthesize_value(sub, seed_text) for name, sub in properties.items()}
+        return {name: _property_value(name, sub, seed_text) for name, sub in properties.items()}
     return "example"
+
+
+# An id-looking token in the prompt: `cus_42`, `order-1234`, `A1B2C3`.
+_ID_TOKEN = re.compile(r"\b[A-Za-z]+[_-][A-Za-z0-9_-]+\b|\b(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{4,}\b")
+
+
+def _property_value(name: str, schema: Any, seed_text: str) -> Any:
+    """Like synthesize_value, but a string property named like an id (`customerId`, `order_id`)
+    gets an id-looking token from the prompt when there is one, not the whole prompt."""
+    lowered = name.lower()
+    if isinstance(schema, dict) and schema.get("type") == "string" and (lowered.endswith("id") or lowered.endswith("_id")):
+        match = _ID_TOKEN.search(seed_text)
+        if match:
+            return match.group(0)
+    return synthesize_value(schema, seed_text)
 
 
 def _json_answer(output_schema: dict[str, Any] | None, seed_text: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from typing import Any
 from stevora.testing.fake_llm import (
     FakeLLMServer,
     anthropic_text,
+    anthropic_tool_use,
     error,
     openai_text,
     openai_tool_calls,
@@ -247,3 +248,27 @@ async def test_unconfigured_fallback_does_not_hide_a_retryable_provider_failure(
     assert result.event_types().count("LLM_CALL_FAILED") == 1 and result.traces == []
     assert len(fake.openai.requests) == 2 and fake.anthropic.requests == []
     await assert_trace_event_consistency(harness, result.id)
+
+
+async def test_after_failing_over_later_rounds_stay_on_the_fallback_model(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    runs = _register(harness)
+    fake.openai.enqueue(error(500, "primary is down"))
+    fake.anthropic.enqueue(
+        anthropic_tool_use([("toolu_1", "search_kb", {"query": "refunds"})], model="claude-haiku-4-5"),
+        anthropic_text("Done.", model="claude-haiku-4-5"),
+    )
+    step = llm_step(tools=TOOLS, fallbackModels=["claude-haiku-4-5"], retry={"maxAttempts": 1})
+    result = await run_workflow(harness, workspace_id, step)
+
+    assert result.status == "COMPLETED", result.run["error"]
+    assert runs["search_kb"] == 1
+    # Round 2 went straight to the model that answered round 1: the primary was called once.
+    assert [(c["round"], c["provider"], c["status"]) for c in result.llm_calls] == [
+        (1, "openai", "failed"),
+        (1, "anthropic", "completed"),
+        (2, "anthropic", "completed"),
+    ]
+    assert sum(1 for path, _, _ in fake.requests if path.endswith("/chat/completions")) == 1
+    await assert_trace_event_consistency(harness, result.run["id"])

@@ -140,3 +140,11 @@ def test_schema_synthesis_handles_unions_nullable_and_const():
     assert synthesize_value({"type": ["null", "boolean"]}) is True
     assert synthesize_value({"const": "fixed"}) == "fixed"
     assert synthesize_value({"properties": {"a": {"type": "integer"}}}) == {"a": 1}
+
+
+def test_id_properties_get_an_id_token_from_the_prompt_not_the_whole_prompt() -> None:
+    from stevora.llm.scripted_provider import synthesize_value
+
+    schema = {"type": "object", "properties": {"customerId": {"type": "string"}, "query": {"type": "string"}}}
+    value = synthesize_value(schema, "Refund policy? (customer cus_42)")
+    assert value == {"customerId": "cus_42", "query": "Refund policy? (customer cus_42)"}
