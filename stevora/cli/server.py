@@ -98,7 +98,7 @@ def dev(
 
 @app.command()
 def demo(
-    port: Annotated[int, typer.Option(help="API port for the demo")] = 3000,
+    port: Annotated[int, typer.Option(help="API port for the demo (0: any free port)")] = 0,
     data_dir: Annotated[Path | None, typer.Option(help="Where embedded PostgreSQL keeps its data")] = None,
 ) -> None:
     """Start the embedded stack, run the example workflows end to end and print their timelines."""
@@ -112,6 +112,12 @@ def demo(
         tool_modules=["examples.tools"],
         log_level=os.environ.get("STEVORA_LOG_LEVEL", "WARNING"),
     )
+    if port == 0:
+        import socket
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
     stack = DevStack(settings, port=port)
     try:
         stack.start_backend()
