@@ -16,8 +16,7 @@ Then one run gets `--events` events inserted with SQL (as the engine writes them
 `GET /v1/workflow-runs/{id}/events?pageSize=100` are timed (200 requests each, one at a time).
 
 The server logs at WARNING (`run_created` is INFO, one line per request); `--log-info` keeps it.
-Database: `STEVORA_DATABASE_URL` (default local PostgreSQL, database `stevora_bench`, created if
-missing and migrated to head).
+Database: a fresh `stevora_bench_api` on the local server (bench/common.py).
 """
 
 from __future__ import annotations
@@ -252,7 +251,7 @@ def main(argv: list[str] | None = None) -> None:
         "--httpx", action="store_true", help="generate load with httpx even when wrk is installed"
     )
     args = parser.parse_args(argv)
-    database_url = bench_database_url()
+    database_url = bench_database_url("api")
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
     servers = [

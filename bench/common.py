@@ -1,7 +1,6 @@
 """Shared setup for the benchmarks: a migrated PostgreSQL database and a workspace.
 
-`STEVORA_DATABASE_URL` picks the server (default: the local one, database `stevora_bench`,
-created if missing); when no server answers, an embedded PostgreSQL is started instead.
+Each benchmark gets a fresh database on the local server (see `bench_database_url`).
 """
 
 from __future__ import annotations
@@ -17,24 +16,32 @@ from stevora.db.database import asyncpg_dsn
 from stevora.db.migrate import upgrade_head
 from stevora.ids import new_id
 
-DEFAULT_URL = "postgresql+asyncpg://postgres@127.0.0.1:5432/stevora_bench"
+DEFAULT_SERVER = "postgresql+asyncpg://postgres@127.0.0.1:5432/postgres"
 
 
-async def _ensure_database(url: str) -> None:
-    base, _, name = url.rpartition("/")
-    name = name.split("?")[0]
-    conn = await asyncpg.connect(asyncpg_dsn(f"{base}/postgres"))
+async def _fresh_database(server_url: str, name: str) -> str:
+    base, _, rest = server_url.rpartition("/")
+    query = rest.partition("?")[2]
+    conn = await asyncpg.connect(asyncpg_dsn(server_url))
     try:
-        if not await conn.fetchval("SELECT 1 FROM pg_database WHERE datname = $1", name):
-            await conn.execute(f'CREATE DATABASE "{name}"')
+        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{name}"')
     finally:
         await conn.close()
+    return f"{base}/{name}" + (f"?{query}" if query else "")
 
 
-def bench_database_url() -> str:
-    url = os.environ.get("STEVORA_DATABASE_URL", DEFAULT_URL)
+def bench_database_url(name: str) -> str:
+    """A fresh, migrated database `stevora_bench_<name>` for one benchmark run.
+
+    Fresh every time: runs left behind by another benchmark (e.g. the API bench creates runs it
+    never executes) would otherwise be picked up by a worker's recovery sweep and skew figures.
+    `STEVORA_BENCH_SERVER_URL` picks the server (default: the local one); when no server answers,
+    an embedded PostgreSQL is started instead.
+    """
+    server = os.environ.get("STEVORA_BENCH_SERVER_URL", DEFAULT_SERVER)
     try:
-        asyncio.run(_ensure_database(url))
+        url = asyncio.run(_fresh_database(server, f"stevora_bench_{name}"))
     except (OSError, asyncpg.PostgresError):
         from stevora.embedded import start_embedded_postgres
 

@@ -152,4 +152,4 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--latency", type=float, default=2.0)
     args = parser.parse_args()
-    asyncio.run(main(bench_database_url(), args.levels, args.rounds, args.latency))
+    asyncio.run(main(bench_database_url("concurrency"), args.levels, args.rounds, args.latency))

@@ -234,4 +234,4 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=10)
     args = parser.parse_args()
-    asyncio.run(main(bench_database_url(), args.rounds, args.repeats))
+    asyncio.run(main(bench_database_url("tool_loop"), args.rounds, args.repeats))

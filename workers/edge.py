@@ -66,7 +66,9 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
         assert loop_thread is not None, "the AsyncIO middleware must come before this one"
         loop_thread.run_coroutine(self._start(broker))
 
-    def before_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+    def after_worker_shutdown(self, broker: dramatiq.Broker, worker: dramatiq.Worker) -> None:
+        # Consumers and worker threads are stopped by now, so no message arrives to find the
+        # runtime gone; `after_*` hooks run in reverse order, so the AsyncIO loop is still up.
         loop_thread = get_event_loop_thread()
         if loop_thread is not None and _state is not None:
             loop_thread.run_coroutine(self._stop())

@@ -11,6 +11,7 @@ the UPDATE itself skips rows touched in the last minute, so many processes add l
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import time
@@ -70,6 +71,7 @@ class ApiKeyAuthenticator:
         self.clock = clock
         self._cache: dict[str, _Cached] = {}
         self._touched: dict[str, float] = {}
+        self._inflight: dict[str, asyncio.Future[_Cached]] = {}
 
     async def authenticate(self, rt: Runtime, raw_key: str | None) -> Principal:
         """The principal of a raw `x-api-key` value; `AuthError` when missing, unknown or revoked."""
@@ -81,7 +83,7 @@ class ApiKeyAuthenticator:
         now = self.clock()
         entry = self._cache.get(digest)
         if entry is None or entry.expires <= now:
-            entry = await self._lookup(rt, digest, now)
+            entry = await self._lookup_once(rt, digest, now)
         if entry.key_id is None or entry.workspace_id is None or entry.revoked:
             raise AuthError(INVALID_KEY)
         if now - self._touched.get(entry.key_id, -self.touch_interval_s) >= self.touch_interval_s:
@@ -94,6 +96,16 @@ class ApiKeyAuthenticator:
         for digest, entry in list(self._cache.items()):
             if entry.key_id == key_id:
                 del self._cache[digest]
+
+    async def _lookup_once(self, rt: Runtime, digest: str, now: float) -> _Cached:
+        """One database lookup per key at a time: when a cached entry expires under load, every
+        concurrent request would otherwise query (and overflow the connection pool) at once."""
+        pending = self._inflight.get(digest)
+        if pending is None:
+            pending = asyncio.ensure_future(self._lookup(rt, digest, now))
+            self._inflight[digest] = pending
+            pending.add_done_callback(lambda _: self._inflight.pop(digest, None))
+        return await asyncio.shield(pending)
 
     async def _lookup(self, rt: Runtime, digest: str, now: float) -> _Cached:
         stmt = select(ApiKey.id, ApiKey.workspace_id, ApiKey.revoked_at).where(ApiKey.key_hash == digest)

@@ -49,16 +49,11 @@ async def create_run(
     """Insert a PENDING run and dispatch it. With an idempotency key already used in this
     workspace, return the existing run and `created=False` (race-safe: the unique index decides)."""
     async with rt.pool.acquire() as conn:
-        exists = await conn.fetchval(
-            "SELECT 1 FROM workflow_definitions WHERE id = $1 AND workspace_id = $2",
-            definition_id,
-            workspace_id,
-        )
-        if not exists:
-            raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
+        # One round trip on the hot path: the definition check is the INSERT's SELECT.
         row = await conn.fetchrow(
             "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, dispatched_at) "
-            "VALUES ($1, $2, $3, 'PENDING', $4, $5, now()) "
+            "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now() FROM workflow_definitions d "
+            "WHERE d.id = $3 AND d.workspace_id = $2 "
             "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING "
             f"RETURNING {store.RUN_COLUMNS}",
             new_id("wfrun"),
@@ -68,12 +63,15 @@ async def create_run(
             idempotency_key,
         )
         if row is None:
-            existing = await conn.fetchrow(
-                f"SELECT {store.RUN_COLUMNS} FROM workflow_runs WHERE workspace_id = $1 AND idempotency_key = $2",
-                workspace_id,
-                idempotency_key,
-            )
-            assert existing is not None
+            existing = None
+            if idempotency_key is not None:
+                existing = await conn.fetchrow(
+                    f"SELECT {store.RUN_COLUMNS} FROM workflow_runs WHERE workspace_id = $1 AND idempotency_key = $2",
+                    workspace_id,
+                    idempotency_key,
+                )
+            if existing is None:
+                raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
             return existing, False
     log.info("run_created", workflow_run_id=row["id"], definition_id=definition_id)
     await rt.dispatcher.dispatch(row["id"])
