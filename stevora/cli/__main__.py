@@ -1,0 +1,3 @@
+from stevora.cli import main
+
+main()
