@@ -59,18 +59,22 @@ def _stop(proc: subprocess.Popen[bytes]) -> int:
     return proc.returncode
 
 
+def _tail(log: Path) -> str:
+    return log.read_text()[-3000:]
+
+
 async def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 60) -> None:
     deadline = time.monotonic() + timeout_s
     async with httpx.AsyncClient() as client:
         while time.monotonic() < deadline:
-            assert proc.poll() is None, f"process exited early:\n{log.read_text()[-3000:]}"
+            assert proc.poll() is None, f"process exited early:\n{_tail(log)}"
             try:
                 if (await client.get(f"{url}/health")).status_code == 200:
                     return
             except httpx.TransportError:
                 pass
             await asyncio.sleep(0.2)
-    raise AssertionError(f"{url} never became healthy:\n{log.read_text()[-3000:]}")
+    raise AssertionError(f"{url} never became healthy:\n{_tail(log)}")
 
 
 @pytest.fixture
@@ -137,7 +141,8 @@ async def test_api_with_two_workers_and_a_worker_process_run_an_approval_workflo
         STEVORA_QUEUE_NAME=queue,
         STEVORA_SWEEP_INTERVAL_S="0.5",
     )
-    assert subprocess.run([*STEVORA, "migrate"], cwd=ROOT, env=env, timeout=120).returncode == 0
+    migrate = await asyncio.create_subprocess_exec(*STEVORA, "migrate", cwd=ROOT, env=env)
+    assert await asyncio.wait_for(migrate.wait(), 120) == 0
     port = _free_port()
     api = _start(["api", "--port", str(port), "--workers", "2"], env, tmp_path / "api.log")
     worker = _start(["worker", "--tools", "examples.tools", "--threads", "4"], env, tmp_path / "worker.log")

@@ -45,6 +45,17 @@ async def assert_gap_free(setup: BrokerSetup, run_id: str) -> list[str]:
     return [e["event_type"] for e in events]
 
 
+async def create_undispatched(setup: BrokerSetup, def_id: str) -> dict:
+    """Create a run whose dispatch message never reaches the broker."""
+    real = setup.rt.dispatcher
+    setup.rt.dispatcher = RecordingDispatcher()
+    try:
+        run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)
+    finally:
+        setup.rt.dispatcher = real
+    return dict(run)
+
+
 LOOP_STEP = {
     "type": "llm",
     "name": "agent",
@@ -162,11 +173,8 @@ async def test_the_same_message_delivered_twice_concurrently_executes_once(broke
             "steps": [{"type": "task", "name": "once", "handler": "slow_effect", "config": {"sleepS": 0.5}}],
         },
     )
-    recording = RecordingDispatcher()
+    run = await create_undispatched(setup, def_id)
     real = setup.rt.dispatcher
-    setup.rt.dispatcher = recording  # create the run without dispatching it
-    run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)
-    setup.rt.dispatcher = real
     worker = WorkerProcess(
         setup.rt.settings.database_url,
         setup.url,
@@ -200,10 +208,7 @@ async def test_a_lost_message_is_recovered_by_the_sweep(broker_setup: BrokerSetu
             "steps": [{"type": "task", "name": "only", "handler": "slow_effect", "config": {"sleepS": 0.01}}],
         },
     )
-    real = setup.rt.dispatcher
-    setup.rt.dispatcher = RecordingDispatcher()  # the message is "lost": never reaches the broker
-    run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)
-    setup.rt.dispatcher = real
+    run = await create_undispatched(setup, def_id)  # the message is "lost": never reaches the broker
     worker = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
     try:
         row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(worker,))

@@ -5,11 +5,11 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import func, select
+from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all, fetch_one, fetch_value, write_one
+from stevora.api.db import fetch_one, fetch_page, write_one
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import definition_body, errors
 from stevora.api.schemas.definitions import DefinitionOut
@@ -69,17 +69,10 @@ async def list_definitions(
     where = [WorkflowDefinition.workspace_id == auth.workspace_id]
     if name is not None:
         where.append(WorkflowDefinition.name == name)
-    total = await fetch_value(ctx.rt, select(func.count()).select_from(WorkflowDefinition).where(*where)) or 0
-    rows: list[Any] = []
-    if paging.offset < total:
-        stmt = (
-            select(*_COLUMNS)
-            .where(*where)
-            .order_by(WorkflowDefinition.created_at.desc(), WorkflowDefinition.id.desc())
-            .offset(paging.offset)
-            .limit(paging.page_size)
-        )
-        rows = list(await fetch_all(ctx.rt, stmt))
+    order = [WorkflowDefinition.created_at.desc(), WorkflowDefinition.id.desc()]
+    rows, total = await fetch_page(
+        ctx.rt, WorkflowDefinition, where, order, paging.offset, paging.page_size, columns=_COLUMNS
+    )
     data = [DefinitionOut.model_validate(r) for r in rows]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 

@@ -7,10 +7,10 @@ from collections.abc import Mapping
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import RowMapping, func, select
+from sqlalchemy import RowMapping, select
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all, fetch_one, fetch_value
+from stevora.api.db import fetch_all, fetch_one, fetch_page
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
@@ -100,17 +100,9 @@ async def list_runs(
         where.append(_RUNS.c.status == status)
     if definition_id is not None:
         where.append(_RUNS.c.definition_id == definition_id)
-    total = await fetch_value(ctx.rt, select(func.count()).select_from(_RUNS).where(*where)) or 0
-    rows: list[Any] = []
-    if paging.offset < total:
-        stmt = (
-            select(_RUNS)
-            .where(*where)
-            .order_by(_RUNS.c.created_at.desc(), _RUNS.c.id.desc())
-            .offset(paging.offset)
-            .limit(paging.page_size)
-        )
-        rows = list(await fetch_all(ctx.rt, stmt))
+    rows, total = await fetch_page(
+        ctx.rt, _RUNS, where, [_RUNS.c.created_at.desc(), _RUNS.c.id.desc()], paging.offset, paging.page_size
+    )
     data = [RunOut.model_validate(r) for r in rows]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 

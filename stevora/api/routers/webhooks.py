@@ -6,14 +6,14 @@ subscribed webhook in the same transaction as the change it announces.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from sqlalchemy import delete, func, select
+from sqlalchemy import delete, select
 from sqlalchemy.dialects.postgresql import insert
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all, fetch_one, fetch_value, write_one
+from stevora.api.db import fetch_all, fetch_one, fetch_page, write_one
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
@@ -100,16 +100,7 @@ async def list_deliveries(
     where = [_DELIVERIES.c.webhook_id == webhook_id]
     if status is not None:
         where.append(_DELIVERIES.c.status == status)
-    total = await fetch_value(ctx.rt, select(func.count()).select_from(_DELIVERIES).where(*where)) or 0
-    rows: list[Any] = []
-    if paging.offset < total:
-        stmt = (
-            select(_DELIVERIES)
-            .where(*where)
-            .order_by(_DELIVERIES.c.created_at.desc(), _DELIVERIES.c.id.desc())
-            .offset(paging.offset)
-            .limit(paging.page_size)
-        )
-        rows = list(await fetch_all(ctx.rt, stmt))
+    order = [_DELIVERIES.c.created_at.desc(), _DELIVERIES.c.id.desc()]
+    rows, total = await fetch_page(ctx.rt, _DELIVERIES, where, order, paging.offset, paging.page_size)
     data = [DeliveryOut.model_validate(r) for r in rows]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
