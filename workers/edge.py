@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
+from typing import Any
 
 import dramatiq
 import structlog
@@ -31,7 +32,7 @@ log = structlog.get_logger("stevora.worker")
 class WorkerState:
     runtime: Runtime
     run_pool: RunPool
-    sweeper: asyncio.Task[None]
+    sweeper: asyncio.Task[Any]
 
 
 _state: WorkerState | None = None

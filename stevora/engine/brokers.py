@@ -56,5 +56,5 @@ def build_broker(url: str) -> dramatiq.Broker:
     if url.startswith(("redis://", "rediss://", "unix://")):
         from dramatiq.brokers.redis import RedisBroker
 
-        return RedisBroker(url=url, middleware=_middleware())
+        return RedisBroker(url=url, middleware=_middleware())  # type: ignore[no-untyped-call]
     raise ValueError(f"unsupported broker URL {url!r}: use amqp://, redis:// or stub://")

@@ -27,7 +27,7 @@ class DramatiqDispatcher:
         broker.declare_queue(queue_name)
 
     def send(self, actor_name: str, *args: str, delay_ms: int = 0) -> None:
-        message = dramatiq.Message(
+        message: dramatiq.Message[None] = dramatiq.Message(
             queue_name=self.queue_name, actor_name=actor_name, args=args, kwargs={}, options={}
         )
         self.broker.enqueue(message, delay=delay_ms or None)

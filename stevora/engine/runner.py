@@ -16,7 +16,7 @@ approval decision, a cancel) is just a row in a new status that the next pass re
 from __future__ import annotations
 
 import math
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -47,7 +47,7 @@ _RELEASE = {"lease_owner": None, "lease_expires_at": None}
 _TIMER_SLACK_MS = 10
 
 
-def delay_until(when: Any) -> int:
+def delay_until(when: datetime) -> int:
     return max(0, math.ceil((when - utcnow()).total_seconds() * 1000)) + _TIMER_SLACK_MS
 
 

@@ -356,7 +356,7 @@ class LlmStepRun:
         for index, call in enumerate(calls):
             if index in by_index:
                 trace = by_index[index]
-                last.tool_results[index] = trace  # type: ignore[assignment]
+                last.tool_results[index] = trace
                 st.transcript.append(
                     Message.tool_result(
                         call.id, trace["text"], name=call.name, is_error=trace["status"] != "completed"

@@ -177,7 +177,11 @@ def _property_value(name: str, schema: Any, seed_text: str) -> Any:
     """Like synthesize_value, but a string property named like an id (`customerId`, `order_id`)
     gets an id-looking token from the prompt when there is one, not the whole prompt."""
     lowered = name.lower()
-    if isinstance(schema, dict) and schema.get("type") == "string" and (lowered.endswith("id") or lowered.endswith("_id")):
+    if (
+        isinstance(schema, dict)
+        and schema.get("type") == "string"
+        and (lowered.endswith("id") or lowered.endswith("_id"))
+    ):
         match = _ID_TOKEN.search(seed_text)
         if match:
             return match.group(0)

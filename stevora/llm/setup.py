@@ -26,16 +26,29 @@ class FallbackRouter(ProviderRouter):
 
 def build_router(settings: Settings) -> ProviderRouter:
     router: ProviderRouter = FallbackRouter() if settings.scripted_fallback else ProviderRouter()
-    common = {"max_retries": settings.provider_max_retries, "timeout_s": settings.provider_timeout_s}
+    retries, timeout_s = settings.provider_max_retries, settings.provider_timeout_s
     if settings.openai_api_key:
-        router.register("openai", OpenAIProvider(settings.openai_api_key, settings.openai_base_url, **common))
+        router.register(
+            "openai",
+            OpenAIProvider(
+                settings.openai_api_key, settings.openai_base_url, max_retries=retries, timeout_s=timeout_s
+            ),
+        )
     if settings.anthropic_api_key:
         router.register(
-            "anthropic", AnthropicProvider(settings.anthropic_api_key, settings.anthropic_base_url, **common)
+            "anthropic",
+            AnthropicProvider(
+                settings.anthropic_api_key,
+                settings.anthropic_base_url,
+                max_retries=retries,
+                timeout_s=timeout_s,
+            ),
         )
     for name, base_url in settings.compat_base_urls.items():
         key = settings.compat_api_keys.get(name, "not-needed")
-        router.register(name, OpenAIProvider(key, base_url, name=name, **common))
+        router.register(
+            name, OpenAIProvider(key, base_url, name=name, max_retries=retries, timeout_s=timeout_s)
+        )
     router.register("scripted", ScriptedProvider(latency_s=settings.scripted_latency_s))
     if not settings.openai_api_key and not settings.anthropic_api_key:
         if settings.scripted_fallback:

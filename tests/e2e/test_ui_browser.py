@@ -240,10 +240,11 @@ async def test_approving_from_the_inbox_continues_the_run_live_on_its_page(
     # The watcher page follows over SSE: no reload, and the status ends COMPLETED.
     await watcher.locator(".run-header .pill-completed").wait_for(timeout=15_000)
     assert await watcher.evaluate("window.__notReloaded === true")
-    seen_over_sse = await watcher.evaluate(
-        "Number(document.getElementById('run-live').dataset.eventsSeen || 0)"
+    # The page can show COMPLETED (its fragment reads the database) a poll before the last events
+    # reach it over SSE; wait for them: APPROVAL_DECIDED .. WORKFLOW_COMPLETED arrive on the stream.
+    await watcher.wait_for_function(
+        "Number(document.getElementById('run-live').dataset.eventsSeen || 0) >= 5", timeout=10_000
     )
-    assert seen_over_sse >= 5  # APPROVAL_DECIDED .. WORKFLOW_COMPLETED arrived on the stream
     events = await watcher.locator(".events-table").inner_text()
     assert "APPROVAL_DECIDED" in events and "WORKFLOW_COMPLETED" in events
     assert await watcher.locator(".live").count() == 0
