@@ -182,6 +182,7 @@ request = function()
   return wrk.format(nil, "/v1/workflow-runs", nil,
     '{"definitionId": "%(definition)s", "input": {"n": 1}, "idempotencyKey": "' .. key .. '"}')
 end
+%(delay)s
 response = function(status, headers, body)
   if status ~= 201 then errors = (errors or 0) + 1 end
 end
@@ -194,11 +195,14 @@ end
 
 
 async def _wrk_load(
-    url: str, headers: dict[str, str], definition_id: str, clients: int, seconds: float
+    url: str, headers: dict[str, str], definition_id: str, clients: int, seconds: float, think_ms: float = 0.0
 ) -> str:
     """Drive the load with wrk (C, one thread): the Python server gets the cores, not the client."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
-        script.write(_WRK_SCRIPT % {"key": headers["x-api-key"], "definition": definition_id})
+        delay = (
+            f"delay = function() return -math.log(1 - math.random()) * {think_ms:.3f} end" if think_ms else ""
+        )
+        script.write(_WRK_SCRIPT % {"key": headers["x-api-key"], "definition": definition_id, "delay": delay})
     proc = await asyncio.create_subprocess_exec(
         "wrk", "-t1", f"-c{clients}", f"-d{seconds:.0f}s", "-s", script.name, url,
         stdout=asyncio.subprocess.PIPE,
@@ -230,6 +234,14 @@ async def _bench(database_url: str, url: str, args: argparse.Namespace) -> None:
         )
         print(f"  latency ms    p50 {median(latencies):6.2f}   p99 {pct(latencies, 99):6.2f}")
 
+    if shutil.which("wrk") and not args.httpx:
+        think_ms = 1000 * args.clients / args.rate
+        print(
+            f"run creation at an offered ~{args.rate:.0f}/s ({args.clients} connections, each waiting an "
+            f"exponential think time of mean {think_ms:.0f} ms between requests)"
+        )
+        print(await _wrk_load(url, headers, definition_id, args.clients, args.seconds, think_ms=think_ms))
+
     run_id = await _deep_run(database_url, url, headers, definition_id, args.events)
     last_page = (args.events + 99) // 100
     base = f"/v1/workflow-runs/{run_id}/events?pageSize=100"
@@ -246,7 +258,15 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--clients", type=int, default=50)
     parser.add_argument("--events", type=int, default=10_000)
     parser.add_argument("--log-info", action="store_true", help="keep the server's INFO logs")
-    parser.add_argument("--server-processes", type=int, default=2, help="API processes (default 2, one per core)")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        default=525.0,
+        help="offered creates/s for the paced part (achieved is a little lower)",
+    )
+    parser.add_argument(
+        "--server-processes", type=int, default=2, help="API processes (default 2, one per core)"
+    )
     parser.add_argument(
         "--httpx", action="store_true", help="generate load with httpx even when wrk is installed"
     )
