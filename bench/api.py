@@ -6,10 +6,12 @@ The API runs under uvicorn on 127.0.0.1 in `--server-processes` child processes 
 (as `stevora api --workers N`; real HTTP, keep-alive connections)
 with a Runtime whose dispatcher only records, so runs are created but never executed: this
 measures the API, auth, rate limiting and the insert, not the engine. The parent process runs
-`--clients` concurrent connections, each POSTing `/v1/workflow-runs` (with a fresh idempotency
-key) back to back for `--seconds`, and prints creates/s and p50/p99 latency. The load comes from
-`wrk` when it is installed (`apt-get install wrk`: a C client that leaves the two cores to the
-server and PostgreSQL), else from httpx clients in this process (`--httpx` forces that).
+`--clients` keep-alive connections POSTing `/v1/workflow-runs` (fresh idempotency keys) for
+`--seconds`, twice: saturating (each connection sends its next request when the previous one
+returns: the throughput ceiling) and paced (each connection waits an exponential think time so the
+offered load is about `--rate`/s: latency at the target load). Creates/s and p50/p99 are printed
+for both. Load comes from `wrk` when installed (`apt-get install wrk`: a C client that leaves the
+two cores to the server and PostgreSQL), else from httpx clients in this process (`--httpx`).
 
 Then one run gets `--events` events inserted with SQL (as the engine writes them: the run's
 `event_seq` counter and the rows in one transaction), and page 1 and the last page of
