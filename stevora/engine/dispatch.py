@@ -13,7 +13,6 @@ import dramatiq
 
 QUEUE_NAME = "stevora"
 EXECUTE_RUN_ACTOR = "execute_run"
-DELIVER_WEBHOOK_ACTOR = "deliver_webhook"
 
 
 class Dispatcher(Protocol):
