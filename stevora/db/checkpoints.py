@@ -68,15 +68,15 @@ class LlmCallRecord:
     model: str
     status: str  # completed | failed
     request: dict[str, Any]
-    response: dict[str, Any] | None
-    error: dict[str, Any] | None
-    finish_reason: str | None
-    input_tokens: int
-    output_tokens: int
-    cache_read_tokens: int
-    cache_write_tokens: int
-    cost_usd: float
     duration_ms: float
+    response: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    finish_reason: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    cost_usd: float = 0.0
     id: str = field(default_factory=lambda: new_id("llm"))
 
 

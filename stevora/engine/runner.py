@@ -51,12 +51,6 @@ def delay_until(when: datetime) -> int:
     return max(0, math.ceil((when - utcnow()).total_seconds() * 1000)) + _TIMER_SLACK_MS
 
 
-def _ms_between(start: Any, end: Any) -> int:
-    if start is None or end is None:
-        return 0
-    return max(0, int((end - start).total_seconds() * 1000))
-
-
 class RunDriver:
     def __init__(self, rt: Runtime, owner: str) -> None:
         self.rt = rt
@@ -219,16 +213,7 @@ class RunDriver:
                 expect=["RUNNING"],
                 owner=self.owner,
                 merge_state=result.state_updates,
-                events=[
-                    Event(
-                        "STEP_COMPLETED",
-                        {
-                            "stepName": step_run["step_name"],
-                            "durationMs": _ms_between(done["started_at"], done["completed_at"]),
-                        },
-                        step_run["id"],
-                    )
-                ],
+                events=[store.step_completed_event(done)],
             )
 
     async def _wait(
@@ -356,14 +341,7 @@ class RunDriver:
                     now_columns=["completed_at"],
                 )
                 events = [
-                    Event(
-                        "STEP_COMPLETED",
-                        {
-                            "stepName": step_run["step_name"],
-                            "durationMs": _ms_between(done["started_at"], done["completed_at"]),
-                        },
-                        step_run["id"],
-                    ),
+                    store.step_completed_event(done),
                     Event(
                         "WORKFLOW_RESUMED",
                         {"reason": "timer", "stepName": step_run["step_name"]},

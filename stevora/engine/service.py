@@ -210,11 +210,6 @@ async def resume_run(
                 sets={"status": "COMPLETED", "output": {"signalType": signal_type, "payload": payload or {}}},
                 now_columns=["completed_at"],
             )
-            duration = (
-                int((done["completed_at"] - done["started_at"]).total_seconds() * 1000)
-                if done["started_at"]
-                else 0
-            )
             row = await store.update_run(
                 conn,
                 run_id,
@@ -223,11 +218,7 @@ async def resume_run(
                 merge_state=payload or None,
                 now_columns=["dispatched_at"],
                 events=[
-                    Event(
-                        "STEP_COMPLETED",
-                        {"stepName": step_run["step_name"], "durationMs": duration},
-                        step_run["id"],
-                    ),
+                    store.step_completed_event(done),
                     Event(
                         "WORKFLOW_RESUMED",
                         {
@@ -316,16 +307,7 @@ async def decide_approval(
                 sets={"status": "COMPLETED", "output": {"decision": decision, "decidedBy": decided_by}},
                 now_columns=["completed_at"],
             )
-            duration = (
-                int((done["completed_at"] - done["started_at"]).total_seconds() * 1000)
-                if done["started_at"]
-                else 0
-            )
-            events.append(
-                Event(
-                    "STEP_COMPLETED", {"stepName": approval["step_name"], "durationMs": duration}, step_run_id
-                )
-            )
+            events.append(store.step_completed_event(done))
         events.append(
             Event(
                 "WORKFLOW_RESUMED",

@@ -56,6 +56,13 @@ class Event:
     step_run_id: str | None = None
 
 
+def step_completed_event(step: asyncpg.Record) -> Event:
+    """`STEP_COMPLETED` for a step row just moved to COMPLETED (its started/completed times set)."""
+    started, completed = step["started_at"], step["completed_at"]
+    duration_ms = max(0, int((completed - started).total_seconds() * 1000)) if started and completed else 0
+    return Event("STEP_COMPLETED", {"stepName": step["step_name"], "durationMs": duration_ms}, step["id"])
+
+
 RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
     "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at"

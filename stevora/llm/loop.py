@@ -28,6 +28,7 @@ import structlog
 from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound, LlmCallRecord, ToolTraceRecord
 from stevora.definitions import LlmStep, LlmToolDef
+from stevora.engine import store
 from stevora.engine.handlers import StepResult
 from stevora.engine.templating import render_template
 from stevora.errors import LeaseLost, ProviderError, ProviderNotFound, StevoraError
@@ -257,7 +258,6 @@ class LlmStepRun:
                 "responseId": response.response_id,
                 "priced": cost is not None,
             },
-            error=None,
             finish_reason=response.finish_reason,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
@@ -317,14 +317,7 @@ class LlmStepRun:
             model=model,
             status="failed",
             request=stored_request,
-            response=None,
             error={**exc.to_dict(), "retryable": exc.retryable},
-            finish_reason=None,
-            input_tokens=0,
-            output_tokens=0,
-            cache_read_tokens=0,
-            cache_write_tokens=0,
-            cost_usd=0.0,
             duration_ms=elapsed_s * 1000,
         )
         payload = {
@@ -473,8 +466,6 @@ class LlmStepRun:
     async def _guardrail_event(
         self, violations: list[guardrails.Violation], action: str, last: CommittedRound
     ) -> None:
-        from stevora.engine import store
-
         async with self.rt.pool.acquire() as conn, conn.transaction():
             await store.update_run(
                 conn,
