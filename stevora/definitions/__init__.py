@@ -8,7 +8,9 @@ from stevora.definitions.llm_step import (
     LlmTool,
     LlmToolDef,
     ToolRef,
+    WorkflowToolDef,
 )
+from stevora.definitions.params import ParamsError, parse_default_params
 from stevora.definitions.retry import (
     APPROVAL_RETRY_POLICY,
     DEFAULT_RETRY_POLICY,
@@ -46,6 +48,7 @@ __all__ = [
     "LlmStep",
     "LlmTool",
     "LlmToolDef",
+    "ParamsError",
     "RetryPolicy",
     "StepBase",
     "StepDefinition",
@@ -53,7 +56,9 @@ __all__ = [
     "ToolRef",
     "WaitStep",
     "WorkflowDefinitionSpec",
+    "WorkflowToolDef",
     "compute_next_retry_delay_ms",
+    "parse_default_params",
     "parse_definition",
     "problems_from_pydantic",
 ]

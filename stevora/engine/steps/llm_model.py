@@ -158,7 +158,7 @@ class ModelCaller:
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
         }
-        await checkpoints.record_llm_call(
+        committed_at = await checkpoints.record_llm_call(
             self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )
         self.rt.faults.reached("llm_call_committed", rec.round)
@@ -177,6 +177,7 @@ class ModelCaller:
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             tool_results={},
+            committed_at=committed_at,
         )
 
     async def _record_failed_call(
