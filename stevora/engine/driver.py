@@ -98,6 +98,8 @@ class RunDriver:
         await runs.release(self.pool, run_id, self.owner)
 
     async def _dispatch(self, run_ids: list[str]) -> None:
+        if run_ids:
+            self.rt.faults.reached("parent_told")
         for run_id in run_ids:
             await self.rt.dispatcher.dispatch(run_id)
 

@@ -45,6 +45,7 @@ class ModelCaller:
         self._model_index = 0  # index into [model, *fallbackModels] of the model that answered last
 
     async def call(self, st: LoopState) -> CommittedRound:
+        self.rt.faults.reached("llm_call_starting", st.next_round)
         appended, st.pending_append = st.pending_append, []
         is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
         st.transcript.extend(appended)
