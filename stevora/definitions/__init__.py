@@ -24,6 +24,7 @@ from stevora.definitions.steps import (
     ExternalEventStep,
     StepBase,
     TaskStep,
+    ToolStep,
     WaitStep,
 )
 from stevora.definitions.workflow import (
@@ -54,6 +55,7 @@ __all__ = [
     "StepDefinition",
     "TaskStep",
     "ToolRef",
+    "ToolStep",
     "WaitStep",
     "WorkflowDefinitionSpec",
     "WorkflowToolDef",
