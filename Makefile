@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 $(BIN)/stevora: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[server,test]'
 	@touch $@
 
 ## Set up, start the embedded stack (embedded PostgreSQL, in-process broker + worker, API) and run
