@@ -8,6 +8,7 @@ need the `server` extra.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
@@ -46,7 +47,7 @@ def _root(
     """Durable workflows with traced, checkpointed LLM tool-calling steps."""
 
 
-def _server_stub(name: str, missing: str) -> typer.models.CommandFunctionType:
+def _server_stub(name: str, missing: str) -> Callable[[], None]:
     def stub() -> None:
         typer.echo(
             f"error: `stevora {name}` needs the server install (missing module '{missing}'): "
@@ -55,7 +56,7 @@ def _server_stub(name: str, missing: str) -> typer.models.CommandFunctionType:
         )
         raise typer.Exit(2)
 
-    return stub  # type: ignore[return-value]
+    return stub
 
 
 def _register_server_stubs(missing: str) -> None:
@@ -69,7 +70,7 @@ def _register_server_stubs(missing: str) -> None:
 
 
 def main() -> None:
-    from stevora.cli import remote  # noqa: F401  (registers its commands on `app`)
+    from stevora.cli import remote, run_commands  # noqa: F401  (they register their commands on `app`)
 
     try:
         from stevora.cli import server  # noqa: F401

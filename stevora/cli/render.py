@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from stevora.client import Event, Page, WorkflowRun
+from stevora.client import Event, LlmCall, Page, ToolTrace, WorkflowRun
 
 STATUS_STYLES = {
     "COMPLETED": "green",
@@ -51,6 +51,14 @@ def when(value: datetime | None) -> str:
 def short_json(value: Any, limit: int = 120) -> str:
     text = json.dumps(value, separators=(",", ":"), default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def model_ref(model: Any, provider: Any) -> str:
+    """`gpt-4o · openai`; an offline scripted answer never reads as a real model call."""
+    name = escape(str(model))
+    if provider == "scripted" and model != "scripted":
+        return f"{name} [yellow]· scripted (offline)[/yellow]"
+    return f"{name} [dim]· {escape(str(provider))}[/dim]" if provider else name
 
 
 def error_text(error: dict[str, Any] | None) -> str:
@@ -119,6 +127,53 @@ def steps_table(run: WorkflowRun) -> Table:
     return table
 
 
+def llm_calls_table(calls: list[LlmCall]) -> Table:
+    table = Table(title=f"LLM calls · {len(calls)}", box=box.SIMPLE_HEAD)
+    for name, justify in (("Step", "left"), ("Round", "right"), ("Model", "left"), ("Status", "left"),
+                          ("In", "right"), ("Out", "right"), ("Cost", "right"), ("Duration", "right"),
+                          ("Finish / tools", "left")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for call in calls:
+        tools = [str(c.get("name")) for c in (call.response or {}).get("toolCalls") or []]
+        finish = "→ " + ", ".join(tools) if tools else (call.finish_reason or "")
+        if call.error:
+            finish = error_text(call.error)
+        table.add_row(
+            escape(call.step_name),
+            str(call.round),
+            model_ref(call.model, call.provider),
+            status(call.status.upper()),
+            str(call.input_tokens),
+            str(call.output_tokens),
+            usd(call.cost_usd),
+            duration(call.duration_ms),
+            escape(finish),
+        )
+    return table
+
+
+def traces_table(traces: list[ToolTrace]) -> Table:
+    table = Table(title=f"Tool calls · {len(traces)}", box=box.SIMPLE_HEAD)
+    for name, justify in (("Round.seq", "left"), ("Tool", "left"), ("Status", "left"),
+                          ("Duration", "right"), ("Arguments", "left"), ("Result / error", "left")):  # fmt: skip
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for trace in traces:
+        result = (
+            short_json(trace.output_json, 80)
+            if trace.status == "completed"
+            else (f"{trace.error_code or 'ERROR'}: {trace.error or ''}")
+        )
+        table.add_row(
+            f"{trace.round}.{trace.sequence}",
+            escape(trace.tool_name),
+            status(trace.status.upper()),
+            duration(trace.duration_ms),
+            escape(short_json(trace.input_json, 60)),
+            escape(result),
+        )
+    return table
+
+
 def event_line(event: Event) -> str:
     """`runs events`: sequence, time, type, step and payload of one event."""
     payload = dict(event.payload)
@@ -157,7 +212,7 @@ class Progress:
         if kind == "LLM_CALL_COMPLETED":
             return self._llm_round(p)
         if kind == "LLM_CALL_FAILED":
-            model = escape(str(p.get("model")))
+            model = model_ref(p.get("model"), p.get("provider"))
             return (
                 f"  [red]◆ round {p.get('round')} {model} failed[/red]: {escape(error_text(p.get('error')))}"
             )
@@ -181,7 +236,7 @@ class Progress:
         tools = p.get("toolCalls") or []
         asks = f" → {escape(', '.join(tools))}" if tools else ""
         return (
-            f"  [cyan]◆[/cyan] round {p.get('round')} {escape(str(p.get('model')))} "
+            f"  [cyan]◆[/cyan] round {p.get('round')} {model_ref(p.get('model'), p.get('provider'))} "
             f"[dim]{tokens_in} in / {tokens_out} out · {usd(cost)} · "
             f"{duration(p.get('durationMs'))}[/dim]{asks}"
         )

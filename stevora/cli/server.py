@@ -35,7 +35,11 @@ def _importable(modules: list[str]) -> None:
         try:
             importlib.import_module(name)
         except ImportError as exc:
-            console.print(f"[red]error[/red] cannot import --tools module '{name}': {exc}", highlight=False, soft_wrap=True)
+            console.print(
+                f"[red]error[/red] cannot import --tools module '{name}': {exc}",
+                highlight=False,
+                soft_wrap=True,
+            )
             raise typer.Exit(2) from None
 
 

@@ -46,7 +46,9 @@ def _signal_payload(text: str) -> dict[str, Any] | None:
     try:
         value = json.loads(text)
     except ValueError as exc:
-        raise ValidationError.from_problems([{"path": "payload", "message": f"not valid JSON: {exc}"}]) from None
+        raise ValidationError.from_problems(
+            [{"path": "payload", "message": f"not valid JSON: {exc}"}]
+        ) from None
     if not isinstance(value, dict):
         raise ValidationError.from_problems([{"path": "payload", "message": "must be a JSON object"}])
     return value
@@ -74,7 +76,12 @@ async def _run_action(request: Request, user: UiUser, run_id: str, action: str, 
 
 
 async def definition_context(
-    request: Request, user: UiUser, definition_id: str, *, input_text: str | None = None, error: str | None = None
+    request: Request,
+    user: UiUser,
+    definition_id: str,
+    *,
+    input_text: str | None = None,
+    error: str | None = None,
 ) -> dict[str, Any] | None:
     """The definition page: the definition, its recent runs and the start-a-run form."""
     found = await queries.definition(runtime_of(request), user.workspace_id, definition_id)
@@ -130,7 +137,9 @@ def add_action_routes(router: APIRouter, render: Render) -> None:
             run, _ = await commands.create_run(runtime_of(request), user.workspace_id, definition_id, value)
         except StevoraError as exc:
             context["start_error"] = f"{exc.code}: {_problems_text(exc)}"
-            return await render(request, user, "definition.html", context, 400 if exc.http_status < 500 else 500)
+            return await render(
+                request, user, "definition.html", context, 400 if exc.http_status < 500 else 500
+            )
         response = RedirectResponse(f"/ui/runs/{run['id']}", status_code=303)
         auth.set_flash(response, f"Started run {run['id']}.")
         return response

@@ -23,8 +23,8 @@ from stevora.errors import StevoraError
 from stevora.ui import auth, commands, queries, waterfall
 from stevora.ui.actions import add_action_routes, definition_context
 from stevora.ui.auth import UiUser, current_user, runtime_of
-from stevora.ui.forms import CSRF_FAILED, read_form
 from stevora.ui.format import FILTERS, TERMINAL_RUN_STATUSES, run_duration_ms
+from stevora.ui.forms import CSRF_FAILED, read_form
 from stevora.ui.search import datetime_local, filter_query, parse_run_filters
 from stevora.ui.stream import EVENT_TYPES, run_events
 
@@ -143,7 +143,9 @@ def build_ui_router() -> APIRouter:
     async def runs_context(request: Request, user: UiUser) -> dict[str, Any]:
         filters, problems = parse_run_filters(request.query_params)
         rt = runtime_of(request)
-        page = await queries.list_runs(rt, user.workspace_id, filters, page=_int(request.query_params.get("page"), 1))
+        page = await queries.list_runs(
+            rt, user.workspace_id, filters, page=_int(request.query_params.get("page"), 1)
+        )
         return {
             "nav": "runs", "page": page, "f": filters, "problems": problems,
             "query": filter_query(request.query_params),

@@ -55,13 +55,22 @@ def build(view: RunView) -> Waterfall | None:
             continue
         end = row["completed_at"] or (now if row["status"] in ("RUNNING", "WAITING") else row["updated_at"])
         attempt = f" · attempt {row['attempt']}" if row["attempt"] > 1 else ""
-        spans.append(("step", row["step_name"], row["step_type"] + attempt, row["status"], row["started_at"], end))
+        spans.append(
+            ("step", row["step_name"], row["step_type"] + attempt, row["status"], row["started_at"], end)
+        )
         for rnd in step.rounds:
             call = rnd.call
             start, end = _ended(call["created_at"], call["duration_ms"])
             provider = call["provider"] or "?"
             spans.append(
-                ("model", f"round {call['round']}", f"{call['model']} · {provider}", call["status"], start, end)
+                (
+                    "model",
+                    f"round {call['round']}",
+                    f"{call['model']} · {provider}",
+                    call["status"],
+                    start,
+                    end,
+                )
             )
             for tc in rnd.tool_calls:
                 if tc.trace is None:

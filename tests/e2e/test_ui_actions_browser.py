@@ -158,7 +158,10 @@ async def test_action_posts_without_the_csrf_token_change_nothing(
     )
     assert forged.status == 403
     assert await _status(harness, run["id"]) == "WAITING"
-    assert await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE definition_id = $1", def_id) == 1
+    assert (
+        await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE definition_id = $1", def_id)
+        == 1
+    )
 
 
 async def test_a_run_starts_from_the_definition_page_only_with_a_valid_input(
@@ -230,7 +233,10 @@ async def test_runs_list_searches_by_id_status_definition_and_time_and_refreshes
     await login(page, ui_server.api_key)
 
     async def listed() -> list[str]:
-        return [t.strip() for t in await page.locator("table.runs-table tbody tr td:first-child").all_inner_texts()]
+        return [
+            t.strip()
+            for t in await page.locator("table.runs-table tbody tr td:first-child").all_inner_texts()
+        ]
 
     await page.fill("input[name=q]", "wfrun_alpha")
     await page.click("#run-filters button[type=submit]")
@@ -250,7 +256,9 @@ async def test_runs_list_searches_by_id_status_definition_and_time_and_refreshes
     await page.goto(f"/ui/runs?definition={def_id}")
     await page.evaluate("window.__notReloaded = true")
     assert "wfrun_gamma01" not in await listed()
-    await harness.rt.pool.execute(insert, "wfrun_gamma01", workspace_id, def_id, "RUNNING", "2026-03-09T10:00:00Z")
+    await harness.rt.pool.execute(
+        insert, "wfrun_gamma01", workspace_id, def_id, "RUNNING", "2026-03-09T10:00:00Z"
+    )
     await page.locator("a[href='/ui/runs/wfrun_gamma01']").wait_for(timeout=10_000)
     assert await page.evaluate("window.__notReloaded === true")
     assert (await listed())[0] == "wfrun_gamma01"
@@ -297,9 +305,12 @@ async def test_waterfall_provider_decider_and_dark_mode(
     await page.locator(f"[data-approval-id='{approval_id}'] button[value=approved]").click()
     await page.locator(".flash-ok").wait_for()
     key_id = await harness.rt.pool.fetchval(
-        "SELECT id FROM api_keys WHERE key_hash = encode(sha256($1::bytea), 'hex')", ui_server.api_key.encode()
+        "SELECT id FROM api_keys WHERE key_hash = encode(sha256($1::bytea), 'hex')",
+        ui_server.api_key.encode(),
     )
-    decided_by = await harness.rt.pool.fetchval("SELECT decided_by FROM approval_requests WHERE id = $1", approval_id)
+    decided_by = await harness.rt.pool.fetchval(
+        "SELECT decided_by FROM approval_requests WHERE id = $1", approval_id
+    )
     assert decided_by == f"browser tests ({key_id}) via UI"
     assert f"browser tests ({key_id}) via UI" in await page.locator("table").last.inner_text()
     await harness.wait_for_status(run_id, "COMPLETED")

@@ -13,7 +13,9 @@ async def test_api_docs_pages_load_every_asset_from_this_server(client: httpx.As
     response = await client.get(page)
     assert response.status_code == 200
     html = response.text
-    assets = re.findall(r"""(?:src|href|spec-url)=["']([^"']+)["']""", html) + re.findall(r"url: ?'([^']+)'", html)
+    assets = re.findall(r"""(?:src|href|spec-url)=["']([^"']+)["']""", html) + re.findall(
+        r"url: ?'([^']+)'", html
+    )
     assert assets, html
     for url in assets:
         assert url.startswith("/"), f"{page} loads {url} from another host"

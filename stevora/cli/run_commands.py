@@ -1,0 +1,127 @@
+"""`stevora runs cancel | retry | pause | resume | signal` and `runs llm-calls | traces`.
+
+The commands call the same API routes as the client (`/v1/workflow-runs/{id}/cancel`, ...); the
+reads print a table, or with `--json` the API's JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from stevora.cli import output, render
+from stevora.cli.output import JsonFlag
+from stevora.cli.remote import DEFAULT_URL, ApiKey, Url, connect, console, runs_app
+from stevora.client import WorkflowRun
+
+RunId = Annotated[str, typer.Argument(help="Run id (wfrun_...).")]
+StepName = Annotated[str | None, typer.Option("--step", help="Only this step's calls.")]
+
+
+def _done(verb: str, run: WorkflowRun, as_json: bool) -> None:
+    if as_json:
+        output.emit(run)
+    else:
+        console.print(f"{verb} {run.id}: {render.status(run.status)}")
+
+
+@runs_app.command("cancel")
+def runs_cancel(
+    run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
+) -> None:
+    """Cancel a run that has not finished; its open steps and approvals are cancelled."""
+    with connect(url, api_key) as rt:
+        _done("cancelled", rt.workflows.cancel(run_id), as_json)
+
+
+@runs_app.command("retry")
+def runs_retry(
+    run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
+) -> None:
+    """Run a FAILED run's failed step again, with a fresh attempt budget."""
+    with connect(url, api_key) as rt:
+        _done("retrying", rt.workflows.retry(run_id), as_json)
+
+
+@runs_app.command("pause")
+def runs_pause(
+    run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
+) -> None:
+    """Pause a RUNNING run; the worker stops at its next checkpoint (`runs resume` continues it)."""
+    with connect(url, api_key) as rt:
+        _done("paused", rt.workflows.pause(run_id), as_json)
+
+
+@runs_app.command("resume")
+def runs_resume(
+    run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
+) -> None:
+    """Un-pause a PAUSED run."""
+    with connect(url, api_key) as rt:
+        _done("resumed", rt.workflows.resume(run_id), as_json)
+
+
+def _payload(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint="--payload")
+    return value
+
+
+@runs_app.command("signal")
+def runs_signal(
+    run_id: RunId,
+    signal_type: Annotated[str, typer.Argument(help="The signal the run's external_event step waits for.")],
+    payload: Annotated[
+        str | None, typer.Option("--payload", "-p", help="A JSON object merged into the run's state.")
+    ] = None,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Send the signal a run waits for in an `external_event` step; the run continues."""
+    body = _payload(payload)
+    with connect(url, api_key) as rt:
+        _done(f"sent '{escape(signal_type)}' to", rt.workflows.resume(run_id, signal_type, body), as_json)
+
+
+@runs_app.command("llm-calls")
+def runs_llm_calls(
+    run_id: RunId,
+    step: StepName = None,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """The run's model calls, oldest first: round, model and provider, tokens, cost, latency."""
+    with connect(url, api_key) as rt:
+        calls = rt.workflows.llm_calls(run_id, step_name=step)
+    if as_json:
+        output.emit(calls)
+    else:
+        console.print(render.llm_calls_table(calls))
+
+
+@runs_app.command("traces")
+def runs_traces(
+    run_id: RunId,
+    step: StepName = None,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """The run's tool calls in execution order: arguments, result or error, duration."""
+    with connect(url, api_key) as rt:
+        traces = rt.workflows.tool_traces(run_id, step_name=step)
+    if as_json:
+        output.emit(traces)
+    else:
+        console.print(render.traces_table(traces))
