@@ -7,6 +7,7 @@ reads print a table, or with `--json` the API's JSON.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated, Any
 
 import typer
@@ -28,40 +29,33 @@ def _done(verb: str, run: WorkflowRun, as_json: bool) -> None:
         console.print(f"{verb} {run.id}: {render.status(run.status)}")
 
 
-@runs_app.command("cancel")
-def runs_cancel(
-    run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
-) -> None:
-    """Cancel a run that has not finished; its open steps and approvals are cancelled."""
-    with connect(url, api_key) as rt:
-        _done("cancelled", rt.workflows.cancel(run_id), as_json)
+# name: (what it prints, help). Each calls the client method of the same name.
+SIMPLE_COMMANDS = {
+    "cancel": (
+        "cancelled",
+        "Cancel a run that has not finished; its open steps and approvals are cancelled.",
+    ),
+    "retry": ("retrying", "Run a FAILED run's failed step again, with a fresh attempt budget."),
+    "pause": (
+        "paused",
+        "Pause a RUNNING run; the worker stops at its next checkpoint (`runs resume` continues).",
+    ),
+    "resume": ("resumed", "Un-pause a PAUSED run."),
+}
 
 
-@runs_app.command("retry")
-def runs_retry(
-    run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
-) -> None:
-    """Run a FAILED run's failed step again, with a fresh attempt budget."""
-    with connect(url, api_key) as rt:
-        _done("retrying", rt.workflows.retry(run_id), as_json)
+def _simple_command(name: str, verb: str) -> Callable[..., None]:
+    def command(
+        run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
+    ) -> None:
+        with connect(url, api_key) as rt:
+            _done(verb, getattr(rt.workflows, name)(run_id), as_json)
+
+    return command
 
 
-@runs_app.command("pause")
-def runs_pause(
-    run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
-) -> None:
-    """Pause a RUNNING run; the worker stops at its next checkpoint (`runs resume` continues it)."""
-    with connect(url, api_key) as rt:
-        _done("paused", rt.workflows.pause(run_id), as_json)
-
-
-@runs_app.command("resume")
-def runs_resume(
-    run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
-) -> None:
-    """Un-pause a PAUSED run."""
-    with connect(url, api_key) as rt:
-        _done("resumed", rt.workflows.resume(run_id), as_json)
+for _name, (_verb, _help) in SIMPLE_COMMANDS.items():
+    runs_app.command(_name, help=_help)(_simple_command(_name, _verb))
 
 
 def _payload(text: str | None) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from stevora.errors import StevoraError, ValidationError
 from stevora.ui import auth, commands, queries
 from stevora.ui.auth import UiUser, current_user, runtime_of
 from stevora.ui.forms import CSRF_FAILED, read_form
-from stevora.ui.run_input import input_references, parse_run_input
+from stevora.ui.run_input import input_references, json_object, parse_run_input
 
 Render = Callable[[Request, UiUser | None, str, dict[str, Any], int], Awaitable[Response]]
 RUN_ACTIONS = ("cancel", "retry", "pause", "resume", "signal")
@@ -40,20 +40,6 @@ def _problems_text(exc: StevoraError) -> str:
                      for p in problems)  # fmt: skip
 
 
-def _signal_payload(text: str) -> dict[str, Any] | None:
-    if not text.strip():
-        return None
-    try:
-        value = json.loads(text)
-    except ValueError as exc:
-        raise ValidationError.from_problems(
-            [{"path": "payload", "message": f"not valid JSON: {exc}"}]
-        ) from None
-    if not isinstance(value, dict):
-        raise ValidationError.from_problems([{"path": "payload", "message": "must be a JSON object"}])
-    return value
-
-
 async def _run_action(request: Request, user: UiUser, run_id: str, action: str, form: dict[str, str]) -> str:
     """Apply one command; returns the flash text."""
     rt = runtime_of(request)
@@ -69,7 +55,7 @@ async def _run_action(request: Request, user: UiUser, run_id: str, action: str, 
         signal_type = form.get("signalType", "").strip()
         if not signal_type:
             raise ValidationError.from_problems([{"path": "signalType", "message": "Field required"}])
-        payload = _signal_payload(form.get("payload", ""))
+        payload = json_object(form.get("payload", ""), "payload") or None
         await commands.resume_run(rt, user.workspace_id, run_id, signal_type, payload)
         return f"Sent signal '{signal_type}'; the run continues."
     return _DONE[action]

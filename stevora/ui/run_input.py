@@ -33,22 +33,25 @@ def input_references(value: Any, path: str = "steps") -> dict[str, str]:
     return found
 
 
-def parse_run_input(text: str, definition_steps: Any) -> dict[str, Any]:
-    """The input object, or `ValidationError` whose problems name the field (`input`, `input.city`)."""
+def json_object(text: str, field: str) -> dict[str, Any]:
+    """The JSON object typed into a form field (empty text: `{}`), or `ValidationError` naming it."""
     stripped = text.strip()
     if not stripped:
-        value: Any = {}
-    else:
-        try:
-            value = json.loads(stripped)
-        except ValueError as exc:
-            raise ValidationError.from_problems(
-                [{"path": "input", "message": f"not valid JSON: {exc}"}]
-            ) from None
+        return {}
+    try:
+        value = json.loads(stripped)
+    except ValueError as exc:
+        raise ValidationError.from_problems([{"path": field, "message": f"not valid JSON: {exc}"}]) from None
     if not isinstance(value, dict):
         raise ValidationError.from_problems(
-            [{"path": "input", "message": f"must be a JSON object, got {type(value).__name__}"}]
+            [{"path": field, "message": f"must be a JSON object, got {type(value).__name__}"}]
         )
+    return value
+
+
+def parse_run_input(text: str, definition_steps: Any) -> dict[str, Any]:
+    """The input object, or `ValidationError` whose problems name the field (`input`, `input.city`)."""
+    value = json_object(text, "input")
     missing = [
         {"path": f"input.{key}", "message": f"missing; the definition reads it at {where}"}
         for key, where in input_references(definition_steps).items()
