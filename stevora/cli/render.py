@@ -127,51 +127,42 @@ def steps_table(run: WorkflowRun) -> Table:
     return table
 
 
-def llm_calls_table(calls: list[LlmCall]) -> Table:
-    table = Table(title=f"LLM calls · {len(calls)}", box=box.SIMPLE_HEAD)
-    for name, justify in (("Step", "left"), ("Round", "right"), ("Model", "left"), ("Status", "left"),
-                          ("In", "right"), ("Out", "right"), ("Cost", "right"), ("Duration", "right"),
-                          ("Finish / tools", "left")):  # fmt: skip
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+def llm_call_lines(calls: list[LlmCall]) -> list[str]:
+    """`runs llm-calls`: one line per model call (step #round, model · provider, tokens, cost,
+    latency, the tools it asked for or how it finished), readable at any terminal width."""
+    lines = []
     for call in calls:
         tools = [str(c.get("name")) for c in (call.response or {}).get("toolCalls") or []]
-        finish = "→ " + ", ".join(tools) if tools else (call.finish_reason or "")
-        if call.error:
-            finish = error_text(call.error)
-        table.add_row(
-            escape(call.step_name),
-            str(call.round),
-            model_ref(call.model, call.provider),
-            status(call.status.upper()),
-            str(call.input_tokens),
-            str(call.output_tokens),
-            usd(call.cost_usd),
-            duration(call.duration_ms),
-            escape(finish),
+        if call.status != "completed":
+            result = f"[red]{escape(call.status.upper())}[/red] {escape(error_text(call.error))}"
+        else:
+            result = escape("→ " + ", ".join(tools) if tools else (call.finish_reason or ""))
+        lines.append(
+            f"[cyan]◆[/cyan] {escape(call.step_name)} #{call.round}  {model_ref(call.model, call.provider)}  "
+            f"[dim]{call.input_tokens} in / {call.output_tokens} out · {usd(call.cost_usd)} · "
+            f"{duration(call.duration_ms)}[/dim]  {result}"
         )
-    return table
+    return lines or ["[dim]no LLM calls[/dim]"]
 
 
-def traces_table(traces: list[ToolTrace]) -> Table:
-    table = Table(title=f"Tool calls · {len(traces)}", box=box.SIMPLE_HEAD)
-    for name, justify in (("Round.seq", "left"), ("Tool", "left"), ("Status", "left"),
-                          ("Duration", "right"), ("Arguments", "left"), ("Result / error", "left")):  # fmt: skip
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+def trace_lines(traces: list[ToolTrace]) -> list[str]:
+    """`runs traces`: per tool call a head line, then its arguments and its result or error."""
+    lines = []
     for trace in traces:
-        result = (
-            short_json(trace.output_json, 80)
-            if trace.status == "completed"
-            else (f"{trace.error_code or 'ERROR'}: {trace.error or ''}")
+        ok = trace.status == "completed"
+        mark = "[green]completed[/green]" if ok else "[red]failed[/red]"
+        lines.append(
+            f"[magenta]⚙[/magenta] round {trace.round}.{trace.sequence} [bold]{escape(trace.tool_name)}[/bold] "
+            f"{mark} [dim]{duration(trace.duration_ms)}[/dim]"
         )
-        table.add_row(
-            f"{trace.round}.{trace.sequence}",
-            escape(trace.tool_name),
-            status(trace.status.upper()),
-            duration(trace.duration_ms),
-            escape(short_json(trace.input_json, 60)),
-            escape(result),
-        )
-    return table
+        lines.append(f"    args    {escape(short_json(trace.input_json, 400))}")
+        if ok:
+            lines.append(f"    result  {escape(short_json(trace.output_json, 400))}")
+        else:
+            lines.append(
+                f"    error   [red]{escape(trace.error_code or 'ERROR')}[/red]: {escape(trace.error or '')}"
+            )
+    return lines or ["[dim]no tool calls[/dim]"]
 
 
 def event_line(event: Event) -> str:

@@ -101,7 +101,8 @@ def runs_llm_calls(
     if as_json:
         output.emit(calls)
     else:
-        console.print(render.llm_calls_table(calls))
+        for line in render.llm_call_lines(calls):
+            console.print(line)
 
 
 @runs_app.command("traces")
@@ -118,4 +119,5 @@ def runs_traces(
     if as_json:
         output.emit(traces)
     else:
-        console.print(render.traces_table(traces))
+        for line in render.trace_lines(traces):
+            console.print(line)

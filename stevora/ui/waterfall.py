@@ -61,7 +61,9 @@ def build(view: RunView) -> Waterfall | None:
         for rnd in step.rounds:
             call = rnd.call
             start, end = _ended(call["created_at"], call["duration_ms"])
-            provider = call["provider"] or "?"
+            provider = call["provider"] or "provider ?"
+            if provider == "scripted":
+                provider = "scripted (offline)"
             spans.append(
                 (
                     "model",

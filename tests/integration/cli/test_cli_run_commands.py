@@ -8,9 +8,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from stevora.cli import remote
 from stevora.engine import service
 from tests.conftest import Harness, create_definition
 from tests.integration.cli.conftest import Cli
@@ -20,15 +17,6 @@ WAIT_FOR_PAYMENT = [
     {"type": "external_event", "name": "await-payment", "signalType": "payment.received"},
     {"type": "task", "name": "greet", "handler": "greet"},
 ]
-
-
-@pytest.fixture(autouse=True)
-def wide_terminal() -> Any:
-    """Tables as a 160-column terminal shows them (CliRunner's output is not a terminal: 80)."""
-    saved = remote.console.width
-    remote.console.width = 160
-    yield
-    remote.console.width = saved
 
 
 async def test_cancel_and_signal_act_on_waiting_runs(cli: Cli, harness: Harness, tmp_path: Path) -> None:
