@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from stevora.engine import service
+from stevora.ui.waterfall import MIN_WIDTH_PCT
 from tests.conftest import Harness, create_definition
 from tests.e2e import ui_fixtures
 from tests.e2e.test_ui_browser import _approval_run, _tool_loop_run
@@ -277,8 +278,17 @@ async def test_waterfall_provider_decider_and_dark_mode(
     assert await page.locator(".wf-model").count() == 4
     assert await page.locator(".wf-tool").count() == 4
     step_box = await page.locator(".wf-step .wf-bar").bounding_box()
+    assert step_box is not None and step_box["width"] > 0
+    boxes = [
+        await bar.bounding_box() for bar in await page.locator(".wf-model .wf-bar, .wf-tool .wf-bar").all()
+    ]
     track = await page.locator(".wf-step .wf-track").bounding_box()
-    assert step_box and track and step_box["width"] > 0.5 * track["width"]  # the step spans the run
+    assert track is not None
+    slack = 2 + track["width"] * MIN_WIDTH_PCT / 100  # an instant call is drawn MIN_WIDTH_PCT wide
+    for box in boxes:  # every round and tool call lies inside its step on the time axis
+        assert box is not None
+        assert step_box["x"] - 2 <= box["x"]
+        assert box["x"] + box["width"] <= step_box["x"] + step_box["width"] + slack
     lefts = [(await b.bounding_box() or {"x": 0})["x"] for b in await page.locator(".wf-model .wf-bar").all()]
     assert lefts == sorted(lefts)  # rounds follow one another on the axis
 
