@@ -87,6 +87,14 @@ def runs_signal(
         _done(f"sent '{escape(signal_type)}' to", rt.workflows.resume(run_id, signal_type, body), as_json)
 
 
+def _show(items: list[Any], as_json: bool, lines: Callable[[Any], list[str]]) -> None:
+    if as_json:
+        output.emit(items)
+        return
+    for line in lines(items):
+        console.print(line)
+
+
 @runs_app.command("llm-calls")
 def runs_llm_calls(
     run_id: RunId,
@@ -97,12 +105,7 @@ def runs_llm_calls(
 ) -> None:
     """The run's model calls, oldest first: round, model and provider, tokens, cost, latency."""
     with connect(url, api_key) as rt:
-        calls = rt.workflows.llm_calls(run_id, step_name=step)
-    if as_json:
-        output.emit(calls)
-    else:
-        for line in render.llm_call_lines(calls):
-            console.print(line)
+        _show(rt.workflows.llm_calls(run_id, step_name=step), as_json, render.llm_call_lines)
 
 
 @runs_app.command("traces")
@@ -115,9 +118,4 @@ def runs_traces(
 ) -> None:
     """The run's tool calls in execution order: arguments, result or error, duration."""
     with connect(url, api_key) as rt:
-        traces = rt.workflows.tool_traces(run_id, step_name=step)
-    if as_json:
-        output.emit(traces)
-    else:
-        for line in render.trace_lines(traces):
-            console.print(line)
+        _show(rt.workflows.tool_traces(run_id, step_name=step), as_json, render.trace_lines)
