@@ -20,7 +20,6 @@ from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import pydantic
-import structlog
 from jsonschema.exceptions import SchemaError
 
 from stevora.tools.schema import (
@@ -67,6 +66,8 @@ class ToolContext:
     @property
     def log(self) -> Any:
         """A structlog logger bound to the run, step and call."""
+        import structlog  # a server dependency: the client-only install has no structlog
+
         return structlog.get_logger("stevora.tools").bind(
             workflow_run_id=self.workflow_run_id,
             step_name=self.step_name,
