@@ -18,6 +18,7 @@ import structlog
 from click.testing import Result
 from typer.testing import CliRunner
 
+import stevora.cli.prompt
 import stevora.cli.remote
 import stevora.cli.run_commands  # noqa: F401
 from stevora.api.app import create_app
