@@ -286,67 +286,81 @@ async def decide_approval(
             resumed = await _decide_tool_call(
                 conn, workspace_id, approval, decision, edited_content, decided_by
             )
-            if resumed:
-                await rt.dispatcher.dispatch(approval["workflow_run_id"])
-            return approval
-        step_run_id = approval["step_run_id"]
-        decided = {
-            "approvalRequestId": approval_id,
-            "decision": decision,
-            "decidedBy": decided_by,
-            "stepName": approval["step_name"],
-        }
-        events = [Event(EventType.APPROVAL_DECIDED, decided, step_run_id)]
-        if decision == "rejected":
-            error = {
-                "code": "APPROVAL_REJECTED",
-                "retryable": False,
-                "message": f"Approval rejected{' by ' + decided_by if decided_by else ''}",
-            }
-            rejected = await runs.update_step(
-                conn,
-                step_run_id,
-                expect=[StepStatus.WAITING],
-                sets={"status": StepStatus.FAILED, "error": error},
-                now_columns=["completed_at"],
-            )
-            events.append(step_failed(rejected, error))
         else:
-            done = await runs.update_step(
-                conn,
-                step_run_id,
-                expect=[StepStatus.WAITING],
-                sets={
-                    "status": StepStatus.COMPLETED,
-                    "output": {"decision": decision, "decidedBy": decided_by},
-                },
-                now_columns=["completed_at"],
-            )
-            events.append(step_completed(done))
-        events.append(
-            Event(
-                EventType.WORKFLOW_RESUMED,
-                {"reason": "approval", "signalType": APPROVAL_SIGNAL, "decision": decision},
-                step_run_id,
-            )
-        )
-        await runs.update_run(
-            conn,
-            approval["workflow_run_id"],
-            expect=[RunStatus.WAITING],
-            sets={"status": RunStatus.RUNNING, "next_run_at": None, **RELEASE},
-            merge_state={approval["content_key"]: edited_content} if decision == "edited" else None,
-            now_columns=["dispatched_at"],
-            events=events,
-        )
-        await enqueue_webhooks(
-            conn,
-            workspace_id,
-            WebhookEvent.APPROVAL_DECIDED,
-            {**decided, "workflowRunId": approval["workflow_run_id"]},
-        )
-    await rt.dispatcher.dispatch(approval["workflow_run_id"])
+            await _decide_step(conn, workspace_id, approval, decision, edited_content, decided_by)
+            resumed = True
+    # Dispatch only after commit: a claim that runs earlier still sees the run WAITING.
+    if resumed:
+        await rt.dispatcher.dispatch(approval["workflow_run_id"])
     return approval
+
+
+async def _decide_step(
+    conn: asyncpg.Connection,
+    workspace_id: str,
+    approval: asyncpg.Record,
+    decision: Decision,
+    edited_content: Any,
+    decided_by: str | None,
+) -> None:
+    """The decision on an `approval` step, in the decision's transaction."""
+    approval_id = approval["id"]
+    step_run_id = approval["step_run_id"]
+    decided = {
+        "approvalRequestId": approval_id,
+        "decision": decision,
+        "decidedBy": decided_by,
+        "stepName": approval["step_name"],
+    }
+    events = [Event(EventType.APPROVAL_DECIDED, decided, step_run_id)]
+    if decision == "rejected":
+        error = {
+            "code": "APPROVAL_REJECTED",
+            "retryable": False,
+            "message": f"Approval rejected{' by ' + decided_by if decided_by else ''}",
+        }
+        rejected = await runs.update_step(
+            conn,
+            step_run_id,
+            expect=[StepStatus.WAITING],
+            sets={"status": StepStatus.FAILED, "error": error},
+            now_columns=["completed_at"],
+        )
+        events.append(step_failed(rejected, error))
+    else:
+        done = await runs.update_step(
+            conn,
+            step_run_id,
+            expect=[StepStatus.WAITING],
+            sets={
+                "status": StepStatus.COMPLETED,
+                "output": {"decision": decision, "decidedBy": decided_by},
+            },
+            now_columns=["completed_at"],
+        )
+        events.append(step_completed(done))
+    events.append(
+        Event(
+            EventType.WORKFLOW_RESUMED,
+            {"reason": "approval", "signalType": APPROVAL_SIGNAL, "decision": decision},
+            step_run_id,
+        )
+    )
+    await runs.update_run(
+        conn,
+        approval["workflow_run_id"],
+        expect=[RunStatus.WAITING],
+        sets={"status": RunStatus.RUNNING, "next_run_at": None, **RELEASE},
+        merge_state={approval["content_key"]: edited_content} if decision == "edited" else None,
+        now_columns=["dispatched_at"],
+        events=events,
+    )
+    await enqueue_webhooks(
+        conn,
+        workspace_id,
+        WebhookEvent.APPROVAL_DECIDED,
+        {**decided, "workflowRunId": approval["workflow_run_id"]},
+    )
 
 
 async def _decide_tool_call(
