@@ -35,10 +35,11 @@ def agent_file(folder: Path, *tools: Any) -> Path:
     return path
 
 
-async def latest_run(harness: Harness) -> str:
+async def latest_run(harness: Harness, workspace_id: str) -> str:
     for _ in range(500):
         run_id: str | None = await harness.rt.pool.fetchval(
-            "SELECT id FROM workflow_runs ORDER BY created_at DESC LIMIT 1"
+            "SELECT id FROM workflow_runs WHERE workspace_id = $1 ORDER BY created_at DESC LIMIT 1",
+            workspace_id,
         )
         if run_id:
             return run_id
@@ -60,15 +61,12 @@ async def pending_calls(harness: Harness, run_id: str) -> list[str]:
 
 
 async def test_watch_shows_the_pending_calls_and_how_they_were_answered(
-    cli: Cli, harness: Harness, tmp_path: Path
+    cli: Cli, harness: Harness, workspace_id: str, tmp_path: Path
 ) -> None:
     # CliRunner swaps the process's stdout, so the answers come from the engine, not another command.
     watching = asyncio.ensure_future(cli("run", str(agent_file(tmp_path, WEATHER, LOCATION)), "--watch"))
-    run_id = await latest_run(harness)
+    run_id = await latest_run(harness, workspace_id)
     weather_id, location_id = await pending_calls(harness, run_id)
-    workspace_id = await harness.rt.pool.fetchval(
-        "SELECT workspace_id FROM workflow_runs WHERE id = $1", run_id
-    )
     await asyncio.sleep(0.3)  # let the watcher print the pause before the run moves on
     items = [
         commands.ToolOutput(weather_id, output="sunny"),
