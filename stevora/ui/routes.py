@@ -28,6 +28,7 @@ from stevora.ui import auth, queries
 from stevora.ui.auth import UiUser, current_user, runtime_of
 from stevora.ui.format import FILTERS, run_duration_ms
 from stevora.ui.stream import EVENT_TYPES, run_events
+from stevora.ui.tool_outputs import record_answer, run_page_context
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -169,7 +170,10 @@ def build_ui_router() -> APIRouter:
         view = await queries.run_view(runtime_of(request), user.workspace_id, run_id)
         if view is None:
             return None
-        return {"nav": "runs", "v": view, "run": view.run, "event_types": ",".join(EVENT_TYPES)}
+        return {
+            "nav": "runs", "v": view, "run": view.run, "event_types": ",".join(EVENT_TYPES), "user": user,
+            **await run_page_context(runtime_of(request), view.run),
+        }  # fmt: skip
 
     @router.get("/runs/{run_id}")
     async def run_page(request: Request, run_id: str) -> Response:
@@ -206,6 +210,16 @@ def build_ui_router() -> APIRouter:
             media_type="text/event-stream",
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
+
+    @router.post("/runs/{run_id}/tool-outputs")
+    async def submit_tool_output(request: Request, run_id: str) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return auth.login_redirect(request)
+        form = await _form(request)
+        if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
+            return PlainTextResponse(CSRF_FAILED, status_code=403)
+        return await record_answer(runtime_of(request), user.workspace_id, run_id, form)
 
     # -- approvals --------------------------------------------------------------------------
 
