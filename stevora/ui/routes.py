@@ -79,6 +79,18 @@ async def _form(request: Request) -> dict[str, str]:
     return {k: v[-1] for k, v in parsed.items()}
 
 
+async def _checked_form(request: Request) -> tuple[UiUser, dict[str, str]] | Response:
+    """A state-changing POST's user and form, or the response refusing it: the login page for no
+    user, 403 for a cross-site request or a missing or wrong CSRF token."""
+    user = await current_user(request)
+    if user is None:
+        return auth.login_redirect(request)
+    form = await _form(request)
+    if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
+        return PlainTextResponse(CSRF_FAILED, status_code=403)
+    return user, form
+
+
 def _int(value: str | None, default: int) -> int:
     try:
         return int(value) if value is not None else default
@@ -213,12 +225,10 @@ def build_ui_router() -> APIRouter:
 
     @router.post("/runs/{run_id}/tool-outputs")
     async def submit_tool_output(request: Request, run_id: str) -> Response:
-        user = await current_user(request)
-        if user is None:
-            return auth.login_redirect(request)
-        form = await _form(request)
-        if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
-            return PlainTextResponse(CSRF_FAILED, status_code=403)
+        guarded = await _checked_form(request)
+        if isinstance(guarded, Response):
+            return guarded
+        user, form = guarded
         return await record_answer(runtime_of(request), user.workspace_id, run_id, form)
 
     # -- approvals --------------------------------------------------------------------------
@@ -235,12 +245,10 @@ def build_ui_router() -> APIRouter:
 
     @router.post("/approvals/{approval_id}/decide")
     async def decide(request: Request, approval_id: str) -> Response:
-        user = await current_user(request)
-        if user is None:
-            return auth.login_redirect(request)
-        form = await _form(request)
-        if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
-            return PlainTextResponse(CSRF_FAILED, status_code=403)
+        guarded = await _checked_form(request)
+        if isinstance(guarded, Response):
+            return guarded
+        user, form = guarded
         response = RedirectResponse("/ui/approvals", status_code=303)
         decision = DECISIONS.get(form.get("decision", ""))
         if decision is None:

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from stevora.engine import commands
+from tests.awaited_tools import LOCATION, WEATHER
 from tests.conftest import Harness, create_definition
 from tests.e2e import ui_fixtures
 from tests.e2e.ui_fixtures import UiServer, login, screenshot
@@ -19,18 +20,6 @@ browser = ui_fixtures.browser
 ui_server = ui_fixtures.ui_server
 context = ui_fixtures.context
 
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather in a city (runs in the caller's app)",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    "execution": "client",
-}
-LOCATION = {
-    "name": "get_location",
-    "description": "The user's location (runs in the caller's browser)",
-    "parameters": {"type": "object", "properties": {}},
-    "execution": "client",
-}
 TRACES_SQL = "SELECT tool_call_id, status, output_json, error FROM tool_trace WHERE workflow_run_id = $1"
 
 

@@ -9,22 +9,10 @@ from typing import Any
 
 from stevora.engine import commands
 from stevora.ids import new_id
+from tests.awaited_tools import LOCATION, WEATHER
 from tests.conftest import Harness
 from tests.integration.cli.conftest import Cli
 from tests.integration.cli.test_cli_remote import run_id_of
-
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather in a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    "execution": "client",
-}
-LOCATION = {
-    "name": "get_location",
-    "description": "The user's location",
-    "parameters": {"type": "object", "properties": {}},
-    "execution": "client",
-}
 
 
 def agent_file(folder: Path, *tools: Any) -> Path:

@@ -21,20 +21,8 @@ from stevora.client import (
     WorkflowRun,
 )
 from stevora.ids import new_id
+from tests.awaited_tools import LOCATION, WEATHER
 from tests.conftest import Harness
-
-WEATHER = {
-    "name": "get_weather",
-    "description": "Weather in a city (runs in the caller's app)",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]},
-    "execution": "client",
-}
-LOCATION = {
-    "name": "get_location",
-    "description": "The user's location",
-    "parameters": {"type": "object", "properties": {}},
-    "execution": "client",
-}
 
 
 def agent_spec(*tools: Any) -> dict[str, Any]:
