@@ -135,3 +135,29 @@ async def test_json_values_are_parsed_and_mistakes_are_refused_without_recording
         "SELECT output_json FROM tool_trace WHERE workflow_run_id = $1", run_id
     )
     assert output == {"lat": 38.7, "ok": True}
+
+
+async def test_watch_shows_the_child_run_answering_a_workflow_tool(
+    cli: Cli, harness: Harness, workspace_id: str, tmp_path: Path
+) -> None:
+    async def shout(ctx: Any) -> dict[str, Any]:
+        return {"status": "completed", "stateUpdates": {"loud": "HEY"}}
+
+    harness.tasks.register("shout", shout)
+    child_name = new_id("shout")
+    child = {"name": child_name, "version": "1", "defaultParams": "word",
+             "steps": [{"type": "task", "name": "shout", "handler": "shout"}]}  # fmt: skip
+    (tmp_path / "child.json").write_text(json.dumps(child))
+    applied = await cli("definitions", "apply", str(tmp_path / "child.json"))
+    assert applied.exit_code == 0, applied.output
+
+    result = await cli("run", str(agent_file(tmp_path, {"name": "shout", "workflow": child_name})), "--watch")
+    assert result.exit_code == 0, result.output
+    child_id = await harness.rt.pool.fetchval(
+        "SELECT id FROM workflow_runs WHERE workspace_id = $1 AND parent_run_id IS NOT NULL", workspace_id
+    )
+    for expected in (f"agent waiting for child run(s) {child_id}", "⚙ shout completed",
+                     f"by child run {child_id}", "resumed (child_run)", "COMPLETED in"):  # fmt: skip
+        assert expected in result.output, result.output
+    shown = await cli("runs", "show", child_id)
+    assert "Parent" in shown.output and run_id_of(result) in shown.output
