@@ -6,7 +6,7 @@ from typing import Annotated, Any
 
 from pydantic import Field
 
-from stevora import StepContext, ToolContext, register_task_handler, tool
+from stevora import StepContext, ToolContext, register_task_handler, register_tool, tool
 
 KNOWLEDGE_BASE = [
     {"id": "kb-1", "title": "Resetting a password", "body": "Use Settings → Security → Reset password."},
@@ -95,3 +95,53 @@ async def get_customer_data(customerId: str, ctx: ToolContext) -> dict[str, Any]
     """Look up a customer's plan and seats by id."""
     found = CUSTOMERS.get(customerId) or CUSTOMERS["cus_42"]
     return {**found, "lookedUpWith": ctx.idempotency_key}
+
+
+# -- support agent: tools offered by name from the registry ------------------------------------
+
+RATES_TO_USD = {"USD": 1.0, "EUR": 1.08, "GBP": 1.27}
+CONVERT_CURRENCY_PARAMETERS = {
+    "type": "object",
+    "properties": {
+        "amount": {"type": "number", "description": "The amount to convert"},
+        "currency": {"type": "string", "enum": sorted(RATES_TO_USD), "description": "Its currency"},
+    },
+    "required": ["amount", "currency"],
+}
+
+
+def convert_currency(input: dict[str, Any]) -> dict[str, Any]:
+    """Convert an amount to US dollars (a plain input-dict handler, run in a thread)."""
+    rate = RATES_TO_USD.get(str(input.get("currency")), 1.0)
+    return {"usd": round(float(input.get("amount", 0)) * rate, 2), "rate": rate}
+
+
+register_tool(
+    "convert_currency",
+    convert_currency,
+    description="Convert an amount to US dollars.",
+    parameters=CONVERT_CURRENCY_PARAMETERS,
+)
+
+
+# -- workflows as tools: the child workflows of research-lead.json ----------------------------
+
+
+async def web_search(ctx: StepContext, step: Any) -> dict[str, Any]:
+    """The `web-search` workflow's one step; its input follows the `defaultParams` schema."""
+    query = str(ctx.workflow_input.get("query", ""))
+    limit = int(ctx.workflow_input.get("max_results", 10))
+    hits = [
+        {"title": f"{query} — result {i}", "url": f"https://example.com/{i}"} for i in range(1, limit + 1)
+    ]
+    return {"status": "completed", "stateUpdates": {"results": hits[:3], "total": len(hits)}}
+
+
+async def lookup_account(ctx: StepContext, step: Any) -> dict[str, Any]:
+    """The `account-lookup` workflow's one step; its input follows the `inputSchema`."""
+    found = CUSTOMERS.get(str(ctx.workflow_input.get("customerId"))) or CUSTOMERS["cus_42"]
+    return {"status": "completed", "stateUpdates": {"account": found}}
+
+
+register_task_handler("web_search", web_search)
+register_task_handler("lookup_account", lookup_account)

@@ -26,6 +26,7 @@ from stevora.client import (
     AgentRuntime,
     StevoraAPIError,
     StevoraConnectionError,
+    ToolOutput,
     ValidationFailed,
     WorkflowDefinition,
     WorkflowRun,
@@ -255,6 +256,12 @@ def runs_show(
         return
     console.print(render.run_header(run))
     console.print(render.steps_table(run))
+    pending = render.pending_tool_calls(run)
+    if pending is not None:
+        console.print(pending)
+
+
+runs_app.command("get", help="Show a run and its steps (same as `show`).")(runs_show)
 
 
 @runs_app.command("events")
@@ -320,3 +327,49 @@ def approve(
     console.print(
         f"{decision} {decided.id} ({escape(decided.step_name)}); run {decided.workflow_run_id} continues"
     )
+
+
+def parse_tool_outputs(outputs: list[str], errors: list[str]) -> list[ToolOutput]:
+    """`--output CALL_ID=JSON` (a value that is not JSON is sent as a string) and
+    `--error CALL_ID=MESSAGE`, in the order given."""
+    items: list[ToolOutput] = []
+    for option, pairs in (("--output", outputs), ("--error", errors)):
+        for pair in pairs:
+            call_id, sep, raw = pair.partition("=")
+            if not sep or not call_id:
+                raise typer.BadParameter(f"{option} expects CALL_ID=VALUE, got {pair!r}")
+            if option == "--error":
+                items.append(ToolOutput(call_id, error=raw or "error"))
+                continue
+            try:
+                value: Any = json.loads(raw)
+            except ValueError:
+                value = raw
+            items.append(ToolOutput(call_id, output=value))
+    if not items:
+        raise typer.BadParameter("give at least one --output CALL_ID=JSON or --error CALL_ID=MESSAGE")
+    return items
+
+
+@runs_app.command("tool-outputs")
+def runs_tool_outputs(
+    run_id: Annotated[str, typer.Argument(help="Run id (wfrun_...) waiting for tool outputs.")],
+    output: Annotated[
+        list[str] | None,
+        typer.Option("--output", "-o", help="CALL_ID=JSON: a call's result (not JSON: sent as a string)."),
+    ] = None,
+    error: Annotated[
+        list[str] | None, typer.Option("--error", "-e", help="CALL_ID=MESSAGE: the call failed.")
+    ] = None,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Answer client-executed tool calls of a waiting run; it resumes when none is pending."""
+    items = parse_tool_outputs(output or [], error or [])
+    with connect(url, api_key) as rt:
+        run = rt.workflows.submit_tool_outputs(run_id, items)
+    answered = ", ".join(i.tool_call_id for i in items)
+    console.print(f"Answered {escape(answered)}; run {run.id} {render.status(run.status)}")
+    pending = render.pending_tool_calls(run)
+    if pending is not None:
+        console.print(pending)

@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from stevora.client import Event, LlmCall, Page, ToolTrace, WorkflowRun
+from stevora.client import Event, LlmCall, Page, PendingToolCall, ToolTrace, WorkflowRun
 
 STATUS_STYLES = {
     "COMPLETED": "green",
@@ -106,7 +106,28 @@ def run_header(run: WorkflowRun) -> Table:
         grid.add_row("Output", escape(short_json(run.output)))
     if run.error:
         grid.add_row("Error", f"[red]{escape(error_text(run.error))}[/red]")
+    if run.parent_run_id:
+        grid.add_row("Parent", f"{run.parent_run_id} (tool call {escape(run.parent_tool_call_id or '?')})")
     return grid
+
+
+def pending_tool_calls(run: WorkflowRun) -> Table | None:
+    """The client-executed tool calls the run waits for, and the command that answers them."""
+    if run.required_action is None or not run.required_action.tool_calls:
+        return None
+    calls = run.required_action.tool_calls
+    table = Table(title="Waiting for tool outputs", box=box.SIMPLE_HEAD, caption=answer_hint(run.id, calls))
+    table.add_column("Tool call", no_wrap=True)
+    table.add_column("Tool")
+    table.add_column("Arguments")
+    for call in calls:
+        table.add_row(call.id, escape(call.name), escape(short_json(call.arguments)))
+    return table
+
+
+def answer_hint(run_id: str, calls: list[PendingToolCall]) -> str:
+    outputs = " ".join(f"--output {c.id}=JSON" for c in calls)
+    return f"answer: [bold]stevora runs tool-outputs {run_id} {escape(outputs)}[/bold]"
 
 
 def steps_table(run: WorkflowRun) -> Table:
@@ -176,6 +197,31 @@ def event_line(event: Event) -> str:
     )
 
 
+RESUME_REASONS = ("manual", "retry", "signal", "tool_outputs", "child_run", "tool_output_timeout")
+
+
+def _answered_by(p: dict[str, Any]) -> str:
+    """` · by the client` / ` · by child run wfrun_...` on a tool-call line of an awaited call."""
+    if p.get("childRunId"):
+        return f" · by child run {escape(str(p['childRunId']))}"
+    by = p.get("answeredBy")
+    return f" · by the {escape(str(by))}" if by in ("client", "timeout") else ""
+
+
+def _awaited_pause(run_id: str, p: dict[str, Any], step: str) -> str:
+    """`run --watch` when an llm step hands tool calls to the caller and/or to child runs."""
+    lines: list[str] = []
+    children = [str(c.get("childRunId")) for c in p.get("childRuns") or [] if isinstance(c, dict)]
+    if children:
+        lines.append(f"[cyan]⏸[/cyan] {step} waiting for child run(s) {escape(', '.join(children))}")
+    calls = [PendingToolCall.model_validate(c) for c in p.get("toolCalls") or []]
+    if calls:
+        lines.append(f"[cyan]⏸[/cyan] {step} waiting for tool outputs:")
+        lines += [f"    {c.id}  {escape(c.name)} {escape(short_json(c.arguments))}" for c in calls]
+        lines.append(f"  {answer_hint(run_id, calls)}")
+    return "\n".join(lines) or f"[cyan]⏸[/cyan] {step} waiting for tool results"
+
+
 class Progress:
     """`run --watch`: one readable line per meaningful event, and the run's LLM totals."""
 
@@ -213,10 +259,13 @@ class Progress:
                 "[green]completed[/green]" if ok else f"[red]failed[/red] {escape(str(p.get('error', '')))}"
             )
             tool = escape(str(p.get("toolName")))
-            return f"    [magenta]⚙[/magenta] {tool} {mark} [dim]{duration(p.get('durationMs'))}[/dim]"
+            return (
+                f"    [magenta]⚙[/magenta] {tool} {mark} [dim]{duration(p.get('durationMs'))}"
+                f"{_answered_by(p)}[/dim]"
+            )
         if kind == "GUARDRAIL_FAILED":
             return f"  [yellow]⚠ guardrail failed[/yellow] ({escape(str(p.get('action')))}) in {step}"
-        return self._run_line(kind, p, step)
+        return self._run_line(event, step)
 
     def _llm_round(self, p: dict[str, Any]) -> str:
         cost = float(p.get("costUsd") or 0.0)
@@ -232,7 +281,8 @@ class Progress:
             f"{duration(p.get('durationMs'))}[/dim]{asks}"
         )
 
-    def _run_line(self, kind: str, p: dict[str, Any], step: str) -> str | None:
+    def _run_line(self, event: Event, step: str) -> str | None:
+        kind, p = event.event_type, event.payload
         if kind == "WORKFLOW_PAUSED":
             reason = p.get("reason")
             if reason == "wait":
@@ -241,6 +291,8 @@ class Progress:
                 return f"[cyan]⏸[/cyan] {step} waiting for signal '{escape(str(p.get('signalType')))}'"
             if reason == "manual":
                 return "[magenta]⏸ paused[/magenta]"
+            if reason in ("tool_outputs", "child_runs"):
+                return _awaited_pause(event.workflow_run_id, p, step)
             return None  # approvals have their own line
         if kind == "APPROVAL_REQUESTED":
             approval = escape(str(p.get("approvalRequestId")))
@@ -248,7 +300,7 @@ class Progress:
         if kind == "APPROVAL_DECIDED":
             by = f" by {escape(str(p['decidedBy']))}" if p.get("decidedBy") else ""
             return f"[cyan]☑[/cyan] {step} {escape(str(p.get('decision')))}{by}"
-        if kind == "WORKFLOW_RESUMED" and p.get("reason") in ("manual", "retry", "signal"):
+        if kind == "WORKFLOW_RESUMED" and p.get("reason") in RESUME_REASONS:
             return f"[blue]⏵ resumed[/blue] ({escape(str(p.get('reason')))})"
         return None
 

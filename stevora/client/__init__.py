@@ -17,6 +17,7 @@ from stevora.client.errors import (
     AuthenticationFailed,
     Conflict,
     InvalidStateTransition,
+    InvalidToolOutputs,
     NotFound,
     RateLimited,
     ServerError,
@@ -25,6 +26,7 @@ from stevora.client.errors import (
     StevoraClientError,
     StevoraConnectionError,
     StevoraTimeoutError,
+    ToolOutputTooLarge,
     ValidationFailed,
     WaitTimeout,
 )
@@ -44,6 +46,8 @@ from stevora.client.models import (
     ModelCost,
     Page,
     PageMeta,
+    PendingToolCall,
+    RequiredAction,
     RunCost,
     StepRun,
     ToolTrace,
@@ -54,6 +58,7 @@ from stevora.client.models import (
     Workspace,
 )
 from stevora.client.sync import AgentRuntime
+from stevora.client.tool_outputs import ToolOutput
 
 __all__ = [
     "RUN_STATUSES",
@@ -72,12 +77,15 @@ __all__ = [
     "Event",
     "Health",
     "InvalidStateTransition",
+    "InvalidToolOutputs",
     "LlmCall",
     "ModelCost",
     "NotFound",
     "Page",
     "PageMeta",
+    "PendingToolCall",
     "RateLimited",
+    "RequiredAction",
     "RunCost",
     "ServerError",
     "SignalMismatch",
@@ -86,6 +94,8 @@ __all__ = [
     "StevoraClientError",
     "StevoraConnectionError",
     "StevoraTimeoutError",
+    "ToolOutput",
+    "ToolOutputTooLarge",
     "ToolTrace",
     "ValidationFailed",
     "WaitTimeout",

@@ -42,6 +42,15 @@ class ValidationFailed(StevoraAPIError):
         return list(found) if isinstance(found, list) else []
 
 
+class InvalidToolOutputs(ValidationFailed):
+    """400: a tool output names no call the run waits for, or a call already answered differently
+    (`details["toolCallId"]` names it). Nothing of the request was recorded."""
+
+
+class ToolOutputTooLarge(ValidationFailed):
+    """400: a tool output is over the server's size cap (`details["bytes"]`, `details["limitBytes"]`)."""
+
+
 class AuthenticationFailed(StevoraAPIError):
     """401: missing, unknown or revoked API key (or admin token)."""
 
@@ -107,6 +116,8 @@ class WaitTimeout(StevoraClientError, TimeoutError):
 
 _BY_CODE: dict[str, type[StevoraAPIError]] = {
     "VALIDATION_ERROR": ValidationFailed,
+    "INVALID_TOOL_OUTPUTS": InvalidToolOutputs,
+    "TOOL_OUTPUT_TOO_LARGE": ToolOutputTooLarge,
     "AUTH_ERROR": AuthenticationFailed,
     "NOT_FOUND": NotFound,
     "CONFLICT": Conflict,

@@ -110,6 +110,23 @@ class StepRun(Model):
     updated_at: datetime | None = None
 
 
+class PendingToolCall(Model):
+    """A client-executed tool call the run waits for."""
+
+    id: str
+    """The model's tool-call id: answer with it (`ToolOutput(call.id, output=...)`)."""
+    name: str
+    arguments: Any = None
+    """The parsed arguments (`{"raw": "..."}` when the model sent invalid JSON)."""
+
+
+class RequiredAction(Model):
+    """What a WAITING run needs from the caller: `submit_tool_outputs` for `tool_calls`."""
+
+    type: str = "submit_tool_outputs"
+    tool_calls: list[PendingToolCall] = Field(default_factory=list)
+
+
 class WorkflowRun(Model):
     id: str
     workspace_id: str | None = None
@@ -130,6 +147,12 @@ class WorkflowRun(Model):
     next_run_at: datetime | None = None
     idempotency_key: str | None = None
     version: int | None = None
+    parent_run_id: str | None = None
+    """The run whose model called this workflow as a tool."""
+    parent_tool_call_id: str | None = None
+    """The model's tool-call id in the parent run."""
+    required_action: RequiredAction | None = None
+    """The client-executed tool calls this run waits for (None when nothing is pending)."""
     created_at: datetime | None = None
     updated_at: datetime | None = None
     step_runs: list[StepRun] | None = None
@@ -197,6 +220,8 @@ class ToolTrace(Model):
     error_code: str | None = None
     duration_ms: float | None = None
     idempotency_key: str | None = None
+    child_run_id: str | None = None
+    """For a workflow called as a tool: the child run that answered the call."""
     created_at: datetime | None = None
 
 

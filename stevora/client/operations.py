@@ -7,7 +7,7 @@ The docstrings here are the public methods' docstrings: `resources.py` binds the
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -45,6 +45,7 @@ from stevora.client.protocol import (
     parse_list,
     parse_page,
 )
+from stevora.client.tool_outputs import ToolOutputItem, tool_outputs_body
 
 Decision = Literal["approved", "rejected", "edited"]
 STREAM_RECONNECTS = 5
@@ -214,10 +215,22 @@ def get_run(run_id: str) -> Op[WorkflowRun]:
 
 
 def list_runs(
-    *, page: int = 1, page_size: int = 20, status: str | None = None, definition_id: str | None = None
+    *,
+    page: int = 1,
+    page_size: int = 20,
+    status: str | None = None,
+    definition_id: str | None = None,
+    parent_run_id: str | None = None,
 ) -> Op[Page[WorkflowRun]]:
-    """Runs, newest first, optionally filtered by status and definition."""
-    params = {"page": page, "pageSize": page_size, "status": status, "definitionId": definition_id}
+    """Runs, newest first, optionally filtered by status, definition and parent run (the child
+    runs a run started by calling workflows as tools)."""
+    params = {
+        "page": page,
+        "pageSize": page_size,
+        "status": status,
+        "definitionId": definition_id,
+        "parentRunId": parent_run_id,
+    }
     return parse_page(WorkflowRun, (yield Request("GET", _path("workflow-runs"), params=params)))
 
 
@@ -253,6 +266,21 @@ def resume_run(
     if payload is not None:
         body["payload"] = dict(payload)
     return (yield from _command(run_id, "resume", body))
+
+
+def submit_tool_outputs(run_id: str, outputs: Iterable[ToolOutputItem]) -> Op[WorkflowRun]:
+    """Answer some or all of the run's pending client-executed tool calls (`run.required_action`).
+
+    Items are `ToolOutput(call_id, output=...)` / `ToolOutput(call_id, error="...")` or the API's
+    dicts. Returns the run as `get` does: still WAITING with the remaining calls, or resumed once
+    the last one is answered. Resending exactly what was recorded is safe (a retry after a lost
+    answer). Raises `InvalidToolOutputs` (unknown call, or answered differently; nothing of the
+    request is recorded), `ToolOutputTooLarge`, or `InvalidStateTransition` when nothing is pending.
+    """
+    body = tool_outputs_body(outputs)
+    return parse(
+        WorkflowRun, (yield Request("POST", _path("workflow-runs", run_id, "tool-outputs"), json=body))
+    )
 
 
 def list_events(run_id: str, *, page: int = 1, page_size: int = 20) -> Op[Page[Event]]:

@@ -18,8 +18,8 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from stevora.engine import commands
 from stevora.errors import StevoraError, ValidationError
 from stevora.ui import auth, queries
-from stevora.ui.auth import UiUser, current_user, runtime_of
-from stevora.ui.forms import CSRF_FAILED, read_form
+from stevora.ui.auth import UiUser, runtime_of
+from stevora.ui.forms import checked_form
 from stevora.ui.run_input import input_references, json_object, parse_run_input
 
 Render = Callable[[Request, UiUser | None, str, dict[str, Any], int], Awaitable[Response]]
@@ -84,21 +84,12 @@ async def definition_context(
 def add_action_routes(router: APIRouter, render: Render) -> None:
     """Register the action POSTs on the UI router."""
 
-    async def guarded(request: Request) -> tuple[UiUser | None, dict[str, str], Response | None]:
-        user = await current_user(request)
-        if user is None:
-            return None, {}, auth.login_redirect(request)
-        form = await read_form(request)
-        if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
-            return user, form, PlainTextResponse(CSRF_FAILED, status_code=403)
-        return user, form, None
-
     @router.post("/runs/{run_id}/{action}")
     async def run_action(request: Request, run_id: str, action: str) -> Response:
-        user, form, refused = await guarded(request)
-        if refused is not None:
-            return refused
-        assert user is not None
+        guarded = await checked_form(request)
+        if isinstance(guarded, Response):
+            return guarded
+        user, form = guarded
         response = RedirectResponse(f"/ui/runs/{run_id}", status_code=303)
         if action not in RUN_ACTIONS:
             auth.set_flash(response, f"Unknown action '{action}'.", "error")
@@ -111,10 +102,10 @@ def add_action_routes(router: APIRouter, render: Render) -> None:
 
     @router.post("/definitions/{definition_id}/runs")
     async def start_run(request: Request, definition_id: str) -> Response:
-        user, form, refused = await guarded(request)
-        if refused is not None:
-            return refused
-        assert user is not None
+        guarded = await checked_form(request)
+        if isinstance(guarded, Response):
+            return guarded
+        user, form = guarded
         text = form.get("input", "")
         context = await definition_context(request, user, definition_id, input_text=text)
         if context is None:

@@ -5,6 +5,10 @@ from __future__ import annotations
 from urllib.parse import parse_qs
 
 from fastapi import Request
+from fastapi.responses import PlainTextResponse, Response
+
+from stevora.ui import auth
+from stevora.ui.auth import UiUser, current_user
 
 MAX_FORM_BYTES = 1_000_000
 CSRF_FAILED = "Invalid or missing CSRF token; reload the page and try again."
@@ -17,3 +21,15 @@ async def read_form(request: Request) -> dict[str, str]:
         return {}
     parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
     return {k: v[-1] for k, v in parsed.items()}
+
+
+async def checked_form(request: Request) -> tuple[UiUser, dict[str, str]] | Response:
+    """A state-changing POST's user and form, or the response refusing it: the login page for no
+    user, 403 for a cross-site request or a missing or wrong CSRF token."""
+    user = await current_user(request)
+    if user is None:
+        return auth.login_redirect(request)
+    form = await read_form(request)
+    if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
+        return PlainTextResponse(CSRF_FAILED, status_code=403)
+    return user, form

@@ -26,9 +26,10 @@ from stevora.ui import auth, queries, waterfall
 from stevora.ui.actions import add_action_routes, definition_context
 from stevora.ui.auth import UiUser, current_user, runtime_of
 from stevora.ui.format import FILTERS, run_duration_ms
-from stevora.ui.forms import CSRF_FAILED, read_form
+from stevora.ui.forms import checked_form, read_form
 from stevora.ui.search import datetime_local, filter_query, parse_run_filters
 from stevora.ui.stream import EVENT_TYPES, run_events
+from stevora.ui.tool_outputs import record_answer, run_page_context
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -181,6 +182,7 @@ def build_ui_router() -> APIRouter:
             "run": view.run,
             "waterfall": waterfall.build(view),
             "event_types": ",".join(EVENT_TYPES),
+            **await run_page_context(runtime_of(request), view.run),
         }
 
     @router.get("/runs/{run_id}")
@@ -219,6 +221,14 @@ def build_ui_router() -> APIRouter:
             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
         )
 
+    @router.post("/runs/{run_id}/tool-outputs")
+    async def submit_tool_output(request: Request, run_id: str) -> Response:
+        guarded = await checked_form(request)
+        if isinstance(guarded, Response):
+            return guarded
+        user, form = guarded
+        return await record_answer(runtime_of(request), user.workspace_id, run_id, form)
+
     # -- approvals --------------------------------------------------------------------------
 
     @router.get("/approvals")
@@ -233,12 +243,10 @@ def build_ui_router() -> APIRouter:
 
     @router.post("/approvals/{approval_id}/decide")
     async def decide(request: Request, approval_id: str) -> Response:
-        user = await current_user(request)
-        if user is None:
-            return auth.login_redirect(request)
-        form = await read_form(request)
-        if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
-            return PlainTextResponse(CSRF_FAILED, status_code=403)
+        guarded = await checked_form(request)
+        if isinstance(guarded, Response):
+            return guarded
+        user, form = guarded
         response = RedirectResponse("/ui/approvals", status_code=303)
         decision = DECISIONS.get(form.get("decision", ""))
         if decision is None:

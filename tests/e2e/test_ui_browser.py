@@ -242,9 +242,14 @@ async def test_approving_from_the_inbox_continues_the_run_live_on_its_page(
     assert await watcher.evaluate("window.__notReloaded === true")
     # The page can show COMPLETED (its fragment reads the database) a poll before the last events
     # reach it over SSE; wait for them: APPROVAL_DECIDED .. WORKFLOW_COMPLETED arrive on the stream.
-    await watcher.wait_for_function(
-        "Number(document.getElementById('run-live').dataset.eventsSeen || 0) >= 5", timeout=10_000
-    )
+    # Polled from here: `wait_for_function` re-evaluates a string in the page, which the page's
+    # CSP (script-src 'self', no 'unsafe-eval') refuses whenever the first check is not yet true.
+    seen = "Number(document.getElementById('run-live').dataset.eventsSeen || 0)"
+    for _ in range(200):
+        if await watcher.evaluate(seen) >= 5:
+            break
+        await asyncio.sleep(0.05)
+    assert await watcher.evaluate(seen) >= 5
     events = await watcher.locator(".events-table").inner_text()
     assert "APPROVAL_DECIDED" in events and "WORKFLOW_COMPLETED" in events
     assert await watcher.locator(".live").count() == 0

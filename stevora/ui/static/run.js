@@ -19,13 +19,32 @@
     return keys;
   }
 
+  // What someone is typing into an answer form survives a swap, as open <details> do.
+  function typedValues() {
+    var values = {};
+    root.querySelectorAll("textarea[data-key], input[data-key]").forEach(function (f) {
+      if (f.value) values[f.dataset.key] = f.value;
+    });
+    return values;
+  }
+
   function swap(html) {
     var keep = openKeys();
+    var typed = typedValues();
+    var focused = document.activeElement && document.activeElement.dataset ? document.activeElement.dataset.key : null;
     root.innerHTML = html;
     keep.forEach(function (key) {
       var d = root.querySelector('details[data-key="' + CSS.escape(key) + '"]');
       if (d) d.open = true;
     });
+    Object.keys(typed).forEach(function (key) {
+      var f = root.querySelector('[data-key="' + CSS.escape(key) + '"]');
+      if (f) f.value = typed[key];
+    });
+    if (focused) {
+      var target = root.querySelector('[data-key="' + CSS.escape(focused) + '"]');
+      if (target) target.focus();
+    }
     var header = root.querySelector("[data-run-status]");
     if (header) {
       root.dataset.status = header.dataset.runStatus;

@@ -1,0 +1,78 @@
+"""The run page's side of awaited tool calls: the client-executed calls a run waits for, with a
+form to answer each (a person acting as the tool), and the links between a parent run's tool call
+and the child run that answers it."""
+
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any
+
+from fastapi.responses import RedirectResponse, Response
+
+from stevora.db import awaited as db_awaited
+from stevora.engine import commands
+from stevora.errors import StevoraError
+from stevora.statuses import RunStatus
+from stevora.ui import auth
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from stevora.runtime import Runtime
+
+
+async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
+    """`pending_calls` (client calls the run waits for, in the model's order) and `child_runs`
+    (`"<llm call id>:<index>"` → the child run answering that workflow-tool call)."""
+    pending: list[asyncpg.Record] = []
+    if run["status"] == RunStatus.WAITING:
+        pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
+    children = await rt.pool.fetch(
+        "SELECT llm_call_id, sequence, child_run_id FROM awaited_tool_calls "
+        "WHERE workflow_run_id = $1 AND child_run_id IS NOT NULL",
+        run["id"],
+    )
+    return {
+        "pending_calls": pending,
+        "pending_call_ids": {c["tool_call_id"] for c in pending},
+        "child_runs": {f"{c['llm_call_id']}:{c['sequence']}": c["child_run_id"] for c in children},
+    }
+
+
+def parse_answer(form: dict[str, str]) -> commands.ToolOutput:
+    """The form's answer: `output` as JSON, or `error` as a message. ValueError says what is wrong."""
+    call_id = form.get("tool_call_id", "").strip()
+    if not call_id:
+        raise ValueError("The form names no tool call; reload the page and try again.")
+    if form.get("answer") == "error":
+        message = form.get("error", "").strip()
+        if not message:
+            raise ValueError(f"Give an error message for tool call {call_id}.")
+        return commands.ToolOutput(call_id, error=message)
+    text = form.get("output", "")
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise ValueError(
+            f"The output for tool call {call_id} is not valid JSON ({exc}). Nothing was recorded; "
+            'to send text, quote it: "like this".'
+        ) from None
+    return commands.ToolOutput(call_id, output=value)
+
+
+async def record_answer(rt: Runtime, workspace_id: str, run_id: str, form: dict[str, str]) -> Response:
+    """Record the form's answer to one call (nothing on a mistake), then back to the run page with
+    a message saying what happened."""
+    response = RedirectResponse(f"/ui/runs/{run_id}", status_code=303)
+    try:
+        item = parse_answer(form)
+        await commands.submit_tool_outputs(rt, workspace_id, run_id, [item])
+    except ValueError as exc:
+        auth.set_flash(response, str(exc), "error")
+        return response
+    except StevoraError as exc:
+        auth.set_flash(response, f"{exc.code}: {exc.message}", "error")
+        return response
+    what = "an error" if item.error is not None else "the output"
+    auth.set_flash(response, f"Recorded {what} for tool call {item.tool_call_id}.")
+    return response
