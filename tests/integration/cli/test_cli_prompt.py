@@ -7,12 +7,12 @@ from typing import Any
 
 import openai
 import pytest
-from conftest import Cli
 
 from stevora.cli.prompt import PROMPT_DEFINITION, prompt_definition
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import FakeLLMServer, openai_text, openai_tool_calls
 from tests.conftest import Harness
+from tests.integration.cli.conftest import Cli
 
 
 @pytest.fixture
