@@ -7,6 +7,7 @@ from stevora.definitions.llm_step import (
     LlmStep,
     LlmTool,
     LlmToolDef,
+    NamedToolChoice,
     ToolRef,
 )
 from stevora.definitions.retry import (
@@ -46,6 +47,7 @@ __all__ = [
     "LlmStep",
     "LlmTool",
     "LlmToolDef",
+    "NamedToolChoice",
     "RetryPolicy",
     "StepBase",
     "StepDefinition",

@@ -33,7 +33,7 @@ from stevora.engine.handlers import StepResult
 from stevora.engine.templating import render_template
 from stevora.errors import LeaseLost, ProviderError, ProviderNotFound, StevoraError
 from stevora.llm import guardrails
-from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, ToolSpec, Usage
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, ToolSpec, Usage, tool_choice_of
 from stevora.llm.provider import Provider
 from stevora.llm.transcript import prepare_transcript
 from stevora.tools import ToolContext, invoke_tool
@@ -194,6 +194,8 @@ class LlmStepRun:
                 parallel_tool_calls=self.step.parallel_tool_calls,
                 timeout_s=self.timeout_s,
                 output_schema=self.step.output_schema,
+                # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
+                tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
             )
             stored_request = {
                 "messages": [m.to_dict() for m in appended],
