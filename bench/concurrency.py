@@ -23,7 +23,7 @@ import secrets
 import time
 
 from bench.common import bench_database_url, new_workspace
-from stevora.engine import service
+from stevora.engine import commands
 from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import EXECUTE_RUN_ACTOR, DramatiqDispatcher, RecordingDispatcher
 from stevora.ids import new_id
@@ -47,7 +47,7 @@ async def level(rt: Runtime, ws: str, def_id: str, n: int, calls_per_run: int, l
     queue = f"bench-{secrets.token_hex(3)}"
     dispatcher = DramatiqDispatcher(build_broker(BROKER), queue)
     rt.dispatcher = RecordingDispatcher()
-    runs = [(await service.create_run(rt, ws, def_id, {"n": i}))[0]["id"] for i in range(n)]
+    runs = [(await commands.create_run(rt, ws, def_id, {"n": i}))[0]["id"] for i in range(n)]
     worker = WorkerProcess(
         rt.settings.database_url,
         BROKER,

@@ -27,8 +27,7 @@ from typing import Any
 import asyncpg
 
 from bench.common import bench_database_url, median, new_workspace, pct
-from stevora.engine import service
-from stevora.engine.handlers import TaskRegistry
+from stevora.engine import commands
 from stevora.engine.inline import InlineDispatcher
 from stevora.engine.run_pool import RunPool
 from stevora.ids import new_id
@@ -37,6 +36,7 @@ from stevora.llm.router import ProviderRouter
 from stevora.llm.scripted_provider import ScriptedProvider
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.tasks import TaskRegistry
 from stevora.tools import ToolRegistry
 from tests.conftest import create_definition
 
@@ -123,7 +123,7 @@ async def run_level(
     provider.calls.clear()
     t0 = time.perf_counter()
     runs = [
-        (await service.create_run(rt, ws, def_id, {"tag": f"{concurrency}-{i}-{new_id('x')}"}))[0]["id"]
+        (await commands.create_run(rt, ws, def_id, {"tag": f"{concurrency}-{i}-{new_id('x')}"}))[0]["id"]
         for i in range(concurrency)
     ]
     pending = set(runs)

@@ -4,7 +4,7 @@ The user-facing edge: register task handlers and tools here; run `stevora worker
 your.module` so a worker imports the module and these registrations take effect.
 """
 
-from stevora.engine.handlers import (
+from stevora.tasks import (
     StepContext,
     StepResult,
     register_task_handler,

@@ -13,12 +13,12 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from stevora.db.database import create_engine, create_pool, session_factory
 from stevora.definitions import WorkflowDefinitionSpec, parse_definition
 from stevora.engine.dispatch import Dispatcher
-from stevora.engine.handlers import TaskRegistry, default_task_registry
 from stevora.errors import NotFoundError
 from stevora.faults import FaultPlan
 from stevora.llm.pricing import Pricing
 from stevora.llm.router import ProviderRouter
 from stevora.settings import Settings
+from stevora.tasks import TaskRegistry, default_task_registry
 from stevora.tools import ToolRegistry, default_registry
 
 

@@ -19,7 +19,6 @@ import pytest
 
 from stevora.db.database import asyncpg_dsn
 from stevora.db.migrate import upgrade_head
-from stevora.engine.handlers import TaskRegistry
 from stevora.engine.inline import InlineDispatcher
 from stevora.engine.run_pool import RunPool
 from stevora.ids import new_id
@@ -27,6 +26,7 @@ from stevora.llm.router import ProviderRouter
 from stevora.llm.scripted_provider import ScriptedProvider
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.tasks import TaskRegistry
 from stevora.tools import ToolRegistry
 
 os.environ.setdefault("ANTHROPIC_OPEN_TELEMETRY", "false")

@@ -2,7 +2,7 @@
 
 The API reads and writes through SQLAlchemy Core over the table models (one definition of the
 schema); rows come back as mappings with snake_case keys that the response schemas accept.
-Run mutations are not here: they go through `stevora.engine.service`.
+Run mutations are not here: they go through `stevora.engine.commands`.
 """
 
 from __future__ import annotations

@@ -13,11 +13,14 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, Field
 from pydantic.alias_generators import to_camel
 
+from stevora.events import TERMINAL_EVENT_TYPES
+from stevora.statuses import TERMINAL_RUN_STATUSES, RunStatus, values
+
 T = TypeVar("T")
 
-RUN_STATUSES = ("PENDING", "RUNNING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
-TERMINAL_STATUSES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
-TERMINAL_EVENTS = frozenset({"WORKFLOW_COMPLETED", "WORKFLOW_FAILED", "WORKFLOW_CANCELLED"})
+RUN_STATUSES = values(RunStatus)
+TERMINAL_STATUSES = TERMINAL_RUN_STATUSES
+TERMINAL_EVENTS = TERMINAL_EVENT_TYPES
 
 
 class Model(BaseModel):

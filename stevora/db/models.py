@@ -29,9 +29,11 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-RUN_STATUSES = ("PENDING", "RUNNING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
-STEP_STATUSES = ("PENDING", "RUNNING", "WAITING", "COMPLETED", "FAILED", "SKIPPED", "CANCELLED")
-APPROVAL_STATUSES = ("PENDING", "DECIDED", "EXPIRED", "CANCELLED")
+from stevora.statuses import ApprovalStatus, RunStatus, StepStatus, values
+
+RUN_STATUSES = values(RunStatus)
+STEP_STATUSES = values(StepStatus)
+APPROVAL_STATUSES = values(ApprovalStatus)
 DELIVERY_STATUSES = ("PENDING", "DELIVERED", "FAILED")
 
 NAMING = {

@@ -18,11 +18,10 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
-import asyncpg
 import structlog
 
-from stevora.engine import store
-from stevora.engine.runner import RunDriver
+from stevora.db import runs
+from stevora.engine.driver import RunDriver
 from stevora.ids import random_token
 
 if TYPE_CHECKING:
@@ -30,25 +29,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("stevora.worker")
 
-CLAIM_SQL = f"""
-UPDATE workflow_runs SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
-       version = version + 1
-WHERE id = $1
-  AND status IN ('PENDING', 'RUNNING', 'WAITING')
-  AND (lease_owner IS NULL OR lease_expires_at < now())
-  AND (next_run_at IS NULL OR next_run_at <= now())
-  AND (status <> 'WAITING' OR next_run_at IS NOT NULL)
-RETURNING {store.RUN_COLUMNS}
-"""
-
 
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{random_token(6)}"
-
-
-async def claim(pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float) -> asyncpg.Record | None:
-    """Take the run's lease if it is free and the run has something to do now."""
-    return await pool.fetchrow(CLAIM_SQL, run_id, owner, lease_s)
 
 
 class RunPool:
@@ -77,7 +60,7 @@ class RunPool:
             return False
         await self._slots.acquire()
         try:
-            row = await claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
+            row = await runs.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
         except BaseException:
             self._slots.release()
             raise
@@ -115,18 +98,10 @@ class RunPool:
             if not held:
                 continue
             try:
-                rows = await self.rt.pool.fetch(
-                    "UPDATE workflow_runs SET lease_expires_at = now() + make_interval(secs => $3) "
-                    "WHERE id = ANY($1::text[]) AND lease_owner = $2 AND status IN ('PENDING', 'RUNNING', 'WAITING') "
-                    "RETURNING id",
-                    held,
-                    self.worker_id,
-                    settings.lease_s,
-                )
+                still_ours = await runs.renew_leases(self.rt.pool, held, self.worker_id, settings.lease_s)
             except Exception:
                 log.warning("heartbeat_failed", runs=len(held))
                 continue
-            still_ours = {r["id"] for r in rows}
             for run_id in held:
                 task = self._tasks.get(run_id)
                 if run_id not in still_ours and task is not None:
@@ -146,10 +121,5 @@ class RunPool:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        held = await self.rt.pool.fetch(
-            "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, dispatched_at = NULL "
-            "WHERE lease_owner = $1 RETURNING id",
-            self.worker_id,
-        )
-        for row in held:
-            await self.rt.dispatcher.dispatch(row["id"])
+        for run_id in await runs.release_all(self.rt.pool, self.worker_id):
+            await self.rt.dispatcher.dispatch(run_id)

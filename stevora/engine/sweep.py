@@ -13,32 +13,17 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from stevora.db import runs
+
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
 
 log = structlog.get_logger("stevora.sweep")
 
-SWEEP_SQL = """
-UPDATE workflow_runs SET dispatched_at = now()
-WHERE id IN (
-    SELECT id FROM workflow_runs
-    WHERE status IN ('PENDING', 'RUNNING', 'WAITING')
-      AND (lease_owner IS NULL OR lease_expires_at < now())
-      AND (next_run_at IS NULL OR next_run_at <= now())
-      AND (status <> 'WAITING' OR next_run_at IS NOT NULL)
-      AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => $1))
-    ORDER BY next_run_at NULLS FIRST
-    LIMIT $2
-    FOR UPDATE SKIP LOCKED
-)
-RETURNING id
-"""
-
 
 async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     """Dispatch every run that is due and unowned. Returns the ids dispatched."""
-    rows = await rt.pool.fetch(SWEEP_SQL, rt.settings.undispatched_grace_s, limit)
-    ids = [r["id"] for r in rows]
+    ids = await runs.mark_due_dispatched(rt.pool, rt.settings.undispatched_grace_s, limit)
     for run_id in ids:
         await rt.dispatcher.dispatch(run_id)
     if ids:

@@ -22,7 +22,7 @@ from typing import Any
 from jsonschema.validators import validator_for
 
 from stevora.definitions import LlmStep
-from stevora.engine.templating import _MISSING, lookup
+from stevora.templating import MISSING, lookup
 
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 _SECRET_PATTERNS = {
@@ -129,8 +129,8 @@ def _content_safety(text: str, config: dict[str, Any]) -> list[Violation]:
 def _confidence(parsed: Parsed, config: dict[str, Any]) -> list[Violation]:
     field = str(config.get("field", "confidence"))
     minimum = float(config.get("min", config.get("threshold", 0.5)))
-    value = lookup(parsed.value, field.split(".")) if isinstance(parsed.value, dict) else _MISSING
-    if value is _MISSING or not isinstance(value, int | float) or isinstance(value, bool):
+    value = lookup(parsed.value, field.split(".")) if isinstance(parsed.value, dict) else MISSING
+    if value is MISSING or not isinstance(value, int | float) or isinstance(value, bool):
         return [Violation("confidence_threshold", f"Response has no numeric '{field}' field")]
     if value < minimum:
         return [Violation("confidence_threshold", f"Confidence {value} is below the threshold {minimum}")]

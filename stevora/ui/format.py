@@ -12,11 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from stevora.clock import iso, utcnow
+from stevora.statuses import TERMINAL_RUN_STATUSES
 
 # A JSON value longer than this many pretty-printed lines starts collapsed.
 COLLAPSE_LINES = 12
 _PREVIEW_CHARS = 80
-TERMINAL_RUN_STATUSES = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 
 
 def duration(ms: float | None) -> str:

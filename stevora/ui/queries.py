@@ -14,12 +14,14 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from stevora.statuses import RunStatus, values
+
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
 
 PAGE_SIZE = 25
 EVENTS_SHOWN = 200
-RUN_STATUSES = ("PENDING", "RUNNING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED")
+RUN_STATUSES = values(RunStatus)
 
 _RUNS_JOIN = "workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id"
 _RUN_LIST_COLUMNS = (

@@ -20,12 +20,13 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response, Str
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from stevora.engine import service
-from stevora.engine.service import Decision
+from stevora.engine import commands
+from stevora.engine.commands import Decision
 from stevora.errors import StevoraError
+from stevora.statuses import TERMINAL_RUN_STATUSES
 from stevora.ui import auth, queries
 from stevora.ui.auth import UiUser, current_user, runtime_of
-from stevora.ui.format import FILTERS, TERMINAL_RUN_STATUSES, run_duration_ms
+from stevora.ui.format import FILTERS, run_duration_ms
 from stevora.ui.stream import EVENT_TYPES, run_events
 
 HERE = Path(__file__).parent
@@ -240,7 +241,7 @@ def build_ui_router() -> APIRouter:
                 edited = text
         rt = runtime_of(request)
         try:
-            await service.decide_approval(
+            await commands.decide_approval(
                 rt, user.workspace_id, approval_id, decision, edited, decided_by="ui"
             )
         except StevoraError as exc:

@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from stevora.clock import iso
+from stevora.events import EventType
+from stevora.statuses import TERMINAL_RUN_STATUSES, values
 from stevora.ui import queries
-from stevora.ui.format import TERMINAL_RUN_STATUSES
 
 if TYPE_CHECKING:
     import asyncpg
@@ -26,13 +27,7 @@ POLL_S = 0.3
 HEARTBEAT_S = 15.0
 
 # Named SSE events only reach listeners registered for their name, so the page needs the list.
-EVENT_TYPES = (
-    "WORKFLOW_STARTED", "WORKFLOW_COMPLETED", "WORKFLOW_FAILED", "WORKFLOW_CANCELLED",
-    "WORKFLOW_PAUSED", "WORKFLOW_RESUMED", "STEP_STARTED", "STEP_COMPLETED", "STEP_FAILED",
-    "STEP_RETRYING", "STEP_SKIPPED", "STEP_WAITING", "LLM_CALL_COMPLETED", "LLM_CALL_FAILED",
-    "TOOL_CALL_COMPLETED", "TOOL_CALL_FAILED", "GUARDRAIL_FAILED", "APPROVAL_REQUESTED",
-    "APPROVAL_DECIDED", "SIGNAL_RECEIVED",
-)  # fmt: skip
+EVENT_TYPES = values(EventType)
 
 
 def event_json(run_id: str, row: asyncpg.Record) -> dict[str, Any]:

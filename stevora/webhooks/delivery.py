@@ -1,7 +1,7 @@
 """Deliver webhook outbox rows: claim due rows, POST them signed, record every attempt.
 
 The engine inserts one `webhook_deliveries` row per subscribed webhook in the same transaction as
-the change it announces (`stevora.engine.store.enqueue_webhooks`), so an event is never lost and
+the change it announces (`stevora.db.outbox.enqueue_webhooks`), so an event is never lost and
 never announced for a change that rolled back. The sweep calls `deliver_due` periodically.
 
 Delivery is at-least-once: a claim is a lease (`next_attempt_at` pushed past the HTTP timeout),

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from stevora.engine import service
+from stevora.engine import commands
 from stevora.engine.dispatch import EXECUTE_RUN_ACTOR, RecordingDispatcher
 from tests.conftest import create_definition
 from tests.e2e.conftest import BrokerSetup
@@ -50,7 +50,7 @@ async def create_undispatched(setup: BrokerSetup, def_id: str) -> dict:
     real = setup.rt.dispatcher
     setup.rt.dispatcher = RecordingDispatcher()
     try:
-        run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
     finally:
         setup.rt.dispatcher = real
     return dict(run)
@@ -79,7 +79,7 @@ async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactl
     first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
     second = None
     try:
-        run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
         assert await first.wait_exit(40) == -9, first.log_tail()  # it SIGKILLed itself at the fault point
         second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
         row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
@@ -131,7 +131,7 @@ async def test_worker_killed_during_a_slow_task_is_finished_by_another_worker(
     first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
     second = None
     try:
-        run, _ = await service.create_run(setup.rt, setup.workspace_id, def_id)
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
         for _ in range(300):
             if await setup.rt.pool.fetchval(
                 "SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1 "

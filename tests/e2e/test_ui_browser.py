@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stevora.engine import service
+from stevora.engine import commands
 from stevora.llm.messages import LlmResponse, ToolCall, Usage
 from stevora.llm.scripted_provider import ScriptedProvider
 from tests.conftest import Harness, create_definition
@@ -93,7 +93,7 @@ async def _tool_loop_run(harness: Harness, workspace_id: str) -> tuple[str, list
             ],
         }],
     })  # fmt: skip
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id, {"city": "Lisbon"})
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"city": "Lisbon"})
     row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
     assert row["status"] == "COMPLETED", row["error"]
     assert len(seen) == 4
@@ -110,7 +110,7 @@ async def _failed_run(harness: Harness, workspace_id: str) -> str:
         "steps": [{"type": "task", "name": "reserve", "handler": "reserve_stock",
                    "retry": {"maxAttempts": 1}}],
     })  # fmt: skip
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id, {"orderId": "ord_1042"})
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"orderId": "ord_1042"})
     await harness.wait_for_status(run["id"], "FAILED")
     return run["id"]
 
@@ -205,7 +205,7 @@ async def _approval_run(harness: Harness, workspace_id: str, name: str) -> tuple
             {"type": "task", "name": "send", "handler": "send_email"},
         ],
     })  # fmt: skip
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id, {"customer": "Ada"})
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"customer": "Ada"})
     await harness.wait_for_status(run["id"], "WAITING")
     approval_id = await harness.rt.pool.fetchval(
         "SELECT id FROM approval_requests WHERE workflow_run_id = $1 AND status = 'PENDING'", run["id"]

@@ -1,5 +1,5 @@
 """`/v1/workflow-runs`: create (idempotent), list, get, and the cancel / retry / pause / resume
-commands. Mutations go through `stevora.engine.service`, which owns the guarded transitions."""
+commands. Mutations go through `stevora.engine.commands`, which owns the guarded transitions."""
 
 from __future__ import annotations
 
@@ -20,13 +20,13 @@ from stevora.api.schemas.runs import (
     RunCreate,
     RunDetailOut,
     RunOut,
-    RunStatus,
     StepRunOut,
 )
 from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
-from stevora.engine import service
+from stevora.engine import commands
 from stevora.errors import NotFoundError
 from stevora.runtime import Runtime
+from stevora.statuses import RunStatus
 
 router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
 RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
@@ -68,7 +68,7 @@ def step_run_out(row: Mapping[Any, Any]) -> StepRunOut:
 async def create_run(body: RunCreate, auth: Auth, ctx: Ctx) -> Response:
     """201 with a new PENDING run; 200 with the existing run when `idempotencyKey` was used before
     in this workspace (race-safe: the unique index decides)."""
-    record, created = await service.create_run(
+    record, created = await commands.create_run(
         ctx.rt, auth.workspace_id, body.definition_id, body.input, body.idempotency_key
     )
     if created:
@@ -149,7 +149,7 @@ _COMMAND_ERRORS = errors(404, 409)
 )
 async def cancel_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """PENDING, RUNNING, WAITING or PAUSED → CANCELLED; open steps and approvals are cancelled."""
-    await service.cancel_run(ctx.rt, auth.workspace_id, run_id)
+    await commands.cancel_run(ctx.rt, auth.workspace_id, run_id)
     return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
 
 
@@ -158,7 +158,7 @@ async def cancel_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
 )
 async def retry_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """FAILED → RUNNING: the failed step runs again with a fresh attempt budget."""
-    await service.retry_run(ctx.rt, auth.workspace_id, run_id)
+    await commands.retry_run(ctx.rt, auth.workspace_id, run_id)
     return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
 
 
@@ -167,7 +167,7 @@ async def retry_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
 )
 async def pause_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """RUNNING → PAUSED; the worker stops at its next checkpoint. Resume with `/resume`."""
-    await service.pause_run(ctx.rt, auth.workspace_id, run_id)
+    await commands.pause_run(ctx.rt, auth.workspace_id, run_id)
     return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
 
 
@@ -183,5 +183,5 @@ async def resume_run(
     """With `signalType`: deliver the signal an `external_event` step waits for (`payload` is
     merged into state; a different signal → 409 SIGNAL_MISMATCH). Without: un-pause a PAUSED run."""
     body = body or ResumeIn()
-    await service.resume_run(ctx.rt, auth.workspace_id, run_id, body.signal_type, body.payload)
+    await commands.resume_run(ctx.rt, auth.workspace_id, run_id, body.signal_type, body.payload)
     return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))

@@ -7,8 +7,8 @@ from typing import Any, Literal
 from pydantic import Field
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
+from stevora.statuses import ApprovalStatus
 
-ApprovalStatus = Literal["PENDING", "DECIDED", "EXPIRED", "CANCELLED"]
 Decision = Literal["approved", "rejected", "edited"]
 
 

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import Field
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
-
-RunStatus = Literal["PENDING", "RUNNING", "WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"]
-StepStatus = Literal["PENDING", "RUNNING", "WAITING", "COMPLETED", "FAILED", "SKIPPED", "CANCELLED"]
+from stevora.statuses import RunStatus, StepStatus
 
 
 class RunCreate(ApiIn):

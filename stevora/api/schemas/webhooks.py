@@ -8,10 +8,8 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, Field
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
+from stevora.events import WebhookEvent
 
-WebhookEvent = Literal[
-    "workflow.completed", "workflow.failed", "workflow.cancelled", "approval.requested", "approval.decided"
-]
 DeliveryStatus = Literal["PENDING", "DELIVERED", "FAILED"]
 
 

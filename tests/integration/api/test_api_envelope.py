@@ -66,12 +66,12 @@ async def test_nul_characters_are_rejected_before_reaching_postgres(
 async def test_unexpected_exception_is_a_500_without_internals(
     app: FastAPI, client: httpx.AsyncClient, tenant: Tenant, monkeypatch: Any
 ) -> None:
-    from stevora.engine import service
+    from stevora.engine import commands
 
     async def boom(*args: Any, **kwargs: Any) -> Any:
         raise RuntimeError("secret connection string postgres://user:pw@db")
 
-    monkeypatch.setattr(service, "cancel_run", boom)
+    monkeypatch.setattr(commands, "cancel_run", boom)
     response = await client.post("/v1/workflow-runs/wfrun_x/cancel", headers=tenant.headers)
     assert response.status_code == 500
     assert response.json() == {

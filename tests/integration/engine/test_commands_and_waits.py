@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from stevora.engine import service
-from stevora.engine.run_pool import RunPool, claim
+from stevora.db.runs import claim
+from stevora.engine import commands
+from stevora.engine.run_pool import RunPool
 from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError
 from tests.conftest import Harness, create_definition
 
@@ -38,12 +39,12 @@ async def test_external_event_signal_merges_payload_into_state_and_continues(
         {"type": "external_event", "name": "pay", "signalType": "payment_confirmed"},
         {"type": "task", "name": "after", "handler": "after"},
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     await harness.wait_for_status(run["id"], "WAITING")
     with pytest.raises(ConflictError) as mismatch:
-        await service.resume_run(harness.rt, workspace_id, run["id"], "other_signal", {})
+        await commands.resume_run(harness.rt, workspace_id, run["id"], "other_signal", {})
     assert mismatch.value.code == "SIGNAL_MISMATCH"
-    await service.resume_run(harness.rt, workspace_id, run["id"], "payment_confirmed", {"amount": 42})
+    await commands.resume_run(harness.rt, workspace_id, run["id"], "payment_confirmed", {"amount": 42})
     row = await harness.wait_for_status(run["id"], "COMPLETED")
     assert row["state"]["amount"] == 42 and seen == [{"amount": 42}]
     types = await harness.event_types(run["id"])
@@ -67,7 +68,7 @@ async def test_external_event_times_out_and_fails_the_run(harness: Harness, work
             "retry": {"maxAttempts": 1},
         },
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     row = await harness.wait_for_status(run["id"], "FAILED", timeout_s=10)
     assert row["error"]["code"] == "TIMEOUT"
 
@@ -76,7 +77,7 @@ async def test_approval_rejection_fails_the_run_and_missing_content_fails_fast(
     harness: Harness, workspace_id: str
 ) -> None:
     def_id = await _define(harness, workspace_id, {"type": "approval", "name": "ok", "contentKey": "draft"})
-    missing, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    missing, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     row = await harness.wait_for_status(missing["id"], "FAILED")
     assert row["error"]["code"] == "APPROVAL_CONTENT_MISSING"
 
@@ -87,17 +88,17 @@ async def test_approval_rejection_fails_the_run_and_missing_content_fails_fast(
         {"type": "task", "name": "d", "handler": "draft"},
         {"type": "approval", "name": "ok", "contentKey": "draft", "timeoutMs": 60000},
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def2)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def2)
     await harness.wait_for_status(run["id"], "WAITING")
     apr = await harness.rt.pool.fetchrow(
         "SELECT * FROM approval_requests WHERE workflow_run_id = $1", run["id"]
     )
     assert apr["expires_at"] is not None and apr["content"] == {"t": 1}
-    await service.decide_approval(harness.rt, workspace_id, apr["id"], "rejected", decided_by="bob")
+    await commands.decide_approval(harness.rt, workspace_id, apr["id"], "rejected", decided_by="bob")
     row = await harness.wait_for_status(run["id"], "FAILED")
     assert row["error"]["code"] == "APPROVAL_REJECTED"
     with pytest.raises(InvalidStateTransition):
-        await service.decide_approval(harness.rt, workspace_id, apr["id"], "approved")
+        await commands.decide_approval(harness.rt, workspace_id, apr["id"], "approved")
 
 
 async def test_approval_expires_after_its_timeout(harness: Harness, workspace_id: str) -> None:
@@ -108,7 +109,7 @@ async def test_approval_expires_after_its_timeout(harness: Harness, workspace_id
         {"type": "task", "name": "d", "handler": "draft2"},
         {"type": "approval", "name": "ok", "contentKey": "draft", "timeoutMs": 200},
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     row = await harness.wait_for_status(run["id"], "FAILED", timeout_s=10)
     assert row["error"]["code"] == "TIMEOUT"
     status = await harness.rt.pool.fetchval(
@@ -120,7 +121,7 @@ async def test_approval_expires_after_its_timeout(harness: Harness, workspace_id
 async def test_wait_until_a_past_timestamp_fires_immediately(harness: Harness, workspace_id: str) -> None:
     past = (datetime.now(UTC) - timedelta(hours=1)).isoformat()
     def_id = await _define(harness, workspace_id, {"type": "wait", "name": "w", "untilTimestamp": past})
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     await harness.wait_for_status(run["id"], "COMPLETED", timeout_s=5)
 
 
@@ -135,7 +136,7 @@ async def test_condition_jump_skips_the_steps_in_between(harness: Harness, works
         {"type": "task", "name": "b", "handler": "mark"},
         {"type": "task", "name": "c2", "handler": "mark"},
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     await harness.wait_for_status(run["id"], "COMPLETED")
     assert ran == ["c2"]
     skipped = await harness.rt.pool.fetch(
@@ -148,7 +149,7 @@ async def test_condition_jump_skips_the_steps_in_between(harness: Harness, works
 
 async def test_unknown_handler_fails_without_retrying(harness: Harness, workspace_id: str) -> None:
     def_id = await _define(harness, workspace_id, {"type": "task", "name": "t", "handler": "does_not_exist"})
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     row = await harness.wait_for_status(run["id"], "FAILED")
     assert row["error"]["code"] == "HANDLER_NOT_REGISTERED"
     assert "STEP_RETRYING" not in await harness.event_types(run["id"])
@@ -158,17 +159,17 @@ async def test_cancel_stops_a_waiting_run_and_terminal_runs_cannot_be_cancelled(
     harness: Harness, workspace_id: str
 ) -> None:
     def_id = await _define(harness, workspace_id, {"type": "wait", "name": "w", "durationMs": 60000})
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     await harness.wait_for_status(run["id"], "WAITING")
-    await service.cancel_run(harness.rt, workspace_id, run["id"])
+    await commands.cancel_run(harness.rt, workspace_id, run["id"])
     row = await harness.wait_for_status(run["id"], "CANCELLED")
     assert row["cancelled_at"] is not None
     step = await _current_step(harness, run["id"])
     assert step["status"] == "CANCELLED"
     with pytest.raises(InvalidStateTransition):
-        await service.cancel_run(harness.rt, workspace_id, run["id"])
+        await commands.cancel_run(harness.rt, workspace_id, run["id"])
     with pytest.raises(NotFoundError):
-        await service.cancel_run(harness.rt, "ws_other", run["id"])
+        await commands.cancel_run(harness.rt, "ws_other", run["id"])
 
 
 async def test_cancelling_a_running_task_revokes_the_workers_lease(
@@ -184,9 +185,9 @@ async def test_cancelling_a_running_task_revokes_the_workers_lease(
 
     harness.tasks.register("slow", slow)
     def_id = await _define(harness, workspace_id, {"type": "task", "name": "s", "handler": "slow"})
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     await asyncio.wait_for(started.wait(), 5)
-    await service.cancel_run(harness.rt, workspace_id, run["id"])
+    await commands.cancel_run(harness.rt, workspace_id, run["id"])
     for _ in range(100):  # the heartbeat (1 s in tests) notices and cancels the task
         if run["id"] not in harness.run_pool.active_run_ids:
             break
@@ -209,11 +210,11 @@ async def test_retry_from_failed_reruns_the_failed_step_with_a_fresh_budget(
     def_id = await _define(
         harness, workspace_id, {"type": "task", "name": "t", "handler": "flaky1", "retry": {"maxAttempts": 1}}
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     await harness.wait_for_status(run["id"], "FAILED")
     with pytest.raises(InvalidStateTransition):
-        await service.resume_run(harness.rt, workspace_id, run["id"], "x", {})
-    await service.retry_run(harness.rt, workspace_id, run["id"])
+        await commands.resume_run(harness.rt, workspace_id, run["id"], "x", {})
+    await commands.retry_run(harness.rt, workspace_id, run["id"])
     row = await harness.wait_for_status(run["id"], "COMPLETED")
     assert row["error"] is None and attempts == [1, 1]
     visits = await harness.rt.pool.fetch(
@@ -236,23 +237,23 @@ async def test_pause_and_unpause(harness: Harness, workspace_id: str) -> None:
         {"type": "task", "name": "g", "handler": "gated"},
         {"type": "task", "name": "a", "handler": "after2"},
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     await harness.wait_for_status(run["id"], "RUNNING")
-    await service.pause_run(harness.rt, workspace_id, run["id"])
+    await commands.pause_run(harness.rt, workspace_id, run["id"])
     gate.set()
     await harness.wait_for_status(run["id"], "PAUSED")
     await asyncio.sleep(0.3)
     assert (
         await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", run["id"])
     ) == "PAUSED"
-    await service.resume_run(harness.rt, workspace_id, run["id"], None, None)
+    await commands.resume_run(harness.rt, workspace_id, run["id"], None, None)
     await harness.wait_for_status(run["id"], "COMPLETED")
 
 
 async def test_idempotency_key_returns_the_existing_run(harness: Harness, workspace_id: str) -> None:
     def_id = await _define(harness, workspace_id, {"type": "wait", "name": "w", "durationMs": 1})
     results = await asyncio.gather(
-        *(service.create_run(harness.rt, workspace_id, def_id, {}, "order-1") for _ in range(10))
+        *(commands.create_run(harness.rt, workspace_id, def_id, {}, "order-1") for _ in range(10))
     )
     assert sum(created for _, created in results) == 1
     assert len({r["id"] for r, _ in results}) == 1
@@ -270,7 +271,7 @@ async def test_a_run_is_claimed_by_one_worker_only(harness: Harness, workspace_i
     other = RunPool(harness.rt, worker_id="other-worker")
     other.start()
     try:
-        run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+        run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
         await asyncio.gather(
             *(p.submit(run["id"]) for p in (other, harness.run_pool, other, harness.run_pool))
         )
@@ -287,7 +288,7 @@ async def test_an_expired_lease_is_taken_over_and_the_run_finished(
     def_id = await _define(harness, workspace_id, {"type": "task", "name": "n", "handler": "noop"})
     dispatcher_pool = harness.dispatcher.run_pool
     harness.dispatcher.run_pool = None  # nobody executes the dispatch: a "dead worker" claims it instead
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     assert await claim(harness.rt.pool, run["id"], "dead-worker", 0.2) is not None
     assert await claim(harness.rt.pool, run["id"], "someone-else", 5) is None  # leased
     harness.dispatcher.run_pool = dispatcher_pool

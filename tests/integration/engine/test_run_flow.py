@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stevora.engine import service
+from stevora.engine import commands
 from tests.conftest import Harness, create_definition
 
 
@@ -47,7 +47,7 @@ async def test_task_wait_condition_approval_workflow_completes_with_gap_free_eve
             ],
         },
     )
-    run, created = await service.create_run(harness.rt, workspace_id, def_id, {"size": 50})
+    run, created = await commands.create_run(harness.rt, workspace_id, def_id, {"size": 50})
     assert created
     await harness.wait_for_status(run["id"], "WAITING")
     row = await harness.wait_for_status(run["id"], "WAITING")
@@ -62,7 +62,7 @@ async def test_task_wait_condition_approval_workflow_completes_with_gap_free_eve
 
         await asyncio.sleep(0.02)
     assert approval is not None and approval["content"] == "hello"
-    await service.decide_approval(harness.rt, workspace_id, approval["id"], "edited", "HELLO", "ann")
+    await commands.decide_approval(harness.rt, workspace_id, approval["id"], "edited", "HELLO", "ann")
     row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
     assert row["status"] == "COMPLETED", row["error"]
     assert row["state"]["draft"] == "HELLO"
@@ -101,7 +101,7 @@ async def test_failing_task_is_retried_with_backoff_then_fails_the_run(
             ],
         },
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
     row = await harness.wait_for_status(run["id"], "FAILED")
     assert attempts == [1, 2, 3]
     assert row["error"]["code"] == "STEP_FAILED" and "boom" in row["error"]["message"]

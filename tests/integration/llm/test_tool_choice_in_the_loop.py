@@ -9,7 +9,7 @@ import anthropic
 import openai
 import pytest
 
-from stevora.engine import service
+from stevora.engine import commands
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import FakeLLMServer, scripted_responder
@@ -62,7 +62,7 @@ async def _run(harness: Harness, workspace_id: str, model: str, tool_choice: Any
     def_id = await create_definition(
         harness.rt, workspace_id, {"name": "tc", "version": "1", "steps": [step]}
     )
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id, {})
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {})
     row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
     assert row["status"] == "COMPLETED", row["error"]
     traces = await harness.rt.pool.fetch(

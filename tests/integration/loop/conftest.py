@@ -4,7 +4,7 @@
 OpenAIProvider ("openai") and an AnthropicProvider ("anthropic") on the harness router, each on
 an SDK client built here with `_strict_response_validation=True`, so routing by model prefix
 (`gpt-*`, `claude-*`) reaches the fake. `LoopRun` runs a one-step workflow end to end (
-`create_definition` + `service.create_run` + `wait_for_status`) and reads back its rows.
+`create_definition` + `commands.create_run` + `wait_for_status`) and reads back its rows.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import asyncpg
 import openai
 import pytest
 
-from stevora.engine import service
+from stevora.engine import commands
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import FakeLLMServer
@@ -158,7 +158,7 @@ async def run_workflow(
     """Store a workflow of `steps` (one step dict or a list), run it, wait for the end."""
     spec = {"name": "loop-test", "version": "1", "steps": [steps] if isinstance(steps, dict) else steps}
     def_id = await create_definition(harness.rt, workspace_id, spec)
-    run, _ = await service.create_run(harness.rt, workspace_id, def_id, input or {"question": "Hello?"})
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, input or {"question": "Hello?"})
     row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED", timeout_s=timeout_s)
     return await load_run(harness, row["id"])
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from stevora.engine import service
+from stevora.engine import commands
 from stevora.llm.messages import LlmRequest, LlmResponse
 from stevora.llm.scripted_provider import ScriptedProvider
 from tests.conftest import Harness, create_definition
@@ -45,7 +45,9 @@ async def _run_many(harness: Harness, workspace_id: str, provider: str, model: s
             ],
         },
     )
-    runs = [(await service.create_run(harness.rt, workspace_id, def_id, {"i": i}))[0]["id"] for i in range(n)]
+    runs = [
+        (await commands.create_run(harness.rt, workspace_id, def_id, {"i": i}))[0]["id"] for i in range(n)
+    ]
     for run_id in runs:
         row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED")
         assert row["status"] == "COMPLETED", row["error"]

@@ -4,9 +4,9 @@ import math
 
 import pytest
 
-from stevora.engine.conditions import evaluate, js_truthy
-from stevora.engine.handlers import StepResult
-from stevora.engine.templating import render_template
+from stevora.engine.steps.condition import evaluate, js_truthy
+from stevora.tasks import StepResult
+from stevora.templating import render_template
 
 INPUT = {"name": "Ada", "n": 3, "user": {"tags": ["a", "b"]}}
 STATE = {"question": "Why?", "nested": {"deep": {"x": 1}}, "items": [{"title": "first"}], "name": "State Ada"}

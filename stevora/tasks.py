@@ -1,4 +1,5 @@
-"""Task handlers: `register_task_handler(name, fn)` and what a handler receives and returns."""
+"""Task handlers: `register_task_handler(name, fn)`, what a handler receives (`StepContext`) and what
+every step type returns (`StepResult`)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ class StepResult:
     signal_type: str | None = None
     retryable: bool = True  # for failed results: may the RetryPolicy retry it?
     next_step: str | None = None  # the `__nextStep` directive (condition branching)
+    # For waiting results: the WORKFLOW_PAUSED event's `reason` and any extra payload fields.
+    pause_reason: str | None = None
+    pause_details: dict[str, Any] | None = None
 
     @classmethod
     def coerce(cls, value: Any) -> StepResult:

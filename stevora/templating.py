@@ -15,21 +15,21 @@ from collections.abc import Mapping
 from typing import Any
 
 _PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z0-9_$.\-]+)\s*\}\}")
-_MISSING = object()
+MISSING = object()
 
 
 def lookup(root: Any, path: list[str]) -> Any:
-    """Walk `path` into nested dicts/lists; `_MISSING` when any segment is absent."""
+    """Walk `path` into nested dicts/lists; `MISSING` when any segment is absent."""
     cur = root
     for seg in path:
         if isinstance(cur, Mapping):
             if seg not in cur:
-                return _MISSING
+                return MISSING
             cur = cur[seg]
         elif isinstance(cur, list) and seg.isdigit() and int(seg) < len(cur):
             cur = cur[int(seg)]
         else:
-            return _MISSING
+            return MISSING
     return cur
 
 
@@ -41,11 +41,11 @@ def resolve(expr: str, *, input: Mapping[str, Any], state: Mapping[str, Any]) ->
     if head == "state":
         return lookup(state, rest)
     value = lookup(state, parts)
-    return lookup(input, parts) if value is _MISSING else value
+    return lookup(input, parts) if value is MISSING else value
 
 
 def _render_value(value: Any) -> str:
-    if value is _MISSING or value is None:
+    if value is MISSING or value is None:
         return ""
     if isinstance(value, str):
         return value

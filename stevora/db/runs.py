@@ -1,8 +1,8 @@
-"""Guarded SQL for runs, step runs and events (raw asyncpg; callers own the transaction).
+"""Every guarded statement on runs and step runs, with one copy of each predicate.
 
 Every state change is `UPDATE ... WHERE id = $1 AND status = ANY(expected) [AND lease_owner = me]
 RETURNING ...`: zero rows means somebody else moved the row first, and the caller gets
-`LeaseLost` / `InvalidStateTransition` instead of overwriting it.
+`LeaseLost` / `InvalidStateTransition` instead of overwriting it. Callers own the transaction.
 
 Events take their per-run `sequence` from `workflow_runs.event_seq`, incremented by the same
 statement that changes the run. That row lock serialises every event writer of one run until
@@ -12,56 +12,14 @@ commit, so sequences are gap-free and in commit order.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 import asyncpg
 
-from stevora.clock import iso, utcnow
 from stevora.errors import InvalidStateTransition, LeaseLost
+from stevora.events import Event
 from stevora.ids import new_id
-
-# Transition tables, exactly as documented (reference §6). The guarded SQL below only ever
-# moves rows along these edges; tests assert each helper against them.
-RUN_TRANSITIONS: dict[str, frozenset[str]] = {
-    "PENDING": frozenset({"RUNNING", "CANCELLED"}),
-    "RUNNING": frozenset({"WAITING", "PAUSED", "COMPLETED", "FAILED", "CANCELLED"}),
-    "WAITING": frozenset({"RUNNING", "CANCELLED", "FAILED"}),
-    "PAUSED": frozenset({"RUNNING", "CANCELLED"}),
-    "COMPLETED": frozenset(),
-    "FAILED": frozenset({"RUNNING"}),
-    "CANCELLED": frozenset(),
-}
-STEP_TRANSITIONS: dict[str, frozenset[str]] = {
-    "PENDING": frozenset({"RUNNING", "SKIPPED", "CANCELLED"}),
-    "RUNNING": frozenset({"WAITING", "COMPLETED", "FAILED", "CANCELLED"}),
-    "WAITING": frozenset({"RUNNING", "COMPLETED", "FAILED", "CANCELLED"}),
-    "COMPLETED": frozenset(),
-    "FAILED": frozenset({"RUNNING"}),
-    "SKIPPED": frozenset(),
-    "CANCELLED": frozenset(),
-}
-
-
-def sources_for(target: str, table: dict[str, frozenset[str]]) -> list[str]:
-    """Every status that may legally move to `target`."""
-    return [src for src, dests in table.items() if target in dests]
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    event_type: str
-    payload: dict[str, Any]
-    step_run_id: str | None = None
-
-
-def step_completed_event(step: asyncpg.Record) -> Event:
-    """`STEP_COMPLETED` for a step row just moved to COMPLETED (its started/completed times set)."""
-    started, completed = step["started_at"], step["completed_at"]
-    duration_ms = max(0, int((completed - started).total_seconds() * 1000)) if started and completed else 0
-    return Event("STEP_COMPLETED", {"stepName": step["step_name"], "durationMs": duration_ms}, step["id"])
-
+from stevora.statuses import OPEN_STEP_STATUSES, StepStatus
 
 RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
@@ -70,6 +28,16 @@ RUN_COLUMNS = (
 STEP_COLUMNS = (
     "id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, input, output, "
     "error, signal_type, wait_until, started_at, completed_at, created_at"
+)
+
+# A run a worker may hold: not finished, not paused.
+LEASABLE = "status IN ('PENDING', 'RUNNING', 'WAITING')"
+# ... that nobody holds now and that has something to do now. A WAITING run without a wake-up
+# time (a signal, an approval, tool outputs) is woken by whoever delivers what it waits for.
+RUNNABLE = (
+    f"{LEASABLE} AND (lease_owner IS NULL OR lease_expires_at < now()) "
+    "AND (next_run_at IS NULL OR next_run_at <= now()) "
+    "AND (status <> 'WAITING' OR next_run_at IS NOT NULL)"
 )
 
 # Columns a transition may set on workflow_runs / step_runs (whitelist for the dynamic SQL).
@@ -93,6 +61,7 @@ _RUN_SETTABLE = frozenset(
 _STEP_SETTABLE = frozenset(
     {"status", "output", "error", "signal_type", "wait_until", "started_at", "completed_at", "input"}
 )
+RELEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
 
 
 async def update_run(
@@ -103,13 +72,15 @@ async def update_run(
     owner: str | None = None,
     sets: dict[str, Any] | None = None,
     merge_state: dict[str, Any] | None = None,
+    output_from_state: bool = False,
     events: Sequence[Event] = (),
     now_columns: Iterable[str] = (),
 ) -> asyncpg.Record:
     """Guarded run update + its events, in the caller's transaction.
 
     `owner` fences the write to the lease holder. `now_columns` are set to the transaction's
-    `now()`. Raises LeaseLost (owner given) or InvalidStateTransition when the guard fails.
+    `now()`. `output_from_state` copies the (pre-update) state into `output`. Raises LeaseLost
+    (owner given) or InvalidStateTransition when the guard fails.
     """
     sets = sets or {}
     params: list[Any] = [run_id, list(expect), len(events)]
@@ -127,6 +98,8 @@ async def update_run(
         params.append(merge_state)
         # Shallow merge: top-level keys of the update replace those of the old state.
         assignments.append(f"state = COALESCE(state, '{{}}'::jsonb) || ${len(params)}::jsonb")
+    if output_from_state:
+        assignments.append("output = state")
     guard = "id = $1 AND status = ANY($2::text[])"
     if owner is not None:
         params.append(owner)
@@ -205,7 +178,7 @@ async def insert_step_run(
     step_index: int,
     visit: int,
     attempt: int,
-    status: str = "PENDING",
+    status: StepStatus = StepStatus.PENDING,
 ) -> asyncpg.Record:
     row = await conn.fetchrow(
         "INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status) "
@@ -234,29 +207,128 @@ async def get_run(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> async
     return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1", run_id)
 
 
+async def get_run_in_workspace(
+    conn: asyncpg.Connection, workspace_id: str, run_id: str, *, for_update: bool = False
+) -> asyncpg.Record | None:
+    """The run if it belongs to the workspace (another workspace's run is simply not found)."""
+    lock = " FOR UPDATE" if for_update else ""
+    return await conn.fetchrow(
+        f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 AND workspace_id = $2{lock}",
+        run_id,
+        workspace_id,
+    )
+
+
 async def get_step_run(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(f"SELECT {STEP_COLUMNS} FROM step_runs WHERE id = $1", step_run_id)
 
 
-async def enqueue_webhooks(
-    conn: asyncpg.Connection,
-    workspace_id: str,
-    event: str,
-    data: dict[str, Any],
+async def insert_run(
+    conn: asyncpg.Connection | asyncpg.Pool,
     *,
-    at: datetime | None = None,
-) -> None:
-    """Outbox: one delivery row per active subscribed webhook, in the caller's transaction."""
-    delivery_event_id = new_id("whevt")
-    await conn.execute(
-        "INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event, payload, status, next_attempt_at) "
-        "SELECT 'whd_' || substr(md5(random()::text || w.id), 1, 24), w.id, w.workspace_id, $2::text, "
-        "jsonb_build_object('id', $3::text, 'event', $2::text, 'createdAt', $4::text, 'data', $5::jsonb), "
-        "'PENDING', now() "
-        "FROM webhooks w WHERE w.workspace_id = $1 AND w.is_active AND w.events ? $2::text",
+    workspace_id: str,
+    definition_id: str,
+    input: dict[str, Any],
+    idempotency_key: str | None,
+) -> asyncpg.Record | None:
+    """Insert a PENDING run, checking the definition belongs to the workspace in the same statement.
+
+    None when the definition is not found or the idempotency key is taken (the caller tells which).
+    """
+    return await conn.fetchrow(
+        "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
+        "dispatched_at) "
+        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now() FROM workflow_definitions d "
+        "WHERE d.id = $3 AND d.workspace_id = $2 "
+        "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING "
+        f"RETURNING {RUN_COLUMNS}",
+        new_id("wfrun"),
         workspace_id,
-        event,
-        delivery_event_id,
-        iso(at or utcnow()),
-        data,
+        definition_id,
+        input,
+        idempotency_key,
     )
+
+
+async def get_run_by_idempotency_key(
+    conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, key: str
+) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE workspace_id = $1 AND idempotency_key = $2",
+        workspace_id,
+        key,
+    )
+
+
+async def cancel_open_steps(conn: asyncpg.Connection, run_id: str) -> list[str]:
+    rows = await conn.fetch(
+        "UPDATE step_runs SET status = 'CANCELLED', updated_at = now(), completed_at = now() "
+        "WHERE workflow_run_id = $1 AND status = ANY($2::text[]) RETURNING id",
+        run_id,
+        list(OPEN_STEP_STATUSES),
+    )
+    return [r["id"] for r in rows]
+
+
+# -- leases ------------------------------------------------------------------------------------
+
+_CLAIM_SQL = f"""
+UPDATE workflow_runs SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
+       version = version + 1
+WHERE id = $1 AND {RUNNABLE}
+RETURNING {RUN_COLUMNS}
+"""
+
+_SWEEP_SQL = f"""
+UPDATE workflow_runs SET dispatched_at = now()
+WHERE id IN (
+    SELECT id FROM workflow_runs
+    WHERE {RUNNABLE}
+      AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => $1))
+    ORDER BY next_run_at NULLS FIRST
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id
+"""
+
+
+async def claim(pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float) -> asyncpg.Record | None:
+    """Take the run's lease if it is free and the run has something to do now."""
+    return await pool.fetchrow(_CLAIM_SQL, run_id, owner, lease_s)
+
+
+async def renew_leases(pool: asyncpg.Pool, run_ids: list[str], owner: str, lease_s: float) -> set[str]:
+    """Extend the leases this owner still holds; returns the ids still held."""
+    rows = await pool.fetch(
+        "UPDATE workflow_runs SET lease_expires_at = now() + make_interval(secs => $3) "
+        f"WHERE id = ANY($1::text[]) AND lease_owner = $2 AND {LEASABLE} RETURNING id",
+        run_ids,
+        owner,
+        lease_s,
+    )
+    return {r["id"] for r in rows}
+
+
+async def release(pool: asyncpg.Pool, run_id: str, owner: str) -> None:
+    await pool.execute(
+        "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL WHERE id = $1 AND lease_owner = $2",
+        run_id,
+        owner,
+    )
+
+
+async def release_all(pool: asyncpg.Pool, owner: str) -> list[str]:
+    """Hand back every lease of this owner (clean shutdown); returns the runs to re-dispatch."""
+    rows = await pool.fetch(
+        "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL, dispatched_at = NULL "
+        "WHERE lease_owner = $1 RETURNING id",
+        owner,
+    )
+    return [r["id"] for r in rows]
+
+
+async def mark_due_dispatched(pool: asyncpg.Pool, grace_s: float, limit: int) -> list[str]:
+    """Runs that are runnable and were not dispatched within the grace period, marked dispatched."""
+    rows = await pool.fetch(_SWEEP_SQL, grace_s, limit)
+    return [r["id"] for r in rows]

@@ -4,13 +4,16 @@ The driver is a state machine over the run's *current step run*:
 
     PENDING   → start it (RUNNING, STEP_STARTED) and execute
     RUNNING   → execute (also after a crash: tasks run again, llm steps resume from checkpoints)
-    WAITING   → if due: a wait completes, an external event / approval times out; else release
+    WAITING   → if due: the step type says what a due wait means; else release
     COMPLETED → advance to the next step (or the condition's target), or complete the run
     FAILED    → schedule the next attempt (RetryPolicy, via nextRunAt) or fail the run
 
 Each arrow is one transaction whose guarded updates are fenced by the lease, and the events it
 writes are in that same transaction. Anything that happened outside the driver (a signal, an
 approval decision, a cancel) is just a row in a new status that the next pass reacts to.
+
+The driver knows step types only through `stevora.engine.steps` and writes only through
+`stevora.db` and `stevora.engine.endings`.
 """
 
 from __future__ import annotations
@@ -23,25 +26,24 @@ import asyncpg
 import structlog
 
 from stevora.clock import iso, utcnow
-from stevora.definitions import ApprovalStep, compute_next_retry_delay_ms
-from stevora.engine import store
-from stevora.engine.executors import StepExecution, execute_step
-from stevora.engine.handlers import StepResult
-from stevora.engine.store import Event
+from stevora.db import runs
+from stevora.db.runs import RELEASE
+from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay_ms
+from stevora.engine import endings
+from stevora.engine.steps.base import StepExecution, WaitContext
+from stevora.engine.steps.registry import step_type
 from stevora.errors import LeaseLost, StevoraError
-from stevora.ids import new_id
+from stevora.events import Event, EventType, step_completed, step_failed
+from stevora.statuses import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
+from stevora.tasks import StepResult
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
 
 log = structlog.get_logger("stevora.engine")
 
-TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 # A condition loop that never exits would otherwise run forever.
 MAX_VISITS_PER_STEP = 1000
-
-_RELEASE = {"lease_owner": None, "lease_expires_at": None}
-
 
 # Timers fire a little late rather than early: an early message finds the run not yet due.
 _TIMER_SLACK_MS = 10
@@ -66,46 +68,41 @@ class RunDriver:
             log.info("lease_lost", workflow_run_id=run_id)
 
     async def _step_once(self, run_id: str) -> bool:
-        run = await store.get_run(self.pool, run_id)
+        run = await runs.get_run(self.pool, run_id)
         if run is None or run["lease_owner"] != self.owner:
             return False
-        if run["status"] in TERMINAL or run["status"] == "PAUSED":
+        if run["status"] in TERMINAL_RUN_STATUSES or run["status"] == RunStatus.PAUSED:
             await self.release(run_id)
             return False
         definition = await self.rt.definitions.get(run["definition_id"])
-        if run["status"] == "PENDING":
+        if run["status"] == RunStatus.PENDING:
             await self._start(run, definition)
             return True
-        step_run = await store.get_step_run(self.pool, run["current_step_run_id"])
+        step_run = await runs.get_step_run(self.pool, run["current_step_run_id"])
         assert step_run is not None, f"run {run_id} has no current step run"
         status = step_run["status"]
-        if status == "PENDING":
+        if status == StepStatus.PENDING:
             await self._begin(run, step_run)
             return True
-        if status == "RUNNING":
+        if status == StepStatus.RUNNING:
             return await self._execute(run, step_run, definition)
-        if status == "WAITING":
-            return await self._wake(run, step_run)
-        if status == "COMPLETED":
+        if status == StepStatus.WAITING:
+            return await self._wake(run, step_run, definition)
+        if status == StepStatus.COMPLETED:
             return await self._advance(run, step_run, definition)
-        if status == "FAILED":
+        if status == StepStatus.FAILED:
             return await self._handle_failure(run, step_run, definition)
         raise RuntimeError(f"step run {step_run['id']} in unexpected status {status}")
 
     async def release(self, run_id: str) -> None:
-        await self.pool.execute(
-            "UPDATE workflow_runs SET lease_owner = NULL, lease_expires_at = NULL "
-            "WHERE id = $1 AND lease_owner = $2",
-            run_id,
-            self.owner,
-        )
+        await runs.release(self.pool, run_id, self.owner)
 
     # -- transitions ---------------------------------------------------------------------------
 
-    async def _start(self, run: asyncpg.Record, definition: Any) -> None:
+    async def _start(self, run: asyncpg.Record, definition: WorkflowDefinitionSpec) -> None:
         first = definition.steps[0]
         async with self.pool.acquire() as conn, conn.transaction():
-            step_run = await store.insert_step_run(
+            step_run = await runs.insert_step_run(
                 conn,
                 run_id=run["id"],
                 step_name=first.name,
@@ -114,39 +111,39 @@ class RunDriver:
                 visit=1,
                 attempt=1,
             )
-            await store.update_run(
+            await runs.update_run(
                 conn,
                 run["id"],
-                expect=["PENDING"],
+                expect=[RunStatus.PENDING],
                 owner=self.owner,
                 sets={
-                    "status": "RUNNING",
+                    "status": RunStatus.RUNNING,
                     "current_step_name": first.name,
                     "current_step_run_id": step_run["id"],
                 },
                 now_columns=["started_at"],
-                events=[Event("WORKFLOW_STARTED", {})],
+                events=[Event(EventType.WORKFLOW_STARTED, {})],
             )
         log.info("run_started", workflow_run_id=run["id"])
 
     async def _begin(self, run: asyncpg.Record, step_run: asyncpg.Record) -> None:
         async with self.pool.acquire() as conn, conn.transaction():
-            await store.update_step(
+            await runs.update_step(
                 conn,
                 step_run["id"],
-                expect=["PENDING"],
-                sets={"status": "RUNNING"},
+                expect=[StepStatus.PENDING],
+                sets={"status": StepStatus.RUNNING},
                 now_columns=["started_at"],
             )
-            await store.update_run(
+            await runs.update_run(
                 conn,
                 run["id"],
-                expect=["RUNNING"],
+                expect=[RunStatus.RUNNING],
                 owner=self.owner,
                 sets={"current_step_name": step_run["step_name"], "next_run_at": None},
                 events=[
                     Event(
-                        "STEP_STARTED",
+                        EventType.STEP_STARTED,
                         {
                             "stepName": step_run["step_name"],
                             "stepType": step_run["step_type"],
@@ -158,7 +155,9 @@ class RunDriver:
                 ],
             )
 
-    async def _execute(self, run: asyncpg.Record, step_run: asyncpg.Record, definition: Any) -> bool:
+    async def _execute(
+        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
+    ) -> bool:
         step = definition.step(step_run["step_name"])
         ex = StepExecution(
             run_id=run["id"],
@@ -176,7 +175,7 @@ class RunDriver:
         bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
         self.rt.faults.reached("step_started", ex.step_name)
         try:
-            result = await execute_step(self.rt, ex, step)
+            result = await step_type(step_run["step_type"]).execute(self.rt, ex, step)
         except LeaseLost:
             raise
         except StevoraError as exc:
@@ -200,98 +199,55 @@ class RunDriver:
         if result.next_step is not None:
             output["__nextStep"] = result.next_step
         async with self.pool.acquire() as conn, conn.transaction():
-            done = await store.update_step(
+            done = await runs.update_step(
                 conn,
                 step_run["id"],
-                expect=["RUNNING"],
-                sets={"status": "COMPLETED", "output": output},
+                expect=[StepStatus.RUNNING],
+                sets={"status": StepStatus.COMPLETED, "output": output},
                 now_columns=["completed_at"],
             )
-            await store.update_run(
+            await runs.update_run(
                 conn,
                 run["id"],
-                expect=["RUNNING"],
+                expect=[RunStatus.RUNNING],
                 owner=self.owner,
                 merge_state=result.state_updates,
-                events=[store.step_completed_event(done)],
+                events=[step_completed(done)],
             )
 
     async def _wait(
         self, run: asyncpg.Record, step_run: asyncpg.Record, step: Any, result: StepResult
     ) -> None:
         until = result.wait_until
-        reason = (
-            "approval"
-            if isinstance(step, ApprovalStep)
-            else ("external_event" if result.signal_type else "wait")
-        )
-        events = []
+        reason = result.pause_reason or ("external_event" if result.signal_type else "wait")
         async with self.pool.acquire() as conn, conn.transaction():
-            await store.update_step(
+            await runs.update_step(
                 conn,
                 step_run["id"],
-                expect=["RUNNING"],
-                sets={"status": "WAITING", "wait_until": until, "signal_type": result.signal_type},
+                expect=[StepStatus.RUNNING],
+                sets={"status": StepStatus.WAITING, "wait_until": until, "signal_type": result.signal_type},
             )
-            if isinstance(step, ApprovalStep):
-                approval_id = new_id("apr")
-                content = (run["state"] or {}).get(step.content_key)
-                await conn.execute(
-                    "INSERT INTO approval_requests (id, workspace_id, workflow_run_id, step_run_id, step_name, "
-                    "content_key, content, prompt, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-                    approval_id,
-                    run["workspace_id"],
-                    run["id"],
-                    step_run["id"],
-                    step.name,
-                    step.content_key,
-                    content,
-                    step.prompt,
-                    until,
-                )
-                events.append(
-                    Event(
-                        "APPROVAL_REQUESTED",
-                        {
-                            "approvalRequestId": approval_id,
-                            "stepName": step.name,
-                            "contentKey": step.content_key,
-                            "expiresAt": iso(until),
-                        },
-                        step_run["id"],
-                    )
-                )
-                await store.enqueue_webhooks(
-                    conn,
-                    run["workspace_id"],
-                    "approval.requested",
-                    {
-                        "approvalRequestId": approval_id,
-                        "workflowRunId": run["id"],
-                        "stepName": step.name,
-                        "contentKey": step.content_key,
-                        "content": content,
-                        "prompt": step.prompt,
-                    },
-                )
+            wait = WaitContext(conn, self.rt, run, step_run, step)
+            events = await step_type(step_run["step_type"]).on_waiting(wait, result)
             events.append(
                 Event(
-                    "WORKFLOW_PAUSED",
+                    EventType.WORKFLOW_PAUSED,
                     {
                         "reason": reason,
                         "signalType": result.signal_type,
                         "stepName": step_run["step_name"],
                         "waitUntil": iso(until),
+                        **(result.pause_details or {}),
                     },
                     step_run["id"],
                 )
             )
-            await store.update_run(
+            await runs.update_run(
                 conn,
                 run["id"],
-                expect=["RUNNING"],
+                expect=[RunStatus.RUNNING],
                 owner=self.owner,
-                sets={"status": "WAITING", "next_run_at": until, **_RELEASE},
+                sets={"status": RunStatus.WAITING, "next_run_at": until, **RELEASE},
                 events=events,
             )
         if until is not None:
@@ -302,28 +258,24 @@ class RunDriver:
         error.setdefault("code", "STEP_FAILED")
         error["retryable"] = result.retryable and error.get("retryable", True) is not False
         async with self.pool.acquire() as conn, conn.transaction():
-            await store.update_step(
+            await runs.update_step(
                 conn,
                 step_run["id"],
-                expect=["RUNNING"],
-                sets={"status": "FAILED", "error": error},
+                expect=[StepStatus.RUNNING],
+                sets={"status": StepStatus.FAILED, "error": error},
                 now_columns=["completed_at"],
             )
-            await store.update_run(
+            await runs.update_run(
                 conn,
                 run["id"],
-                expect=["RUNNING"],
+                expect=[RunStatus.RUNNING],
                 owner=self.owner,
-                events=[
-                    Event(
-                        "STEP_FAILED",
-                        {"stepName": step_run["step_name"], "attempt": step_run["attempt"], "error": error},
-                        step_run["id"],
-                    )
-                ],
+                events=[step_failed(step_run, error)],
             )
 
-    async def _wake(self, run: asyncpg.Record, step_run: asyncpg.Record) -> bool:
+    async def _wake(
+        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
+    ) -> bool:
         due = step_run["wait_until"]
         if due is None or due > utcnow():
             # Dispatched early (or by a duplicate): hand the run back and come back when it is due.
@@ -331,61 +283,49 @@ class RunDriver:
             if due is not None:
                 await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_until(due))
             return False
+        step = definition.step(step_run["step_name"])
         async with self.pool.acquire() as conn, conn.transaction():
-            if step_run["step_type"] == "wait":
-                done = await store.update_step(
+            wait = WaitContext(conn, self.rt, run, step_run, step)
+            outcome = await step_type(step_run["step_type"]).on_due(wait)
+            if outcome.status == "completed":
+                done = await runs.update_step(
                     conn,
                     step_run["id"],
-                    expect=["WAITING"],
-                    sets={"status": "COMPLETED", "output": {"waitedUntil": iso(due)}},
+                    expect=[StepStatus.WAITING],
+                    sets={"status": StepStatus.COMPLETED, "output": outcome.output or {}},
                     now_columns=["completed_at"],
                 )
                 events = [
-                    store.step_completed_event(done),
+                    step_completed(done),
                     Event(
-                        "WORKFLOW_RESUMED",
+                        EventType.WORKFLOW_RESUMED,
                         {"reason": "timer", "stepName": step_run["step_name"]},
                         step_run["id"],
                     ),
                 ]
             else:
-                error = {
-                    "code": "TIMEOUT",
-                    "retryable": True,
-                    "message": f"No {'approval decision' if step_run['step_type'] == 'approval' else 'signal'} "
-                    f"received before {iso(due)}",
-                }
-                await store.update_step(
+                error = dict(outcome.error or {})
+                await runs.update_step(
                     conn,
                     step_run["id"],
-                    expect=["WAITING"],
-                    sets={"status": "FAILED", "error": error},
+                    expect=[StepStatus.WAITING],
+                    sets={"status": StepStatus.FAILED, "error": error},
                     now_columns=["completed_at"],
                 )
-                if step_run["step_type"] == "approval":
-                    await conn.execute(
-                        "UPDATE approval_requests SET status = 'EXPIRED', updated_at = now() "
-                        "WHERE step_run_id = $1 AND status = 'PENDING'",
-                        step_run["id"],
-                    )
-                events = [
-                    Event(
-                        "STEP_FAILED",
-                        {"stepName": step_run["step_name"], "attempt": step_run["attempt"], "error": error},
-                        step_run["id"],
-                    )
-                ]
-            await store.update_run(
+                events = [step_failed(step_run, error)]
+            await runs.update_run(
                 conn,
                 run["id"],
-                expect=["WAITING", "RUNNING"],
+                expect=[RunStatus.WAITING, RunStatus.RUNNING],
                 owner=self.owner,
-                sets={"status": "RUNNING", "next_run_at": None},
+                sets={"status": RunStatus.RUNNING, "next_run_at": None},
                 events=events,
             )
         return True
 
-    async def _advance(self, run: asyncpg.Record, step_run: asyncpg.Record, definition: Any) -> bool:
+    async def _advance(
+        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
+    ) -> bool:
         steps = definition.steps
         index = step_run["step_index"]
         target = (step_run["output"] or {}).get("__nextStep")
@@ -394,8 +334,8 @@ class RunDriver:
             events: list[Event] = []
             # A forward jump skips the steps in between; they get SKIPPED rows so the timeline says so.
             for skipped in steps[index + 1 : next_index] if next_index > index + 1 else []:
-                visit = await store.next_visit(conn, run["id"], skipped.name)
-                row = await store.insert_step_run(
+                visit = await runs.next_visit(conn, run["id"], skipped.name)
+                row = await runs.insert_step_run(
                     conn,
                     run_id=run["id"],
                     step_name=skipped.name,
@@ -403,45 +343,23 @@ class RunDriver:
                     step_index=definition.index_of(skipped.name),
                     visit=visit,
                     attempt=1,
-                    status="SKIPPED",
+                    status=StepStatus.SKIPPED,
                 )
-                events.append(Event("STEP_SKIPPED", {"stepName": skipped.name}, row["id"]))
+                events.append(Event(EventType.STEP_SKIPPED, {"stepName": skipped.name}, row["id"]))
             if next_index >= len(steps):
-                final = await store.update_run(
-                    conn,
-                    run["id"],
-                    expect=["RUNNING"],
-                    owner=self.owner,
-                    sets={"status": "COMPLETED", "current_step_name": None, "next_run_at": None, **_RELEASE},
-                    now_columns=["completed_at"],
-                    events=[*events, Event("WORKFLOW_COMPLETED", {})],
-                )
-                # The run's output is its final state (documented in docs/concepts.md).
-                await conn.execute("UPDATE workflow_runs SET output = state WHERE id = $1", run["id"])
-                await store.enqueue_webhooks(
-                    conn,
-                    run["workspace_id"],
-                    "workflow.completed",
-                    {
-                        "workflowRunId": run["id"],
-                        "status": "COMPLETED",
-                        "output": final["state"],
-                        "totalCostCents": final["total_cost_cents"],
-                    },
-                )
-                log.info("run_completed", workflow_run_id=run["id"])
+                await endings.complete_run(conn, run["id"], owner=self.owner, events=events)
                 return False
             step = steps[next_index]
-            visit = await store.next_visit(conn, run["id"], step.name)
+            visit = await runs.next_visit(conn, run["id"], step.name)
             if visit > MAX_VISITS_PER_STEP:
                 error = {
                     "code": "STEP_VISIT_LIMIT",
                     "stepName": step.name,
                     "message": f"Step '{step.name}' was entered more than {MAX_VISITS_PER_STEP} times",
                 }
-                await self._fail_run(conn, run, error, events)
+                await endings.fail_run(conn, run["id"], error, owner=self.owner, events=events)
                 return False
-            new = await store.insert_step_run(
+            new = await runs.insert_step_run(
                 conn,
                 run_id=run["id"],
                 step_name=step.name,
@@ -450,80 +368,62 @@ class RunDriver:
                 visit=visit,
                 attempt=1,
             )
-            await store.update_run(
+            await runs.update_run(
                 conn,
                 run["id"],
-                expect=["RUNNING"],
+                expect=[RunStatus.RUNNING],
                 owner=self.owner,
                 sets={"current_step_name": step.name, "current_step_run_id": new["id"]},
                 events=events,
             )
         return True
 
-    async def _handle_failure(self, run: asyncpg.Record, step_run: asyncpg.Record, definition: Any) -> bool:
+    async def _handle_failure(
+        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
+    ) -> bool:
         step = definition.step(step_run["step_name"])
         policy = step.effective_retry()
         error = dict(step_run["error"] or {})
         attempt = step_run["attempt"]
         async with self.pool.acquire() as conn, conn.transaction():
-            if error.get("retryable", True) and attempt < policy.max_attempts:
-                delay_ms = compute_next_retry_delay_ms(policy, attempt)
-                new = await store.insert_step_run(
-                    conn,
-                    run_id=run["id"],
-                    step_name=step.name,
-                    step_type=step.type,
-                    step_index=step_run["step_index"],
-                    visit=step_run["visit"],
-                    attempt=attempt + 1,
-                )
-                await store.update_run(
-                    conn,
-                    run["id"],
-                    expect=["RUNNING"],
-                    owner=self.owner,
-                    sets={
-                        "current_step_run_id": new["id"],
-                        "next_run_at": utcnow() + timedelta(milliseconds=delay_ms),
-                        **_RELEASE,
-                    },
-                    events=[
-                        Event(
-                            "STEP_RETRYING",
-                            {
-                                "stepName": step.name,
-                                "attempt": attempt,
-                                "nextAttempt": attempt + 1,
-                                "maxAttempts": policy.max_attempts,
-                                "delayMs": delay_ms,
-                                "error": error,
-                            },
-                            new["id"],
-                        )
-                    ],
-                )
-            else:
-                await self._fail_run(conn, run, {**error, "stepName": step.name, "attempts": attempt}, [])
+            if not (error.get("retryable", True) and attempt < policy.max_attempts):
+                error = {**error, "stepName": step.name, "attempts": attempt}
+                await endings.fail_run(conn, run["id"], error, owner=self.owner)
                 return False
+            delay_ms = compute_next_retry_delay_ms(policy, attempt)
+            new = await runs.insert_step_run(
+                conn,
+                run_id=run["id"],
+                step_name=step.name,
+                step_type=step.type,
+                step_index=step_run["step_index"],
+                visit=step_run["visit"],
+                attempt=attempt + 1,
+            )
+            await runs.update_run(
+                conn,
+                run["id"],
+                expect=[RunStatus.RUNNING],
+                owner=self.owner,
+                sets={
+                    "current_step_run_id": new["id"],
+                    "next_run_at": utcnow() + timedelta(milliseconds=delay_ms),
+                    **RELEASE,
+                },
+                events=[
+                    Event(
+                        EventType.STEP_RETRYING,
+                        {
+                            "stepName": step.name,
+                            "attempt": attempt,
+                            "nextAttempt": attempt + 1,
+                            "maxAttempts": policy.max_attempts,
+                            "delayMs": delay_ms,
+                            "error": error,
+                        },
+                        new["id"],
+                    )
+                ],
+            )
         await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_ms + _TIMER_SLACK_MS)
         return False
-
-    async def _fail_run(
-        self, conn: asyncpg.Connection, run: asyncpg.Record, error: dict[str, Any], events: list[Event]
-    ) -> None:
-        await store.update_run(
-            conn,
-            run["id"],
-            expect=["RUNNING"],
-            owner=self.owner,
-            sets={"status": "FAILED", "error": error, "next_run_at": None, **_RELEASE},
-            now_columns=["failed_at"],
-            events=[*events, Event("WORKFLOW_FAILED", {"error": error})],
-        )
-        await store.enqueue_webhooks(
-            conn,
-            run["workspace_id"],
-            "workflow.failed",
-            {"workflowRunId": run["id"], "status": "FAILED", "error": error},
-        )
-        log.info("run_failed", workflow_run_id=run["id"], code=error.get("code"))

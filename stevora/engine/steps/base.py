@@ -1,0 +1,77 @@
+"""What a step type is to the driver: how to execute it, what to write when it starts waiting,
+and what happens when its wait is due."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import asyncpg
+
+from stevora.clock import iso
+from stevora.events import Event
+from stevora.tasks import StepResult
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class StepExecution:
+    """The identity and inputs of one step attempt, as the driver claimed it."""
+
+    run_id: str
+    workspace_id: str
+    owner: str  # lease owner: every write of this attempt is fenced by it
+    step_run_id: str
+    step_name: str
+    step_index: int
+    visit: int
+    attempt: int
+    input: dict[str, Any]
+    state: dict[str, Any]
+    started_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class WaitContext:
+    """A step run that is entering, or sits in, WAITING; `conn` is inside the driver's transaction."""
+
+    conn: asyncpg.Connection
+    rt: Runtime
+    run: asyncpg.Record
+    step_run: asyncpg.Record
+    step: Any  # the step's definition model
+
+
+class StepType:
+    """Base of every step type. Subclasses set `name` and implement `execute`.
+
+    `execute` returns a StepResult and touches no run or step rows: the driver records it. A step
+    that checkpoints inside its execution (the `llm` loop) does so through stevora.db, fenced by
+    the lease in `StepExecution.owner`.
+    """
+
+    name: ClassVar[str]
+    # What a timed-out wait was waiting for, in "No <waits_for> received before ...".
+    waits_for: ClassVar[str] = "signal"
+
+    async def execute(self, rt: Runtime, ex: StepExecution, step: Any) -> StepResult:
+        raise NotImplementedError
+
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
+        """Rows to write as the step goes WAITING (in the same transaction); returns extra events."""
+        return []
+
+    async def on_due(self, wait: WaitContext) -> StepResult:
+        """The step's `wait_until` passed: by default the wait timed out (TIMEOUT, retryable)."""
+        due = wait.step_run["wait_until"]
+        return StepResult(
+            status="failed",
+            error={
+                "code": "TIMEOUT",
+                "retryable": True,
+                "message": f"No {self.waits_for} received before {iso(due)}",
+            },
+        )

@@ -1,0 +1,196 @@
+"""`llm`: the model ↔ tool loop, checkpointed at every model call and every tool call.
+
+    rebuild transcript from committed rounds (llm_calls + tool_trace of this step visit)
+    loop:
+        run the tool calls of the last round that have no trace yet   ← resume point after a crash
+        final answer?            → guardrails → StepResult
+        over maxToolRounds?      → MAX_TOOL_ROUNDS (the extra request's tools are not executed)
+        call the model (fallback chain) → commit llm_calls row + LLM_CALL_COMPLETED (one statement)
+        each tool call           → run handler → commit tool_trace row + TOOL_CALL_* (one statement)
+
+The loop is split by concern: `llm_state` (the transcript rebuilt from rows), `llm_model` (model
+calls and their checkpoints), `llm_tools` (tool calls and theirs); this module drives them and
+decides how the step ends. The whole loop stays inside one worker execution: no broker hop per
+round (DESIGN §7).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from stevora.db import checkpoints, runs
+from stevora.db.checkpoints import CommittedRound
+from stevora.definitions import LlmStep
+from stevora.engine.steps.base import StepExecution, StepType
+from stevora.engine.steps.llm_model import ModelCaller
+from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
+from stevora.engine.steps.llm_tools import ToolRunner, resolve_tools
+from stevora.errors import LeaseLost, ProviderError
+from stevora.events import Event, EventType
+from stevora.llm import guardrails
+from stevora.llm.messages import Message
+from stevora.statuses import RunStatus
+from stevora.tasks import StepResult
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+log = structlog.get_logger("stevora.llm")
+
+
+class LlmStepRun:
+    """One execution of an llm step attempt (fresh or resumed)."""
+
+    def __init__(self, rt: Runtime, ex: StepExecution, step: LlmStep) -> None:
+        self.rt = rt
+        self.ex = ex
+        self.step = step
+        tools = resolve_tools(rt, step)
+        self.log = log.bind(workflow_run_id=ex.run_id, step_name=ex.step_name, attempt=ex.attempt)
+        self.model = ModelCaller(rt, ex, step, tools.specs, self.log)
+        self.tools = ToolRunner(rt, ex, step, tools, self.log)
+
+    async def run(self) -> StepResult:
+        prompt = render_prompt(self.step, self.ex.input, self.ex.state)
+        rounds = await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
+        st = rebuild(rounds, prompt)
+        while True:
+            last = st.rounds[-1] if st.rounds else None
+            if last is not None:
+                calls = response_message(last.response).tool_calls
+                if calls and st.tool_rounds > self.step.max_tool_rounds:
+                    return await self._max_rounds(st, last)
+                if calls:
+                    await self.tools.run_missing(st, last, calls)
+                else:
+                    result = await self._finish(st, last)
+                    if result is not None:
+                        return result
+            round_ = await self.model.call(st)
+            st.rounds.append(round_)
+            msg = response_message(round_.response)
+            st.transcript.append(msg)
+            if msg.tool_calls:
+                st.tool_rounds += 1
+
+    # -- endings ----------------------------------------------------------------------------
+
+    async def _max_rounds(self, st: LoopState, last: CommittedRound) -> StepResult:
+        limit = self.step.max_tool_rounds
+        if self.step.on_max_tool_rounds == "complete":
+            text = next(
+                (m.content for m in reversed(st.transcript) if m.role == "assistant" and m.content), ""
+            )
+            return self._result(st, text or "", None, last, stopped_at_limit=True)
+        return StepResult(
+            status="failed",
+            retryable=False,
+            error={
+                "code": "MAX_TOOL_ROUNDS",
+                "message": f"The model still asked for tools after {limit} tool rounds",
+                "details": {
+                    "maxToolRounds": limit,
+                    "requestedTools": [c["name"] for c in last.response.get("toolCalls") or ()],
+                },
+            },
+        )
+
+    async def _finish(self, st: LoopState, last: CommittedRound) -> StepResult | None:
+        text = last.response.get("text") or ""
+        parsed = guardrails.parse_output(text, self.step)
+        violations = guardrails.check(self.step, text, parsed)
+        if not violations:
+            return self._result(st, text, parsed.value, last)
+        config = self.step.guardrails
+        action = config.on_failure if config is not None else "block"
+        if (
+            action == "retry_with_feedback"
+            and config is not None
+            and st.feedback_attempts >= config.max_feedback_attempts
+        ):
+            action = "block"
+        await self._guardrail_event(violations, action, last)
+        if action == "warn":
+            return self._result(st, text, parsed.value, last, warnings=[v.to_dict() for v in violations])
+        if action == "retry_with_feedback":
+            st.feedback_attempts += 1
+            st.pending_append = [Message.user(guardrails.feedback_message(violations))]
+            return None
+        return StepResult(
+            status="failed",
+            retryable=False,
+            error={
+                "code": "GUARDRAIL_FAILED",
+                "message": "; ".join(v.message for v in violations),
+                "details": {"violations": [v.to_dict() for v in violations]},
+            },
+        )
+
+    async def _guardrail_event(
+        self, violations: list[guardrails.Violation], action: str, last: CommittedRound
+    ) -> None:
+        async with self.rt.pool.acquire() as conn, conn.transaction():
+            await runs.update_run(
+                conn,
+                self.ex.run_id,
+                expect=[RunStatus.RUNNING],
+                owner=self.ex.owner,
+                events=[
+                    Event(
+                        EventType.GUARDRAIL_FAILED,
+                        {
+                            "stepName": self.ex.step_name,
+                            "round": last.round,
+                            "action": action,
+                            "violations": [v.to_dict() for v in violations],
+                        },
+                        self.ex.step_run_id,
+                    )
+                ],
+            )
+
+    def _result(
+        self,
+        st: LoopState,
+        text: str,
+        value: Any,
+        last: CommittedRound,
+        *,
+        stopped_at_limit: bool = False,
+        warnings: list[dict[str, Any]] | None = None,
+    ) -> StepResult:
+        result = value if value is not None else text
+        output: dict[str, Any] = {
+            "text": text,
+            "model": last.model,
+            "provider": last.provider,
+            "rounds": len(st.rounds),
+            "toolRounds": min(st.tool_rounds, self.step.max_tool_rounds),
+            "costUsd": st.cost_usd,
+            "usage": {"inputTokens": st.usage.input_tokens, "outputTokens": st.usage.output_tokens},
+        }
+        if value is not None:
+            output["json"] = value
+        if stopped_at_limit:
+            output["stoppedAtMaxToolRounds"] = True
+        if warnings:
+            output["guardrailWarnings"] = warnings
+        return StepResult(output=output, state_updates={self.step.effective_output_key(): result})
+
+
+class LlmStepType(StepType):
+    name = "llm"
+
+    async def execute(self, rt: Runtime, ex: StepExecution, step: LlmStep) -> StepResult:
+        try:
+            return await LlmStepRun(rt, ex, step).run()
+        except LeaseLost:
+            raise
+        except ProviderError as exc:
+            return StepResult(
+                status="failed",
+                error={**exc.to_dict(), "message": f"All models failed; last error: {exc.message}"},
+                retryable=exc.retryable,
+            )

@@ -1,0 +1,215 @@
+"""The `llm` step's model calls: the fallback chain, concurrency caps, and one checkpoint per call
+(`llm_calls` row + `LLM_CALL_COMPLETED` / `LLM_CALL_FAILED`, one statement)."""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+
+import structlog
+
+from stevora.db import checkpoints
+from stevora.db.checkpoints import CommittedRound, LlmCallRecord
+from stevora.definitions import LlmStep
+from stevora.engine.steps.base import StepExecution
+from stevora.engine.steps.llm_state import LoopState
+from stevora.errors import ProviderError, ProviderNotFound, StevoraError
+from stevora.events import EventType
+from stevora.llm.messages import LlmRequest, LlmResponse, ToolSpec, tool_choice_of
+from stevora.llm.provider import Provider
+from stevora.llm.transcript import prepare_transcript
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+
+class ModelCaller:
+    """Calls `[model, *fallbackModels]` in order and checkpoints every attempt."""
+
+    def __init__(
+        self,
+        rt: Runtime,
+        ex: StepExecution,
+        step: LlmStep,
+        tool_specs: list[ToolSpec],
+        log: structlog.typing.FilteringBoundLogger,
+    ) -> None:
+        self.rt = rt
+        self.ex = ex
+        self.step = step
+        self.tool_specs = tool_specs
+        self.log = log
+        self.timeout_s = step.timeout_ms / 1000 if step.timeout_ms else None
+        self._model_index = 0  # index into [model, *fallbackModels] of the model that answered last
+
+    async def call(self, st: LoopState) -> CommittedRound:
+        appended, st.pending_append = st.pending_append, []
+        is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
+        st.transcript.extend(appended)
+        candidates = [self.step.model, *self.step.fallback_models]
+        last_error: StevoraError | None = None
+        # Stay on the model that answered last: once the primary has failed over, later rounds of
+        # this execution do not pay for its failures (and its SDK retries) again.
+        for index in range(self._model_index, len(candidates)):
+            model = candidates[index]
+            provider = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
+            if provider is None:
+                self.log.warning("no_provider_for_model", model=model, hint="trying next")
+                # A real provider failure (maybe retryable) outranks a missing fallback provider:
+                # otherwise an unconfigured fallback would turn a 503 into a permanent failure.
+                if not isinstance(last_error, ProviderError):
+                    last_error = ProviderNotFound(
+                        f"No provider configured for model '{model}'", details={"model": model}
+                    )
+                continue
+            request = LlmRequest(
+                model=model,
+                messages=prepare_transcript(st.transcript, provider_name=provider.name),
+                tools=self.tool_specs,
+                temperature=self.step.temperature,
+                max_tokens=self.step.max_tokens,
+                response_format=self.step.response_format,
+                parallel_tool_calls=self.step.parallel_tool_calls,
+                timeout_s=self.timeout_s,
+                output_schema=self.step.output_schema,
+                # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
+                tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
+            )
+            stored_request = {
+                "messages": [m.to_dict() for m in appended],
+                "model": model,
+                "tools": [t.name for t in self.tool_specs],
+                "temperature": self.step.temperature,
+                "maxTokens": self.step.max_tokens,
+                "responseFormat": self.step.response_format,
+                **({"feedback": True} if is_feedback else {}),
+            }
+            started = time.perf_counter()
+            try:
+                async with self._limit(provider.name, model):
+                    response = await provider.complete(request)
+            except ProviderError as exc:
+                last_error = exc
+                await self._record_failed_call(
+                    st, provider, model, stored_request, exc, time.perf_counter() - started
+                )
+                continue
+            self._model_index = index
+            return await self._record_call(
+                st, provider, model, stored_request, response, time.perf_counter() - started
+            )
+        assert last_error is not None
+        raise last_error
+
+    @contextlib.asynccontextmanager
+    async def _limit(self, provider: str, model: str) -> AsyncIterator[None]:
+        limits = self.rt.llm_limits
+        async with contextlib.AsyncExitStack() as stack:
+            for key in (provider, model):
+                sem = limits.get(key)
+                if sem is not None:
+                    await stack.enter_async_context(sem)
+            yield
+
+    async def _record_call(
+        self,
+        st: LoopState,
+        provider: Provider,
+        model: str,
+        stored_request: dict[str, Any],
+        response: LlmResponse,
+        elapsed_s: float,
+    ) -> CommittedRound:
+        usage = response.usage
+        cost = self.rt.pricing.cost_usd(provider.name, response.model or model, usage)
+        calls = [c.to_dict() for c in response.tool_calls]
+        rec = LlmCallRecord(
+            step_run_id=self.ex.step_run_id,
+            step_name=self.ex.step_name,
+            round=st.next_round,
+            provider=provider.name,
+            model=model,
+            status="completed",
+            request=stored_request,
+            response={
+                "text": response.text,
+                "toolCalls": calls,
+                "responseModel": response.model,
+                "responseId": response.response_id,
+                "priced": cost is not None,
+            },
+            finish_reason=response.finish_reason,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            cache_read_tokens=usage.cache_read_tokens,
+            cache_write_tokens=usage.cache_write_tokens,
+            cost_usd=cost or 0.0,
+            duration_ms=elapsed_s * 1000,
+        )
+        payload = {
+            "llmCallId": rec.id,
+            "model": model,
+            "provider": provider.name,
+            "round": rec.round,
+            "inputTokens": usage.input_tokens,
+            "outputTokens": usage.output_tokens,
+            "costUsd": rec.cost_usd,
+            "durationMs": round(rec.duration_ms, 3),
+            "toolCalls": [c["name"] for c in calls],
+            "finishReason": response.finish_reason,
+        }
+        await checkpoints.record_llm_call(
+            self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
+        )
+        self.rt.faults.reached("llm_call_committed", rec.round)
+        st.next_round += 1
+        st.cost_usd += rec.cost_usd
+        st.usage = st.usage + usage
+        return CommittedRound(
+            llm_call_id=rec.id,
+            step_run_id=rec.step_run_id,
+            round=rec.round,
+            model=model,
+            provider=provider.name,
+            request=stored_request,
+            response=rec.response or {},
+            cost_usd=rec.cost_usd,
+            input_tokens=usage.input_tokens,
+            output_tokens=usage.output_tokens,
+            tool_results={},
+        )
+
+    async def _record_failed_call(
+        self,
+        st: LoopState,
+        provider: Provider,
+        model: str,
+        stored_request: dict[str, Any],
+        exc: ProviderError,
+        elapsed_s: float,
+    ) -> None:
+        self.log.warning("llm_call_failed", model=model, provider=provider.name, error=exc.message)
+        rec = LlmCallRecord(
+            step_run_id=self.ex.step_run_id,
+            step_name=self.ex.step_name,
+            round=st.next_round,
+            provider=provider.name,
+            model=model,
+            status="failed",
+            request=stored_request,
+            error={**exc.to_dict(), "retryable": exc.retryable},
+            duration_ms=elapsed_s * 1000,
+        )
+        payload = {
+            "llmCallId": rec.id,
+            "model": model,
+            "provider": provider.name,
+            "round": rec.round,
+            "error": rec.error,
+            "durationMs": round(rec.duration_ms, 3),
+        }
+        await checkpoints.record_llm_call(
+            self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
+        )

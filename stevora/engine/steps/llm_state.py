@@ -1,0 +1,73 @@
+"""The `llm` step's conversation state, rebuilt from committed rows on every (re)start.
+
+Each round is stored once (`llm_calls` + `tool_trace`), so the history grows linearly and a
+resumed step sees exactly what the model saw before the crash.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from stevora.db import checkpoints
+from stevora.db.checkpoints import CommittedRound
+from stevora.definitions import LlmStep
+from stevora.llm.messages import Message, ToolCall, Usage
+from stevora.templating import render_template
+
+
+def render_prompt(step: LlmStep, input: dict[str, Any], state: dict[str, Any]) -> list[Message]:
+    messages: list[Message] = []
+    if step.system_prompt:
+        messages.append(Message.system(render_template(step.system_prompt, input=input, state=state)))
+    for m in step.messages:
+        messages.append(Message(role=m.role, content=render_template(m.content, input=input, state=state)))
+    return messages
+
+
+@dataclass(slots=True)
+class LoopState:
+    transcript: list[Message]
+    rounds: list[CommittedRound]
+    next_round: int
+    tool_rounds: int  # rounds whose tool calls were (or are to be) executed
+    feedback_attempts: int = 0
+    pending_append: list[Message] = field(default_factory=list)  # stored with the next model call
+    cost_usd: float = 0.0
+    usage: Usage = field(default_factory=Usage)
+
+
+def response_message(response: dict[str, Any]) -> Message:
+    """The assistant turn a stored response stands for."""
+    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in response.get("toolCalls") or ())
+    return Message(role="assistant", content=response.get("text"), tool_calls=calls)
+
+
+def rebuild(rounds: list[CommittedRound], prompt: list[Message]) -> LoopState:
+    """The conversation so far, from the committed rows (each stored once)."""
+    if not rounds:
+        return LoopState(transcript=[], rounds=[], next_round=1, tool_rounds=0, pending_append=list(prompt))
+    transcript: list[Message] = []
+    state = LoopState(transcript=transcript, rounds=rounds, next_round=rounds[-1].round + 1, tool_rounds=0)
+    for r in rounds:
+        transcript.extend(Message.from_dict(m) for m in r.request.get("messages") or ())
+        if r.request.get("feedback"):
+            state.feedback_attempts += 1
+        msg = response_message(r.response)
+        transcript.append(msg)
+        if msg.tool_calls:
+            state.tool_rounds += 1
+        for index, call in enumerate(msg.tool_calls):
+            trace = r.tool_results.get(index)
+            if trace is not None:
+                transcript.append(
+                    Message.tool_result(
+                        call.id,
+                        checkpoints.replay_result_text(trace),
+                        name=call.name,
+                        is_error=trace["status"] != "completed",
+                    )
+                )
+        state.cost_usd += r.cost_usd
+        state.usage = state.usage + Usage(input_tokens=r.input_tokens, output_tokens=r.output_tokens)
+    return state

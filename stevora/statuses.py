@@ -1,0 +1,84 @@
+"""Run, step and approval statuses: the one catalogue used by the engine, the API, the UI and the client.
+
+Stored as text with a CHECK constraint (stevora.db.models) and sent as the documented UPPERCASE
+strings. `StrEnum` members *are* those strings, so they compare equal to what the database and the
+wire carry. This module imports nothing from Stevora, so the client can use it on its own.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class RunStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    WAITING = "WAITING"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    CANCELLED = "CANCELLED"
+
+
+class StepStatus(StrEnum):
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    WAITING = "WAITING"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    SKIPPED = "SKIPPED"
+    CANCELLED = "CANCELLED"
+
+
+class ApprovalStatus(StrEnum):
+    PENDING = "PENDING"
+    DECIDED = "DECIDED"
+    EXPIRED = "EXPIRED"
+    CANCELLED = "CANCELLED"
+
+
+TERMINAL_RUN_STATUSES: frozenset[RunStatus] = frozenset(
+    {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+)
+# Runs a command may still act on (cancel), i.e. not finished.
+ACTIVE_RUN_STATUSES: tuple[RunStatus, ...] = (
+    RunStatus.PENDING,
+    RunStatus.RUNNING,
+    RunStatus.WAITING,
+    RunStatus.PAUSED,
+)
+# Runs a worker may hold a lease on (claim, heartbeat, sweep).
+LEASABLE_RUN_STATUSES: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
+OPEN_STEP_STATUSES: tuple[StepStatus, ...] = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.WAITING)
+
+# Transition tables, exactly as documented (reference §6). The guarded SQL only ever moves rows
+# along these edges; tests assert each transition helper against them.
+RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
+    RunStatus.PENDING: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.RUNNING: frozenset(
+        {RunStatus.WAITING, RunStatus.PAUSED, RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
+    ),
+    RunStatus.WAITING: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED, RunStatus.FAILED}),
+    RunStatus.PAUSED: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
+    RunStatus.COMPLETED: frozenset(),
+    RunStatus.FAILED: frozenset({RunStatus.RUNNING}),
+    RunStatus.CANCELLED: frozenset(),
+}
+STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
+    StepStatus.PENDING: frozenset({StepStatus.RUNNING, StepStatus.SKIPPED, StepStatus.CANCELLED}),
+    StepStatus.RUNNING: frozenset(
+        {StepStatus.WAITING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED}
+    ),
+    StepStatus.WAITING: frozenset(
+        {StepStatus.RUNNING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED}
+    ),
+    StepStatus.COMPLETED: frozenset(),
+    StepStatus.FAILED: frozenset({StepStatus.RUNNING}),
+    StepStatus.SKIPPED: frozenset(),
+    StepStatus.CANCELLED: frozenset(),
+}
+
+
+def values(statuses: type[StrEnum]) -> tuple[str, ...]:
+    """The plain string values of an enum, in declaration order (for CHECK constraints, Literals)."""
+    return tuple(member.value for member in statuses)
