@@ -177,6 +177,7 @@ _LATENCIES: list[float] = []
 @pytest.fixture(scope="session")
 def latency_report() -> Iterator[list[float]]:
     """Per-call latency against the server, written to test-artifacts/interop-latency.json."""
+    (ARTIFACTS / "interop-latency.json").unlink(missing_ok=True)  # never report a stale run
     yield _LATENCIES
     if _LATENCIES:
         ordered = sorted(_LATENCIES)
