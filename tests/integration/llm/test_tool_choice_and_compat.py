@@ -11,12 +11,14 @@ from collections.abc import AsyncIterator, Callable, Iterator
 
 import openai
 import pytest
+import structlog
 
 from stevora.errors import ProviderError
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message, NamedTool, ToolCall, ToolSpec
 from stevora.llm.openai_provider import OpenAIProvider, http_client
-from stevora.settings import ServerCapabilities
+from stevora.llm.setup import build_router
+from stevora.settings import ServerCapabilities, Settings
 from stevora.testing.fake_llm import FakeLLMServer, error, openai_text, scripted_responder
 
 WEATHER = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}})
@@ -165,3 +167,34 @@ async def test_required_on_a_llamacpp_like_server_is_sent_as_the_named_form_of_i
     )
     assert [call.name for call in response.tool_calls] == ["get_weather"]
     assert llamacpp_fake.openai.requests[0].json["tool_choice"]["function"] == {"name": "get_weather"}
+
+
+async def test_a_server_that_omits_usage_is_logged_once_and_counts_zero(
+    llamacpp_fake: FakeLLMServer, make_compat: CompatFactory
+) -> None:
+    answer = openai_text("hi")
+    assert answer.body is not None
+    del answer.body["usage"]
+    llamacpp_fake.openai.enqueue(answer, openai_text("again"))
+    provider = make_compat()
+    with structlog.testing.capture_logs() as logs:
+        first = await provider.complete(LlmRequest(model="smollm2", messages=[Message.user("hi")]))
+        await provider.complete(LlmRequest(model="smollm2", messages=[Message.user("hi")]))
+
+    assert first.usage.total_tokens == 0
+    assert [entry["event"] for entry in logs].count("llm_usage_missing") == 1
+
+
+async def test_build_router_gives_each_compat_server_its_configured_capabilities() -> None:
+    settings = Settings(
+        compat_base_urls={"vllm": "http://127.0.0.1:9/v1", "llamacpp": "http://127.0.0.1:9/v1"},
+        compat_capabilities={"vllm": ServerCapabilities(tool_choice=frozenset({"required"}), send_auto=True)},
+    )
+    router = build_router(settings)
+    try:
+        vllm, llamacpp = router.get("vllm"), router.get("llamacpp")
+        assert isinstance(vllm, OpenAIProvider) and isinstance(llamacpp, OpenAIProvider)
+        assert vllm.capabilities.send_auto and vllm.capabilities.tool_choice == {"required"}
+        assert llamacpp.capabilities == ServerCapabilities()
+    finally:
+        await router.aclose()
