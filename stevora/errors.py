@@ -145,3 +145,15 @@ class LeaseLost(StevoraError):
     """This worker no longer owns the run (lease expired and taken, or the run was cancelled)."""
 
     code = "LEASE_LOST"
+
+
+class InvalidToolOutputs(StevoraError):
+    """A `tool-outputs` item names no call the run waits for, or one answered differently."""
+
+    code = "INVALID_TOOL_OUTPUTS"
+    http_status = 400
+
+
+class ToolOutputTooLarge(StevoraError):
+    code = "TOOL_OUTPUT_TOO_LARGE"
+    http_status = 400

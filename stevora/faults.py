@@ -7,6 +7,9 @@ reaches that point: `<point>[:<round>[:<call index>]]`. Points:
 * `tool_returned`      — a tool handler returned, its trace is not committed yet
 * `tool_committed`     — right after a tool trace + event commit
 * `step_started`       — a step run just went RUNNING (before its handler runs)
+* `llm_call_starting`  — about to send a round's model request (`:<round>`)
+* `parent_told`        — a child run's ending committed its parent's tool result; the parent
+                         has not been dispatched yet
 
 Production never sets it; the cost when unset is one attribute check per checkpoint.
 """

@@ -27,27 +27,41 @@ class DefinitionCache:
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
-        self._cache: dict[str, WorkflowDefinitionSpec] = {}
+        self._cache: dict[str, tuple[str, WorkflowDefinitionSpec]] = {}
 
-    async def get(self, definition_id: str) -> WorkflowDefinitionSpec:
-        spec = self._cache.get(definition_id)
-        if spec is None:
+    async def _load(self, definition_id: str) -> tuple[str, WorkflowDefinitionSpec] | None:
+        found = self._cache.get(definition_id)
+        if found is None:
             row = await self.pool.fetchrow(
-                "SELECT name, version, description, steps FROM workflow_definitions WHERE id = $1",
+                "SELECT workspace_id, name, version, description, steps, input_schema, default_params "
+                "FROM workflow_definitions WHERE id = $1",
                 definition_id,
             )
             if row is None:
-                raise NotFoundError(f"Workflow definition {definition_id} not found")
+                return None
             spec = parse_definition(
                 {
                     "name": row["name"],
                     "version": row["version"],
                     "description": row["description"],
                     "steps": row["steps"],
+                    "inputSchema": row["input_schema"],
+                    "defaultParams": row["default_params"],
                 }
             )
-            self._cache[definition_id] = spec
-        return spec
+            found = self._cache[definition_id] = (row["workspace_id"], spec)
+        return found
+
+    async def get(self, definition_id: str) -> WorkflowDefinitionSpec:
+        found = await self._load(definition_id)
+        if found is None:
+            raise NotFoundError(f"Workflow definition {definition_id} not found")
+        return found[1]
+
+    async def get_in_workspace(self, workspace_id: str, definition_id: str) -> WorkflowDefinitionSpec | None:
+        """The definition if it belongs to the workspace (another workspace's is not found)."""
+        found = await self._load(definition_id)
+        return found[1] if found is not None and found[0] == workspace_id else None
 
 
 @dataclass

@@ -103,6 +103,8 @@ class Settings(BaseSettings):
     # Price overrides in USD per million tokens: {"my-model": [input, output]}.
     model_prices: dict[str, tuple[float, float]] = {}
     max_tool_output_bytes: int = 100_000
+    # Workflows called as tools: a root run is depth 1; a call that would go deeper fails at once.
+    max_workflow_depth: int = Field(default=5, ge=1, le=50)
 
     # Webhooks
     webhook_max_attempts: int = 8

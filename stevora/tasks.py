@@ -66,6 +66,9 @@ class StepResult:
     # For waiting results: the WORKFLOW_PAUSED event's `reason` and any extra payload fields.
     pause_reason: str | None = None
     pause_details: dict[str, Any] | None = None
+    # Engine-internal: what a waiting step hands over to be answered from outside (see
+    # stevora.engine.steps.awaited); its step type's `on_waiting` records it.
+    awaiting: list[Any] | None = None
 
     @classmethod
     def coerce(cls, value: Any) -> StepResult:

@@ -146,13 +146,15 @@ async def create_definition(rt: Runtime, workspace_id: str, spec: dict[str, Any]
     dump = parsed.model_dump(by_alias=True, exclude_none=True, mode="json")
     def_id = new_id("wfdef")
     await rt.pool.execute(
-        "INSERT INTO workflow_definitions (id, workspace_id, name, version, description, steps) "
-        "VALUES ($1, $2, $3, $4, $5, $6)",
+        "INSERT INTO workflow_definitions (id, workspace_id, name, version, description, steps, "
+        "input_schema, default_params) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         def_id,
         workspace_id,
         parsed.name,
         parsed.version,
         parsed.description,
         dump["steps"],
+        parsed.input_schema,
+        parsed.default_params,
     )
     return def_id

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 import asyncpg
@@ -38,7 +39,7 @@ WITH r AS (
 )
 INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
 SELECT $20, $1, $4, r.event_seq, $21, $22 FROM r, c
-RETURNING sequence
+RETURNING created_at
 """
 
 _TOOL_TRACE_SQL = """
@@ -96,21 +97,24 @@ class ToolTraceRecord:
     result_text: str | None
     duration_ms: float
     idempotency_key: str
+    child_run_id: str | None = None
     id: str = field(default_factory=lambda: new_id("tt"))
 
 
 async def record_llm_call(
     pool: asyncpg.Pool, run_id: str, owner: str, rec: LlmCallRecord, event_type: str, payload: dict[str, Any]
-) -> None:
-    seq = await pool.fetchval(
+) -> datetime:
+    """Commit the call's row and event; returns the commit's timestamp (the row's `created_at`)."""
+    committed_at = await pool.fetchval(
         _LLM_CALL_SQL,
         run_id, owner, rec.id, rec.step_run_id, rec.step_name, rec.round, rec.provider, rec.model, rec.status,
         rec.request, rec.response, rec.error, rec.input_tokens, rec.output_tokens, rec.cache_read_tokens,
         rec.cache_write_tokens, rec.cost_usd, rec.finish_reason, rec.duration_ms,
         new_id("evt"), event_type, payload,
     )  # fmt: skip
-    if seq is None:
+    if committed_at is None:
         raise LeaseLost(f"run {run_id}: lease lost before recording LLM call round {rec.round}")
+    return committed_at  # type: ignore[no-any-return]
 
 
 async def record_tool_trace(
@@ -131,6 +135,26 @@ async def record_tool_trace(
         raise LeaseLost(f"run {run_id}: lease lost before recording tool call {rec.idempotency_key}")
 
 
+async def insert_tool_traces(conn: asyncpg.Connection, run_id: str, records: list[ToolTraceRecord]) -> None:
+    """Trace rows of calls answered from outside the loop, in the caller's transaction (which also
+    writes their events and holds the run's row lock). The unique (llm_call_id, sequence) key makes
+    a second answer for the same call fail the whole transaction instead of duplicating it."""
+    await conn.executemany(
+        "INSERT INTO tool_trace (id, workflow_run_id, step_run_id, llm_call_id, round, sequence, tool_call_id, "
+        "tool_name, input_json, output_json, status, error, error_code, result_text, duration_ms, "
+        "idempotency_key, child_run_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
+        "$15, $16, $17)",
+        [
+            (
+                r.id, run_id, r.step_run_id, r.llm_call_id, r.round, r.sequence, r.tool_call_id, r.tool_name,
+                r.input_json, r.output_json, r.status, r.error, r.error_code, r.result_text, r.duration_ms,
+                r.idempotency_key, r.child_run_id,
+            )
+            for r in records
+        ],
+    )  # fmt: skip
+
+
 @dataclass(slots=True)
 class CommittedRound:
     """A completed model call of this step visit and the tool results committed for it."""
@@ -146,13 +170,14 @@ class CommittedRound:
     input_tokens: int
     output_tokens: int
     tool_results: dict[int, asyncpg.Record]  # sequence → tool_trace row
+    committed_at: datetime
 
 
 async def load_rounds(pool: asyncpg.Pool, run_id: str, step_name: str, visit: int) -> list[CommittedRound]:
     """Every committed round of this step visit, across its attempts, oldest first."""
     calls = await pool.fetch(
         "SELECT c.id, c.step_run_id, c.round, c.model, c.provider, c.request, c.response, c.cost_usd, "
-        "c.input_tokens, c.output_tokens "
+        "c.input_tokens, c.output_tokens, c.created_at "
         "FROM llm_calls c JOIN step_runs s ON s.id = c.step_run_id "
         "WHERE s.workflow_run_id = $1 AND s.step_name = $2 AND s.visit = $3 AND c.status = 'completed' "
         "ORDER BY c.round, c.created_at",
@@ -183,6 +208,7 @@ async def load_rounds(pool: asyncpg.Pool, run_id: str, step_name: str, visit: in
             input_tokens=c["input_tokens"],
             output_tokens=c["output_tokens"],
             tool_results=by_call.get(c["id"], {}),
+            committed_at=c["created_at"],
         )
         for c in calls
     ]

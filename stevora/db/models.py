@@ -92,6 +92,10 @@ class WorkflowDefinition(Base):
     version: Mapped[str] = mapped_column(String(50))
     description: Mapped[str | None] = mapped_column(String(1000))
     steps: Mapped[list[Any]] = mapped_column(JSONB)  # validated camelCase step objects
+    # What the workflow takes as input: a JSON Schema, or Dagu's `defaultParams` string. Either
+    # becomes the parameters of the workflow when another run's model calls it as a tool.
+    input_schema: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    default_params: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 
@@ -109,6 +113,7 @@ class WorkflowRun(Base):
             postgresql_where=text("status IN ('PENDING', 'RUNNING', 'WAITING')"),
         ),
         Index("ix_runs_active", "status", postgresql_where=text("status IN ('PENDING', 'RUNNING')")),
+        Index("ix_runs_parent", "parent_run_id", postgresql_where=text("parent_run_id IS NOT NULL")),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
@@ -136,6 +141,11 @@ class WorkflowRun(Base):
     dispatched_at: Mapped[datetime | None] = _ts()
     # Last allocated event sequence; incremented in the same statement that writes events.
     event_seq: Mapped[int] = mapped_column(Integer, server_default="0")
+    # A run started by another run's model calling a workflow as a tool: its parent, the model's
+    # tool-call id there, and how deep in such a chain it is (a root run is depth 1).
+    parent_run_id: Mapped[str | None] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    parent_tool_call_id: Mapped[str | None] = mapped_column(String(200))
+    depth: Mapped[int] = mapped_column(Integer, server_default="1")
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 
@@ -244,7 +254,41 @@ class ToolTrace(Base):
     result_text: Mapped[str | None] = mapped_column(Text)
     duration_ms: Mapped[float] = mapped_column(Float, server_default="0")
     idempotency_key: Mapped[str] = mapped_column(String(120))
+    # For a workflow called as a tool: the run that answered the call.
+    child_run_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
+
+
+class AwaitedToolCall(Base):
+    """A tool call whose result is written by someone other than the loop: the API caller
+    (`client`) or a child run (`workflow`). Written in the transaction that makes the step WAITING;
+    answered by writing its tool_trace row (and marking it here) in one transaction."""
+
+    __tablename__ = "awaited_tool_calls"
+    __table_args__ = (
+        CheckConstraint("kind IN ('client', 'workflow')", name="kind"),
+        CheckConstraint("status IN ('pending', 'answered')", name="status"),
+        # One wait per (model call, tool-call index): a replayed round never creates a second
+        # one (nor a second child run).
+        UniqueConstraint("llm_call_id", "sequence", name="uq_awaited_tool_call"),
+        Index("ix_awaited_pending", "workflow_run_id", postgresql_where=text("status = 'pending'")),
+        Index("ix_awaited_child", "child_run_id", postgresql_where=text("child_run_id IS NOT NULL")),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"))
+    llm_call_id: Mapped[str] = mapped_column(ForeignKey("llm_calls.id", ondelete="CASCADE"))
+    round: Mapped[int] = mapped_column(Integer)
+    sequence: Mapped[int] = mapped_column(Integer)
+    tool_call_id: Mapped[str] = mapped_column(String(200))
+    tool_name: Mapped[str] = mapped_column(String(64))
+    arguments: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    kind: Mapped[str] = mapped_column(String(16))
+    status: Mapped[str] = mapped_column(String(16), server_default="pending")
+    deadline_at: Mapped[datetime | None] = _ts()
+    child_run_id: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[datetime] = _created()
+    answered_at: Mapped[datetime | None] = _ts()
 
 
 class ApprovalRequest(Base):

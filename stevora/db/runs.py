@@ -19,11 +19,12 @@ import asyncpg
 from stevora.errors import InvalidStateTransition, LeaseLost
 from stevora.events import Event
 from stevora.ids import new_id
-from stevora.statuses import OPEN_STEP_STATUSES, StepStatus
+from stevora.statuses import ACTIVE_RUN_STATUSES, OPEN_STEP_STATUSES, StepStatus
 
 RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
-    "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at"
+    "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at, "
+    "parent_run_id, parent_tool_call_id, depth"
 )
 STEP_COLUMNS = (
     "id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, input, output, "
@@ -207,6 +208,11 @@ async def get_run(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> async
     return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1", run_id)
 
 
+async def lock_run(conn: asyncpg.Connection, run_id: str) -> asyncpg.Record | None:
+    """The run, row-locked until the caller's transaction ends (serialises writers of one run)."""
+    return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE", run_id)
+
+
 async def get_run_in_workspace(
     conn: asyncpg.Connection, workspace_id: str, run_id: str, *, for_update: bool = False
 ) -> asyncpg.Record | None:
@@ -230,6 +236,9 @@ async def insert_run(
     definition_id: str,
     input: dict[str, Any],
     idempotency_key: str | None,
+    parent_run_id: str | None = None,
+    parent_tool_call_id: str | None = None,
+    depth: int = 1,
 ) -> asyncpg.Record | None:
     """Insert a PENDING run, checking the definition belongs to the workspace in the same statement.
 
@@ -237,8 +246,8 @@ async def insert_run(
     """
     return await conn.fetchrow(
         "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
-        "dispatched_at) "
-        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now() FROM workflow_definitions d "
+        "dispatched_at, parent_run_id, parent_tool_call_id, depth) "
+        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now(), $6, $7, $8 FROM workflow_definitions d "
         "WHERE d.id = $3 AND d.workspace_id = $2 "
         "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING "
         f"RETURNING {RUN_COLUMNS}",
@@ -247,6 +256,9 @@ async def insert_run(
         definition_id,
         input,
         idempotency_key,
+        parent_run_id,
+        parent_tool_call_id,
+        depth,
     )
 
 
@@ -258,6 +270,31 @@ async def get_run_by_idempotency_key(
         workspace_id,
         key,
     )
+
+
+async def active_children(conn: asyncpg.Connection, run_id: str) -> list[str]:
+    """Children of `run_id` that are still active, locked (a child ending concurrently either
+    finished first — and is skipped — or waits for this transaction)."""
+    rows = await conn.fetch(
+        "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND status = ANY($2::text[]) "
+        "ORDER BY id FOR UPDATE",
+        run_id,
+        list(ACTIVE_RUN_STATUSES),
+    )
+    return [r["id"] for r in rows]
+
+
+async def ancestor_definition_names(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> list[str]:
+    """The definition names of a run and of every run above it (parent, grandparent, ...)."""
+    rows = await conn.fetch(
+        "WITH RECURSIVE chain(id, parent_run_id, definition_id) AS ("
+        "  SELECT id, parent_run_id, definition_id FROM workflow_runs WHERE id = $1"
+        "  UNION ALL"
+        "  SELECT r.id, r.parent_run_id, r.definition_id FROM workflow_runs r JOIN chain c ON r.id = c.parent_run_id"
+        ") SELECT d.name FROM chain c JOIN workflow_definitions d ON d.id = c.definition_id",
+        run_id,
+    )
+    return [r["name"] for r in rows]
 
 
 async def cancel_open_steps(conn: asyncpg.Connection, run_id: str) -> list[str]:

@@ -9,7 +9,9 @@ from stevora.definitions.llm_step import (
     LlmToolDef,
     NamedToolChoice,
     ToolRef,
+    WorkflowToolDef,
 )
+from stevora.definitions.params import ParamsError, parse_default_params
 from stevora.definitions.retry import (
     APPROVAL_RETRY_POLICY,
     DEFAULT_RETRY_POLICY,
@@ -48,6 +50,7 @@ __all__ = [
     "LlmTool",
     "LlmToolDef",
     "NamedToolChoice",
+    "ParamsError",
     "RetryPolicy",
     "StepBase",
     "StepDefinition",
@@ -55,7 +58,9 @@ __all__ = [
     "ToolRef",
     "WaitStep",
     "WorkflowDefinitionSpec",
+    "WorkflowToolDef",
     "compute_next_retry_delay_ms",
+    "parse_default_params",
     "parse_definition",
     "problems_from_pydantic",
 ]

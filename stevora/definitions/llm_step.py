@@ -31,6 +31,7 @@ _TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 DUPLICATE_TOOL_MESSAGE = "Duplicate tool name '{name}' (already used by tools[{first}])"
 INLINE_TOOL_TAG = "inline"
 TOOL_REF_TAG = "ref"
+WORKFLOW_TOOL_TAG = "workflow"
 
 
 def _check_tool_name(name: str) -> str:
@@ -75,11 +76,32 @@ class LlmMessage(CamelModel):
 
 
 class LlmToolDef(CamelModel):
-    """A tool declared inline: the model sees its description and argument schema."""
+    """A tool declared inline: the model sees its description and argument schema.
+
+    `execution: "handler"` (the default) runs the handler registered under `name` in the worker;
+    `"client"` hands the call to the API caller (the run waits, durably, for
+    `POST /v1/workflow-runs/{id}/tool-outputs`). `timeoutMs` bounds the handler's run, or the wait
+    for a client's output (counted from the commit of the model call that asked for it).
+    """
 
     name: ToolName
     description: str = Field(max_length=1024)
     parameters: Annotated[dict[str, Any], AfterValidator(_check_parameters_schema)]
+    execution: Literal["handler", "client"] = "handler"
+    timeout_ms: int | None = Field(default=None, ge=1)
+
+
+class WorkflowToolDef(CamelModel):
+    """A whole workflow offered to the model as a tool: calling it starts a child run whose output
+    is the tool result. `parameters` and `description` default to the child definition's
+    `inputSchema` (or `defaultParams`) and `description`; without `version` the newest version at
+    the time of the call runs."""
+
+    name: ToolName
+    workflow: str = Field(min_length=1, max_length=200)
+    version: str | None = Field(default=None, min_length=1, max_length=50)
+    description: str | None = Field(default=None, max_length=1024)
+    parameters: Annotated[dict[str, Any], AfterValidator(_check_parameters_schema)] | None = None
 
 
 class ToolRef(CamelModel):
@@ -103,16 +125,20 @@ class ToolRef(CamelModel):
 
 
 def _tool_kind(value: Any) -> str:
-    """Tell a reference from an inline tool without trying both (which doubles the errors)."""
+    """Tell a reference from an inline or workflow tool without trying all (which multiplies errors)."""
     if isinstance(value, str | ToolRef):
         return TOOL_REF_TAG
+    if isinstance(value, WorkflowToolDef) or (isinstance(value, dict) and "workflow" in value):
+        return WORKFLOW_TOOL_TAG
     if isinstance(value, dict) and set(value) <= {"name"}:
         return TOOL_REF_TAG
     return INLINE_TOOL_TAG
 
 
 LlmTool = Annotated[
-    Annotated[LlmToolDef, Tag(INLINE_TOOL_TAG)] | Annotated[ToolRef, Tag(TOOL_REF_TAG)],
+    Annotated[LlmToolDef, Tag(INLINE_TOOL_TAG)]
+    | Annotated[ToolRef, Tag(TOOL_REF_TAG)]
+    | Annotated[WorkflowToolDef, Tag(WORKFLOW_TOOL_TAG)],
     Discriminator(_tool_kind),
 ]
 
@@ -190,7 +216,9 @@ class LlmStep(StepBase):
 
     @field_validator("tools")
     @classmethod
-    def _unique_tool_names(cls, tools: list[LlmToolDef | ToolRef]) -> list[LlmToolDef | ToolRef]:
+    def _unique_tool_names(
+        cls, tools: list[LlmToolDef | ToolRef | WorkflowToolDef]
+    ) -> list[LlmToolDef | ToolRef | WorkflowToolDef]:
         # The model calls tools by name, so two tools with one name make calls ambiguous.
         duplicates = find_duplicates([tool.name for tool in tools])
         if duplicates:
@@ -214,7 +242,7 @@ class LlmStep(StepBase):
     def _tool_choice_names_a_tool(
         cls, choice: str | NamedToolChoice, info: ValidationInfo
     ) -> str | NamedToolChoice:
-        tools: list[LlmToolDef | ToolRef] | None = info.data.get("tools")
+        tools: list[LlmToolDef | ToolRef | WorkflowToolDef] | None = info.data.get("tools")
         if tools is None:  # the tools failed validation; their own error says why
             return choice
         names = [tool.name for tool in tools]

@@ -13,7 +13,7 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, NamedTuple
 
-from pydantic import Field, model_validator
+from pydantic import AfterValidator, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -21,13 +21,17 @@ from stevora.definitions.llm_step import (
     DUPLICATE_TOOL_MESSAGE,
     INLINE_TOOL_TAG,
     TOOL_REF_TAG,
+    WORKFLOW_TOOL_TAG,
     GuardrailCheck,
     GuardrailConfig,
     LlmMessage,
     LlmStep,
     LlmToolDef,
     ToolRef,
+    WorkflowToolDef,
+    _check_parameters_schema,
 )
+from stevora.definitions.params import ParamsError, parse_default_params
 from stevora.definitions.retry import CamelModel, RetryPolicy
 from stevora.definitions.steps import (
     ApprovalStep,
@@ -45,6 +49,17 @@ StepDefinition = Annotated[
 ]
 STEP_TYPES: tuple[str, ...] = ("task", "wait", "condition", "external_event", "llm", "approval")
 
+
+def _check_default_params(text: str) -> str:
+    try:
+        parse_default_params(text)
+    except ParamsError as exc:
+        raise PydanticCustomError(
+            "default_params", "Invalid defaultParams: {reason}", {"reason": str(exc)}
+        ) from exc
+    return text
+
+
 _DUPLICATE_STEP = "duplicate_step_name"
 _UNKNOWN_TARGET = "unknown_step_target"
 _SELF_TARGET = "condition_targets_itself"
@@ -57,6 +72,21 @@ class WorkflowDefinitionSpec(CamelModel):
     version: str = Field(min_length=1, max_length=50)
     description: str | None = Field(default=None, max_length=1000)
     steps: list[StepDefinition] = Field(min_length=1)
+    input_schema: Annotated[dict[str, Any], AfterValidator(_check_parameters_schema)] | None = None
+    """JSON Schema (type object) of the run input: checked when a run is created, and the
+    parameters the model sees when another workflow calls this one as a tool."""
+    default_params: Annotated[str, AfterValidator(_check_default_params)] | None = Field(
+        default=None, max_length=2000
+    )
+    """Dagu-style `"query max_results=10"`: an input schema written as a parameter list."""
+
+    def input_json_schema(self) -> dict[str, Any] | None:
+        """`inputSchema`, else the schema `defaultParams` describes, else None."""
+        if self.input_schema is not None:
+            return self.input_schema
+        if self.default_params is not None:
+            return parse_default_params(self.default_params)
+        return None
 
     @model_validator(mode="after")
     def _check_cross_step_rules(self) -> WorkflowDefinitionSpec:
@@ -217,7 +247,10 @@ def _step_position(problem: dict[str, str]) -> int:
 
 
 # Discriminated unions put the chosen tag into error locations: ('steps', 1, 'llm', 'model').
-_TAGS_UNDER = {"steps": frozenset(STEP_TYPES), "tools": frozenset({INLINE_TOOL_TAG, TOOL_REF_TAG})}
+_TAGS_UNDER = {
+    "steps": frozenset(STEP_TYPES),
+    "tools": frozenset({INLINE_TOOL_TAG, TOOL_REF_TAG, WORKFLOW_TOOL_TAG}),
+}
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 
 
@@ -255,6 +288,7 @@ _KNOWN_FIELDS = _field_names(
         LlmMessage,
         LlmToolDef,
         ToolRef,
+        WorkflowToolDef,
         GuardrailCheck,
         GuardrailConfig,
         RetryPolicy,

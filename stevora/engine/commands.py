@@ -1,4 +1,5 @@
-"""Commands from outside the worker: create, cancel, retry, pause, resume, decide an approval.
+"""Commands from outside the worker: create, cancel, retry, pause, resume, decide an approval,
+submit tool outputs.
 
 Each command is one transaction of guarded updates plus its events; it records *what happened*
 (a signal arrived, a decision was made) and dispatches the run. The worker's driver then works
@@ -7,19 +8,32 @@ out what follows, so the flow logic lives in one place (driver.py).
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
 import structlog
 
 from stevora.db import approvals, runs
+from stevora.db import awaited as db_awaited
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
 from stevora.engine import endings
+from stevora.engine.steps import awaited
 from stevora.engine.steps.approval import APPROVAL_SIGNAL
-from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError, ValidationError
+from stevora.errors import (
+    ConflictError,
+    InvalidStateTransition,
+    InvalidToolOutputs,
+    NotFoundError,
+    ToolOutputTooLarge,
+    ValidationError,
+)
 from stevora.events import Event, EventType, WebhookEvent, step_completed, step_failed
 from stevora.statuses import RunStatus, StepStatus
+from stevora.tools import schema_problems, with_defaults
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -44,7 +58,22 @@ async def create_run(
     idempotency_key: str | None = None,
 ) -> tuple[asyncpg.Record, bool]:
     """Insert a PENDING run and dispatch it. With an idempotency key already used in this
-    workspace, return the existing run and `created=False` (race-safe: the unique index decides)."""
+    workspace, return the existing run and `created=False` (race-safe: the unique index decides).
+
+    A definition with an `inputSchema` (or `defaultParams`) gets its defaults filled in and the
+    input checked against it first: a bad input is a VALIDATION_ERROR naming the field, and
+    nothing is written.
+    """
+    spec = await rt.definitions.get_in_workspace(workspace_id, definition_id)
+    schema = spec.input_json_schema() if spec is not None else None
+    if schema is not None:
+        input = with_defaults(schema, input or {})
+        problems = schema_problems(schema, input)
+        if problems:
+            raise ValidationError.from_problems(
+                [_input_problem(problem) for problem in problems],
+                message="Invalid run input: " + "; ".join(problems),
+            )
     async with rt.pool.acquire() as conn:
         # One round trip on the hot path: the definition check is the INSERT's SELECT.
         row = await runs.insert_run(
@@ -66,10 +95,25 @@ async def create_run(
     return row, True
 
 
+_FIELD_PATH = re.compile(r"[A-Za-z_$][\w$-]*(\[\d+\]|\.[A-Za-z_$][\w$-]*)*")
+
+
+def _input_problem(problem: str) -> dict[str, str]:
+    """`"customer.id: 1 is not of type 'string'"` → `{"path": "input.customer.id", "message": ...}`."""
+    path, sep, message = problem.partition(": ")
+    if sep and _FIELD_PATH.fullmatch(path):
+        return {"path": f"input.{path}", "message": message}
+    return {"path": "input", "message": problem}
+
+
 async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
+    wake: list[str] = []
     async with rt.pool.acquire() as conn, conn.transaction():
         await _owned_run(conn, workspace_id, run_id)
-        return await endings.cancel_run(conn, run_id)
+        row = await endings.cancel_run(conn, run_id, wake=wake)
+    for other in wake:
+        await rt.dispatcher.dispatch(other)
+    return row
 
 
 async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
@@ -291,3 +335,100 @@ async def decide_approval(
         )
     await rt.dispatcher.dispatch(approval["workflow_run_id"])
     return approval
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """One item of `POST /tool-outputs`: the output of a call, or the error it ended with."""
+
+    tool_call_id: str
+    output: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _same_as_recorded(item: ToolOutput, call: asyncpg.Record) -> bool:
+    if call["trace_status"] is None:
+        return False
+    if item.ok:
+        return bool(call["trace_status"] == "completed" and call["output_json"] == item.output)
+    return bool(call["trace_status"] == "failed" and call["trace_error"] == item.error)
+
+
+async def submit_tool_outputs(
+    rt: Runtime, workspace_id: str, run_id: str, items: list[ToolOutput]
+) -> asyncpg.Record:
+    """Record the outputs of client-executed tool calls; resume the run when none is pending.
+
+    Checked in this order, before anything is written: a request whose every item equals what is
+    already recorded succeeds without writing (a client retrying after a lost response); else a
+    run with no pending client call → INVALID_STATE_TRANSITION; else each item → INVALID_TOOL_OUTPUTS
+    (unknown id, answered differently, given twice) or TOOL_OUTPUT_TOO_LARGE. Concurrent
+    submissions are serialised on the run's row, so a call is recorded once.
+    """
+    resumed = False
+    async with rt.pool.acquire() as conn, conn.transaction():
+        run = await runs.get_run_in_workspace(conn, workspace_id, run_id, for_update=True)
+        if run is None:
+            raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
+        calls = await db_awaited.client_calls_with_results(conn, run_id)
+        pending = {c["tool_call_id"]: c for c in calls if c["status"] == "pending"}
+        answered: dict[str, asyncpg.Record] = {}
+        for c in calls:  # newest round first: a reused id means its latest call
+            if c["status"] == "answered":
+                answered.setdefault(c["tool_call_id"], c)
+        if all(i.tool_call_id in answered and _same_as_recorded(i, answered[i.tool_call_id]) for i in items):
+            return run
+        if run["status"] != RunStatus.WAITING or not pending:
+            raise InvalidStateTransition(
+                "Workflow run is not waiting for tool outputs",
+                details={"workflowRunId": run_id, "status": run["status"]},
+            )
+        answers = _validated_answers(rt, items, pending, answered)
+        if answers:
+            resumed = await awaited.answer(conn, run, answers, reason="tool_outputs")
+    if resumed:
+        await rt.dispatcher.dispatch(run_id)
+    return run
+
+
+def _validated_answers(
+    rt: Runtime,
+    items: list[ToolOutput],
+    pending: dict[str, asyncpg.Record],
+    answered: dict[str, asyncpg.Record],
+) -> list[awaited.Answer]:
+    limit = rt.settings.max_tool_output_bytes
+    answers: list[awaited.Answer] = []
+    seen: set[str] = set()
+    for index, item in enumerate(items):
+        call_id = item.tool_call_id
+        where = {"toolCallId": call_id, "index": index}
+        if call_id in seen:
+            raise InvalidToolOutputs(
+                f"Tool call '{call_id}' is answered twice in this request", details=where
+            )
+        seen.add(call_id)
+        call = pending.get(call_id)
+        if call is None:
+            if call_id in answered:
+                if _same_as_recorded(item, answered[call_id]):
+                    continue  # resubmitted as recorded: nothing to do for this item
+                raise InvalidToolOutputs(
+                    f"Tool call '{call_id}' was already answered with a different result", details=where
+                )
+            raise InvalidToolOutputs(f"Tool call '{call_id}' is not a call this run waits for", details=where)
+        size = len(json.dumps(item.output if item.ok else item.error, ensure_ascii=False).encode("utf-8"))
+        if size > limit:
+            raise ToolOutputTooLarge(
+                f"Output for tool call '{call_id}' is {size} bytes, over the {limit}-byte limit",
+                details={**where, "bytes": size, "limitBytes": limit},
+            )
+        if item.ok:
+            answers.append(awaited.Answer(call, ok=True, output=item.output))
+        else:
+            answers.append(awaited.Answer(call, ok=False, error=item.error, error_code="TOOL_ERROR"))
+    return answers

@@ -97,6 +97,12 @@ class RunDriver:
     async def release(self, run_id: str) -> None:
         await runs.release(self.pool, run_id, self.owner)
 
+    async def _dispatch(self, run_ids: list[str]) -> None:
+        if run_ids:
+            self.rt.faults.reached("parent_told")
+        for run_id in run_ids:
+            await self.rt.dispatcher.dispatch(run_id)
+
     # -- transitions ---------------------------------------------------------------------------
 
     async def _start(self, run: asyncpg.Record, definition: WorkflowDefinitionSpec) -> None:
@@ -227,7 +233,7 @@ class RunDriver:
                 expect=[StepStatus.RUNNING],
                 sets={"status": StepStatus.WAITING, "wait_until": until, "signal_type": result.signal_type},
             )
-            wait = WaitContext(conn, self.rt, run, step_run, step)
+            wait = WaitContext(conn, self.rt, run, step_run, step, self.owner)
             events = await step_type(step_run["step_type"]).on_waiting(wait, result)
             events.append(
                 Event(
@@ -250,6 +256,8 @@ class RunDriver:
                 sets={"status": RunStatus.WAITING, "next_run_at": until, **RELEASE},
                 events=events,
             )
+        for other in wait.dispatch_after:
+            await self.rt.dispatcher.dispatch(other)
         if until is not None:
             await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_until(until))
 
@@ -285,8 +293,10 @@ class RunDriver:
             return False
         step = definition.step(step_run["step_name"])
         async with self.pool.acquire() as conn, conn.transaction():
-            wait = WaitContext(conn, self.rt, run, step_run, step)
+            wait = WaitContext(conn, self.rt, run, step_run, step, self.owner)
             outcome = await step_type(step_run["step_type"]).on_due(wait)
+            if outcome is None:
+                return True
             if outcome.status == "completed":
                 done = await runs.update_step(
                     conn,
@@ -326,56 +336,69 @@ class RunDriver:
     async def _advance(
         self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
     ) -> bool:
+        wake: list[str] = []
+        async with self.pool.acquire() as conn, conn.transaction():
+            more = await self._advance_in(conn, run, step_run, definition, wake)
+        await self._dispatch(wake)
+        return more
+
+    async def _advance_in(
+        self,
+        conn: asyncpg.Connection,
+        run: asyncpg.Record,
+        step_run: asyncpg.Record,
+        definition: WorkflowDefinitionSpec,
+        wake: list[str],
+    ) -> bool:
         steps = definition.steps
         index = step_run["step_index"]
         target = (step_run["output"] or {}).get("__nextStep")
         next_index = definition.index_of(target) if target else index + 1
-        async with self.pool.acquire() as conn, conn.transaction():
-            events: list[Event] = []
-            # A forward jump skips the steps in between; they get SKIPPED rows so the timeline says so.
-            for skipped in steps[index + 1 : next_index] if next_index > index + 1 else []:
-                visit = await runs.next_visit(conn, run["id"], skipped.name)
-                row = await runs.insert_step_run(
-                    conn,
-                    run_id=run["id"],
-                    step_name=skipped.name,
-                    step_type=skipped.type,
-                    step_index=definition.index_of(skipped.name),
-                    visit=visit,
-                    attempt=1,
-                    status=StepStatus.SKIPPED,
-                )
-                events.append(Event(EventType.STEP_SKIPPED, {"stepName": skipped.name}, row["id"]))
-            if next_index >= len(steps):
-                await endings.complete_run(conn, run["id"], owner=self.owner, events=events)
-                return False
-            step = steps[next_index]
-            visit = await runs.next_visit(conn, run["id"], step.name)
-            if visit > MAX_VISITS_PER_STEP:
-                error = {
-                    "code": "STEP_VISIT_LIMIT",
-                    "stepName": step.name,
-                    "message": f"Step '{step.name}' was entered more than {MAX_VISITS_PER_STEP} times",
-                }
-                await endings.fail_run(conn, run["id"], error, owner=self.owner, events=events)
-                return False
-            new = await runs.insert_step_run(
+        events: list[Event] = []
+        # A forward jump skips the steps in between; they get SKIPPED rows so the timeline says so.
+        for skipped in steps[index + 1 : next_index] if next_index > index + 1 else []:
+            visit = await runs.next_visit(conn, run["id"], skipped.name)
+            row = await runs.insert_step_run(
                 conn,
                 run_id=run["id"],
-                step_name=step.name,
-                step_type=step.type,
-                step_index=next_index,
+                step_name=skipped.name,
+                step_type=skipped.type,
+                step_index=definition.index_of(skipped.name),
                 visit=visit,
                 attempt=1,
+                status=StepStatus.SKIPPED,
             )
-            await runs.update_run(
-                conn,
-                run["id"],
-                expect=[RunStatus.RUNNING],
-                owner=self.owner,
-                sets={"current_step_name": step.name, "current_step_run_id": new["id"]},
-                events=events,
-            )
+            events.append(Event(EventType.STEP_SKIPPED, {"stepName": skipped.name}, row["id"]))
+        if next_index >= len(steps):
+            await endings.complete_run(conn, run["id"], owner=self.owner, wake=wake, events=events)
+            return False
+        step = steps[next_index]
+        visit = await runs.next_visit(conn, run["id"], step.name)
+        if visit > MAX_VISITS_PER_STEP:
+            error = {
+                "code": "STEP_VISIT_LIMIT",
+                "stepName": step.name,
+                "message": f"Step '{step.name}' was entered more than {MAX_VISITS_PER_STEP} times",
+            }
+            await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake, events=events)
+            return False
+        new = await runs.insert_step_run(
+            conn,
+            run_id=run["id"],
+            step_name=step.name,
+            step_type=step.type,
+            step_index=next_index,
+            visit=visit,
+            attempt=1,
+        )
+        await runs.update_run(
+            conn,
+            run["id"],
+            expect=[RunStatus.RUNNING],
+            owner=self.owner,
+            sets={"current_step_name": step.name, "current_step_run_id": new["id"]},
+            events=events,
+        )
         return True
 
     async def _handle_failure(
@@ -385,12 +408,15 @@ class RunDriver:
         policy = step.effective_retry()
         error = dict(step_run["error"] or {})
         attempt = step_run["attempt"]
-        async with self.pool.acquire() as conn, conn.transaction():
-            if not (error.get("retryable", True) and attempt < policy.max_attempts):
+        if not (error.get("retryable", True) and attempt < policy.max_attempts):
+            wake: list[str] = []
+            async with self.pool.acquire() as conn, conn.transaction():
                 error = {**error, "stepName": step.name, "attempts": attempt}
-                await endings.fail_run(conn, run["id"], error, owner=self.owner)
-                return False
-            delay_ms = compute_next_retry_delay_ms(policy, attempt)
+                await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake)
+            await self._dispatch(wake)
+            return False
+        delay_ms = compute_next_retry_delay_ms(policy, attempt)
+        async with self.pool.acquire() as conn, conn.transaction():
             new = await runs.insert_step_run(
                 conn,
                 run_id=run["id"],

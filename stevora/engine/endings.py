@@ -2,7 +2,9 @@
 
 Each function runs inside the caller's transaction and writes the run's final status, its event
 and its webhook outbox row together. This is the one place a run ends, so it is also where a
-run's ending is announced to whoever waits for it.
+run's ending is announced to whoever waits for it: a child run started by a workflow tool writes
+its parent's tool result here (stevora.engine.steps.awaited), and a cancelled run cancels its
+active children. Runs that must be dispatched after commit are appended to `wake`.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import structlog
 from stevora.db import approvals, runs
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
+from stevora.engine.steps import awaited
 from stevora.events import Event, EventType, WebhookEvent
 from stevora.statuses import ACTIVE_RUN_STATUSES, RunStatus
 
@@ -23,7 +26,7 @@ log = structlog.get_logger("stevora.engine")
 
 
 async def complete_run(
-    conn: asyncpg.Connection, run_id: str, *, owner: str, events: Sequence[Event] = ()
+    conn: asyncpg.Connection, run_id: str, *, owner: str, wake: list[str], events: Sequence[Event] = ()
 ) -> asyncpg.Record:
     """RUNNING → COMPLETED. The run's output is its final state (documented in docs/concepts.md)."""
     final = await runs.update_run(
@@ -48,6 +51,7 @@ async def complete_run(
         },
     )
     log.info("run_completed", workflow_run_id=run_id)
+    await _tell_parent(conn, final, wake)
     return final
 
 
@@ -57,6 +61,7 @@ async def fail_run(
     error: dict[str, Any],
     *,
     owner: str,
+    wake: list[str],
     events: Sequence[Event] = (),
 ) -> asyncpg.Record:
     """RUNNING → FAILED with `error` (retryable later by `commands.retry_run`)."""
@@ -76,11 +81,18 @@ async def fail_run(
         {"workflowRunId": run_id, "status": RunStatus.FAILED, "error": error},
     )
     log.info("run_failed", workflow_run_id=run_id, code=error.get("code"))
+    await _tell_parent(conn, final, wake)
     return final
 
 
-async def cancel_run(conn: asyncpg.Connection, run_id: str) -> asyncpg.Record:
-    """Any active status → CANCELLED; open steps and pending approvals are cancelled with it."""
+async def cancel_run(
+    conn: asyncpg.Connection, run_id: str, *, wake: list[str], tell_parent: bool = True
+) -> asyncpg.Record:
+    """Any active status → CANCELLED; open steps, pending approvals and active child runs are
+    cancelled with it. Children are locked and cancelled before their parent: the same order a
+    child's own ending takes (child, then parent), so the two never deadlock."""
+    for child_id in await runs.active_children(conn, run_id):
+        await cancel_run(conn, child_id, wake=wake, tell_parent=False)
     cancelled_steps = await runs.cancel_open_steps(conn, run_id)
     await approvals.cancel_for_run(conn, run_id)
     final = await runs.update_run(
@@ -98,4 +110,11 @@ async def cancel_run(conn: asyncpg.Connection, run_id: str) -> asyncpg.Record:
         {"workflowRunId": run_id, "status": RunStatus.CANCELLED},
     )
     log.info("run_cancelled", workflow_run_id=run_id)
+    if tell_parent:
+        await _tell_parent(conn, final, wake)
     return final
+
+
+async def _tell_parent(conn: asyncpg.Connection, final: asyncpg.Record, wake: list[str]) -> None:
+    if final["parent_run_id"] is not None:
+        await awaited.answer_from_child(conn, final, wake)

@@ -1,7 +1,8 @@
 """The recovery sweep: finds runs that need a worker and nobody is handling, and dispatches them.
 
 Covers a worker that died (lease expired), a message that was lost or never sent (the gap
-between commit and enqueue), and runs that are due (wait over, retry backoff over, timeout).
+between commit and enqueue), runs that are due (wait over, retry backoff over, timeout), and
+parents whose child run (a workflow called as a tool) ended without their result being written.
 Every worker process runs it; `FOR UPDATE SKIP LOCKED` plus `dispatched_at` keep them from
 dispatching the same run twice in one round (and a duplicate dispatch would be harmless anyway).
 """
@@ -14,6 +15,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from stevora.db import runs
+from stevora.engine.steps import awaited
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -24,6 +26,8 @@ log = structlog.get_logger("stevora.sweep")
 async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     """Dispatch every run that is due and unowned. Returns the ids dispatched."""
     ids = await runs.mark_due_dispatched(rt.pool, rt.settings.undispatched_grace_s, limit)
+    # A child run that ended while its parent could not be told: tell it now.
+    ids += await awaited.answer_finished_children(rt.pool)
     for run_id in ids:
         await rt.dispatcher.dispatch(run_id)
     if ids:

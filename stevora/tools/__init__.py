@@ -5,7 +5,7 @@ trace commit did not happen runs again on resume, so side effects should be keye
 `ToolContext.idempotency_key` (`<stepRunId>:<round>:<callIndex>`).
 """
 
-from stevora.tools.invoke import ToolErrorCode, ToolOutcome, invoke_tool
+from stevora.tools.invoke import ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
 from stevora.tools.registry import (
     RegisteredTool,
     ToolArgumentError,
@@ -30,5 +30,7 @@ __all__ = [
     "registerTool",
     "register_tool",
     "schema_from_function",
+    "schema_problems",
     "tool",
+    "with_defaults",
 ]

@@ -28,7 +28,18 @@ from stevora.tools.registry import ToolArgumentError, ToolContext, ToolRegistry
 from stevora.tools.schema import compiled_validator, json_path
 
 ToolErrorCode = Literal[
-    "TOOL_NOT_REGISTERED", "INVALID_ARGUMENTS", "TOOL_ERROR", "TOOL_TIMEOUT", "TOOL_OUTPUT_TOO_LARGE"
+    "TOOL_NOT_REGISTERED",
+    "INVALID_ARGUMENTS",
+    "TOOL_ERROR",
+    "TOOL_TIMEOUT",
+    "TOOL_OUTPUT_TOO_LARGE",
+    # calls answered from outside the loop (stevora.engine.steps.awaited)
+    "TOOL_OUTPUT_TIMEOUT",
+    "WORKFLOW_NOT_FOUND",
+    "WORKFLOW_DEPTH_EXCEEDED",
+    "WORKFLOW_RECURSION",
+    "CHILD_RUN_FAILED",
+    "CHILD_RUN_CANCELLED",
 ]
 _MAX_PROBLEM_CHARS = 300
 
@@ -206,3 +217,17 @@ def _to_json(value: Any) -> Any:
     if isinstance(value, set | frozenset | tuple):
         return list(value)
     return str(value)
+
+
+def schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> list[str]:
+    """`path: message` for every way `instance` breaks `schema` (empty when it is valid)."""
+    return _schema_problems(compiled_validator(schema), instance)
+
+
+def with_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
+    """`arguments` plus the `default` of every top-level property it leaves out."""
+    filled = dict(arguments)
+    for name, prop in (schema.get("properties") or {}).items():
+        if name not in filled and isinstance(prop, dict) and "default" in prop:
+            filled[name] = prop["default"]
+    return filled

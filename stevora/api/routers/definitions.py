@@ -14,10 +14,12 @@ from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import definition_body, errors
 from stevora.api.schemas.definitions import DefinitionOut
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
+from stevora.db.definitions import find_version
 from stevora.db.models import WorkflowDefinition
-from stevora.definitions import parse_definition
-from stevora.errors import ConflictError, NotFoundError
+from stevora.definitions import WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
+from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.ids import new_id
+from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-definitions", tags=["workflow-definitions"])
 _COLUMNS = tuple(WorkflowDefinition.__table__.c)
@@ -35,6 +37,7 @@ DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_
 async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]) -> Response:
     """Validated with every problem reported at once; `(name, version)` is unique per workspace."""
     spec = parse_definition(body)
+    await check_workflow_tools(ctx.rt, auth.workspace_id, spec)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     stmt = (
         insert(WorkflowDefinition)
@@ -45,6 +48,8 @@ async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any]
             version=spec.version,
             description=spec.description,
             steps=dump["steps"],
+            input_schema=spec.input_schema,
+            default_params=spec.default_params,
         )
         .on_conflict_do_nothing(constraint="uq_definition_version")
         .returning(*_COLUMNS)
@@ -56,6 +61,26 @@ async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any]
             details={"name": spec.name, "version": spec.version},
         )
     return ok(DefinitionOut.model_validate(row), 201)
+
+
+async def check_workflow_tools(rt: Runtime, workspace_id: str, spec: WorkflowDefinitionSpec) -> None:
+    """A workflow tool must name a definition of this workspace (or this one: a definition may
+    name itself, and its runs then get a clear recursion error instead of a runaway)."""
+    problems = []
+    for step_index, step in enumerate(spec.steps):
+        for tool_index, tool in enumerate(getattr(step, "tools", ())):
+            if not isinstance(tool, WorkflowToolDef) or tool.workflow == spec.name:
+                continue
+            if await find_version(rt.pool, workspace_id, tool.workflow, tool.version) is None:
+                what = f"'{tool.workflow}'" + (f" version '{tool.version}'" if tool.version else "")
+                problems.append(
+                    {
+                        "path": f"steps[{step_index}].tools[{tool_index}].workflow",
+                        "message": f"Workflow definition {what} does not exist in this workspace",
+                    }
+                )
+    if problems:
+        raise ValidationError.from_problems(problems)
 
 
 @router.get("", response_model=Page[DefinitionOut], summary="List workflow definitions")

@@ -1,9 +1,10 @@
-"""`/v1/workflow-runs`: create (idempotent), list, get, and the cancel / retry / pause / resume
-commands. Mutations go through `stevora.engine.commands`, which owns the guarded transitions."""
+"""`/v1/workflow-runs`: create (idempotent), list, get, the cancel / retry / pause / resume
+commands and tool outputs. Mutations go through `stevora.engine.commands`, which owns the guarded
+transitions."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
@@ -21,9 +22,12 @@ from stevora.api.schemas.runs import (
     RunDetailOut,
     RunOut,
     StepRunOut,
+    ToolOutputsIn,
 )
+from stevora.db import awaited as db_awaited
 from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
 from stevora.engine import commands
+from stevora.engine.steps.awaited import required_action
 from stevora.errors import NotFoundError
 from stevora.runtime import Runtime
 from stevora.statuses import RunStatus
@@ -47,6 +51,20 @@ async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> RowMapping:
     if row is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
     return row
+
+
+async def with_required_action(rt: Runtime, rows: Sequence[Mapping[Any, Any]]) -> list[dict[str, Any]]:
+    """The rows with their `requiredAction` (pending client-executed tool calls), one query for all."""
+    waiting = [r["id"] for r in rows if r["status"] == RunStatus.WAITING]
+    by_run: dict[str, list[Any]] = {}
+    for call in await db_awaited.pending_client_calls(rt.pool, waiting) if waiting else []:
+        by_run.setdefault(call["workflow_run_id"], []).append(call)
+    return [{**r, "required_action": required_action(by_run.get(r["id"], []))} for r in rows]
+
+
+async def run_out(rt: Runtime, workspace_id: str, run_id: str) -> RunOut:
+    (row,) = await with_required_action(rt, [await load_run(rt, workspace_id, run_id)])
+    return RunOut.model_validate(row)
 
 
 def step_run_out(row: Mapping[Any, Any]) -> StepRunOut:
@@ -93,6 +111,13 @@ async def list_runs(
     definition_id: Annotated[
         str | None, Query(alias="definitionId", description="Only runs of this definition.")
     ] = None,
+    parent_run_id: Annotated[
+        str | None,
+        Query(
+            alias="parentRunId",
+            description="Only the child runs this run started (workflows called as tools).",
+        ),
+    ] = None,
 ) -> Response:
     """Newest first."""
     where = [_RUNS.c.workspace_id == auth.workspace_id]
@@ -100,10 +125,12 @@ async def list_runs(
         where.append(_RUNS.c.status == status)
     if definition_id is not None:
         where.append(_RUNS.c.definition_id == definition_id)
+    if parent_run_id is not None:
+        where.append(_RUNS.c.parent_run_id == parent_run_id)
     rows, total = await fetch_page(
         ctx.rt, _RUNS, where, [_RUNS.c.created_at.desc(), _RUNS.c.id.desc()], paging.offset, paging.page_size
     )
-    data = [RunOut.model_validate(r) for r in rows]
+    data = [RunOut.model_validate(r) for r in await with_required_action(ctx.rt, rows)]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
 
@@ -114,10 +141,15 @@ async def list_runs(
     summary="Get a run with its steps",
 )
 async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
-    run = await load_run(ctx.rt, auth.workspace_id, run_id)
+    return ok(await run_detail(ctx.rt, auth.workspace_id, run_id))
+
+
+async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOut:
+    """The run as `GET /workflow-runs/{id}` returns it: with its step runs and `requiredAction`."""
+    (run,) = await with_required_action(rt, [await load_run(rt, workspace_id, run_id)])
     steps_table = StepRun.__table__
     steps = await fetch_all(
-        ctx.rt,
+        rt,
         select(steps_table)
         .where(steps_table.c.workflow_run_id == run_id)
         .order_by(
@@ -125,20 +157,19 @@ async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
         ),
     )
     definition = await fetch_one(
-        ctx.rt,
+        rt,
         select(WorkflowDefinition.name, WorkflowDefinition.version).where(
             WorkflowDefinition.id == run["definition_id"]
         ),
     )
     assert definition is not None  # a foreign key guarantees it
-    detail = RunDetailOut.model_validate(
+    return RunDetailOut.model_validate(
         {
             **run,
             "step_runs": [step_run_out(s) for s in steps],
             "definition": DefinitionRef.model_validate(definition),
         }
     )
-    return ok(detail)
 
 
 _COMMAND_ERRORS = errors(404, 409)
@@ -150,7 +181,7 @@ _COMMAND_ERRORS = errors(404, 409)
 async def cancel_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """PENDING, RUNNING, WAITING or PAUSED → CANCELLED; open steps and approvals are cancelled."""
     await commands.cancel_run(ctx.rt, auth.workspace_id, run_id)
-    return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
+    return ok(await run_out(ctx.rt, auth.workspace_id, run_id))
 
 
 @router.post(
@@ -159,7 +190,7 @@ async def cancel_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
 async def retry_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """FAILED → RUNNING: the failed step runs again with a fresh attempt budget."""
     await commands.retry_run(ctx.rt, auth.workspace_id, run_id)
-    return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
+    return ok(await run_out(ctx.rt, auth.workspace_id, run_id))
 
 
 @router.post(
@@ -168,7 +199,7 @@ async def retry_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
 async def pause_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     """RUNNING → PAUSED; the worker stops at its next checkpoint. Resume with `/resume`."""
     await commands.pause_run(ctx.rt, auth.workspace_id, run_id)
-    return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
+    return ok(await run_out(ctx.rt, auth.workspace_id, run_id))
 
 
 @router.post(
@@ -184,4 +215,21 @@ async def resume_run(
     merged into state; a different signal → 409 SIGNAL_MISMATCH). Without: un-pause a PAUSED run."""
     body = body or ResumeIn()
     await commands.resume_run(ctx.rt, auth.workspace_id, run_id, body.signal_type, body.payload)
-    return ok(RunOut.model_validate(await load_run(ctx.rt, auth.workspace_id, run_id)))
+    return ok(await run_out(ctx.rt, auth.workspace_id, run_id))
+
+
+@router.post(
+    "/{run_id}/tool-outputs",
+    response_model=Envelope[RunDetailOut],
+    responses=errors(400, 404, 409),
+    summary="Submit outputs of client-executed tool calls",
+)
+async def submit_tool_outputs(run_id: RunId, body: ToolOutputsIn, auth: Auth, ctx: Ctx) -> Response:
+    """Answer some or all of the calls in the run's `requiredAction`. Each accepted item writes its
+    tool trace and `TOOL_CALL_COMPLETED` (or `TOOL_CALL_FAILED` for `error`) exactly once; when the
+    last pending call is answered the run resumes and the model gets every result. Resubmitting
+    exactly what was recorded answers 200 (safe to retry after a lost response). The answer is the
+    run as `GET` returns it."""
+    items = [commands.ToolOutput(i.tool_call_id, output=i.output, error=i.error) for i in body.tool_outputs]
+    await commands.submit_tool_outputs(ctx.rt, auth.workspace_id, run_id, items)
+    return ok(await run_detail(ctx.rt, auth.workspace_id, run_id))

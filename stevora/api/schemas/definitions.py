@@ -16,5 +16,7 @@ class DefinitionOut(ApiOut):
     version: str
     description: str | None
     steps: list[dict[str, Any]]
+    input_schema: dict[str, Any] | None = None
+    default_params: str | None = None
     created_at: Timestamp
     updated_at: Timestamp

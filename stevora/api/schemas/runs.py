@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
 from stevora.statuses import RunStatus, StepStatus
@@ -14,6 +14,38 @@ class RunCreate(ApiIn):
     definition_id: str = Field(min_length=1, max_length=40, examples=["wfdef_abc123"])
     input: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+
+
+class ToolOutputIn(ApiIn):
+    tool_call_id: str = Field(min_length=1, max_length=200, description="The model's tool-call id.")
+    output: Any = Field(default=None, description="The tool's result: any JSON value.")
+    error: str | None = Field(
+        default=None, min_length=1, max_length=10_000, description="Instead of `output`: the call failed."
+    )
+
+    @model_validator(mode="after")
+    def _output_or_error(self) -> ToolOutputIn:
+        given = ("output" in self.model_fields_set) + (self.error is not None)
+        if given != 1:
+            raise ValueError("Give exactly one of output or error")
+        return self
+
+
+class ToolOutputsIn(ApiIn):
+    tool_outputs: list[ToolOutputIn] = Field(min_length=1, max_length=128)
+
+
+class PendingToolCall(ApiOut):
+    id: str = Field(description="The model's tool-call id: answer with it as `toolCallId`.")
+    name: str
+    arguments: Any = Field(
+        description='The parsed arguments (`{"raw": "..."}` when the model sent invalid JSON).'
+    )
+
+
+class RequiredAction(ApiOut):
+    type: Literal["submit_tool_outputs"] = "submit_tool_outputs"
+    tool_calls: list[PendingToolCall]
 
 
 class ResumeIn(ApiIn):
@@ -43,6 +75,15 @@ class RunOut(ApiOut):
     next_run_at: Timestamp | None
     idempotency_key: str | None
     version: int
+    parent_run_id: str | None = Field(
+        default=None, description="The run whose model called this workflow as a tool."
+    )
+    parent_tool_call_id: str | None = Field(
+        default=None, description="The model's tool-call id in the parent."
+    )
+    required_action: RequiredAction | None = Field(
+        default=None, description="The client-executed tool calls this run waits for, in the model's order."
+    )
     created_at: Timestamp
     updated_at: Timestamp
 

@@ -49,6 +49,9 @@ class ToolTraceOut(ApiOut):
     error_code: str | None
     duration_ms: float
     idempotency_key: str
+    child_run_id: str | None = Field(
+        default=None, description="For a workflow called as a tool: the child run that answered the call."
+    )
     created_at: Timestamp
 
 

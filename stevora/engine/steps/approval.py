@@ -83,6 +83,6 @@ class ApprovalStepType(StepType):
             )
         ]
 
-    async def on_due(self, wait: WaitContext) -> StepResult:
+    async def on_due(self, wait: WaitContext) -> StepResult | None:
         await approvals.expire_for_step(wait.conn, wait.step_run["id"])
         return await super().on_due(wait)

@@ -3,7 +3,7 @@ and what happens when its wait is due."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -43,6 +43,9 @@ class WaitContext:
     run: asyncpg.Record
     step_run: asyncpg.Record
     step: Any  # the step's definition model
+    owner: str  # the driver's lease
+    # Runs to dispatch once the transaction has committed (e.g. child runs it created).
+    dispatch_after: list[str] = field(default_factory=list)
 
 
 class StepType:
@@ -64,8 +67,12 @@ class StepType:
         """Rows to write as the step goes WAITING (in the same transaction); returns extra events."""
         return []
 
-    async def on_due(self, wait: WaitContext) -> StepResult:
-        """The step's `wait_until` passed: by default the wait timed out (TIMEOUT, retryable)."""
+    async def on_due(self, wait: WaitContext) -> StepResult | None:
+        """The step's `wait_until` passed: by default the wait timed out (TIMEOUT, retryable).
+
+        A completed or failed result is recorded by the driver. None means the step type moved
+        the step itself (it resumed, or waits on with a new `wait_until`): the driver looks again.
+        """
         due = wait.step_run["wait_until"]
         return StepResult(
             status="failed",

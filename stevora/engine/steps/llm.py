@@ -20,13 +20,17 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from stevora.clock import iso, utcnow
+from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
+from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep
-from stevora.engine.steps.base import StepExecution, StepType
+from stevora.engine.steps.awaited import CLIENT, WORKFLOW, Answer, announce_tool_outputs_required, answer
+from stevora.engine.steps.base import StepExecution, StepType, WaitContext
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
-from stevora.engine.steps.llm_tools import ToolRunner, resolve_tools
+from stevora.engine.steps.llm_tools import StepTools, ToolRunner, resolve_tools
 from stevora.errors import LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
@@ -43,14 +47,17 @@ log = structlog.get_logger("stevora.llm")
 class LlmStepRun:
     """One execution of an llm step attempt (fresh or resumed)."""
 
-    def __init__(self, rt: Runtime, ex: StepExecution, step: LlmStep) -> None:
+    def __init__(self, rt: Runtime, ex: StepExecution, step: LlmStep, tools: StepTools) -> None:
         self.rt = rt
         self.ex = ex
         self.step = step
-        tools = resolve_tools(rt, step)
         self.log = log.bind(workflow_run_id=ex.run_id, step_name=ex.step_name, attempt=ex.attempt)
         self.model = ModelCaller(rt, ex, step, tools.specs, self.log)
         self.tools = ToolRunner(rt, ex, step, tools, self.log)
+
+    @classmethod
+    async def start(cls, rt: Runtime, ex: StepExecution, step: LlmStep) -> LlmStepRun:
+        return cls(rt, ex, step, await resolve_tools(rt, ex.workspace_id, step))
 
     async def run(self) -> StepResult:
         prompt = render_prompt(self.step, self.ex.input, self.ex.state)
@@ -63,7 +70,9 @@ class LlmStepRun:
                 if calls and st.tool_rounds > self.step.max_tool_rounds:
                     return await self._max_rounds(st, last)
                 if calls:
-                    await self.tools.run_missing(st, last, calls)
+                    waiting = await self.tools.run_missing(st, last, calls)
+                    if waiting is not None:
+                        return waiting
                 else:
                     result = await self._finish(st, last)
                     if result is not None:
@@ -185,7 +194,7 @@ class LlmStepType(StepType):
 
     async def execute(self, rt: Runtime, ex: StepExecution, step: LlmStep) -> StepResult:
         try:
-            return await LlmStepRun(rt, ex, step).run()
+            return await (await LlmStepRun.start(rt, ex, step)).run()
         except LeaseLost:
             raise
         except ProviderError as exc:
@@ -194,3 +203,55 @@ class LlmStepType(StepType):
                 error={**exc.to_dict(), "message": f"All models failed; last error: {exc.message}"},
                 retryable=exc.retryable,
             )
+
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
+        """Record the calls handed over (and start a child run for each workflow call), in the
+        transaction that makes the step WAITING."""
+        calls: list[NewAwaitedCall] = result.awaiting or []
+        run = wait.run
+        inserted = await db_awaited.insert(wait.conn, run["id"], calls)
+        children = []
+        for call in calls:
+            if call.kind != WORKFLOW or call.id not in inserted:
+                continue  # a replayed round: its child run exists already
+            assert call.child_definition_id is not None
+            child = await runs.insert_run(
+                wait.conn,
+                workspace_id=run["workspace_id"],
+                definition_id=call.child_definition_id,
+                input=call.child_input or {},
+                idempotency_key=None,
+                parent_run_id=run["id"],
+                parent_tool_call_id=call.tool_call_id,
+                depth=run["depth"] + 1,
+            )
+            assert child is not None  # the definition was read from this workspace
+            await db_awaited.set_child(wait.conn, call.id, child["id"])
+            wait.dispatch_after.append(child["id"])
+            children.append({"toolCallId": call.tool_call_id, "childRunId": child["id"]})
+        if children and result.pause_details is not None:
+            result.pause_details["childRuns"] = children
+        if any(call.kind == CLIENT for call in calls):
+            await announce_tool_outputs_required(wait.conn, run)
+        return []
+
+    async def on_due(self, wait: WaitContext) -> StepResult | None:
+        """A client tool's `timeoutMs` passed: its call fails with TOOL_OUTPUT_TIMEOUT (the model
+        gets an error result and the loop goes on, as after a handler timeout)."""
+        run = await runs.lock_run(wait.conn, wait.run["id"])
+        assert run is not None
+        now = utcnow()
+        expired = [
+            Answer(
+                call,
+                ok=False,
+                error=f"No output was submitted for client tool '{call['tool_name']}' before {iso(call['deadline_at'])}",
+                error_code="TOOL_OUTPUT_TIMEOUT",
+                answered_by="timeout",
+            )
+            for call in await db_awaited.pending_for_run(wait.conn, run["id"])
+            if call["deadline_at"] is not None and call["deadline_at"] <= now
+        ]
+        if expired:
+            await answer(wait.conn, run, expired, reason="tool_output_timeout", owner=wait.owner)
+        return None

@@ -45,6 +45,7 @@ class ModelCaller:
         self._model_index = 0  # index into [model, *fallbackModels] of the model that answered last
 
     async def call(self, st: LoopState) -> CommittedRound:
+        self.rt.faults.reached("llm_call_starting", st.next_round)
         appended, st.pending_append = st.pending_append, []
         is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
         st.transcript.extend(appended)
@@ -160,7 +161,7 @@ class ModelCaller:
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
         }
-        await checkpoints.record_llm_call(
+        committed_at = await checkpoints.record_llm_call(
             self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )
         self.rt.faults.reached("llm_call_committed", rec.round)
@@ -179,6 +180,7 @@ class ModelCaller:
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             tool_results={},
+            committed_at=committed_at,
         )
 
     async def _record_failed_call(

@@ -1,46 +1,70 @@
-"""The `llm` step's tool calls: which tools the model is offered, and running the calls of a round,
-each committed with its event in one statement (`tool_trace` + `TOOL_CALL_*`).
+"""The `llm` step's tool calls: which tools the model is offered, and running the calls of a round.
 
-A committed call never runs again; a handler that ran but whose commit did not happen runs again
-with the same idempotency key (`<stepRunId>:<round>:<callIndex>`): at-least-once handlers,
-exactly-once records.
+Three kinds of tool (see docs/tool-calling.md):
+* `handler` — run here, by the handler registered in the worker; each call is committed with its
+  event in one statement (`tool_trace` + `TOOL_CALL_*`). A committed call never runs again; a
+  handler that ran but whose commit did not happen runs again with the same idempotency key
+  (`<stepRunId>:<round>:<callIndex>`): at-least-once handlers, exactly-once records.
+* `client` — handed to the API caller; * `workflow` — run as a child run. Both are answered from
+  outside the loop (stevora.engine.steps.awaited): the round's handler calls run first, then the
+  step waits, durably, for the rest.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+import json
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
-from stevora.db import checkpoints
+from stevora.db import checkpoints, runs
+from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound, ToolTraceRecord
-from stevora.definitions import LlmStep, LlmToolDef
+from stevora.db.definitions import find_version
+from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef, parse_default_params
+from stevora.engine.steps.awaited import CLIENT, WORKFLOW, tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import StevoraError
 from stevora.events import EventType
 from stevora.llm.messages import Message, ToolCall, ToolSpec
-from stevora.tools import ToolContext, invoke_tool
+from stevora.tasks import StepResult
+from stevora.tools import ToolContext, ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
+
+ToolKind = Literal["handler", "client", "workflow"]
 
 
 @dataclass(slots=True)
 class StepTools:
     specs: list[ToolSpec]
-    declared: dict[str, dict[str, Any]]  # inline schemas, validated against before the handler runs
+    declared: dict[str, dict[str, Any]]  # schemas declared in the step, validated before a call runs
+    kinds: dict[str, ToolKind] = field(default_factory=dict)  # absent: handler
+    timeouts_ms: dict[str, int] = field(default_factory=dict)
+    workflows: dict[str, WorkflowToolDef] = field(default_factory=dict)
 
 
-def resolve_tools(rt: Runtime, step: LlmStep) -> StepTools:
-    specs: list[ToolSpec] = []
-    declared: dict[str, dict[str, Any]] = {}
+async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTools:
+    tools = StepTools(specs=[], declared={})
     for entry in step.tools:
         if isinstance(entry, LlmToolDef):
-            specs.append(ToolSpec(entry.name, entry.description, dict(entry.parameters)))
-            declared[entry.name] = dict(entry.parameters)
+            tools.specs.append(ToolSpec(entry.name, entry.description, dict(entry.parameters)))
+            tools.declared[entry.name] = dict(entry.parameters)
+            tools.kinds[entry.name] = entry.execution
+            if entry.timeout_ms is not None:
+                tools.timeouts_ms[entry.name] = entry.timeout_ms
+            continue
+        if isinstance(entry, WorkflowToolDef):
+            spec = await _workflow_tool_spec(rt, workspace_id, entry)
+            tools.specs.append(spec)
+            tools.declared[entry.name] = spec.parameters
+            tools.kinds[entry.name] = "workflow"
+            tools.workflows[entry.name] = entry
             continue
         registered = rt.tools.get(entry.name)
         if registered is None:
@@ -50,8 +74,51 @@ def resolve_tools(rt: Runtime, step: LlmStep) -> StepTools:
                 code="TOOL_NOT_REGISTERED",
                 retryable=False,
             )
-        specs.append(ToolSpec(registered.name, registered.description, dict(registered.parameters)))
-    return StepTools(specs, declared)
+        tools.specs.append(ToolSpec(registered.name, registered.description, dict(registered.parameters)))
+    return tools
+
+
+def workflow_input_schema(row: Any) -> dict[str, Any] | None:
+    """A stored definition's input schema: `input_schema`, else the one `default_params` describes."""
+    if row["input_schema"] is not None:
+        return dict(row["input_schema"])
+    if row["default_params"] is not None:
+        return parse_default_params(row["default_params"])
+    return None
+
+
+async def _workflow_tool_spec(rt: Runtime, workspace_id: str, tool: WorkflowToolDef) -> ToolSpec:
+    row = await find_version(rt.pool, workspace_id, tool.workflow, tool.version)
+    parameters = tool.parameters or (workflow_input_schema(row) if row is not None else None)
+    description = tool.description or (row["description"] if row is not None else None)
+    return ToolSpec(
+        tool.name,
+        description or f"Run the '{tool.workflow}' workflow",
+        parameters or {"type": "object", "properties": {}},
+    )
+
+
+def _parse_arguments(raw: str) -> tuple[dict[str, Any], bool]:
+    """`(arguments, is_object)` as handlers get them: anything but a JSON object is `{"raw": ...}`."""
+    if not raw.strip():
+        return {}, True
+    try:
+        parsed = json.loads(raw)
+    except ValueError:
+        return {"raw": raw}, False
+    return (parsed, True) if isinstance(parsed, dict) else ({"raw": raw}, False)
+
+
+def _failed(arguments: dict[str, Any], code: ToolErrorCode, error: str) -> ToolOutcome:
+    return ToolOutcome(
+        status="failed",
+        input=arguments,
+        output=None,
+        error=error,
+        error_code=code,
+        duration_ms=0.0,
+        result_text=json.dumps({"error": error}, ensure_ascii=False),
+    )
 
 
 class ToolRunner:
@@ -71,16 +138,29 @@ class ToolRunner:
         self.tools = tools
         self.log = log
 
-    async def run_missing(self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]) -> None:
+    async def run_missing(
+        self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
+    ) -> StepResult | None:
+        """Run the round's untraced handler calls; hand the others over. Returns a waiting
+        StepResult when some calls are now answered from outside, else None (all traced)."""
         missing = [(i, c) for i, c in enumerate(calls) if i not in last.tool_results]
         if not missing:
-            return
-        if self.step.parallel_tool_calls and len(missing) > 1:
-            results = await asyncio.gather(*(self._run_tool(last, i, c) for i, c in missing))
+            return None
+        local = [(i, c) for i, c in missing if self.tools.kinds.get(c.name, "handler") == "handler"]
+        outside = [(i, c) for i, c in missing if self.tools.kinds.get(c.name, "handler") != "handler"]
+        if self.step.parallel_tool_calls and len(local) > 1:
+            results = await asyncio.gather(*(self._run_tool(last, i, c) for i, c in local))
         else:
-            results = [await self._run_tool(last, i, c) for i, c in missing]
+            results = [await self._run_tool(last, i, c) for i, c in local]
+        by_index = dict(zip((i for i, _ in local), results, strict=True))
+        handed: list[NewAwaitedCall] = []
+        for index, call in outside:
+            immediate = await self._hand_over(last, index, call, handed)
+            if immediate is not None:
+                by_index[index] = await self._record(last, index, call, immediate)
+        if handed:
+            return self._waiting(handed)
         # The model sees results in its own call order, whatever order they finished in.
-        by_index = dict(zip((i for i, _ in missing), results, strict=True))
         for index, call in enumerate(calls):
             if index in by_index:
                 trace = by_index[index]
@@ -90,6 +170,109 @@ class ToolRunner:
                         call.id, trace["text"], name=call.name, is_error=trace["status"] != "completed"
                     )
                 )
+        return None
+
+    async def _hand_over(
+        self, last: CommittedRound, index: int, call: ToolCall, handed: list[NewAwaitedCall]
+    ) -> ToolOutcome | None:
+        """Queue a client or workflow call in `handed`, or return the failure the model gets at once."""
+        arguments, is_object = _parse_arguments(call.arguments)
+        schema = self.tools.declared.get(call.name)
+        if is_object and schema is not None:
+            problems = schema_problems(schema, arguments)
+            if problems:
+                return _failed(
+                    arguments,
+                    "INVALID_ARGUMENTS",
+                    f"Invalid arguments for tool '{call.name}': {'; '.join(problems)}",
+                )
+        new = NewAwaitedCall(
+            llm_call_id=last.llm_call_id,
+            step_run_id=last.step_run_id,
+            round=last.round,
+            sequence=index,
+            tool_call_id=call.id,
+            tool_name=call.name,
+            arguments=arguments,
+            kind=CLIENT,
+        )
+        if self.tools.kinds[call.name] == CLIENT:
+            timeout_ms = self.tools.timeouts_ms.get(call.name)
+            if timeout_ms is not None:
+                new.deadline_at = last.committed_at + timedelta(milliseconds=timeout_ms)
+            handed.append(new)
+            return None
+        failure = await self._plan_child(self.tools.workflows[call.name], arguments, new)
+        if failure is None:
+            handed.append(new)
+        return failure
+
+    async def _plan_child(
+        self, tool: WorkflowToolDef, arguments: dict[str, Any], new: NewAwaitedCall
+    ) -> ToolOutcome | None:
+        row = await find_version(self.rt.pool, self.ex.workspace_id, tool.workflow, tool.version)
+        if row is None:
+            what = f"'{tool.workflow}'" + (f" version '{tool.version}'" if tool.version else "")
+            return _failed(arguments, "WORKFLOW_NOT_FOUND", f"Workflow {what} does not exist")
+        chain = await runs.ancestor_definition_names(self.rt.pool, self.ex.run_id)
+        if tool.workflow in chain:
+            path = " → ".join([*reversed(chain), tool.workflow])
+            return _failed(
+                arguments,
+                "WORKFLOW_RECURSION",
+                f"Workflow '{tool.workflow}' is already running above this call ({path})",
+            )
+        limit = self.rt.settings.max_workflow_depth
+        if len(chain) + 1 > limit:
+            return _failed(
+                arguments,
+                "WORKFLOW_DEPTH_EXCEEDED",
+                f"Calling workflow '{tool.workflow}' would nest runs {len(chain) + 1} deep (limit {limit})",
+            )
+        child_input = arguments
+        schema = workflow_input_schema(row)
+        if schema is not None:
+            child_input = with_defaults(schema, arguments)
+            problems = schema_problems(schema, child_input)
+            if problems:
+                return _failed(
+                    arguments,
+                    "INVALID_ARGUMENTS",
+                    f"Invalid input for workflow '{tool.workflow}': {'; '.join(problems)}",
+                )
+        new.kind = WORKFLOW
+        new.child_definition_id = row["id"]
+        new.child_input = child_input
+        return None
+
+    def _waiting(self, handed: list[NewAwaitedCall]) -> StepResult:
+        client = [c for c in handed if c.kind == CLIENT]
+        children = [c for c in handed if c.kind == WORKFLOW]
+        deadlines = [c.deadline_at for c in client if c.deadline_at is not None]
+        details: dict[str, Any] = {}
+        if client:
+            details["toolCalls"] = [
+                tool_call_view(
+                    {"tool_call_id": c.tool_call_id, "tool_name": c.tool_name, "arguments": c.arguments}
+                )
+                for c in client
+            ]
+        if children:
+            details["workflowCalls"] = [
+                {
+                    "id": c.tool_call_id,
+                    "name": c.tool_name,
+                    "workflow": self.tools.workflows[c.tool_name].workflow,
+                }
+                for c in children
+            ]
+        return StepResult(
+            status="waiting",
+            wait_until=min(deadlines) if deadlines else None,
+            pause_reason="tool_outputs" if client else "child_runs",
+            pause_details=details,
+            awaiting=handed,
+        )
 
     async def _run_tool(self, call_round: CommittedRound, index: int, call: ToolCall) -> dict[str, Any]:
         key = f"{call_round.step_run_id}:{call_round.round}:{index}"
@@ -103,15 +286,22 @@ class ToolRunner:
             call_index=index,
             tool_call_id=call.id,
         )
+        timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         outcome = await invoke_tool(
             self.rt.tools,
             call.name,
             call.arguments,
             context=ctx,
             declared_schema=self.tools.declared.get(call.name),
-            timeout_s=self.step.tool_timeout_ms / 1000,
+            timeout_s=timeout_ms / 1000,
             max_output_bytes=self.rt.settings.max_tool_output_bytes,
         )
+        self.rt.faults.reached("tool_returned", call_round.round, index)
+        return await self._record(call_round, index, call, outcome)
+
+    async def _record(
+        self, call_round: CommittedRound, index: int, call: ToolCall, outcome: ToolOutcome
+    ) -> dict[str, Any]:
         rec = ToolTraceRecord(
             step_run_id=call_round.step_run_id,
             llm_call_id=call_round.llm_call_id,
@@ -126,7 +316,7 @@ class ToolRunner:
             error_code=outcome.error_code,
             result_text=None if outcome.ok else outcome.result_text,
             duration_ms=outcome.duration_ms,
-            idempotency_key=key,
+            idempotency_key=f"{call_round.step_run_id}:{call_round.round}:{index}",
         )
         payload: dict[str, Any] = {
             "toolTraceId": rec.id,
@@ -140,7 +330,6 @@ class ToolRunner:
         if not outcome.ok:
             payload.update(error=outcome.error, errorCode=outcome.error_code)
         event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
-        self.rt.faults.reached("tool_returned", rec.round, index)
         await checkpoints.record_tool_trace(self.rt.pool, self.ex.run_id, self.ex.owner, rec, event, payload)
         self.rt.faults.reached("tool_committed", rec.round, index)
         return {"status": outcome.status, "text": outcome.result_text}

@@ -11,7 +11,8 @@ from api_helpers import Conforms, DefinitionFactory, Tenant
 RUN_FIELDS = {
     "id", "workspaceId", "definitionId", "status", "currentStepName", "input", "state", "output", "error",
     "totalCostCents", "totalInputTokens", "totalOutputTokens", "startedAt", "completedAt", "failedAt",
-    "cancelledAt", "nextRunAt", "idempotencyKey", "version", "createdAt", "updatedAt",
+    "cancelledAt", "nextRunAt", "idempotencyKey", "version", "parentRunId", "parentToolCallId", "requiredAction",
+    "createdAt", "updatedAt",
 }  # fmt: skip
 STEP_FIELDS = {
     "id", "workflowRunId", "stepName", "stepType", "stepIndex", "status", "visit", "attempt", "input",

@@ -1,0 +1,27 @@
+"""Lookups of stored workflow definitions by name (the engine reads definitions by id through
+`stevora.runtime.DefinitionCache`; these are for workflows called as tools)."""
+
+from __future__ import annotations
+
+import asyncpg
+
+_COLUMNS = "id, name, version, description, steps, input_schema, default_params, created_at"
+
+
+async def find_version(
+    conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, name: str, version: str | None
+) -> asyncpg.Record | None:
+    """The definition `name` at `version`, or its newest version (the most recently created)."""
+    if version is not None:
+        return await conn.fetchrow(
+            f"SELECT {_COLUMNS} FROM workflow_definitions WHERE workspace_id = $1 AND name = $2 AND version = $3",
+            workspace_id,
+            name,
+            version,
+        )
+    return await conn.fetchrow(
+        f"SELECT {_COLUMNS} FROM workflow_definitions WHERE workspace_id = $1 AND name = $2 "
+        "ORDER BY created_at DESC, id DESC LIMIT 1",
+        workspace_id,
+        name,
+    )
