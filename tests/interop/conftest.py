@@ -141,6 +141,11 @@ class Interop:
 
     async def run(self, steps: list[dict[str, Any]], input: dict[str, Any] | None = None) -> dict[str, Any]:
         """POST a definition and a run, wait for its end; return the run with its calls, traces, events."""
+        run_id = await self.start(steps, input)
+        await self.wait(run_id, *TERMINAL)
+        return await self.collect(run_id)
+
+    async def start(self, steps: list[dict[str, Any]], input: dict[str, Any] | None = None) -> str:
         headers = self.tenant.headers
         body = {"name": f"interop-{time.monotonic_ns()}", "version": "1", "steps": steps}
         created = await self.client.post("/v1/workflow-definitions", json=body, headers=headers)
@@ -149,24 +154,28 @@ class Interop:
         started = await self.client.post(
             "/v1/workflow-runs", json={"definitionId": definition_id, "input": input or {}}, headers=headers
         )
-        assert started.status_code in (200, 201), started.text
-        run_id = started.json()["data"]["id"]
+        assert started.status_code == 201, started.text
+        run_id: str = started.json()["data"]["id"]
+        return run_id
+
+    async def wait(self, run_id: str, *statuses: str) -> dict[str, Any]:
         deadline = time.monotonic() + 240
         while True:
-            run = (await self.client.get(f"/v1/workflow-runs/{run_id}", headers=headers)).json()["data"]
-            if run["status"] in TERMINAL:
-                break
+            response = await self.client.get(f"/v1/workflow-runs/{run_id}", headers=self.tenant.headers)
+            run: dict[str, Any] = response.json()["data"]
+            if run["status"] in statuses:
+                return run
+            assert run["status"] not in TERMINAL, f"run {run_id} ended {run['status']}: {run['error']}"
             assert time.monotonic() < deadline, f"run {run_id} still {run['status']}"
             await asyncio.sleep(0.1)
-        calls = (await self.client.get(f"/v1/workflow-runs/{run_id}/llm-calls", headers=headers)).json()[
-            "data"
-        ]
-        traces = (await self.client.get(f"/v1/workflow-runs/{run_id}/tool-traces", headers=headers)).json()[
-            "data"
-        ]
-        events = (
-            await self.client.get(f"/v1/workflow-runs/{run_id}/events?limit=200", headers=headers)
-        ).json()["data"]
+
+    async def collect(self, run_id: str) -> dict[str, Any]:
+        """The run, its LLM calls, tool traces and event types, as the API returns them."""
+        base, headers = f"/v1/workflow-runs/{run_id}", self.tenant.headers
+        run = (await self.client.get(base, headers=headers)).json()["data"]
+        calls = (await self.client.get(f"{base}/llm-calls", headers=headers)).json()["data"]
+        traces = (await self.client.get(f"{base}/tool-traces", headers=headers)).json()["data"]
+        events = (await self.client.get(f"{base}/events?limit=200", headers=headers)).json()["data"]
         self.latencies_ms.extend(c["durationMs"] for c in calls if c["status"] == "completed")
         return {"run": run, "calls": calls, "traces": traces, "events": [e["eventType"] for e in events]}
 

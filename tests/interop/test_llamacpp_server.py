@@ -128,3 +128,30 @@ async def test_tool_round_with_null_content_fails_once_instead_of_nine_times(int
     )
     assert [c["status"] for c in out["calls"]] == ["completed", "failed"]  # one attempt, not three
     assert len(seen) == 1
+
+
+async def test_client_executed_tool_is_answered_through_the_api_and_the_run_completes(
+    interop: Interop,
+) -> None:
+    location = {**CITY, "name": "get_location", "description": "The user's location", "execution": "client"}
+    step = llm_step(tools=[location], toolChoice={"name": "get_location"})
+    run_id = await interop.start([step], {"question": "Where am I?"})
+
+    waiting = await interop.wait(run_id, "WAITING")
+    [call] = waiting["requiredAction"]["toolCalls"]
+    assert call["name"] == "get_location"
+    answered = await interop.client.post(
+        f"/v1/workflow-runs/{run_id}/tool-outputs",
+        json={"toolOutputs": [{"toolCallId": call["id"], "output": {"city": "Paris"}}]},
+        headers=interop.tenant.headers,
+    )
+    assert answered.status_code == 200, answered.text
+    await interop.wait(run_id, "COMPLETED")
+    out = await interop.collect(run_id)
+
+    [trace] = out["traces"]
+    assert trace["toolName"] == "get_location" and trace["status"] == "completed"
+    assert trace["outputJson"] == {"city": "Paris"}
+    assert out["events"].count("TOOL_CALL_COMPLETED") == 1
+    # The output went back to the server in a second call, which it accepted.
+    assert [c["status"] for c in out["calls"]] == ["completed", "completed"]
