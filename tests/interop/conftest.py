@@ -67,7 +67,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="STEVORA_SKIP_INTEROP=1"))
         return
     # Compiling llama.cpp on first use takes minutes; afterwards a test takes seconds.
-    timeout_s = 300 if _venv_ready() else 2400
+    timeout_s = 600 if _venv_ready() else 2400
     for item in mine:
         item.add_marker(pytest.mark.interop)
         item.add_marker(pytest.mark.timeout(timeout_s))
