@@ -9,7 +9,7 @@ COPY stevora ./stevora
 COPY workers ./workers
 COPY migrations ./migrations
 COPY examples ./examples
-RUN pip install -e . && useradd --create-home stevora
+RUN pip install -e ".[server]" && useradd --create-home stevora
 USER stevora
 
 EXPOSE 3000

@@ -1,5 +1,6 @@
 # One target per job. `make demo` and `make test` are the README's two commands.
 PYTHON ?= python3
+PORT ?= 3000
 VENV := .venv
 BIN := $(VENV)/bin
 
@@ -8,17 +9,19 @@ BIN := $(VENV)/bin
 $(BIN)/stevora: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[server,test]'
 	@touch $@
 
 ## Set up, start the embedded stack (embedded PostgreSQL, in-process broker + worker, API) and run
 ## the example workflows end to end, printing their event timelines.
 demo: $(BIN)/stevora
 	$(BIN)/stevora demo
+	@echo "The stevora command is $(BIN)/stevora (or run: source $(BIN)/activate)."
 
-## Embedded stack for development: API + UI on http://127.0.0.1:3000 until Ctrl-C.
+## Embedded stack for development: API + UI on http://127.0.0.1:$(PORT) until Ctrl-C. Writes the
+## API key to .stevora/dev-api-key, which `stevora` commands run in this folder use by default.
 dev: $(BIN)/stevora
-	$(BIN)/stevora dev --tools examples.tools
+	$(BIN)/stevora dev --tools examples.tools --port $(PORT)
 
 ## Set up and run the whole test suite (PostgreSQL: STEVORA_TEST_DATABASE_URL or embedded).
 test: $(BIN)/stevora

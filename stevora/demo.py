@@ -118,8 +118,11 @@ def run_demo(url: str, api_key: str, key_file: Path, *, offline: bool) -> bool:
                 f"{cost.total_input_tokens} in / {cost.total_output_tokens} out tokens · ${cost.total_cost_usd:.4f}\n"
             )
             results.append(run.status == "COMPLETED")
+    # The demo's server stops when this returns: point at the command that keeps one up, not at
+    # this process's (random, about to close) port.
     console.print(
-        f"Run `make dev` to keep the stack up and open the UI at {url}/ui "
-        f"(log in with the API key in {key_file})."
+        "The demo's server has stopped. To keep the stack up and browse the runs in the UI, run "
+        "[bold]make dev[/bold] (API and UI on http://127.0.0.1:3000, log in with the API key in "
+        f"{key_file})."
     )
     return all(results)

@@ -33,13 +33,17 @@ def lookup(root: Any, path: list[str]) -> Any:
     return cur
 
 
-def resolve(expr: str, *, input: Mapping[str, Any], state: Mapping[str, Any]) -> Any:
+def resolve(
+    expr: str, *, input: Mapping[str, Any], state: Mapping[str, Any], steps: Mapping[str, Any] | None = None
+) -> Any:
     parts = expr.split(".")
     head, rest = parts[0], parts[1:]
     if head == "input":
         return lookup(input, rest)
     if head == "state":
         return lookup(state, rest)
+    if head == "steps" and steps is not None:
+        return lookup(steps, rest)
     value = lookup(state, parts)
     return lookup(input, parts) if value is MISSING else value
 
@@ -56,3 +60,52 @@ def render_template(text: str, *, input: Mapping[str, Any], state: Mapping[str, 
     if "{{" not in text:
         return text
     return _PLACEHOLDER.sub(lambda m: _render_value(resolve(m.group(1), input=input, state=state)), text)
+
+
+_EXACT = re.compile(r"^\{\{\s*([A-Za-z0-9_$.\-]+)\s*\}\}$")
+
+
+class MissingTemplatePath(LookupError):
+    """A value that is exactly one template names a path that does not exist."""
+
+    def __init__(self, path: str, field: str) -> None:
+        super().__init__(f"{field}: '{{{{{path}}}}}' names nothing (no such path in the run)")
+        self.path = path
+        self.field = field
+
+
+def render_typed(
+    value: Any,
+    *,
+    input: Mapping[str, Any],
+    state: Mapping[str, Any],
+    steps: Mapping[str, Any] | None = None,
+    field: str = "input",
+) -> Any:
+    """Render the templates in a JSON value (a `tool` step's `input`). A string that is exactly one
+    template keeps the JSON type of what it names, and a missing path raises MissingTemplatePath
+    naming the field; templates inside longer strings render as in prompts. `steps.<name>.output.x`
+    reads the output of an earlier step. Environment variables are deliberately not templatable."""
+    if isinstance(value, str):
+        exact = _EXACT.match(value)
+        if exact is None:
+            if "{{" not in value:
+                return value
+            return _PLACEHOLDER.sub(
+                lambda m: _render_value(resolve(m.group(1), input=input, state=state, steps=steps)), value
+            )
+        found = resolve(exact.group(1), input=input, state=state, steps=steps)
+        if found is MISSING:
+            raise MissingTemplatePath(exact.group(1), field)
+        return found
+    if isinstance(value, dict):
+        return {
+            k: render_typed(v, input=input, state=state, steps=steps, field=f"{field}.{k}")
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [
+            render_typed(v, input=input, state=state, steps=steps, field=f"{field}[{i}]")
+            for i, v in enumerate(value)
+        ]
+    return value

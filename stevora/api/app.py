@@ -14,6 +14,7 @@ from contextlib import asynccontextmanager
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import RedirectResponse
+from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stevora.api.auth import ApiKeyAuthenticator
@@ -96,13 +97,16 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
             rt, ctx.runtime = ctx.runtime, None
             await rt.close()
 
-    app = FastAPI(
+    # Swagger UI (/docs) and ReDoc (/redoc) with their JS/CSS served from the fastapi-offline
+    # package, so the docs work without a CDN (air-gapped hosts, strict networks).
+    app = FastAPIOffline(
         title="Stevora API",
         version="1.0.0",
         description=DESCRIPTION,
         lifespan=lifespan,
         docs_url="/docs",
-        redoc_url=None,
+        redoc_url="/redoc",
+        static_url="/docs-static",
     )
     app.state.ctx = ctx
     app.add_middleware(ApiPrefixAlias)

@@ -1,13 +1,15 @@
 """Commands that talk to a running Stevora server over HTTP: keys, definitions, run, runs, approve.
 
 Every command takes `--url` (env STEVORA_URL, default http://127.0.0.1:3000) and `--api-key`
-(env STEVORA_API_KEY). Exit codes: 0 success; 1 an API or connection error, or a watched run
-that ended FAILED or CANCELLED; 130 when interrupted.
+(env STEVORA_API_KEY; without either, the key `stevora dev` wrote to `.stevora/dev-api-key`, or
+the file named by STEVORA_API_KEY_FILE). Exit codes: 0 success; 1 an API or connection error,
+or a watched run that ended FAILED or CANCELLED; 2 bad usage; 130 when interrupted.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +20,8 @@ import yaml
 from rich.console import Console
 from rich.markup import escape
 
-from stevora.cli import app, render
+from stevora.cli import app, output, render
+from stevora.cli.output import JsonFlag
 from stevora.client import (
     AgentRuntime,
     StevoraAPIError,
@@ -35,7 +38,7 @@ err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 definitions_app = typer.Typer(help="Manage workflow definitions.", no_args_is_help=True)
-runs_app = typer.Typer(help="Inspect workflow runs.", no_args_is_help=True)
+runs_app = typer.Typer(help="Inspect and act on workflow runs.", no_args_is_help=True)
 app.add_typer(keys_app, name="keys")
 app.add_typer(definitions_app, name="definitions")
 app.add_typer(runs_app, name="runs")
@@ -46,24 +49,48 @@ ApiKey = Annotated[
     typer.Option("--api-key", envvar="STEVORA_API_KEY", help="API key (stv_...).", show_default=False),
 ]
 DEFAULT_URL = "http://127.0.0.1:3000"
+DEV_KEY_FILE = Path(".stevora") / "dev-api-key"
+NO_KEY_HINT = (
+    "no API key was given: pass --api-key, set STEVORA_API_KEY, or run `stevora dev` in this folder "
+    "(it writes .stevora/dev-api-key, which commands here read)"
+)
+
+
+def default_api_key() -> str | None:
+    """The key file of `stevora dev` (STEVORA_API_KEY_FILE, else .stevora/dev-api-key), if any."""
+    configured = os.environ.get("STEVORA_API_KEY_FILE")
+    path = Path(configured) if configured else DEV_KEY_FILE
+    if configured == "" or not path.is_file():
+        return None
+    try:
+        return path.read_text().strip() or None
+    except OSError:
+        return None
 
 
 @contextmanager
 def connect(url: str, api_key: str | None) -> Iterator[AgentRuntime]:
-    """A client for the command; API and connection errors end the command with exit code 1."""
+    """A client for the command; API and connection errors end the command with exit code 1,
+    printed as `error CODE (HTTP status): message` (docs/cli.md)."""
+    api_key = api_key or default_api_key()
     try:
         with AgentRuntime(api_key, base_url=url) as rt:
             yield rt
     except ValidationFailed as exc:
-        err.print(f"[red]error[/red] {exc.code}: {escape(exc.message)}")
+        err.print(f"[red]error[/red] {exc.code} ({exc.status_code}): {escape(exc.message)}")
         for problem in exc.errors:
             err.print(f"  {escape(problem.get('path') or '(body)')}: {escape(problem.get('message', ''))}")
         raise typer.Exit(1) from None
     except StevoraAPIError as exc:
         err.print(f"[red]error[/red] {exc.code} ({exc.status_code}): {escape(exc.message)}")
+        if exc.status_code == 401 and api_key is None:
+            err.print(f"  {NO_KEY_HINT}")
         raise typer.Exit(1) from None
     except StevoraConnectionError as exc:
-        err.print(f"[red]error[/red] cannot reach the server at {escape(url)}: {escape(exc.message)}")
+        err.print(
+            f"[red]error[/red] CONNECTION_ERROR (no HTTP response): cannot reach the server at "
+            f"{escape(url)}: {escape(exc.message)}"
+        )
         raise typer.Exit(1) from None
 
 
@@ -195,6 +222,7 @@ def runs_list(
     definition_id: Annotated[str | None, typer.Option(help="Only runs of this definition.")] = None,
     page: Annotated[int, typer.Option(min=1, help="Page number.")] = 1,
     page_size: Annotated[int, typer.Option(min=1, max=100, help="Runs per page.")] = 20,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
@@ -206,18 +234,25 @@ def runs_list(
             status=status.upper() if status else None,
             definition_id=definition_id,
         )
+    if as_json:
+        output.emit({"data": output.plain(found.data), "meta": output.plain(found.meta)})
+        return
     console.print(render.runs_table(found))
 
 
 @runs_app.command("show")
 def runs_show(
     run_id: Annotated[str, typer.Argument(help="Run id (wfrun_...).")],
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
     """Show a run and its steps."""
     with connect(url, api_key) as rt:
         run = rt.workflows.get(run_id)
+    if as_json:
+        output.emit(run)
+        return
     console.print(render.run_header(run))
     console.print(render.steps_table(run))
 
@@ -228,6 +263,9 @@ def runs_events(
     follow: Annotated[
         bool, typer.Option("--follow", "-f", help="Keep printing new events until the run ends.")
     ] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="JSON: an array; with --follow, one event per line (JSON Lines).")
+    ] = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
@@ -235,8 +273,13 @@ def runs_events(
     with connect(url, api_key) as rt:
         events = rt.workflows.stream(run_id) if follow else rt.workflows.iter_events(run_id)
         try:
-            for event in events:
-                console.print(render.event_line(event))
+            if not as_json:
+                for event in events:
+                    console.print(render.event_line(event))
+            elif follow:
+                output.emit_lines(events)
+            else:
+                output.emit(list(events))
         except KeyboardInterrupt:
             raise typer.Exit(130) from None
 

@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from stevora.client import Event, Page, WorkflowRun
+from stevora.client import Event, LlmCall, Page, ToolTrace, WorkflowRun
 
 STATUS_STYLES = {
     "COMPLETED": "green",
@@ -51,6 +51,14 @@ def when(value: datetime | None) -> str:
 def short_json(value: Any, limit: int = 120) -> str:
     text = json.dumps(value, separators=(",", ":"), default=str)
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def model_ref(model: Any, provider: Any) -> str:
+    """`gpt-4o · openai`; an offline scripted answer never reads as a real model call."""
+    name = escape(str(model))
+    if provider == "scripted" and model != "scripted":
+        return f"{name} [yellow]· scripted (offline)[/yellow]"
+    return f"{name} [dim]· {escape(str(provider))}[/dim]" if provider else name
 
 
 def error_text(error: dict[str, Any] | None) -> str:
@@ -119,6 +127,44 @@ def steps_table(run: WorkflowRun) -> Table:
     return table
 
 
+def llm_call_lines(calls: list[LlmCall]) -> list[str]:
+    """`runs llm-calls`: one line per model call (step #round, model · provider, tokens, cost,
+    latency, the tools it asked for or how it finished), readable at any terminal width."""
+    lines = []
+    for call in calls:
+        tools = [str(c.get("name")) for c in (call.response or {}).get("toolCalls") or []]
+        if call.status != "completed":
+            result = f"[red]{escape(call.status.upper())}[/red] {escape(error_text(call.error))}"
+        else:
+            result = escape("→ " + ", ".join(tools) if tools else (call.finish_reason or ""))
+        lines.append(
+            f"[cyan]◆[/cyan] {escape(call.step_name)} #{call.round}  {model_ref(call.model, call.provider)}  "
+            f"[dim]{call.input_tokens} in / {call.output_tokens} out · {usd(call.cost_usd)} · "
+            f"{duration(call.duration_ms)}[/dim]  {result}"
+        )
+    return lines or ["[dim]no LLM calls[/dim]"]
+
+
+def trace_lines(traces: list[ToolTrace]) -> list[str]:
+    """`runs traces`: per tool call a head line, then its arguments and its result or error."""
+    lines = []
+    for trace in traces:
+        ok = trace.status == "completed"
+        mark = "[green]completed[/green]" if ok else "[red]failed[/red]"
+        lines.append(
+            f"[magenta]⚙[/magenta] round {trace.round}.{trace.sequence} [bold]{escape(trace.tool_name)}[/bold] "
+            f"{mark} [dim]{duration(trace.duration_ms)}[/dim]"
+        )
+        lines.append(f"    args    {escape(short_json(trace.input_json, 400))}")
+        if ok:
+            lines.append(f"    result  {escape(short_json(trace.output_json, 400))}")
+        else:
+            lines.append(
+                f"    error   [red]{escape(trace.error_code or 'ERROR')}[/red]: {escape(trace.error or '')}"
+            )
+    return lines or ["[dim]no tool calls[/dim]"]
+
+
 def event_line(event: Event) -> str:
     """`runs events`: sequence, time, type, step and payload of one event."""
     payload = dict(event.payload)
@@ -157,7 +203,7 @@ class Progress:
         if kind == "LLM_CALL_COMPLETED":
             return self._llm_round(p)
         if kind == "LLM_CALL_FAILED":
-            model = escape(str(p.get("model")))
+            model = model_ref(p.get("model"), p.get("provider"))
             return (
                 f"  [red]◆ round {p.get('round')} {model} failed[/red]: {escape(error_text(p.get('error')))}"
             )
@@ -181,7 +227,7 @@ class Progress:
         tools = p.get("toolCalls") or []
         asks = f" → {escape(', '.join(tools))}" if tools else ""
         return (
-            f"  [cyan]◆[/cyan] round {p.get('round')} {escape(str(p.get('model')))} "
+            f"  [cyan]◆[/cyan] round {p.get('round')} {model_ref(p.get('model'), p.get('provider'))} "
             f"[dim]{tokens_in} in / {tokens_out} out · {usd(cost)} · "
             f"{duration(p.get('durationMs'))}[/dim]{asks}"
         )

@@ -23,6 +23,26 @@ def _settings(**overrides: object) -> Settings:
     return settings
 
 
+def _importable(modules: list[str]) -> None:
+    """Import the --tools modules here so a typo is one clear line, not a worker traceback."""
+    import importlib
+    import os
+    import sys
+
+    if modules and os.getcwd() not in sys.path:
+        sys.path.insert(0, os.getcwd())  # as the worker does: the working directory is importable
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as exc:
+            console.print(
+                f"[red]error[/red] cannot import --tools module '{name}': {exc}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(2) from None
+
+
 @app.command()
 def migrate(
     database_url: Annotated[str | None, typer.Option(help="Overrides STEVORA_DATABASE_URL")] = None,
@@ -62,6 +82,7 @@ def worker(
     settings = _settings()
     if tools:
         settings = settings.model_copy(update={"tool_modules": [*settings.tool_modules, *tools]})
+    _importable(settings.tool_modules)
     raise typer.Exit(
         run(
             settings,
@@ -85,6 +106,7 @@ def dev(
     settings = _settings(data_dir=str(data_dir) if data_dir else None)
     if tools:
         settings = settings.model_copy(update={"tool_modules": [*settings.tool_modules, *tools]})
+    _importable(settings.tool_modules)
     stack = DevStack(settings, port=port)
     stack.start_backend()
     server = stack.make_server()

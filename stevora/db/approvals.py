@@ -21,11 +21,13 @@ async def insert(
     content: Any,
     prompt: str | None,
     expires_at: datetime | None,
+    awaited_tool_call_id: str | None = None,
 ) -> str:
     approval_id = new_id("apr")
     await conn.execute(
         "INSERT INTO approval_requests (id, workspace_id, workflow_run_id, step_run_id, step_name, "
-        "content_key, content, prompt, expires_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "content_key, content, prompt, expires_at, awaited_tool_call_id) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
         approval_id,
         workspace_id,
         run_id,
@@ -35,6 +37,7 @@ async def insert(
         content,
         prompt,
         expires_at,
+        awaited_tool_call_id,
     )
     return approval_id
 

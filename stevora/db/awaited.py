@@ -1,5 +1,6 @@
 """Statements on awaited tool calls: calls whose result someone other than the loop writes (the API
-caller for a client-executed tool, a child run for a workflow tool). Callers own the transaction."""
+caller for a client-executed tool, a child run for a workflow tool) or that wait for a person's
+approval before they run. Callers own the transaction."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ from stevora.statuses import TERMINAL_RUN_STATUSES
 
 _COLUMNS = (
     "a.id, a.workflow_run_id, a.step_run_id, a.llm_call_id, a.round, a.sequence, a.tool_call_id, a.tool_name, "
-    "a.arguments, a.kind, a.status, a.deadline_at, a.child_run_id, a.created_at"
+    "a.arguments, a.kind, a.status, a.deadline_at, a.child_run_id, a.created_at, a.parameters, "
+    "a.approved_arguments"
 )
 
 
@@ -23,15 +25,16 @@ _COLUMNS = (
 class NewAwaitedCall:
     """A call the loop hands over; written when the step goes WAITING."""
 
-    llm_call_id: str
+    llm_call_id: str | None  # None for a `tool` step's call
     step_run_id: str
     round: int
     sequence: int
     tool_call_id: str
     tool_name: str
     arguments: dict[str, Any]
-    kind: str  # client | workflow
+    kind: str  # client | workflow | approval
     deadline_at: datetime | None = None
+    parameters: dict[str, Any] | None = None  # approval: to check edited arguments against
     # workflow calls: the child run to create with it
     child_definition_id: str | None = None
     child_input: dict[str, Any] | None = None
@@ -43,13 +46,15 @@ async def insert(conn: asyncpg.Connection, run_id: str, calls: Sequence[NewAwait
     finds its rows already there and creates nothing twice)."""
     rows = await conn.fetch(
         "INSERT INTO awaited_tool_calls (id, workflow_run_id, step_run_id, llm_call_id, round, sequence, "
-        "tool_call_id, tool_name, arguments, kind, deadline_at) "
+        "tool_call_id, tool_name, arguments, kind, deadline_at, parameters) "
         "SELECT a.id, $1, a.step_run_id, a.llm_call_id, a.round, a.sequence, a.tool_call_id, a.tool_name, "
-        "a.arguments, a.kind, a.deadline_at "
+        "a.arguments, a.kind, a.deadline_at, a.parameters "
         "FROM unnest($2::text[], $3::text[], $4::text[], $5::int[], $6::int[], $7::text[], $8::text[], "
-        "$9::jsonb[], $10::text[], $11::timestamptz[]) "
-        "AS a(id, step_run_id, llm_call_id, round, sequence, tool_call_id, tool_name, arguments, kind, deadline_at) "
-        "ON CONFLICT (llm_call_id, sequence) DO NOTHING RETURNING id",
+        "$9::jsonb[], $10::text[], $11::timestamptz[], $12::jsonb[]) "
+        "AS a(id, step_run_id, llm_call_id, round, sequence, tool_call_id, tool_name, arguments, kind, deadline_at, "
+        "parameters) "
+        # Replays find their row: per (model call, index), or per step run for a `tool` step.
+        "ON CONFLICT DO NOTHING RETURNING id",
         run_id,
         [c.id for c in calls],
         [c.step_run_id for c in calls],
@@ -61,6 +66,7 @@ async def insert(conn: asyncpg.Connection, run_id: str, calls: Sequence[NewAwait
         [c.arguments for c in calls],
         [c.kind for c in calls],
         [c.deadline_at for c in calls],
+        [c.parameters for c in calls],
     )
     return {r["id"] for r in rows}
 
@@ -103,6 +109,29 @@ async def client_calls_with_results(conn: asyncpg.Connection, run_id: str) -> li
         run_id,
     )
     return rows
+
+
+async def for_step_run(
+    conn: asyncpg.Connection | asyncpg.Pool, step_run_ids: list[str]
+) -> list[asyncpg.Record]:
+    """Every awaited call of these step runs (approval decisions are looked up this way)."""
+    rows: list[asyncpg.Record] = await conn.fetch(
+        f"SELECT {_COLUMNS} FROM awaited_tool_calls a WHERE a.step_run_id = ANY($1::text[])", step_run_ids
+    )
+    return rows
+
+
+async def get(conn: asyncpg.Connection, awaited_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(f"SELECT {_COLUMNS} FROM awaited_tool_calls a WHERE a.id = $1", awaited_id)
+
+
+async def mark_approved(conn: asyncpg.Connection, awaited_id: str, arguments: Any) -> None:
+    await conn.execute(
+        "UPDATE awaited_tool_calls SET status = 'approved', approved_arguments = $2, answered_at = now() "
+        "WHERE id = $1 AND status = 'pending'",
+        awaited_id,
+        arguments,
+    )
 
 
 async def mark_answered(conn: asyncpg.Connection, awaited_ids: list[str]) -> None:

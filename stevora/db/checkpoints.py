@@ -44,7 +44,10 @@ RETURNING created_at
 
 _TOOL_TRACE_SQL = """
 WITH r AS (
-    UPDATE workflow_runs SET event_seq = event_seq + 1
+    -- A tool's `ctx.update_state(...)` lands in the same statement as its trace row: never twice,
+    -- never for a call that is not recorded as completed.
+    UPDATE workflow_runs SET event_seq = event_seq + 1,
+           state = CASE WHEN $21::jsonb IS NULL THEN state ELSE COALESCE(state, '{}'::jsonb) || $21::jsonb END
      WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'
  RETURNING event_seq
 ), t AS (
@@ -84,7 +87,7 @@ class LlmCallRecord:
 @dataclass(slots=True)
 class ToolTraceRecord:
     step_run_id: str
-    llm_call_id: str
+    llm_call_id: str | None  # None for a `tool` step's call
     round: int
     sequence: int
     tool_call_id: str
@@ -124,15 +127,24 @@ async def record_tool_trace(
     rec: ToolTraceRecord,
     event_type: str,
     payload: dict[str, Any],
+    state_updates: dict[str, Any] | None = None,
 ) -> None:
     seq = await pool.fetchval(
         _TOOL_TRACE_SQL,
         run_id, owner, rec.id, rec.step_run_id, rec.llm_call_id, rec.round, rec.sequence, rec.tool_call_id,
         rec.tool_name, rec.input_json, rec.output_json, rec.status, rec.error, rec.error_code, rec.result_text,
-        rec.duration_ms, rec.idempotency_key, new_id("evt"), event_type, payload,
+        rec.duration_ms, rec.idempotency_key, new_id("evt"), event_type, payload, state_updates or None,
     )  # fmt: skip
     if seq is None:
         raise LeaseLost(f"run {run_id}: lease lost before recording tool call {rec.idempotency_key}")
+
+
+async def tool_step_trace(pool: asyncpg.Pool, step_run_id: str) -> asyncpg.Record | None:
+    """The trace of a `tool` step run's call, if it was committed (a resumed step reuses it)."""
+    return await pool.fetchrow(
+        "SELECT status, output_json, error, error_code FROM tool_trace WHERE step_run_id = $1 AND llm_call_id IS NULL",
+        step_run_id,
+    )
 
 
 async def insert_tool_traces(conn: asyncpg.Connection, run_id: str, records: list[ToolTraceRecord]) -> None:

@@ -232,14 +232,21 @@ class ToolTrace(Base):
     __tablename__ = "tool_trace"
     __table_args__ = (
         CheckConstraint("status IN ('completed', 'failed')", name="status"),
-        # Exactly-once record per (model call, tool-call index).
+        # Exactly-once record per (model call, tool-call index) ...
         UniqueConstraint("llm_call_id", "sequence", name="uq_tool_trace_call"),
+        # ... and per step run for a `tool` step's call (no model call).
+        Index(
+            "uq_tool_trace_tool_step",
+            "step_run_id",
+            unique=True,
+            postgresql_where=text("llm_call_id IS NULL"),
+        ),
         Index("ix_tool_trace_run", "workflow_run_id", "created_at"),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
     step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), index=True)
-    llm_call_id: Mapped[str] = mapped_column(ForeignKey("llm_calls.id", ondelete="CASCADE"))
+    llm_call_id: Mapped[str | None] = mapped_column(ForeignKey("llm_calls.id", ondelete="CASCADE"))
     round: Mapped[int] = mapped_column(Integer)
     sequence: Mapped[int] = mapped_column(Integer)
     tool_call_id: Mapped[str] = mapped_column(String(200))
@@ -266,23 +273,30 @@ class AwaitedToolCall(Base):
 
     __tablename__ = "awaited_tool_calls"
     __table_args__ = (
-        CheckConstraint("kind IN ('client', 'workflow')", name="kind"),
-        CheckConstraint("status IN ('pending', 'answered')", name="status"),
+        CheckConstraint("kind IN ('client', 'workflow', 'approval')", name="kind"),
+        CheckConstraint("status IN ('pending', 'approved', 'answered')", name="status"),
         # One wait per (model call, tool-call index): a replayed round never creates a second
-        # one (nor a second child run).
+        # one (nor a second child run); a `tool` step's call has one per step run.
         UniqueConstraint("llm_call_id", "sequence", name="uq_awaited_tool_call"),
+        Index(
+            "uq_awaited_tool_step", "step_run_id", unique=True, postgresql_where=text("llm_call_id IS NULL")
+        ),
         Index("ix_awaited_pending", "workflow_run_id", postgresql_where=text("status = 'pending'")),
         Index("ix_awaited_child", "child_run_id", postgresql_where=text("child_run_id IS NOT NULL")),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
     step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"))
-    llm_call_id: Mapped[str] = mapped_column(ForeignKey("llm_calls.id", ondelete="CASCADE"))
+    llm_call_id: Mapped[str | None] = mapped_column(ForeignKey("llm_calls.id", ondelete="CASCADE"))
     round: Mapped[int] = mapped_column(Integer)
     sequence: Mapped[int] = mapped_column(Integer)
     tool_call_id: Mapped[str] = mapped_column(String(200))
     tool_name: Mapped[str] = mapped_column(String(64))
     arguments: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    # Approval-gated calls: the argument schema (to check edited arguments at decision time) and
+    # the arguments a person approved (the call then runs with them).
+    parameters: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    approved_arguments: Mapped[Any] = mapped_column(JSONB, nullable=True)
     kind: Mapped[str] = mapped_column(String(16))
     status: Mapped[str] = mapped_column(String(16), server_default="pending")
     deadline_at: Mapped[datetime | None] = _ts()
@@ -305,7 +319,9 @@ class ApprovalRequest(Base):
     workflow_run_id: Mapped[str] = mapped_column(
         ForeignKey("workflow_runs.id", ondelete="CASCADE"), index=True
     )
-    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), unique=True)
+    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), index=True)
+    # Set for the approval of an approval-gated tool call (one step run may wait for several).
+    awaited_tool_call_id: Mapped[str | None] = mapped_column(String(40), unique=True)
     step_name: Mapped[str] = mapped_column(String(100))
     content_key: Mapped[str] = mapped_column(String(200))
     content: Mapped[Any] = mapped_column(JSONB, nullable=True)

@@ -297,6 +297,17 @@ async def ancestor_definition_names(conn: asyncpg.Connection | asyncpg.Pool, run
     return [r["name"] for r in rows]
 
 
+async def completed_step_outputs(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> dict[str, Any]:
+    """`{step name: {"output": ...}}` for every step of the run that completed (its latest visit):
+    what `{{steps.<name>.output.x}}` reads."""
+    rows = await conn.fetch(
+        "SELECT DISTINCT ON (step_name) step_name, output FROM step_runs "
+        "WHERE workflow_run_id = $1 AND status = 'COMPLETED' ORDER BY step_name, created_at DESC",
+        run_id,
+    )
+    return {r["step_name"]: {"output": r["output"] or {}} for r in rows}
+
+
 async def cancel_open_steps(conn: asyncpg.Connection, run_id: str) -> list[str]:
     rows = await conn.fetch(
         "UPDATE step_runs SET status = 'CANCELLED', updated_at = now(), completed_at = now() "

@@ -25,6 +25,7 @@ from stevora.definitions.steps import (
     ExternalEventStep,
     StepBase,
     TaskStep,
+    ToolStep,
     WaitStep,
 )
 from stevora.definitions.workflow import (
@@ -56,6 +57,7 @@ __all__ = [
     "StepDefinition",
     "TaskStep",
     "ToolRef",
+    "ToolStep",
     "WaitStep",
     "WorkflowDefinitionSpec",
     "WorkflowToolDef",

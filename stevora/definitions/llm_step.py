@@ -54,6 +54,10 @@ def _check_parameters_schema(schema: dict[str, Any]) -> dict[str, Any]:
             "tool_parameters_not_object",
             'Tool parameters must be a JSON Schema with "type": "object"',
         )
+    return _check_json_schema(schema)
+
+
+def _check_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     # An explicit default: with an unknown "$schema", jsonschema would otherwise warn.
     validator_cls = validator_for(schema, default=Draft202012Validator)
     try:
@@ -89,6 +93,10 @@ class LlmToolDef(CamelModel):
     parameters: Annotated[dict[str, Any], AfterValidator(_check_parameters_schema)]
     execution: Literal["handler", "client"] = "handler"
     timeout_ms: int | None = Field(default=None, ge=1)
+    output_schema: Annotated[dict[str, Any], AfterValidator(_check_json_schema)] | None = None
+    """A result that does not match is a failed call (TOOL_OUTPUT_INVALID) returned to the model."""
+    requires_approval: bool = False
+    """Each call waits for a person to approve, edit or reject it before it runs."""
 
 
 class WorkflowToolDef(CamelModel):
@@ -213,6 +221,8 @@ class LlmStep(StepBase):
     timeout_ms: int | None = Field(default=None, ge=1)
     """Timeout of each provider request; unset means the provider adapter's default."""
     output_key: str | None = Field(default=None, min_length=1)
+    global_tools: bool = True
+    """Offer the worker's global tools (`register_tool(..., global_=True)`) besides `tools`."""
 
     @field_validator("tools")
     @classmethod

@@ -107,6 +107,20 @@ class ExternalEventStep(StepBase):
     timeout_ms: int | None = Field(default=None, ge=1)
 
 
+class ToolStep(StepBase):
+    """Runs one registered tool, no model: `input` values are templated (`{{input.x}}`,
+    `{{state.x}}`, `{{steps.<name>.output.x}}`; a value that is exactly one template keeps its JSON
+    type) and the result goes to `state[outputKey]` (default: the step name)."""
+
+    type: Literal["tool"] = "tool"
+    tool: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9_-]+$")
+    input: dict[str, Any] = Field(default_factory=dict)
+    output_key: str | None = Field(default=None, min_length=1)
+
+    def effective_output_key(self) -> str:
+        return self.output_key if self.output_key is not None else self.name
+
+
 class ApprovalStep(StepBase):
     """Asks a human to approve, edit or reject the state value under `content_key`."""
 

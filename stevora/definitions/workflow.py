@@ -38,16 +38,17 @@ from stevora.definitions.steps import (
     ConditionStep,
     ExternalEventStep,
     TaskStep,
+    ToolStep,
     WaitStep,
     find_duplicates,
 )
 from stevora.errors import ValidationError
 
 StepDefinition = Annotated[
-    TaskStep | WaitStep | ConditionStep | ExternalEventStep | ApprovalStep | LlmStep,
+    TaskStep | WaitStep | ConditionStep | ExternalEventStep | ApprovalStep | LlmStep | ToolStep,
     Field(discriminator="type"),
 ]
-STEP_TYPES: tuple[str, ...] = ("task", "wait", "condition", "external_event", "llm", "approval")
+STEP_TYPES: tuple[str, ...] = ("task", "wait", "condition", "external_event", "llm", "approval", "tool")
 
 
 def _check_default_params(text: str) -> str:
@@ -285,6 +286,7 @@ _KNOWN_FIELDS = _field_names(
         ExternalEventStep,
         ApprovalStep,
         LlmStep,
+        ToolStep,
         LlmMessage,
         LlmToolDef,
         ToolRef,

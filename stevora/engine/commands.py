@@ -260,7 +260,12 @@ async def decide_approval(
     decided_by: str | None = None,
 ) -> asyncpg.Record:
     """approved → step completes; edited → `editedContent` replaces state[contentKey] and the step
-    completes; rejected → the step fails with APPROVAL_REJECTED (not retried) and so does the run."""
+    completes; rejected → the step fails with APPROVAL_REJECTED (not retried) and so does the run.
+
+    For an approval-gated tool call: approved → the call runs; edited → it runs with `editedContent`
+    as its arguments (checked against the tool's schema now: a bad edit is a VALIDATION_ERROR and
+    nothing is recorded); rejected → the model gets an error result saying a person declined it.
+    """
     if decision == "edited" and edited_content is None:
         raise ValidationError.from_problems(
             [{"path": "editedContent", "message": "editedContent is required when decision is 'edited'"}]
@@ -277,6 +282,13 @@ async def decide_approval(
                 f"Approval request is already {current.lower()}",
                 details={"approvalRequestId": approval_id, "status": current},
             )
+        if approval["awaited_tool_call_id"] is not None:
+            resumed = await _decide_tool_call(
+                conn, workspace_id, approval, decision, edited_content, decided_by
+            )
+            if resumed:
+                await rt.dispatcher.dispatch(approval["workflow_run_id"])
+            return approval
         step_run_id = approval["step_run_id"]
         decided = {
             "approvalRequestId": approval_id,
@@ -335,6 +347,71 @@ async def decide_approval(
         )
     await rt.dispatcher.dispatch(approval["workflow_run_id"])
     return approval
+
+
+async def _decide_tool_call(
+    conn: asyncpg.Connection,
+    workspace_id: str,
+    approval: asyncpg.Record,
+    decision: Decision,
+    edited_content: Any,
+    decided_by: str | None,
+) -> bool:
+    """The decision on an approval-gated tool call, in the decision's transaction; True when the
+    run resumed (the caller dispatches it after commit)."""
+    call = await db_awaited.get(conn, approval["awaited_tool_call_id"])
+    run = await runs.lock_run(conn, approval["workflow_run_id"])
+    if call is None or run is None or run["status"] != RunStatus.WAITING or call["status"] != "pending":
+        raise InvalidStateTransition(
+            "The tool call of this approval request is no longer waiting for a decision",
+            details={"approvalRequestId": approval["id"]},
+        )
+    decided = {
+        "approvalRequestId": approval["id"],
+        "decision": decision,
+        "decidedBy": decided_by,
+        "stepName": approval["step_name"],
+        "toolName": call["tool_name"],
+        "toolCallId": call["tool_call_id"],
+    }
+    before = [Event(EventType.APPROVAL_DECIDED, decided, approval["step_run_id"])]
+    if decision == "rejected":
+        by = f" ({decided_by})" if decided_by else ""
+        declined = awaited.Answer(
+            call,
+            ok=False,
+            error=f"A person declined this call to '{call['tool_name']}'{by}",
+            error_code="APPROVAL_REJECTED",
+            answered_by="person",
+        )
+        resumed = await awaited.answer(conn, run, [declined], reason="approval", events_before=before)
+    else:
+        arguments = call["arguments"] if decision == "approved" else edited_content
+        if decision == "edited":
+            _check_edited_arguments(call, edited_content)
+        resumed = await awaited.answer(
+            conn, run, [], reason="approval", approved={call["id"]: arguments}, events_before=before
+        )
+    await enqueue_webhooks(
+        conn, workspace_id, WebhookEvent.APPROVAL_DECIDED, {**decided, "workflowRunId": run["id"]}
+    )
+    return resumed
+
+
+def _check_edited_arguments(call: asyncpg.Record, edited: Any) -> None:
+    if not isinstance(edited, dict):
+        raise ValidationError.from_problems(
+            [{"path": "editedContent", "message": "Edited tool arguments must be a JSON object"}]
+        )
+    if call["parameters"] is not None:
+        problems = schema_problems(call["parameters"], edited)
+        if problems:
+            raise ValidationError.from_problems(
+                [
+                    {"path": p["path"].replace("input", "editedContent", 1), "message": p["message"]}
+                    for p in (_input_problem(problem) for problem in problems)
+                ]
+            )
 
 
 @dataclass(frozen=True, slots=True)

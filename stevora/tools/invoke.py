@@ -40,6 +40,8 @@ ToolErrorCode = Literal[
     "WORKFLOW_RECURSION",
     "CHILD_RUN_FAILED",
     "CHILD_RUN_CANCELLED",
+    "TOOL_OUTPUT_INVALID",
+    "APPROVAL_REJECTED",
 ]
 _MAX_PROBLEM_CHARS = 300
 
@@ -70,6 +72,7 @@ async def invoke_tool(
     declared_schema: dict[str, Any] | None,
     timeout_s: float | None,
     max_output_bytes: int,
+    declared_output_schema: dict[str, Any] | None = None,
 ) -> ToolOutcome:
     """Parse, validate and run one tool call; never raises except `CancelledError`.
 
@@ -143,6 +146,14 @@ async def invoke_tool(
         if size > max_output_bytes:
             limit = f"Tool output is {size} bytes, over the {max_output_bytes}-byte limit"
             return failed("TOOL_OUTPUT_TOO_LARGE", limit)
+    output_schema = declared_output_schema if declared_output_schema is not None else tool.output_schema
+    if output_schema is not None:
+        problems = _schema_problems(compiled_validator(output_schema), output)
+        if problems:
+            return failed(
+                "TOOL_OUTPUT_INVALID",
+                f"Output of tool '{name}' does not match its output schema: {'; '.join(problems)}",
+            )
     return ToolOutcome(
         status="completed",
         input=arguments,
@@ -169,7 +180,7 @@ def _parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any], bool]:
     return parsed, True
 
 
-def _schema_problems(validator: Validator, instance: dict[str, Any]) -> list[str]:
+def _schema_problems(validator: Validator, instance: Any) -> list[str]:
     """One `path: message` per bad field, sorted by path, so the model can fix them all at once."""
     found: list[tuple[str, str]] = []
     for error in validator.iter_errors(instance):

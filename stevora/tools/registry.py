@@ -16,6 +16,7 @@ import re
 import typing
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeVar, overload
 
 import pydantic
@@ -39,7 +40,14 @@ _ANY_OBJECT: dict[str, Any] = {"type": "object"}
 
 @dataclass(frozen=True)
 class ToolContext:
-    """Who is calling a tool; `idempotency_key` is `<stepRunId>:<round>:<callIndex>`."""
+    """Who is calling a tool, and the run it acts on.
+
+    `idempotency_key` is `<stepRunId>:<round>:<callIndex>` in an `llm` step and `<stepRunId>:tool`
+    in a `tool` step. `run_input` is the run's input; `state` a read-only snapshot of its state.
+    `update_state({...})` changes are merged (shallowly) into the run's state in the same
+    transaction as the call's trace row, so a crash never applies them twice and a failed call
+    (raised, timed out, or an output failing its schema) applies none.
+    """
 
     __stevora_tool_context__: ClassVar[bool] = True
 
@@ -51,6 +59,31 @@ class ToolContext:
     round: int
     call_index: int
     tool_call_id: str
+    run_input: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    state: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    _state_updates: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def log(self) -> Any:
+        """A structlog logger bound to the run, step and call."""
+        import structlog  # a server dependency: the client-only install has no structlog
+
+        return structlog.get_logger("stevora.tools").bind(
+            workflow_run_id=self.workflow_run_id,
+            step_name=self.step_name,
+            tool_call_id=self.tool_call_id,
+            idempotency_key=self.idempotency_key,
+        )
+
+    def update_state(self, updates: Mapping[str, Any]) -> None:
+        """Merge `updates` into the run's state when (and only if) this call is recorded as completed."""
+        if not isinstance(updates, Mapping) or not all(isinstance(k, str) for k in updates):
+            raise TypeError("update_state takes a mapping with string keys")
+        self._state_updates.update(updates)
+
+    @property
+    def state_updates(self) -> dict[str, Any]:
+        return dict(self._state_updates)
 
 
 class ToolArgumentError(ValueError):
@@ -78,6 +111,9 @@ class RegisteredTool:
     call_style: Literal["input", "kwargs"]
     timeout_ms: int | None = None
     bind: Binder | None = field(default=None, repr=False, compare=False)
+    output_schema: dict[str, Any] | None = None  # a result must match it (TOOL_OUTPUT_INVALID otherwise)
+    is_global: bool = False  # offered to every llm step unless the step sets globalTools: false
+    requires_approval: bool = False  # a person approves, edits or rejects each call before it runs
 
     def __post_init__(self) -> None:
         if self.bind is None:
@@ -107,6 +143,9 @@ class ToolRegistry:
         description: str | None = None,
         parameters: Mapping[str, Any] | None = None,
         timeout_ms: int | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        global_: bool = False,
+        requires_approval: bool = False,
     ) -> RegisteredTool:
         """Register `handler(input)` or `handler(input, context)`; the same name replaces it."""
         _check_common(name, handler, timeout_ms)
@@ -128,6 +167,9 @@ class ToolRegistry:
             call_style="input",
             timeout_ms=timeout_ms,
             bind=_input_binder(positional_context=positional, context_keyword=keyword),
+            output_schema=_checked_output_schema(name, output_schema),
+            is_global=global_,
+            requires_approval=requires_approval,
         )
         self._tools[name] = registered
         return registered
@@ -144,6 +186,9 @@ class ToolRegistry:
         name: str | None = None,
         description: str | None = None,
         timeout_ms: int | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        global_: bool = False,
+        requires_approval: bool = False,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -154,6 +199,9 @@ class ToolRegistry:
         name: str | None = None,
         description: str | None = None,
         timeout_ms: int | None = None,
+        output_schema: Mapping[str, Any] | None = None,
+        global_: bool = False,
+        requires_approval: bool = False,
     ) -> F | Callable[[F], F]:
         """Register a typed function as a tool; its parameters become the JSON Schema.
 
@@ -176,6 +224,11 @@ class ToolRegistry:
                 call_style="kwargs",
                 timeout_ms=timeout_ms,
                 bind=_spec_binder(spec),
+                output_schema=_checked_output_schema(
+                    tool_name, output_schema if output_schema is not None else spec.output_schema
+                ),
+                is_global=global_,
+                requires_approval=requires_approval,
             )
             return func
 
@@ -211,6 +264,16 @@ def _check_common(name: str, handler: Callable[..., Any], timeout_ms: int | None
     bad_timeout = isinstance(timeout_ms, bool) or not isinstance(timeout_ms, int) or timeout_ms <= 0
     if timeout_ms is not None and bad_timeout:
         raise ValueError(f"Tool {name!r}: timeout_ms must be a positive integer")
+
+
+def _checked_output_schema(name: str, schema: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if schema is None:
+        return None
+    try:
+        compiled_validator(dict(schema))
+    except SchemaError as exc:
+        raise ValueError(f"Tool {name!r}: invalid output schema: {exc.message}") from exc
+    return dict(schema)
 
 
 def _is_async(handler: Callable[..., Any]) -> bool:
@@ -319,6 +382,9 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_ms: int | None = None,
+    output_schema: Mapping[str, Any] | None = None,
+    global_: bool = False,
+    requires_approval: bool = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -329,9 +395,17 @@ def tool(
     name: str | None = None,
     description: str | None = None,
     timeout_ms: int | None = None,
+    output_schema: Mapping[str, Any] | None = None,
+    global_: bool = False,
+    requires_approval: bool = False,
 ) -> F | Callable[[F], F]:
     """`@tool` / `@tool(name=...)` on `default_registry`; see `ToolRegistry.tool`."""
     decorate: Callable[[F], F] = default_registry.tool(
-        name=name, description=description, timeout_ms=timeout_ms
+        name=name,
+        description=description,
+        timeout_ms=timeout_ms,
+        output_schema=output_schema,
+        global_=global_,
+        requires_approval=requires_approval,
     )
     return decorate(fn) if fn is not None else decorate

@@ -76,6 +76,8 @@ class FunctionSpec:
     converters: dict[str, pydantic.TypeAdapter[Any]] = field(default_factory=dict)
     # Parameters whose Python default is a `Field(...)`, which must not reach the function.
     field_defaults: dict[str, FieldInfo] = field(default_factory=dict)
+    # From a pydantic-model or TypedDict return annotation: what a result must look like.
+    output_schema: dict[str, Any] | None = None
 
 
 def schema_from_function(fn: Callable[..., Any]) -> tuple[str, dict[str, Any]]:
@@ -149,7 +151,19 @@ def analyse_function(fn: Callable[..., Any]) -> FunctionSpec:
         accepts_var_kwargs=accepts_var_kwargs,
         converters=converters,
         field_defaults=field_defaults,
+        output_schema=output_schema_from_return(hints.get("return")),
     )
+
+
+def output_schema_from_return(annotation: Any) -> dict[str, Any] | None:
+    """The JSON Schema of a pydantic model or TypedDict return type; None for anything else
+    (a `dict` or `str` return promises no shape worth checking)."""
+    base, _ = _split_annotated(annotation) if annotation is not None else (None, [])
+    is_model = isinstance(base, type) and issubclass(base, pydantic.BaseModel)
+    if not (is_model or typing.is_typeddict(base)):
+        return None
+    schema: dict[str, Any] = pydantic.TypeAdapter(typing.cast(Any, base)).json_schema(mode="serialization")
+    return schema
 
 
 def _split_annotated(annotation: Any) -> tuple[Any, list[Any]]:

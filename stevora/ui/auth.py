@@ -38,8 +38,14 @@ class UiUser:
     workspace_id: str
     workspace_name: str
     key_id: str
+    key_name: str
     key_prefix: str
     csrf_token: str
+
+    @property
+    def actor(self) -> str:
+        """Who decided, as recorded in `decidedBy`: the signed-in key's name and id."""
+        return f"{self.key_name} ({self.key_id}) via UI"[:200]
 
 
 def hash_key(raw_key: str) -> str:
@@ -64,7 +70,7 @@ async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:
     if not raw_key or len(raw_key) > _MAX_KEY_CHARS:
         return None
     row = await rt.pool.fetchrow(
-        "SELECT k.id, k.workspace_id, k.key_prefix, w.name AS workspace_name "
+        "SELECT k.id, k.workspace_id, k.name AS key_name, k.key_prefix, w.name AS workspace_name "
         "FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id "
         "WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
         hash_key(raw_key),
@@ -75,6 +81,7 @@ async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:
         workspace_id=row["workspace_id"],
         workspace_name=row["workspace_name"],
         key_id=row["id"],
+        key_name=row["key_name"],
         key_prefix=row["key_prefix"],
         csrf_token=csrf_token_for(raw_key),
     )

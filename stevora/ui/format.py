@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from stevora.clock import iso, utcnow
+from stevora.llm.router import provider_name_for_model
 from stevora.statuses import TERMINAL_RUN_STATUSES
 
 # A JSON value longer than this many pretty-printed lines starts collapsed.
@@ -224,6 +225,11 @@ def step_details(step: dict[str, Any]) -> list[tuple[str, str]]:
     elif kind == "llm":
         models = [step.get("model"), *(step.get("fallbackModels") or [])]
         out.append(("model", " → ".join(str(m) for m in models)))
+        if step.get("provider"):
+            out.append(("provider", str(step["provider"])))
+        else:
+            by_name = " → ".join(str(provider_name_for_model(str(m)) or "?") for m in models)
+            out.append(("provider", f"{by_name} (by model name; a run shows the provider that answered)"))
         names = [t if isinstance(t, str) else t.get("name", "?") for t in step.get("tools") or []]
         if names:
             out.append(("tools", ", ".join(names)))

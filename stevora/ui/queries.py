@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -39,20 +40,43 @@ class RunsPage:
     pages: int
 
 
-async def list_runs(
-    rt: Runtime, workspace_id: str, *, status: str | None, definition_id: str | None, page: int
-) -> RunsPage:
+@dataclass(frozen=True, slots=True)
+class RunFilters:
+    """The runs list's search: a run id (or its prefix), status, definition and a creation window."""
+
+    run_id: str | None = None
+    status: str | None = None
+    definition_id: str | None = None
+    created_from: datetime | None = None
+    created_to: datetime | None = None
+
+    @property
+    def active(self) -> bool:
+        return any(getattr(self, name) is not None for name in self.__slots__)
+
+
+async def list_runs(rt: Runtime, workspace_id: str, filters: RunFilters, *, page: int) -> RunsPage:
     where = (
         "r.workspace_id = $1 AND ($2::text IS NULL OR r.status = $2) "
-        "AND ($3::text IS NULL OR r.definition_id = $3)"
+        "AND ($3::text IS NULL OR r.definition_id = $3) "
+        "AND ($4::text IS NULL OR starts_with(r.id, $4)) "
+        "AND ($5::timestamptz IS NULL OR r.created_at >= $5) "
+        "AND ($6::timestamptz IS NULL OR r.created_at < $6)"
     )
-    args = (workspace_id, status, definition_id)
+    args = (
+        workspace_id,
+        filters.status,
+        filters.definition_id,
+        filters.run_id,
+        filters.created_from,
+        filters.created_to,
+    )
     total = await rt.pool.fetchval(f"SELECT count(*) FROM workflow_runs r WHERE {where}", *args)
     pages = max(1, math.ceil(total / PAGE_SIZE))
     page = min(max(1, page), pages)
     rows = await rt.pool.fetch(
         f"SELECT {_RUN_LIST_COLUMNS} FROM {_RUNS_JOIN} "
-        f"WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT {PAGE_SIZE} OFFSET $4",
+        f"WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT {PAGE_SIZE} OFFSET $7",
         *args,
         (page - 1) * PAGE_SIZE,
     )
@@ -125,6 +149,14 @@ class RunView:
     steps: list[StepView]
     events: list[asyncpg.Record]
     events_total: int
+
+    @property
+    def waiting_signal(self) -> str | None:
+        """The signal type the run's current `external_event` step waits for, if any."""
+        for step in reversed(self.steps):
+            if step.row["status"] == "WAITING" and step.row["step_type"] == "external_event":
+                return step.row["signal_type"]  # type: ignore[no-any-return]
+        return None
 
 
 def _arguments(raw: Any) -> Any:

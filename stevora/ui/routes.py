@@ -13,7 +13,6 @@ import hashlib
 import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
@@ -21,23 +20,25 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from stevora.engine import commands
-from stevora.engine.commands import Decision
 from stevora.errors import StevoraError
 from stevora.statuses import TERMINAL_RUN_STATUSES
-from stevora.ui import auth, queries
+from stevora.ui import auth, queries, waterfall
+from stevora.ui.actions import add_action_routes, definition_context
 from stevora.ui.auth import UiUser, current_user, runtime_of
 from stevora.ui.format import FILTERS, run_duration_ms
+from stevora.ui.forms import CSRF_FAILED, read_form
+from stevora.ui.search import datetime_local, filter_query, parse_run_filters
 from stevora.ui.stream import EVENT_TYPES, run_events
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
-MAX_FORM_BYTES = 1_000_000
-CSRF_FAILED = "Invalid or missing CSRF token; reload the page and try again."
-DECISIONS: dict[str, Decision] = {"approved": "approved", "rejected": "rejected", "edited": "edited"}
+DECISIONS: dict[str, commands.Decision] = {"approved": "approved", "rejected": "rejected", "edited": "edited"}
 VERBS = {"approved": "Approved", "rejected": "Rejected", "edited": "Edited and approved"}
-# Pages hold workspace data and run only our own script/style files.
+# Pages hold workspace data and run only our own script/style files. Inline style *attributes*
+# are allowed (`style-src-attr`): the waterfall positions its bars with them; they cannot run script.
 SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'self'; script-src 'self'; style-src 'self'; "
+    "style-src-attr 'unsafe-inline'; "
     "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
@@ -55,6 +56,7 @@ def _templates() -> Jinja2Templates:
     templates = Jinja2Templates(directory=str(HERE / "templates"))
     env = templates.env
     env.filters.update(FILTERS)
+    env.filters["datetime_local"] = datetime_local
     versions = _static_versions()
     env.globals["static_url"] = lambda name: f"/ui/static/{name}?v={versions.get(name, '0')}"
     env.globals["run_duration_ms"] = run_duration_ms
@@ -68,14 +70,6 @@ def _templates() -> Jinja2Templates:
 def mount_static(app: FastAPI) -> None:
     """Serve the UI's CSS and JS at /ui/static."""
     app.mount("/ui/static", StaticFiles(directory=str(STATIC_DIR)), name="ui-static")
-
-
-async def _form(request: Request) -> dict[str, str]:
-    body = await request.body()
-    if len(body) > MAX_FORM_BYTES:
-        return {}
-    parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
-    return {k: v[-1] for k, v in parsed.items()}
 
 
 def _int(value: str | None, default: int) -> int:
@@ -125,7 +119,7 @@ def build_ui_router() -> APIRouter:
 
     @router.post("/login")
     async def login(request: Request) -> Response:
-        form = await _form(request)
+        form = await read_form(request)
         target = auth.safe_next(form.get("next"))
         if not auth.same_origin(request):
             return PlainTextResponse("Cross-site login refused", status_code=403)
@@ -148,28 +142,46 @@ def build_ui_router() -> APIRouter:
 
     # -- runs -------------------------------------------------------------------------------
 
+    async def runs_context(request: Request, user: UiUser) -> dict[str, Any]:
+        filters, problems = parse_run_filters(request.query_params)
+        rt = runtime_of(request)
+        page = await queries.list_runs(
+            rt, user.workspace_id, filters, page=_int(request.query_params.get("page"), 1)
+        )
+        return {
+            "nav": "runs", "page": page, "f": filters, "problems": problems,
+            "query": filter_query(request.query_params),
+            "definitions": await queries.definition_choices(rt, user.workspace_id),
+        }  # fmt: skip
+
     @router.get("/runs")
     async def runs_page(request: Request) -> Response:
         user = await current_user(request)
         if user is None:
             return auth.login_redirect(request)
-        q = request.query_params
-        status = q.get("status") if q.get("status") in queries.RUN_STATUSES else None
-        definition_id = q.get("definition") or None
-        rt = runtime_of(request)
-        page = await queries.list_runs(
-            rt, user.workspace_id, status=status, definition_id=definition_id, page=_int(q.get("page"), 1)
-        )
-        return await render(request, user, "runs.html", {
-            "nav": "runs", "page": page, "status": status, "definition_id": definition_id,
-            "definitions": await queries.definition_choices(rt, user.workspace_id),
-        })  # fmt: skip
+        return await render(request, user, "runs.html", await runs_context(request, user))
+
+    @router.get("/runs/table")
+    async def runs_table(request: Request) -> Response:
+        """The runs list alone, for the page's live refresh."""
+        user = await current_user(request)
+        if user is None:
+            return PlainTextResponse("Not logged in", status_code=401)
+        context = await runs_context(request, user)
+        return templates.TemplateResponse(request, "_runs_list.html", context, headers=SECURITY_HEADERS)
 
     async def run_context(request: Request, user: UiUser, run_id: str) -> dict[str, Any] | None:
         view = await queries.run_view(runtime_of(request), user.workspace_id, run_id)
         if view is None:
             return None
-        return {"nav": "runs", "v": view, "run": view.run, "event_types": ",".join(EVENT_TYPES)}
+        return {
+            "nav": "runs",
+            "user": user,
+            "v": view,
+            "run": view.run,
+            "waterfall": waterfall.build(view),
+            "event_types": ",".join(EVENT_TYPES),
+        }
 
     @router.get("/runs/{run_id}")
     async def run_page(request: Request, run_id: str) -> Response:
@@ -224,7 +236,7 @@ def build_ui_router() -> APIRouter:
         user = await current_user(request)
         if user is None:
             return auth.login_redirect(request)
-        form = await _form(request)
+        form = await read_form(request)
         if not auth.same_origin(request) or not auth.csrf_ok(user, form.get("csrf")):
             return PlainTextResponse(CSRF_FAILED, status_code=403)
         response = RedirectResponse("/ui/approvals", status_code=303)
@@ -242,7 +254,7 @@ def build_ui_router() -> APIRouter:
         rt = runtime_of(request)
         try:
             await commands.decide_approval(
-                rt, user.workspace_id, approval_id, decision, edited, decided_by="ui"
+                rt, user.workspace_id, approval_id, decision, edited, decided_by=user.actor
             )
         except StevoraError as exc:
             auth.set_flash(response, exc.message, "error")
@@ -268,10 +280,10 @@ def build_ui_router() -> APIRouter:
         user = await current_user(request)
         if user is None:
             return auth.login_redirect(request)
-        found = await queries.definition(runtime_of(request), user.workspace_id, definition_id)
-        if found is None:
+        context = await definition_context(request, user, definition_id)
+        if context is None:
             return await not_found(request, user, f"Definition {definition_id}")
-        row, runs = found
-        return await render(request, user, "definition.html", {"nav": "definitions", "d": row, "runs": runs})
+        return await render(request, user, "definition.html", context)
 
+    add_action_routes(router, render)
     return router

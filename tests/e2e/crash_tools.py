@@ -52,3 +52,11 @@ async def slow_effect(ctx: StepContext) -> dict[str, Any]:
 
 
 register_task_handler("slow_effect", slow_effect)
+
+
+@tool
+async def remember(note: str, ctx: ToolContext) -> dict[str, Any]:
+    """Record a side effect and append this call's key to the run's state."""
+    executions = await record_effect(ctx.idempotency_key)
+    ctx.update_state({"remembered": [*ctx.state.get("remembered", []), ctx.idempotency_key]})
+    return {"ok": True, "executions": executions}

@@ -118,3 +118,38 @@ async def test_killed_between_an_accepted_tool_output_and_the_resumed_model_call
     assert await completed_rounds(setup, run["id"]) == [1, 2]
     types = await assert_gap_free(setup, run["id"])
     assert types.count("TOOL_CALL_COMPLETED") == 1 and types.count("LLM_CALL_COMPLETED") == 2
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("broker_setup", ["rabbitmq"], indirect=True)
+async def test_a_state_update_survives_a_kill_between_the_handlers_return_and_its_commit_applied_once(
+    broker_setup: BrokerSetup,
+) -> None:
+    setup = broker_setup
+    def_id = await create_definition(
+        setup.rt, setup.workspace_id, {"name": "remembers", "version": "1", "steps": [agent("remember")]}
+    )
+    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault="tool_returned:1:0")
+    second = None
+    try:
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+        assert await first.wait_exit(40) == -9, first.log_tail()  # the handler ran; its commit did not
+        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
+        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
+        assert row["status"] == "COMPLETED", row["error"]
+    finally:
+        first.stop()
+        if second:
+            second.stop()
+    (trace,) = await setup.rt.pool.fetch(
+        "SELECT idempotency_key FROM tool_trace WHERE workflow_run_id = $1", run["id"]
+    )
+    key = trace["idempotency_key"]
+    executions = await setup.rt.pool.fetchval(
+        "SELECT executions FROM test_side_effects WHERE idempotency_key = $1", key
+    )
+    assert executions == 2, "the handler ran again after the kill, under the same key"
+    state = await setup.rt.pool.fetchval("SELECT state FROM workflow_runs WHERE id = $1", run["id"])
+    assert state["remembered"] == [key], "its state update was applied once, with its trace"
+    types = await assert_gap_free(setup, run["id"])
+    assert types.count("TOOL_CALL_COMPLETED") == 1

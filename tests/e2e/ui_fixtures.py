@@ -52,8 +52,10 @@ def chromium_path() -> str:
     path = _chromium_path()
     if path is None:
         message = (
-            "Chromium not found at /usr/bin/chromium (install Debian's `chromium` package; "
-            "`playwright install` cannot download browsers here). Browser tests NOT RUN."
+            "Browser tests skipped: no Chromium found (looked at $STEVORA_CHROMIUM, "
+            f"{', '.join(CHROMIUM_CANDIDATES)} and `chromium` on PATH). Install one: "
+            "`sudo apt-get install chromium` (Debian/Ubuntu), `brew install --cask chromium` (macOS), "
+            "or `.venv/bin/playwright install chromium` and set STEVORA_CHROMIUM to the binary it installed."
         )
         if os.environ.get("CI"):
             pytest.fail(message)

@@ -32,4 +32,10 @@ class ApprovalOut(ApiOut):
     decided_by: str | None
     decided_at: Timestamp | None
     expires_at: Timestamp | None
+    awaited_tool_call_id: str | None = Field(
+        default=None,
+        description="Set when this request gates a tool call: `content` is `{tool, arguments, toolCallId}`; "
+        "`approved` runs the call, `edited` runs it with `editedContent` as its arguments, `rejected` "
+        "gives the model an error result.",
+    )
     created_at: Timestamp

@@ -37,7 +37,9 @@ class ToolTraceOut(ApiOut):
     id: str
     workflow_run_id: str
     step_run_id: str
-    llm_call_id: str
+    llm_call_id: str | None = Field(
+        description="The model call that asked for it; null for a `tool` step's call."
+    )
     round: int
     sequence: int = Field(description="Position of the call among the tool calls of one model response.")
     tool_call_id: str

@@ -4,7 +4,9 @@ written by someone other than the `llm` step itself.
 * the API caller, for client-executed tools (`commands.submit_tool_outputs`);
 * a child run, for workflows called as tools (`endings` tells the parent when the child ends;
   the recovery sweep repeats it if that could not happen);
-* the clock, when a client tool's `timeoutMs` passes (`LlmStepType.on_due`).
+* the clock, when a client tool's `timeoutMs` passes (`LlmStepType.on_due`);
+* a person, for approval-gated tools (`commands.decide_approval`): `rejected` answers the call
+  with an error; `approved` / `edited` marks it approved, and the resumed step runs it.
 
 The loop hands such calls over by returning a waiting StepResult; `LlmStepType.on_waiting` writes
 them (and creates child runs) in the transaction that makes the step WAITING, so no worker, lease
@@ -17,15 +19,15 @@ the model with every result, in the model's order.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
 
 from stevora.clock import utcnow
+from stevora.db import approvals, checkpoints, runs
 from stevora.db import awaited as db_awaited
-from stevora.db import checkpoints, runs
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
@@ -34,6 +36,7 @@ from stevora.statuses import RunStatus, StepStatus
 
 CLIENT = "client"
 WORKFLOW = "workflow"
+APPROVAL = "approval"
 
 
 @dataclass(slots=True)
@@ -47,6 +50,14 @@ class Answer:
     error_code: str | None = None
     model_error: dict[str, Any] | None = None  # what the model is told instead of {"error": error}
     answered_by: str = CLIENT  # client | workflow | timeout
+
+
+def idempotency_key(call: Mapping[str, Any]) -> str:
+    """The key a handler gets for this call: `<stepRunId>:<round>:<index>`, or `<stepRunId>:tool`
+    for a `tool` step's call."""
+    if call["llm_call_id"] is None:
+        return f"{call['step_run_id']}:tool"
+    return f"{call['step_run_id']}:{call['round']}:{call['sequence']}"
 
 
 def tool_call_view(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -84,25 +95,31 @@ async def answer(
     *,
     reason: str,
     owner: str | None = None,
+    approved: Mapping[str, Any] | None = None,
+    events_before: Sequence[Event] = (),
 ) -> bool:
-    """Record `answers` for the WAITING, row-locked `run`; resume its step if nothing else is pending.
+    """Record `answers` (and `approved`: awaited id → the arguments a person approved) for the
+    WAITING, row-locked `run`; resume its step if nothing else is pending.
 
     Returns True when the run went back to RUNNING. Without `owner` the lease is left free and
     the caller dispatches the run after commit; with it (the driver, on a timeout) the caller
     keeps the lease and carries on.
     """
     answers = sorted(answers, key=lambda a: (a.call["round"], a.call["sequence"]))
-    answered_ids = {a.call["id"] for a in answers}
+    approved = approved or {}
+    answered_ids = {a.call["id"] for a in answers} | set(approved)
     remaining = [p for p in await db_awaited.pending_for_run(conn, run["id"]) if p["id"] not in answered_ids]
     now = utcnow()
     records: list[ToolTraceRecord] = []
-    events: list[Event] = []
+    events: list[Event] = list(events_before)
     for a in answers:
         rec, event = _trace(a, now)
         records.append(rec)
         events.append(event)
     await checkpoints.insert_tool_traces(conn, run["id"], records)
     await db_awaited.mark_answered(conn, [a.call["id"] for a in answers])
+    for awaited_id, arguments in approved.items():
+        await db_awaited.mark_approved(conn, awaited_id, arguments)
     step_run_id = run["current_step_run_id"]
     if remaining:
         deadlines = [p["deadline_at"] for p in remaining if p["deadline_at"] is not None]
@@ -156,7 +173,7 @@ def _trace(a: Answer, now: Any) -> tuple[ToolTraceRecord, Event]:
         error_code=None if a.ok else a.error_code,
         result_text=None if a.ok else json.dumps(model_error, ensure_ascii=False),
         duration_ms=duration_ms,
-        idempotency_key=f"{call['step_run_id']}:{call['round']}:{call['sequence']}",
+        idempotency_key=idempotency_key(call),
         child_run_id=call["child_run_id"],
     )
     payload: dict[str, Any] = {
@@ -222,3 +239,50 @@ async def answer_finished_children(pool: asyncpg.Pool) -> list[str]:
             if child is not None:
                 await answer_from_child(conn, child, wake)
     return wake
+
+
+TOOL_CALL_CONTENT_KEY = "toolCall"
+
+
+async def request_tool_approval(wait: Any, call: Any) -> Event:
+    """The approval request for an approval-gated call (content `{tool, arguments, toolCallId}`),
+    its `approval.requested` webhook, and the APPROVAL_REQUESTED event to write with the wait."""
+    run = wait.run
+    content = {"tool": call.tool_name, "arguments": call.arguments, "toolCallId": call.tool_call_id}
+    prompt = f"The model wants to call the tool '{call.tool_name}'. Approve, edit the arguments, or reject."
+    approval_id = await approvals.insert(
+        wait.conn,
+        workspace_id=run["workspace_id"],
+        run_id=run["id"],
+        step_run_id=wait.step_run["id"],
+        step_name=wait.step_run["step_name"],
+        content_key=TOOL_CALL_CONTENT_KEY,
+        content=content,
+        prompt=prompt,
+        expires_at=None,
+        awaited_tool_call_id=call.id,
+    )
+    await enqueue_webhooks(
+        wait.conn,
+        run["workspace_id"],
+        WebhookEvent.APPROVAL_REQUESTED,
+        {
+            "approvalRequestId": approval_id,
+            "workflowRunId": run["id"],
+            "stepName": wait.step_run["step_name"],
+            "contentKey": TOOL_CALL_CONTENT_KEY,
+            "content": content,
+            "prompt": prompt,
+        },
+    )
+    return Event(
+        EventType.APPROVAL_REQUESTED,
+        {
+            "approvalRequestId": approval_id,
+            "stepName": wait.step_run["step_name"],
+            "contentKey": TOOL_CALL_CONTENT_KEY,
+            "toolName": call.tool_name,
+            "toolCallId": call.tool_call_id,
+        },
+        wait.step_run["id"],
+    )

@@ -26,7 +26,15 @@ from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep
-from stevora.engine.steps.awaited import CLIENT, WORKFLOW, Answer, announce_tool_outputs_required, answer
+from stevora.engine.steps.awaited import (
+    APPROVAL,
+    CLIENT,
+    WORKFLOW,
+    Answer,
+    announce_tool_outputs_required,
+    answer,
+    request_tool_approval,
+)
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
@@ -233,7 +241,11 @@ class LlmStepType(StepType):
             result.pause_details["childRuns"] = children
         if any(call.kind == CLIENT for call in calls):
             await announce_tool_outputs_required(wait.conn, run)
-        return []
+        return [
+            await request_tool_approval(wait, call)
+            for call in calls
+            if call.kind == APPROVAL and call.id in inserted
+        ]
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
         """A client tool's `timeoutMs` passed: its call fails with TOOL_OUTPUT_TIMEOUT (the model

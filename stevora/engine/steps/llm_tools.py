@@ -8,6 +8,9 @@ Three kinds of tool (see docs/tool-calling.md):
 * `client` — handed to the API caller; * `workflow` — run as a child run. Both are answered from
   outside the loop (stevora.engine.steps.awaited): the round's handler calls run first, then the
   step waits, durably, for the rest.
+A handler tool that `requiresApproval` waits for a person's decision first (an approval request);
+once approved (or edited) the resumed step runs it; rejected, the model gets an error result.
+Handlers see the run through `ToolContext` (input, a state snapshot) and may `update_state`.
 """
 
 from __future__ import annotations
@@ -16,16 +19,18 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 import structlog
 
+from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound, ToolTraceRecord
 from stevora.db.definitions import find_version
 from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef, parse_default_params
-from stevora.engine.steps.awaited import CLIENT, WORKFLOW, tool_call_view
+from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import StevoraError
@@ -47,6 +52,8 @@ class StepTools:
     kinds: dict[str, ToolKind] = field(default_factory=dict)  # absent: handler
     timeouts_ms: dict[str, int] = field(default_factory=dict)
     workflows: dict[str, WorkflowToolDef] = field(default_factory=dict)
+    output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # inline outputSchema
+    gated: set[str] = field(default_factory=set)  # handler tools that need a person's approval
 
 
 async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTools:
@@ -58,6 +65,11 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
             tools.kinds[entry.name] = entry.execution
             if entry.timeout_ms is not None:
                 tools.timeouts_ms[entry.name] = entry.timeout_ms
+            if entry.output_schema is not None:
+                tools.output_schemas[entry.name] = entry.output_schema
+            registered = rt.tools.get(entry.name)
+            if entry.requires_approval or (registered is not None and registered.requires_approval):
+                tools.gated.add(entry.name)
             continue
         if isinstance(entry, WorkflowToolDef):
             spec = await _workflow_tool_spec(rt, workspace_id, entry)
@@ -75,6 +87,17 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
                 retryable=False,
             )
         tools.specs.append(ToolSpec(registered.name, registered.description, dict(registered.parameters)))
+        if registered.requires_approval:
+            tools.gated.add(registered.name)
+    if step.global_tools:
+        named = {spec.name for spec in tools.specs}
+        for registered in rt.tools:
+            if registered.is_global and registered.name not in named:
+                tools.specs.append(
+                    ToolSpec(registered.name, registered.description, dict(registered.parameters))
+                )
+                if registered.requires_approval:
+                    tools.gated.add(registered.name)
     return tools
 
 
@@ -137,6 +160,7 @@ class ToolRunner:
         self.step = step
         self.tools = tools
         self.log = log
+        self.state = dict(ex.state)  # the run's state as this step's tools have left it
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -148,13 +172,26 @@ class ToolRunner:
             return None
         local = [(i, c) for i, c in missing if self.tools.kinds.get(c.name, "handler") == "handler"]
         outside = [(i, c) for i, c in missing if self.tools.kinds.get(c.name, "handler") != "handler"]
-        if self.step.parallel_tool_calls and len(local) > 1:
-            results = await asyncio.gather(*(self._run_tool(last, i, c) for i, c in local))
-        else:
-            results = [await self._run_tool(last, i, c) for i, c in local]
-        by_index = dict(zip((i for i, _ in local), results, strict=True))
         handed: list[NewAwaitedCall] = []
-        for index, call in outside:
+        approved: dict[int, Any] = {}
+        if any(c.name in self.tools.gated for _, c in local):
+            decided = {
+                row["sequence"]: row
+                for row in await db_awaited.for_step_run(self.rt.pool, [last.step_run_id])
+                if row["llm_call_id"] == last.llm_call_id and row["status"] == "approved"
+            }
+            for index, call in [(i, c) for i, c in local if c.name in self.tools.gated]:
+                if index in decided:
+                    approved[index] = decided[index]["approved_arguments"]
+                else:
+                    outside.append((index, call))
+            local = [(i, c) for i, c in local if c.name not in self.tools.gated or i in approved]
+        if self.step.parallel_tool_calls and len(local) > 1:
+            results = await asyncio.gather(*(self._run_tool(last, i, c, approved.get(i)) for i, c in local))
+        else:
+            results = [await self._run_tool(last, i, c, approved.get(i)) for i, c in local]
+        by_index = dict(zip((i for i, _ in local), results, strict=True))
+        for index, call in sorted(outside, key=lambda item: item[0]):
             immediate = await self._hand_over(last, index, call, handed)
             if immediate is not None:
                 by_index[index] = await self._record(last, index, call, immediate)
@@ -178,6 +215,8 @@ class ToolRunner:
         """Queue a client or workflow call in `handed`, or return the failure the model gets at once."""
         arguments, is_object = _parse_arguments(call.arguments)
         schema = self.tools.declared.get(call.name)
+        if schema is None and call.name in self.tools.gated:
+            schema = self._registered_parameters(call.name)
         if is_object and schema is not None:
             problems = schema_problems(schema, arguments)
             if problems:
@@ -196,6 +235,11 @@ class ToolRunner:
             arguments=arguments,
             kind=CLIENT,
         )
+        if call.name in self.tools.gated:
+            new.kind = APPROVAL
+            new.parameters = schema if schema is not None else self._registered_parameters(call.name)
+            handed.append(new)
+            return None
         if self.tools.kinds[call.name] == CLIENT:
             timeout_ms = self.tools.timeouts_ms.get(call.name)
             if timeout_ms is not None:
@@ -245,9 +289,14 @@ class ToolRunner:
         new.child_input = child_input
         return None
 
+    def _registered_parameters(self, name: str) -> dict[str, Any] | None:
+        registered = self.rt.tools.get(name)
+        return dict(registered.parameters) if registered is not None else None
+
     def _waiting(self, handed: list[NewAwaitedCall]) -> StepResult:
         client = [c for c in handed if c.kind == CLIENT]
         children = [c for c in handed if c.kind == WORKFLOW]
+        gated = [c for c in handed if c.kind == APPROVAL]
         deadlines = [c.deadline_at for c in client if c.deadline_at is not None]
         details: dict[str, Any] = {}
         if client:
@@ -266,15 +315,20 @@ class ToolRunner:
                 }
                 for c in children
             ]
+        if gated:
+            details["approvalCalls"] = [{"id": c.tool_call_id, "name": c.tool_name} for c in gated]
+        reason = "tool_outputs" if client else ("tool_approval" if gated else "child_runs")
         return StepResult(
             status="waiting",
             wait_until=min(deadlines) if deadlines else None,
-            pause_reason="tool_outputs" if client else "child_runs",
+            pause_reason=reason,
             pause_details=details,
             awaiting=handed,
         )
 
-    async def _run_tool(self, call_round: CommittedRound, index: int, call: ToolCall) -> dict[str, Any]:
+    async def _run_tool(
+        self, call_round: CommittedRound, index: int, call: ToolCall, approved_arguments: Any = None
+    ) -> dict[str, Any]:
         key = f"{call_round.step_run_id}:{call_round.round}:{index}"
         ctx = ToolContext(
             idempotency_key=key,
@@ -285,22 +339,30 @@ class ToolRunner:
             round=call_round.round,
             call_index=index,
             tool_call_id=call.id,
+            run_input=MappingProxyType(self.ex.input),
+            state=MappingProxyType(dict(self.state)),
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         outcome = await invoke_tool(
             self.rt.tools,
             call.name,
-            call.arguments,
+            approved_arguments if approved_arguments is not None else call.arguments,
             context=ctx,
             declared_schema=self.tools.declared.get(call.name),
             timeout_s=timeout_ms / 1000,
             max_output_bytes=self.rt.settings.max_tool_output_bytes,
+            declared_output_schema=self.tools.output_schemas.get(call.name),
         )
         self.rt.faults.reached("tool_returned", call_round.round, index)
-        return await self._record(call_round, index, call, outcome)
+        return await self._record(call_round, index, call, outcome, ctx.state_updates if outcome.ok else None)
 
     async def _record(
-        self, call_round: CommittedRound, index: int, call: ToolCall, outcome: ToolOutcome
+        self,
+        call_round: CommittedRound,
+        index: int,
+        call: ToolCall,
+        outcome: ToolOutcome,
+        state_updates: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         rec = ToolTraceRecord(
             step_run_id=call_round.step_run_id,
@@ -329,7 +391,12 @@ class ToolRunner:
         }
         if not outcome.ok:
             payload.update(error=outcome.error, errorCode=outcome.error_code)
+        if state_updates:
+            payload["stateKeys"] = sorted(state_updates)
         event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
-        await checkpoints.record_tool_trace(self.rt.pool, self.ex.run_id, self.ex.owner, rec, event, payload)
+        await checkpoints.record_tool_trace(
+            self.rt.pool, self.ex.run_id, self.ex.owner, rec, event, payload, state_updates
+        )
+        self.state.update(state_updates or {})
         self.rt.faults.reached("tool_committed", rec.round, index)
         return {"status": outcome.status, "text": outcome.result_text}

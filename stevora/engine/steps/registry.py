@@ -8,6 +8,7 @@ from stevora.engine.steps.condition import ConditionStepType
 from stevora.engine.steps.external_event import ExternalEventStepType
 from stevora.engine.steps.llm import LlmStepType
 from stevora.engine.steps.task import TaskStepType
+from stevora.engine.steps.tool import ToolStepType
 from stevora.engine.steps.wait import WaitStepType
 
 STEP_TYPES: dict[str, StepType] = {
@@ -19,6 +20,7 @@ STEP_TYPES: dict[str, StepType] = {
         ExternalEventStepType(),
         ApprovalStepType(),
         LlmStepType(),
+        ToolStepType(),
     )
 }
 

@@ -9,7 +9,7 @@ from api_helpers import Conforms, DefinitionFactory, Tenant
 
 APPROVAL_FIELDS = {
     "id", "workflowRunId", "stepRunId", "stepName", "contentKey", "content", "prompt", "status", "decision",
-    "editedContent", "decidedBy", "decidedAt", "expiresAt", "createdAt",
+    "editedContent", "decidedBy", "decidedAt", "expiresAt", "awaitedToolCallId", "createdAt",
 }  # fmt: skip
 
 

@@ -287,3 +287,27 @@ async def test_a_client_call_that_times_out_fails_with_tool_output_timeout_and_t
     await wait_for(client, tenant, run_id, "COMPLETED")
     result = next(m for m in harness.scripted.requests[-1].messages if m.role == "tool")
     assert "No output was submitted" in json.loads(result.content)["error"]
+
+
+async def test_waiting_for_tool_outputs_announces_a_webhook_with_the_calls(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Harness
+) -> None:
+    await harness.rt.pool.execute(
+        "INSERT INTO webhooks (id, workspace_id, url, events, secret) VALUES ($1, $2, $3, $4, 'whsec_test')",
+        "wh_tooloutputs",
+        tenant.workspace_id,
+        "https://hooks.example.com/stevora",
+        ["workflow.tool_outputs_required"],
+    )
+    run_id = await start(client, tenant, await define([agent(WEATHER, LOCATION)]))
+    run = await wait_for(client, tenant, run_id, "WAITING")
+    deliveries = await harness.rt.pool.fetch(
+        "SELECT event, payload FROM webhook_deliveries WHERE webhook_id = 'wh_tooloutputs'"
+    )
+    assert [d["event"] for d in deliveries] == ["workflow.tool_outputs_required"]
+    data = deliveries[0]["payload"]["data"]
+    assert data == {
+        "workflowRunId": run_id,
+        "status": "WAITING",
+        "toolCalls": run["requiredAction"]["toolCalls"],
+    }

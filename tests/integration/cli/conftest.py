@@ -18,7 +18,9 @@ import structlog
 from click.testing import Result
 from typer.testing import CliRunner
 
-import stevora.cli.remote  # noqa: F401  (registers the remote commands on the app)
+import stevora.cli.prompt
+import stevora.cli.remote
+import stevora.cli.run_commands  # noqa: F401
 from stevora.api.app import create_app
 from stevora.cli import app
 from stevora.settings import Settings
@@ -32,7 +34,12 @@ class Cli:
 
     async def __call__(self, *args: str, env: dict[str, str | None] | None = None) -> Result:
         """Run `stevora <args>` with STEVORA_URL / STEVORA_API_KEY pointing at the test server."""
-        environ = {"STEVORA_URL": self.url, "STEVORA_API_KEY": self.api_key, **(env or {})}
+        environ = {
+            "STEVORA_URL": self.url,
+            "STEVORA_API_KEY": self.api_key,
+            "STEVORA_API_KEY_FILE": "",  # never a developer's .stevora/dev-api-key
+            **(env or {}),
+        }
         return await asyncio.to_thread(CliRunner().invoke, app, list(args), env=environ)
 
 

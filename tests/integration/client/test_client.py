@@ -203,6 +203,9 @@ async def test_wait_for_completion_times_out_with_the_run_as_last_seen(
     register_greet(harness)
     definition = await client.definitions.apply(task_spec(approval=True))
     run = await client.workflows.create(definition.id)
+    await harness.wait_for_status(
+        run.id, "WAITING"
+    )  # so the last status seen is WAITING, even on a busy machine
     with pytest.raises(WaitTimeout) as caught:
         await client.workflows.wait_for_completion(run.id, timeout=0.5, poll_interval=0.05)
     assert isinstance(caught.value, TimeoutError)

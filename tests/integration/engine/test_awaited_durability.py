@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import asyncio
 
+from stevora.db.runs import RUNNABLE
 from stevora.engine import commands
 from stevora.engine.run_pool import RunPool
-from stevora.engine.sweep import sweep_once
 from tests.conftest import Harness, create_definition
 
 DAY_MS = 24 * 3600 * 1000
@@ -79,9 +79,13 @@ async def test_a_two_day_wait_survives_a_worker_restart_then_times_out_one_call_
     harness.run_pool = restarted
     restarted.start()
 
-    # Two days pass: the sweep finds the run due, the new worker times the first call out.
+    # Two days pass: the run is due (the claim's predicate is the sweep's), the new worker times
+    # the first call out. (Dispatched directly: a sweep would also pick up other tests' runs.)
     await move_clock(harness, run["id"], "2 days 1 second")
-    assert run["id"] in await sweep_once(harness.rt)
+    assert await harness.rt.pool.fetchval(
+        f"SELECT count(*) FROM workflow_runs WHERE id = $1 AND {RUNNABLE}", run["id"]
+    )
+    await harness.dispatcher.dispatch(run["id"])
     for _ in range(250):
         row = await harness.rt.pool.fetchrow(
             "SELECT status, error_code FROM tool_trace WHERE workflow_run_id = $1 AND tool_name = 'sign_contract'",
@@ -91,7 +95,11 @@ async def test_a_two_day_wait_survives_a_worker_restart_then_times_out_one_call_
             break
         await asyncio.sleep(0.02)
     assert row is not None and row["status"] == "failed" and row["error_code"] == "TOOL_OUTPUT_TIMEOUT"
-    still = await harness.wait_for_status(run["id"], "WAITING")
+    for _ in range(250):  # the worker hands the run back once it has nothing to do
+        still = await harness.wait_for_status(run["id"], "WAITING")
+        if still["lease_owner"] is None:
+            break
+        await asyncio.sleep(0.02)
     assert still["lease_owner"] is None and still["next_run_at"] is not None  # the other call's deadline
 
     # A day later the person answers the other call: the run resumes on the restarted worker.

@@ -12,6 +12,7 @@ from stevora.definitions import (
     ExternalEventStep,
     LlmStep,
     TaskStep,
+    ToolStep,
     WaitStep,
     parse_definition,
 )
@@ -25,9 +26,9 @@ def problems_for_step(step: dict[str, Any]) -> dict[str, str]:
     return {problem["path"]: problem["message"] for problem in info.value.details["errors"]}
 
 
-def test_step_types_lists_the_six_documented_types_and_matches_the_models() -> None:
-    assert set(STEP_TYPES) == {"task", "wait", "condition", "external_event", "llm", "approval"}
-    models = (TaskStep, WaitStep, ConditionStep, ExternalEventStep, ApprovalStep, LlmStep)
+def test_step_types_lists_the_six_documented_types_plus_tool_and_matches_the_models() -> None:
+    assert set(STEP_TYPES) == {"task", "wait", "condition", "external_event", "llm", "approval", "tool"}
+    models = (TaskStep, WaitStep, ConditionStep, ExternalEventStep, ApprovalStep, LlmStep, ToolStep)
     assert {model.model_fields["type"].default for model in models} == set(STEP_TYPES)
 
 

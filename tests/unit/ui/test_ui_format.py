@@ -87,7 +87,12 @@ def test_tool_signatures_list_properties_with_type_and_optionality() -> None:
 def test_definition_steps_are_summarised_by_what_they_do() -> None:
     llm = {"type": "llm", "name": "a", "model": "gpt-4o", "fallbackModels": ["claude-x"],
            "tools": ["search", {"name": "calc", "description": "d", "parameters": {}}]}  # fmt: skip
-    assert step_details(llm)[:2] == [("model", "gpt-4o → claude-x"), ("tools", "search, calc")]
+    assert step_details(llm)[:3] == [
+        ("model", "gpt-4o → claude-x"),
+        ("provider", "openai → anthropic (by model name; a run shows the provider that answered)"),
+        ("tools", "search, calc"),
+    ]
+    assert ("provider", "scripted") in step_details({**llm, "provider": "scripted"})
     approval = {"type": "approval", "name": "r", "contentKey": "draft", "timeoutMs": 60_000}
     assert step_details(approval) == [("reviews", "state.draft"), ("timeout", "1 min")]
 

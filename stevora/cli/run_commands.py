@@ -1,0 +1,121 @@
+"""`stevora runs cancel | retry | pause | resume | signal` and `runs llm-calls | traces`.
+
+The commands call the same API routes as the client (`/v1/workflow-runs/{id}/cancel`, ...); the
+reads print a table, or with `--json` the API's JSON.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Annotated, Any
+
+import typer
+from rich.markup import escape
+
+from stevora.cli import output, render
+from stevora.cli.output import JsonFlag
+from stevora.cli.remote import DEFAULT_URL, ApiKey, Url, connect, console, runs_app
+from stevora.client import WorkflowRun
+
+RunId = Annotated[str, typer.Argument(help="Run id (wfrun_...).")]
+StepName = Annotated[str | None, typer.Option("--step", help="Only this step's calls.")]
+
+
+def _done(verb: str, run: WorkflowRun, as_json: bool) -> None:
+    if as_json:
+        output.emit(run)
+    else:
+        console.print(f"{verb} {run.id}: {render.status(run.status)}")
+
+
+# name: (what it prints, help). Each calls the client method of the same name.
+SIMPLE_COMMANDS = {
+    "cancel": (
+        "cancelled",
+        "Cancel a run that has not finished; its open steps and approvals are cancelled.",
+    ),
+    "retry": ("retrying", "Run a FAILED run's failed step again, with a fresh attempt budget."),
+    "pause": (
+        "paused",
+        "Pause a RUNNING run; the worker stops at its next checkpoint (`runs resume` continues).",
+    ),
+    "resume": ("resumed", "Un-pause a PAUSED run."),
+}
+
+
+def _simple_command(name: str, verb: str) -> Callable[..., None]:
+    def command(
+        run_id: RunId, as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None
+    ) -> None:
+        with connect(url, api_key) as rt:
+            _done(verb, getattr(rt.workflows, name)(run_id), as_json)
+
+    return command
+
+
+for _name, (_verb, _help) in SIMPLE_COMMANDS.items():
+    runs_app.command(_name, help=_help)(_simple_command(_name, _verb))
+
+
+def _payload(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise typer.BadParameter(f"not JSON: {exc}", param_hint="--payload") from None
+    if not isinstance(value, dict):
+        raise typer.BadParameter("must be a JSON object", param_hint="--payload")
+    return value
+
+
+@runs_app.command("signal")
+def runs_signal(
+    run_id: RunId,
+    signal_type: Annotated[str, typer.Argument(help="The signal the run's external_event step waits for.")],
+    payload: Annotated[
+        str | None, typer.Option("--payload", "-p", help="A JSON object merged into the run's state.")
+    ] = None,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Send the signal a run waits for in an `external_event` step; the run continues."""
+    body = _payload(payload)
+    with connect(url, api_key) as rt:
+        _done(f"sent '{escape(signal_type)}' to", rt.workflows.resume(run_id, signal_type, body), as_json)
+
+
+def _show(items: list[Any], as_json: bool, lines: Callable[[Any], list[str]]) -> None:
+    if as_json:
+        output.emit(items)
+        return
+    for line in lines(items):
+        console.print(line)
+
+
+@runs_app.command("llm-calls")
+def runs_llm_calls(
+    run_id: RunId,
+    step: StepName = None,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """The run's model calls, oldest first: round, model and provider, tokens, cost, latency."""
+    with connect(url, api_key) as rt:
+        _show(rt.workflows.llm_calls(run_id, step_name=step), as_json, render.llm_call_lines)
+
+
+@runs_app.command("traces")
+def runs_traces(
+    run_id: RunId,
+    step: StepName = None,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """The run's tool calls in execution order: arguments, result or error, duration."""
+    with connect(url, api_key) as rt:
+        _show(rt.workflows.tool_traces(run_id, step_name=step), as_json, render.trace_lines)

@@ -1,0 +1,188 @@
+"""`tool`: runs one registered tool deterministically, no model.
+
+    {"type": "tool", "name": "fetch-customer", "tool": "get_customer_data",
+     "input": {"customerId": "{{input.customerId}}", "plan": "{{steps.research.output.plan}}"},
+     "outputKey": "customer"}
+
+The input is templated (`stevora.templating.render_typed`) and checked against the tool's schema
+before it runs. The call is traced like any tool call — a `tool_trace` row with no model call and
+its event in one statement, `ctx.update_state(...)` merged in that same statement — under the key
+`<stepRunId>:tool`, so a crash never records it twice and a resumed step reuses the record. The
+result goes to `state[outputKey]` (default: the step name); a failure fails the step under its
+RetryPolicy. An approval-gated tool waits for its decision first, holding no worker.
+"""
+
+from __future__ import annotations
+
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any
+
+from stevora.db import awaited as db_awaited
+from stevora.db import checkpoints, runs
+from stevora.db.awaited import NewAwaitedCall
+from stevora.db.checkpoints import ToolTraceRecord
+from stevora.definitions import ToolStep
+from stevora.engine.steps.awaited import APPROVAL, request_tool_approval
+from stevora.engine.steps.base import StepExecution, StepType, WaitContext
+from stevora.events import Event, EventType
+from stevora.tasks import StepResult
+from stevora.templating import MissingTemplatePath, render_typed
+from stevora.tools import ToolContext, ToolOutcome, invoke_tool, schema_problems
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+# Failures a retry cannot fix: the definition or a person said no.
+_PERMANENT = frozenset(
+    {"TOOL_NOT_REGISTERED", "INVALID_ARGUMENTS", "APPROVAL_REJECTED", "TOOL_OUTPUT_INVALID"}
+)
+
+
+def _failed(code: str, message: str, retryable: bool = False) -> StepResult:
+    return StepResult(status="failed", error={"code": code, "message": message}, retryable=retryable)
+
+
+class ToolStepType(StepType):
+    name = "tool"
+
+    async def execute(self, rt: Runtime, ex: StepExecution, step: ToolStep) -> StepResult:
+        recorded = await checkpoints.tool_step_trace(rt.pool, ex.step_run_id)
+        if recorded is not None:  # committed before a crash, or answered by a rejection
+            return self._result(step, recorded["status"] == "completed", recorded)
+        registered = rt.tools.get(step.tool)
+        if registered is None:
+            return _failed(
+                "TOOL_NOT_REGISTERED",
+                f"Tool '{step.tool}' is not registered in this worker (load its module with `stevora worker --tools`)",
+            )
+        steps = await runs.completed_step_outputs(rt.pool, ex.run_id)
+        try:
+            arguments = render_typed(step.input, input=ex.input, state=ex.state, steps=steps)
+        except MissingTemplatePath as exc:
+            return _failed("TEMPLATE_PATH_MISSING", str(exc))
+        problems = schema_problems(registered.parameters, arguments)
+        if problems:
+            return _failed(
+                "INVALID_ARGUMENTS",
+                f"Input of tool '{step.tool}' does not match its schema: {'; '.join(problems)}",
+            )
+        if registered.requires_approval:
+            decision = [
+                row
+                for row in await db_awaited.for_step_run(rt.pool, [ex.step_run_id])
+                if row["status"] == "approved"
+            ]
+            if not decision:
+                return self._wait_for_approval(ex, step, arguments, registered.parameters)
+            arguments = decision[0]["approved_arguments"]
+        return await self._call(rt, ex, step, arguments)
+
+    def _wait_for_approval(
+        self, ex: StepExecution, step: ToolStep, arguments: dict[str, Any], parameters: dict[str, Any]
+    ) -> StepResult:
+        call = NewAwaitedCall(
+            llm_call_id=None,
+            step_run_id=ex.step_run_id,
+            round=0,
+            sequence=0,
+            tool_call_id=f"step:{step.name}",
+            tool_name=step.tool,
+            arguments=arguments,
+            kind=APPROVAL,
+            parameters=dict(parameters),
+        )
+        return StepResult(
+            status="waiting",
+            pause_reason="tool_approval",
+            pause_details={"approvalCalls": [{"id": call.tool_call_id, "name": step.tool}]},
+            awaiting=[call],
+        )
+
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
+        calls: list[NewAwaitedCall] = result.awaiting or []
+        inserted = await db_awaited.insert(wait.conn, wait.run["id"], calls)
+        return [await request_tool_approval(wait, call) for call in calls if call.id in inserted]
+
+    async def _call(
+        self, rt: Runtime, ex: StepExecution, step: ToolStep, arguments: dict[str, Any]
+    ) -> StepResult:
+        ctx = ToolContext(
+            idempotency_key=f"{ex.step_run_id}:tool",
+            workflow_run_id=ex.run_id,
+            workspace_id=ex.workspace_id,
+            step_run_id=ex.step_run_id,
+            step_name=ex.step_name,
+            round=0,
+            call_index=0,
+            tool_call_id=f"step:{step.name}",
+            run_input=MappingProxyType(ex.input),
+            state=MappingProxyType(dict(ex.state)),
+        )
+        outcome = await invoke_tool(
+            rt.tools,
+            step.tool,
+            arguments,
+            context=ctx,
+            declared_schema=None,
+            timeout_s=None,
+            max_output_bytes=rt.settings.max_tool_output_bytes,
+        )
+        updates = ctx.state_updates if outcome.ok else None
+        rt.faults.reached("tool_returned", 0, 0)
+        await self._record(rt, ex, step, outcome, updates)
+        rt.faults.reached("tool_committed", 0, 0)
+        return self._result(
+            step,
+            outcome.ok,
+            {"output_json": outcome.output, "error": outcome.error, "error_code": outcome.error_code},
+        )
+
+    async def _record(
+        self,
+        rt: Runtime,
+        ex: StepExecution,
+        step: ToolStep,
+        outcome: ToolOutcome,
+        updates: dict[str, Any] | None,
+    ) -> None:
+        rec = ToolTraceRecord(
+            step_run_id=ex.step_run_id,
+            llm_call_id=None,
+            round=0,
+            sequence=0,
+            tool_call_id=f"step:{step.name}",
+            tool_name=step.tool,
+            input_json=outcome.input,
+            output_json=outcome.output,
+            status=outcome.status,
+            error=outcome.error,
+            error_code=outcome.error_code,
+            result_text=None if outcome.ok else outcome.result_text,
+            duration_ms=outcome.duration_ms,
+            idempotency_key=f"{ex.step_run_id}:tool",
+        )
+        payload: dict[str, Any] = {
+            "toolTraceId": rec.id,
+            "llmCallId": None,
+            "toolName": step.tool,
+            "toolCallId": rec.tool_call_id,
+            "round": 0,
+            "sequence": 0,
+            "durationMs": round(outcome.duration_ms, 3),
+        }
+        if not outcome.ok:
+            payload.update(error=outcome.error, errorCode=outcome.error_code)
+        if updates:
+            payload["stateKeys"] = sorted(updates)
+        event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
+        await checkpoints.record_tool_trace(rt.pool, ex.run_id, ex.owner, rec, event, payload, updates)
+
+    def _result(self, step: ToolStep, ok: bool, recorded: Any) -> StepResult:
+        if not ok:
+            code = recorded["error_code"] or "TOOL_ERROR"
+            return _failed(code, recorded["error"] or "Tool call failed", retryable=code not in _PERMANENT)
+        output = recorded["output_json"]
+        return StepResult(
+            output=output if isinstance(output, dict) else {"result": output},
+            state_updates={step.effective_output_key(): output},
+        )

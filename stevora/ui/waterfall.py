@@ -1,0 +1,99 @@
+"""The run page's waterfall: steps, model rounds and tool calls as bars on the run's time axis.
+
+Rows come from the stored rows, not the events: a step run has `started_at`/`completed_at`; a model
+call and a tool call are committed when they end (`created_at`) with their `duration_ms`, so
+they start at `created_at - duration_ms`. A step still running stretches to now.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
+
+from stevora.clock import utcnow
+from stevora.statuses import TERMINAL_RUN_STATUSES
+
+if TYPE_CHECKING:
+    from stevora.ui.queries import RunView
+
+# A bar is never drawn narrower than this (% of the axis), so an instant tool call stays visible.
+MIN_WIDTH_PCT = 0.4
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    kind: str  # "step" | "model" | "tool"
+    label: str
+    detail: str
+    status: str
+    start_ms: float
+    duration_ms: float
+    left_pct: float
+    width_pct: float
+
+
+@dataclass(frozen=True, slots=True)
+class Waterfall:
+    bars: list[Bar]
+    total_ms: float
+    ticks: list[tuple[float, float]]  # (left %, ms)
+
+
+def _ended(start: datetime, duration_ms: Any) -> tuple[datetime, datetime]:
+    return start - timedelta(milliseconds=float(duration_ms or 0)), start
+
+
+def build(view: RunView) -> Waterfall | None:
+    """The bars of a run, or `None` before its first step started."""
+    run = view.run
+    spans: list[tuple[str, str, str, str, datetime, datetime]] = []
+    now = utcnow()
+    for step in view.steps:
+        row = step.row
+        if row["started_at"] is None:
+            continue
+        end = row["completed_at"] or (now if row["status"] in ("RUNNING", "WAITING") else row["updated_at"])
+        attempt = f" · attempt {row['attempt']}" if row["attempt"] > 1 else ""
+        spans.append(
+            ("step", row["step_name"], row["step_type"] + attempt, row["status"], row["started_at"], end)
+        )
+        for rnd in step.rounds:
+            call = rnd.call
+            start, end = _ended(call["created_at"], call["duration_ms"])
+            provider = call["provider"] or "provider ?"
+            if provider == "scripted":
+                provider = "scripted (offline)"
+            spans.append(
+                (
+                    "model",
+                    f"round {call['round']}",
+                    f"{call['model']} · {provider}",
+                    call["status"],
+                    start,
+                    end,
+                )
+            )
+            for tc in rnd.tool_calls:
+                if tc.trace is None:
+                    continue
+                start, end = _ended(tc.trace["created_at"], tc.trace["duration_ms"])
+                spans.append(("tool", tc.name, f"round {call['round']}", tc.trace["status"], start, end))
+    if not spans:
+        return None
+    origin = run["started_at"] or min(s[4] for s in spans)
+    origin = min(origin, *(s[4] for s in spans))
+    run_end = run["completed_at"] or run["failed_at"] or run["cancelled_at"]
+    if run_end is None or run["status"] not in TERMINAL_RUN_STATUSES:
+        run_end = now
+    finish = max(run_end, *(s[5] for s in spans))
+    total_ms = max((finish - origin).total_seconds() * 1000, 1.0)
+    bars = []
+    for kind, label, detail, status, start, end in spans:
+        start_ms = (start - origin).total_seconds() * 1000
+        duration_ms = max(0.0, (end - start).total_seconds() * 1000)
+        left = min(100.0, 100 * start_ms / total_ms)
+        width = max(MIN_WIDTH_PCT, min(100.0 - left, 100 * duration_ms / total_ms))
+        bars.append(Bar(kind, label, detail, status, start_ms, duration_ms, round(left, 2), round(width, 2)))
+    ticks = [(100 * i / 4, total_ms * i / 4) for i in range(5)]
+    return Waterfall(bars=bars, total_ms=total_ms, ticks=ticks)
