@@ -9,8 +9,44 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+ToolChoiceKind = Literal["required", "none", "named"]
+
+
+class ServerCapabilities(BaseModel):
+    """What one OpenAI-compatible server accepts; the defaults suit llama.cpp's server.
+
+    See docs/providers.md for each known server and how the adapter uses every field.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    tool_choice: frozenset[ToolChoiceKind] = frozenset({"none", "named"})
+    """`tool_choice` values besides `auto` the server honours (`named` = one named function)."""
+    send_auto: bool = False
+    """Send `tool_choice: "auto"` explicitly instead of leaving it to the server's default.
+    llama-cpp-python offers the tools to the model only when it is sent; vLLM rejects it unless
+    started with `--enable-auto-tool-choice`."""
+    tool_call_content: Literal["empty", "null", "omit"] = "empty"
+    """How an assistant turn with tool calls and no text carries `content`: `""`, `null` or no key."""
+    parallel_tool_calls: bool = False
+    """Whether the server takes the `parallel_tool_calls` parameter (it is left out otherwise)."""
+    usage: bool = True
+    """Whether answers carry `usage`; a server that should but does not is logged."""
+    stream_usage: bool = False
+    """Whether streams carry usage when asked with `stream_options.include_usage`."""
+
+
+# OpenAI's own API: every documented form.
+OPENAI_CAPABILITIES = ServerCapabilities(
+    tool_choice=frozenset({"required", "none", "named"}),
+    tool_call_content="null",
+    parallel_tool_calls=True,
+    usage=True,
+    stream_usage=True,
+)
 
 
 class Settings(BaseSettings):
@@ -58,6 +94,8 @@ class Settings(BaseSettings):
     # Extra OpenAI-compatible servers: {"ollama": "http://localhost:11434/v1"}; key via compat_api_keys.
     compat_base_urls: dict[str, str] = {}
     compat_api_keys: dict[str, str] = {}
+    # What each compat server accepts, by the same names: {"vllm": {"tool_choice": ["auto", "required"]}}.
+    compat_capabilities: dict[str, ServerCapabilities] = {}
     provider_max_retries: int = 2
     provider_timeout_s: float = 120.0
     # Per-provider or per-model caps on concurrent calls in one process: {"openai": 200, "gpt-4o": 50}.

@@ -7,6 +7,7 @@ from stevora.definitions.llm_step import (
     LlmStep,
     LlmTool,
     LlmToolDef,
+    NamedToolChoice,
     ToolRef,
     WorkflowToolDef,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "LlmStep",
     "LlmTool",
     "LlmToolDef",
+    "NamedToolChoice",
     "ParamsError",
     "RetryPolicy",
     "StepBase",

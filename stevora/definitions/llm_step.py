@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Annotated, Any, Literal
 
 from jsonschema.exceptions import SchemaError
 from jsonschema.validators import Draft202012Validator, validator_for
-from pydantic import AfterValidator, Discriminator, Field, Tag, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BeforeValidator,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
@@ -141,6 +151,33 @@ LlmTool = Annotated[
 ]
 
 
+class NamedToolChoice(CamelModel):
+    """`{"name": "<tool>"}`: the step's first model call must call this tool."""
+
+    name: ToolName
+
+
+_TOOL_CHOICE_MODES = ("auto", "required", "none")
+
+
+def _parse_tool_choice(value: Any) -> Any:
+    """One clear error for every malformed value, instead of one per union member."""
+    if isinstance(value, NamedToolChoice) or (isinstance(value, str) and value in _TOOL_CHOICE_MODES):
+        return value
+    if isinstance(value, dict) and set(value) == {"name"} and isinstance(value["name"], str):
+        return NamedToolChoice(name=_check_tool_name(value["name"]))
+    raise PydanticCustomError(
+        "tool_choice",
+        'toolChoice must be "auto", "required", "none" or {"name": "<tool>"} (got {value})',
+        {"value": json.dumps(value, default=str)},
+    )
+
+
+ToolChoice = Annotated[
+    Literal["auto", "required", "none"] | NamedToolChoice, BeforeValidator(_parse_tool_choice)
+]
+
+
 class GuardrailCheck(CamelModel):
     """One post-completion check; `config` is check-specific (e.g. a blocklist)."""
 
@@ -178,6 +215,9 @@ class LlmStep(StepBase):
     """At the round limit: `fail` (error MAX_TOOL_ROUNDS, the documented behaviour) or `complete`."""
     tool_timeout_ms: int = Field(default=30_000, ge=1, le=3_600_000)
     parallel_tool_calls: bool = True
+    tool_choice: ToolChoice = "auto"
+    """Applies to the first model call of each step visit; later rounds use `auto`, so
+    `required` cannot loop forever."""
     timeout_ms: int | None = Field(default=None, ge=1)
     """Timeout of each provider request; unset means the provider adapter's default."""
     output_key: str | None = Field(default=None, min_length=1)
@@ -206,6 +246,27 @@ class LlmStep(StepBase):
                 ],
             )
         return tools
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice_names_a_tool(
+        cls, choice: str | NamedToolChoice, info: ValidationInfo
+    ) -> str | NamedToolChoice:
+        tools: list[LlmToolDef | ToolRef | WorkflowToolDef] | None = info.data.get("tools")
+        if tools is None:  # the tools failed validation; their own error says why
+            return choice
+        names = [tool.name for tool in tools]
+        if isinstance(choice, NamedToolChoice) and choice.name not in names:
+            raise PydanticCustomError(
+                "tool_choice_unknown_tool",
+                "toolChoice names '{name}', which is not one of this step's tools ({known})",
+                {"name": choice.name, "known": ", ".join(names) or "none declared"},
+            )
+        if choice == "required" and not names:
+            raise PydanticCustomError(
+                "tool_choice_without_tools", "toolChoice 'required' needs at least one tool in 'tools'"
+            )
+        return choice
 
     def effective_output_key(self) -> str:
         """The state key the step's result is written to: `output_key`, else the step name."""

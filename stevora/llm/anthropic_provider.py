@@ -22,7 +22,7 @@ import anthropic
 from anthropic.types import Message as AnthropicMessage
 
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, ToolSpec, Usage
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
     connection_error,
@@ -109,8 +109,9 @@ class AnthropicProvider:
             kwargs["system"] = system
         if request.tools:
             kwargs["tools"] = [_tool_param(t) for t in request.tools]
-            if not request.parallel_tool_calls:
-                kwargs["tool_choice"] = {"type": "auto", "disable_parallel_tool_use": True}
+            tool_choice = _tool_choice(request)
+            if tool_choice is not None:
+                kwargs["tool_choice"] = tool_choice
         if request.temperature is not None:
             kwargs["extra_body"] = {"temperature": request.temperature}
         if request.timeout_s is not None:
@@ -181,6 +182,24 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
             {"type": "tool_use", "id": call.id, "name": call.name, "input": parse_tool_input(call.arguments)}
         )
     return message.role, blocks
+
+
+def _tool_choice(request: LlmRequest) -> dict[str, Any] | None:
+    """`tool_choice` in the Messages API's words; `None` when the default (auto, parallel) applies."""
+    choice = request.tool_choice
+    if isinstance(choice, NamedTool):
+        out: dict[str, Any] = {"type": "tool", "name": choice.name}
+    elif choice == "none":
+        return {"type": "none"}  # parallelism means nothing when no tool may be called
+    elif choice == "required":
+        out = {"type": "any"}
+    elif request.parallel_tool_calls:
+        return None
+    else:
+        out = {"type": "auto"}
+    if not request.parallel_tool_calls:
+        out["disable_parallel_tool_use"] = True
+    return out
 
 
 def _tool_param(tool: ToolSpec) -> dict[str, Any]:

@@ -12,6 +12,7 @@ from typing import Any, Literal, cast
 
 Role = Literal["system", "user", "assistant", "tool"]
 ResponseFormat = Literal["json", "text"]
+ToolChoiceMode = Literal["auto", "required", "none"]
 
 _ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 
@@ -115,6 +116,36 @@ class ToolSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class NamedTool:
+    """`tool_choice` that forces one call of the named tool."""
+
+    name: str
+
+
+ToolChoice = ToolChoiceMode | NamedTool
+_TOOL_CHOICE_MODES: frozenset[str] = frozenset({"auto", "required", "none"})
+
+
+def tool_choice_of(value: object) -> ToolChoice:
+    """A `ToolChoice` from its JSON form (`"auto"`, `{"name": "x"}`) or a definition's value.
+
+    Anything with a string `name` attribute (the step definition's named choice) forces that tool.
+    """
+    if isinstance(value, NamedTool):
+        return value
+    if isinstance(value, str) and value in _TOOL_CHOICE_MODES:
+        return cast(ToolChoiceMode, value)
+    name = value.get("name") if isinstance(value, Mapping) else getattr(value, "name", None)
+    if isinstance(name, str) and name:
+        return NamedTool(name)
+    raise ValueError(f"invalid tool choice {value!r}: expected auto, required, none or {{'name': ...}}")
+
+
+def tool_choice_to_json(choice: ToolChoice) -> str | dict[str, str]:
+    return {"name": choice.name} if isinstance(choice, NamedTool) else choice
+
+
+@dataclass(frozen=True, slots=True)
 class Usage:
     """Token counts of one call, in the OpenTelemetry meaning.
 
@@ -171,6 +202,8 @@ class LlmRequest:
     parallel_tool_calls: bool = True
     timeout_s: float | None = None
     output_schema: dict[str, Any] | None = None
+    tool_choice: ToolChoice = "auto"
+    """Only meaningful with `tools`; adapters leave it out of requests that carry none."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -183,6 +216,7 @@ class LlmRequest:
             "parallel_tool_calls": self.parallel_tool_calls,
             "timeout_s": self.timeout_s,
             "output_schema": self.output_schema,
+            "tool_choice": tool_choice_to_json(self.tool_choice),
         }
 
     @classmethod
@@ -197,6 +231,7 @@ class LlmRequest:
             parallel_tool_calls=bool(data.get("parallel_tool_calls", True)),
             timeout_s=data.get("timeout_s"),
             output_schema=data.get("output_schema"),
+            tool_choice=tool_choice_of(data.get("tool_choice") or "auto"),
         )
 
 

@@ -1,28 +1,58 @@
 """OpenAI Chat Completions adapter; also the adapter for OpenAI-compatible servers.
 
 Ollama, vLLM, llama.cpp and OpenRouter speak the same `/v1/chat/completions` dialect: give a
-`base_url` and a distinct `name` (the name is what routing, traces and pricing see).
+`base_url` and a distinct `name` (the name is what routing, traces and pricing see). What differs
+between servers is data, not code: a `ServerCapabilities` per provider (docs/providers.md).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
+import httpx2
 import openai
+import structlog
 from openai.types.chat import ChatCompletion
 
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, ToolSpec, Usage
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
     connection_error,
     error_message_from_body,
+    is_invalid_request_answer,
     mentions_json,
     provider_error_for_status,
     timeout_error,
 )
+from stevora.settings import OPENAI_CAPABILITIES, ServerCapabilities
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+
+log = structlog.get_logger("stevora.llm")
+
+
+async def mark_invalid_request_answer(response: httpx2.Response) -> None:
+    """httpx response hook: a 5xx whose body says the request is invalid gets `x-should-retry: false`.
+
+    The SDK obeys that header, so it does not resend a doomed request, and the adapter translates
+    the answer as non-retryable, so the step does not spend its retry budget on it either.
+    """
+    if response.status_code < 500 or "x-should-retry" in response.headers:
+        return
+    await response.aread()
+    try:
+        body: object = json.loads(response.content or b"null")
+    except ValueError:
+        body = response.text
+    if is_invalid_request_answer(response.status_code, body):
+        response.headers["x-should-retry"] = "false"
+
+
+def http_client() -> httpx2.AsyncClient:
+    """The SDK's default HTTP client with `mark_invalid_request_answer` installed."""
+    return openai.DefaultAsyncHttpxClient(event_hooks={"response": [mark_invalid_request_answer]})
 
 
 class OpenAIProvider:
@@ -38,12 +68,21 @@ class OpenAIProvider:
         timeout_s: float = 60.0,
         client: openai.AsyncOpenAI | None = None,
         max_tokens_field: MaxTokensField | None = None,
+        capabilities: ServerCapabilities | None = None,
     ) -> None:
         self.name = name
+        self.capabilities = capabilities or (
+            OPENAI_CAPABILITIES if name == "openai" else ServerCapabilities()
+        )
         self._owns_client = client is None
         self._client = client or openai.AsyncOpenAI(
-            api_key=api_key, base_url=base_url, max_retries=max_retries, timeout=timeout_s
+            api_key=api_key,
+            base_url=base_url,
+            max_retries=max_retries,
+            timeout=timeout_s,
+            http_client=http_client(),
         )
+        self._usage_warned = False
         # OpenAI's reasoning models reject `max_tokens`; many compatible servers only know it.
         self._max_tokens_field: MaxTokensField = max_tokens_field or (
             "max_completion_tokens" if name == "openai" else "max_tokens"
@@ -66,7 +105,15 @@ class OpenAIProvider:
             # Response validation, missing credentials and other client-side failures: a retry
             # would fail the same way.
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=False) from exc
-        return self.parse_completion(completion)
+        response = self.parse_completion(completion)
+        if completion.usage is None and self.capabilities.usage and not self._usage_warned:
+            self._usage_warned = True  # once per provider: tokens and cost of its calls read as 0
+            log.warning(
+                "llm_usage_missing",
+                provider=self.name,
+                hint="set usage: false in STEVORA_COMPAT_CAPABILITIES if this server never sends it",
+            )
+        return response
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -79,15 +126,20 @@ class OpenAIProvider:
 
     def build_kwargs(self, request: LlmRequest) -> dict[str, Any]:
         """The keyword arguments for `chat.completions.create` (public so tests can inspect them)."""
-        messages = [_message_param(m) for m in request.messages]
+        caps = self.capabilities
+        messages = [_message_param(m, caps.tool_call_content) for m in request.messages]
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
         if request.response_format == "json":
             kwargs["response_format"] = {"type": "json_object"}
             if not mentions_json(request.messages):
                 messages.insert(0, {"role": "system", "content": JSON_INSTRUCTION})
-        if request.tools:
+        tool_choice = self._tool_choice(request) if request.tools else None
+        if tool_choice is not None:
             kwargs["tools"] = [_tool_param(t) for t in request.tools]
-            kwargs["parallel_tool_calls"] = request.parallel_tool_calls
+            if caps.parallel_tool_calls:
+                kwargs["parallel_tool_calls"] = request.parallel_tool_calls
+            if tool_choice != "auto" or caps.send_auto:
+                kwargs["tool_choice"] = tool_choice
         if request.temperature is not None:
             kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
@@ -95,6 +147,33 @@ class OpenAIProvider:
         if request.timeout_s is not None:
             kwargs["timeout"] = request.timeout_s
         return kwargs
+
+    def _tool_choice(self, request: LlmRequest) -> str | dict[str, Any] | None:
+        """The wire `tool_choice` within what this server takes; `None`: offer no tools at all.
+
+        Fallbacks (docs/providers.md): `required` with one tool is sent as that tool's named form,
+        and `none` as a request without tools. Anything else unsupported fails before the request.
+        """
+        choice = request.tool_choice
+        supported = self.capabilities.tool_choice
+        if isinstance(choice, NamedTool):
+            if "named" in supported:
+                return {"type": "function", "function": {"name": choice.name}}
+        elif choice == "auto" or choice in supported:
+            return choice
+        elif choice == "required" and len(request.tools) == 1 and "named" in supported:
+            # With one tool, "must call a tool" and "must call this tool" mean the same.
+            return {"type": "function", "function": {"name": request.tools[0].name}}
+        elif choice == "none":
+            return None  # the model cannot call a tool it is not offered
+        wanted = f"{{'name': '{choice.name}'}}" if isinstance(choice, NamedTool) else f"'{choice}'"
+        raise ProviderError(
+            f"{self.name} does not accept toolChoice {wanted} (it takes: {', '.join(['auto', *sorted(supported)])}); "
+            "change the step's toolChoice or the server's tool_choice in STEVORA_COMPAT_CAPABILITIES",
+            provider=self.name,
+            retryable=False,
+            code="TOOL_CHOICE_UNSUPPORTED",
+        )
 
     def parse_completion(self, completion: ChatCompletion) -> LlmResponse:
         if not completion.choices:
@@ -125,7 +204,7 @@ def _tool_param(tool: ToolSpec) -> dict[str, Any]:
     }
 
 
-def _message_param(message: Message) -> dict[str, Any]:
+def _message_param(message: Message, tool_call_content: str = "null") -> dict[str, Any]:
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content or ""}
     if message.role == "assistant":
@@ -135,6 +214,13 @@ def _message_param(message: Message) -> dict[str, Any]:
                 {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
                 for c in message.tool_calls
             ]
+            if not message.content:
+                # OpenAI documents `null`; llama.cpp's server answers 500 to `null` and to a missing
+                # key and takes only `""` (issue 14), so the form is the server's capability.
+                if tool_call_content == "omit":
+                    del out["content"]
+                else:
+                    out["content"] = "" if tool_call_content == "empty" else None
         elif message.content is None:
             out["content"] = ""
         return out

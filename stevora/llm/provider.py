@@ -10,6 +10,7 @@ from __future__ import annotations
 import email.utils
 import json
 import math
+import re
 import time
 from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
@@ -83,6 +84,38 @@ def error_message_from_body(body: object, fallback: str) -> str:
     if isinstance(body, str) and body:
         return body
     return fallback
+
+
+# A server that answers a malformed request with a 5xx still says so in the body: pydantic's
+# "N validation error(s)" (llama-cpp-python turns FastAPI's request validation into a 500 with
+# that message) or an OpenAI-style `invalid_request_error` type.
+_VALIDATION_MESSAGE = re.compile(r"\b\d+ validation errors?\b")
+_INVALID_REQUEST_TYPES: frozenset[str] = frozenset(
+    {"invalid_request_error", "invalid_request", "BadRequestError", "RequestValidationError"}
+)
+
+
+def is_invalid_request_answer(status_code: int, body: object) -> bool:
+    """A 5xx whose body says the request itself was invalid: resending it cannot succeed.
+
+    The rule (docs/providers.md): a pydantic-style validation message, an error `type` that names
+    an invalid request, or FastAPI's `detail` list of field errors located in the `body`.
+    """
+    if status_code < 500:
+        return False
+    if isinstance(body, Mapping):
+        error = body.get("error")
+        if isinstance(error, Mapping) and str(error.get("type")) in _INVALID_REQUEST_TYPES:
+            return True
+        detail = body.get("detail")
+        if isinstance(detail, list) and any(
+            isinstance(item, Mapping) and list(item.get("loc") or ())[:1] == ["body"] for item in detail
+        ):
+            return True
+    message = error_message_from_body(body, "")
+    if isinstance(body, Mapping) and isinstance(body.get("detail"), str):
+        message = f"{message} {body['detail']}"
+    return bool(_VALIDATION_MESSAGE.search(message))
 
 
 def provider_error_for_status(

@@ -2,6 +2,7 @@
 
 Without a script it plays a tiny, predictable agent: on the first turn of a conversation with
 tools it calls every tool once (in parallel), and once results are in it answers, quoting them.
+It honours `tool_choice`: `none` answers at once, a named tool is the only one called.
 With a script it returns the given responses in order (an exception in the script is raised
 instead, e.g. a retryable `ProviderError` to exercise fallback).
 """
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolCall, Usage
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, Usage
 
 ScriptItem = LlmResponse | Exception
 
@@ -82,7 +83,14 @@ def scripted_response(
     last_user = last_user_text(messages)
     input_tokens = sum(len(m.content or "") for m in messages) // 4
     tool_rounds = sum(1 for m in messages if m.role == "assistant" and m.tool_calls)
-    if request.tools and tool_rounds < scripted_rounds(request.model):
+    choice = request.tool_choice
+    # toolChoice: `none` never calls, `required` / a named tool always call (even past the rounds
+    # the model name asks for), a named tool is the only one called.
+    offered = [] if choice == "none" else request.tools
+    if isinstance(choice, NamedTool):
+        offered = [tool for tool in request.tools if tool.name == choice.name]
+    forced = choice != "auto" and choice != "none"
+    if offered and (forced or tool_rounds < scripted_rounds(request.model)):
         prefix = "call_" if tool_rounds == 0 else f"call_r{tool_rounds + 1}_"
         calls = [
             ToolCall(
@@ -90,7 +98,7 @@ def scripted_response(
                 name=tool.name,
                 arguments=json.dumps(synthesize_value(tool.parameters, last_user), separators=(",", ":")),
             )
-            for index, tool in enumerate(request.tools, start=1)
+            for index, tool in enumerate(offered, start=1)
         ]
         return LlmResponse(
             text=None,

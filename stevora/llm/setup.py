@@ -46,9 +46,17 @@ def build_router(settings: Settings) -> ProviderRouter:
         )
     for name, base_url in settings.compat_base_urls.items():
         key = settings.compat_api_keys.get(name, "not-needed")
-        router.register(
-            name, OpenAIProvider(key, base_url, name=name, max_retries=retries, timeout_s=timeout_s)
+        provider = OpenAIProvider(
+            key,
+            base_url,
+            name=name,
+            max_retries=retries,
+            timeout_s=timeout_s,
+            capabilities=settings.compat_capabilities.get(name),
         )
+        router.register(name, provider)
+    for name in settings.compat_capabilities.keys() - settings.compat_base_urls.keys():
+        log.warning("compat_capabilities_unused", provider=name, hint="no STEVORA_COMPAT_BASE_URLS entry")
     router.register("scripted", ScriptedProvider(latency_s=settings.scripted_latency_s))
     if not settings.openai_api_key and not settings.anthropic_api_key:
         if settings.scripted_fallback:

@@ -25,7 +25,15 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, NamedTuple
 
-from stevora.llm.messages import LlmRequest, Message, ToolCall, ToolSpec
+from stevora.llm.messages import (
+    LlmRequest,
+    Message,
+    NamedTool,
+    ToolCall,
+    ToolChoice,
+    ToolSpec,
+    tool_choice_of,
+)
 from stevora.llm.scripted_provider import scripted_response
 
 Kind = Literal["openai", "anthropic"]
@@ -276,6 +284,9 @@ def validate_openai(body: dict[str, Any]) -> str | None:
     for tool in body.get("tools") or ():
         if tool.get("type") != "function" or not (tool.get("function") or {}).get("name"):
             return "Invalid 'tools': each tool must be {'type': 'function', 'function': {'name': ...}}"
+    problem = _openai_tool_choice_problem(body)
+    if problem is not None:
+        return problem
     json_mode = (body.get("response_format") or {}).get("type") == "json_object"
     if json_mode and "json" not in json.dumps([m.get("content") for m in messages]).lower():
         return "'messages' must contain the word 'json' in some form, to use 'response_format' json_object."
@@ -314,12 +325,71 @@ def validate_openai(body: dict[str, Any]) -> str | None:
     return None
 
 
+def _openai_tool_choice_problem(body: dict[str, Any]) -> str | None:
+    if "tool_choice" not in body:
+        return None
+    choice, names = (
+        body["tool_choice"],
+        [(t.get("function") or {}).get("name") for t in body.get("tools") or ()],
+    )
+    if not names:
+        return "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified."
+    if choice in ("none", "auto", "required"):
+        return None
+    if not (isinstance(choice, dict) and choice.get("type") == "function"):
+        return f"Invalid value for 'tool_choice': {json.dumps(choice)}"
+    name = (choice.get("function") or {}).get("name")
+    if name not in names:
+        return f"Invalid value for 'tool_choice': function {name!r} is not one of the tools"
+    return None
+
+
+def _anthropic_tool_choice_problem(body: dict[str, Any]) -> str | None:
+    if "tool_choice" not in body:
+        return None
+    choice, names = body["tool_choice"], [t.get("name") for t in body.get("tools") or ()]
+    if not isinstance(choice, dict) or choice.get("type") not in ("auto", "any", "tool", "none"):
+        return "tool_choice.type: Input should be 'auto', 'any', 'tool' or 'none'"
+    if not isinstance(choice.get("disable_parallel_tool_use", False), bool):
+        return "tool_choice.disable_parallel_tool_use: Input should be a valid boolean"
+    if choice["type"] == "tool" and choice.get("name") not in names:
+        return f"tool_choice.name: tool {choice.get('name')!r} is not one of the request's tools"
+    if choice["type"] in ("any", "tool") and not names:
+        return "tool_choice: tools must be provided when tool_choice is 'any' or 'tool'"
+    return None
+
+
+def validate_llamacpp(body: dict[str, Any]) -> str | None:
+    """What llama-cpp-python's server (0.3.x, `chatml-function-calling`) answers 500 to (issue 14).
+
+    It rejects an assistant `content` that is `null` (pydantic) or missing (its chat template),
+    and `tool_choice: "required"`; it takes `""` and the named form.
+    """
+    for i, message in enumerate(body.get("messages") or ()):
+        if message.get("role") != "assistant":
+            continue
+        if "content" not in message:
+            return "'dict object' has no attribute 'content'"
+        if message["content"] is None:
+            return (
+                "7 validation errors:\n  {'type': 'string_type', 'loc': ('body', 'messages', "
+                f"{i}, 'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a "
+                "valid string', 'input': None}"
+            )
+    if body.get("tool_choice") == "required":
+        return "Invalid tool_choice: 'required'"
+    return None
+
+
 def validate_anthropic(body: dict[str, Any]) -> str | None:
     """The first problem the Messages API would reject `body` for, or `None`."""
     if not isinstance(body.get("max_tokens"), int):
         return "max_tokens: Field required"
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "model: Field required"
+    problem = _anthropic_tool_choice_problem(body)
+    if problem is not None:
+        return problem
     messages = body.get("messages")
     if not isinstance(messages, list) or not messages:
         return "messages: at least one message is required"
@@ -441,7 +511,24 @@ def _neutral_request(kind: Kind, body: dict[str, Any]) -> LlmRequest:
             ToolSpec(t["name"], t.get("description", ""), t.get("input_schema") or {})
             for t in body.get("tools") or ()
         ]
-    return LlmRequest(model=str(body.get("model", "")), messages=messages, tools=tools)
+    return LlmRequest(
+        model=str(body.get("model", "")), messages=messages, tools=tools, tool_choice=_neutral_choice(body)
+    )
+
+
+def _neutral_choice(body: dict[str, Any]) -> ToolChoice:
+    """The provider-neutral form of either API's `tool_choice` (both validated before this)."""
+    choice = body.get("tool_choice")
+    if choice is None:
+        return "auto"
+    if isinstance(choice, str):
+        return tool_choice_of(choice)
+    kind = choice.get("type")
+    if kind == "function":
+        return NamedTool(choice["function"]["name"])
+    if kind == "tool":
+        return NamedTool(choice["name"])
+    return {"any": "required", "none": "none"}.get(str(kind), "auto")  # type: ignore[return-value]
 
 
 # --- server --------------------------------------------------------------------------------
@@ -487,8 +574,12 @@ class FakeLLMServer:
         latency_s: float = 0.0,
         validate: bool = True,
         require_auth: bool = True,
+        openai_dialect: Literal["openai", "llamacpp"] = "openai",
     ) -> None:
         self.responder = responder
+        # "llamacpp": the OpenAI route also answers like llama-cpp-python's server does to what it
+        # cannot take (a 500 whose body is a validation message; see `validate_llamacpp`).
+        self.openai_dialect = openai_dialect
         self.latency_s = latency_s  # added to every answer; 0 is the benchmark's zero-latency mode
         self.validate = validate
         self.require_auth = require_auth
@@ -561,6 +652,10 @@ class FakeLLMServer:
             problem = validate_openai(body) if kind == "openai" else validate_anthropic(body)
             if problem is not None:
                 return FakeResponse(status=400, error_message=problem, error_type="invalid_request_error")
+            if kind == "openai" and self.openai_dialect == "llamacpp":
+                problem = validate_llamacpp(body)
+                if problem is not None:
+                    return FakeResponse(status=500, error_message=problem, error_type="internal_server_error")
         with self._lock:
             queued = next((entry for entry in self._queue if entry[0] in (None, kind)), None)
             if queued is not None:

@@ -17,7 +17,7 @@ from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import ProviderError, ProviderNotFound, StevoraError
 from stevora.events import EventType
-from stevora.llm.messages import LlmRequest, LlmResponse, ToolSpec
+from stevora.llm.messages import LlmRequest, LlmResponse, ToolSpec, tool_choice_of
 from stevora.llm.provider import Provider
 from stevora.llm.transcript import prepare_transcript
 
@@ -75,6 +75,8 @@ class ModelCaller:
                 parallel_tool_calls=self.step.parallel_tool_calls,
                 timeout_s=self.timeout_s,
                 output_schema=self.step.output_schema,
+                # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
+                tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
             )
             stored_request = {
                 "messages": [m.to_dict() for m in appended],
@@ -84,6 +86,7 @@ class ModelCaller:
                 "maxTokens": self.step.max_tokens,
                 "responseFormat": self.step.response_format,
                 **({"feedback": True} if is_feedback else {}),
+                **({"toolChoice": self.step.tool_choice} if request.tool_choice != "auto" else {}),
             }
             started = time.perf_counter()
             try:

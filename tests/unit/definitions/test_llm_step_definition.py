@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 
-from stevora.definitions import LlmStep, LlmToolDef, ToolRef, parse_definition
+from stevora.definitions import LlmStep, LlmToolDef, NamedToolChoice, ToolRef, parse_definition
 from stevora.errors import ValidationError
 
 SEARCH_PARAMETERS = {
@@ -177,3 +177,40 @@ def test_duplicate_tool_names_within_a_step_are_rejected() -> None:
 def test_duplicate_tool_names_are_reported_alongside_other_tool_errors() -> None:
     problems = problems_for_step(llm_step(tools=["search", inline_tool("search", parameters={})]))
     assert set(problems) == {"steps[0].tools[1].name", "steps[0].tools[1].parameters"}
+
+
+def test_tool_choice_defaults_to_auto() -> None:
+    assert LlmStep.model_validate(llm_step()).tool_choice == "auto"
+
+
+@pytest.mark.parametrize("choice", ["auto", "required", "none"])
+def test_tool_choice_modes_are_accepted(choice: str) -> None:
+    step = LlmStep.model_validate(llm_step(tools=[inline_tool()], toolChoice=choice))
+    assert step.tool_choice == choice
+
+
+def test_tool_choice_naming_a_step_tool_is_accepted_and_round_trips() -> None:
+    step = LlmStep.model_validate(llm_step(tools=[inline_tool(), "lookup"], toolChoice={"name": "lookup"}))
+    assert isinstance(step.tool_choice, NamedToolChoice) and step.tool_choice.name == "lookup"
+    assert step.model_dump(by_alias=True)["toolChoice"] == {"name": "lookup"}
+
+
+def test_tool_choice_naming_no_tool_of_the_step_is_rejected_with_its_path() -> None:
+    problems = problems_for_step(llm_step(tools=[inline_tool()], toolChoice={"name": "lookup"}))
+    assert problems == {
+        "steps[0].toolChoice": "toolChoice names 'lookup', which is not one of this step's tools (search)"
+    }
+
+
+@pytest.mark.parametrize("choice", ["any", 3, {"name": "search", "type": "function"}, {"tool": "search"}])
+def test_malformed_tool_choice_gets_one_error_naming_the_field(choice: Any) -> None:
+    problems = problems_for_step(llm_step(tools=[inline_tool()], toolChoice=choice))
+    assert list(problems) == ["steps[0].toolChoice"]
+    assert problems["steps[0].toolChoice"].startswith(
+        'toolChoice must be "auto", "required", "none" or {"name"'
+    )
+
+
+def test_required_tool_choice_without_tools_is_rejected() -> None:
+    problems = problems_for_step(llm_step(toolChoice="required"))
+    assert problems == {"steps[0].toolChoice": "toolChoice 'required' needs at least one tool in 'tools'"}

@@ -9,6 +9,7 @@ import pytest
 
 from stevora.llm.provider import (
     error_message_from_body,
+    is_invalid_request_answer,
     parse_tool_input,
     provider_error_for_status,
     retry_after_from_headers,
@@ -66,3 +67,40 @@ def test_tool_input_parsing_mirrors_what_handlers_receive():
     assert parse_tool_input("") == {}
     assert parse_tool_input('{"a": ') == {"raw": '{"a": '}
     assert parse_tool_input("[1, 2]") == {"raw": "[1, 2]"}
+
+
+LLAMACPP_500 = {
+    "error": {
+        "message": "7 validation errors:\n  {'type': 'string_type', 'loc': ('body', 'messages', 2, "
+        "'ChatCompletionRequestAssistantMessage', 'content'), 'msg': 'Input should be a valid string'}",
+        "type": "internal_server_error",
+        "param": None,
+        "code": None,
+    }
+}
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        LLAMACPP_500,
+        {"error": {"message": "1 validation error for CreateChatCompletionRequest", "type": "server_error"}},
+        {"error": {"message": "bad tool_choice", "type": "invalid_request_error"}},
+        {"detail": [{"loc": ["body", "messages", 0], "msg": "field required"}]},
+    ],
+)
+def test_a_5xx_whose_body_says_the_request_is_invalid_is_recognised(body: object) -> None:
+    assert is_invalid_request_answer(500, body)
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (500, {"error": {"message": "CUDA out of memory", "type": "internal_server_error"}}),
+        (503, {"error": {"message": "model is loading", "type": "server_error"}}),
+        (502, "<html>Bad Gateway</html>"),
+        (400, LLAMACPP_500),  # a 4xx is already not retried; the rule only reclassifies 5xx
+    ],
+)
+def test_other_server_errors_stay_retryable_server_errors(status: int, body: object) -> None:
+    assert not is_invalid_request_answer(status, body)
