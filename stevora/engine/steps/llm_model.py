@@ -86,7 +86,11 @@ class ModelCaller:
                 "maxTokens": self.step.max_tokens,
                 "responseFormat": self.step.response_format,
                 **({"feedback": True} if is_feedback else {}),
-                **({"toolChoice": self.step.tool_choice} if request.tool_choice != "auto" else {}),
+                **(
+                    {"toolChoice": _tool_choice_json(self.step.tool_choice)}
+                    if request.tool_choice != "auto"
+                    else {}
+                ),
             }
             started = time.perf_counter()
             try:
@@ -216,3 +220,8 @@ class ModelCaller:
         await checkpoints.record_llm_call(
             self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
         )
+
+
+def _tool_choice_json(choice: Any) -> Any:
+    """The step's toolChoice as stored with the call: a mode string or `{"name": ...}`."""
+    return choice if isinstance(choice, str) else {"name": choice.name}

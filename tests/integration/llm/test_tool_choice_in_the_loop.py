@@ -68,7 +68,13 @@ async def _run(harness: Harness, workspace_id: str, model: str, tool_choice: Any
     traces = await harness.rt.pool.fetch(
         "SELECT tool_name FROM tool_trace WHERE workflow_run_id = $1", run["id"]
     )
-    return {"tools": [t["tool_name"] for t in traces]}
+    calls = await harness.rt.pool.fetch(
+        "SELECT request FROM llm_calls WHERE workflow_run_id = $1 ORDER BY round", run["id"]
+    )
+    return {
+        "tools": [t["tool_name"] for t in traces],
+        "stored": [c["request"].get("toolChoice") for c in calls],
+    }
 
 
 async def test_named_tool_choice_forces_the_first_call_and_later_rounds_are_auto(
@@ -79,6 +85,7 @@ async def test_named_tool_choice_forces_the_first_call_and_later_rounds_are_auto
     assert result["tools"] == ["get_time"]
     sent = [r.json.get("tool_choice") for r in fake_llm.openai.requests]
     assert sent == [{"type": "function", "function": {"name": "get_time"}}, None]
+    assert result["stored"] == [{"name": "get_time"}, None], "the trace records what the first call was told"
 
 
 async def test_required_on_anthropic_binds_only_the_first_call_so_it_cannot_loop(
