@@ -125,7 +125,7 @@ class ToolDefView:
     name: str
     description: str | None
     parameters: Any
-    source: str  # "inline" (declared in the definition) or "registered" (looked up by name)
+    source: str  # "inline" (declared in the definition), "registered" (looked up by name), "workflow"
 
 
 @dataclass(slots=True)
@@ -192,15 +192,25 @@ def _rounds(calls: list[asyncpg.Record], traces: list[asyncpg.Record]) -> list[R
     return rounds
 
 
-def step_tools(rt: Runtime, definition_steps: list[Any], step_name: str) -> list[ToolDefView]:
-    """The tool definitions an llm step offers the model; references are looked up in the registry."""
+def step_tools(
+    rt: Runtime, definition_steps: list[Any], step_name: str, offered: list[str] | None = None
+) -> list[ToolDefView]:
+    """The tool definitions an llm step offers the model; references are looked up in the registry.
+
+    `offered` (the tool names a model call of this step was sent) adds what the definition does not
+    list: the worker's global tools."""
     spec = next((s for s in definition_steps if isinstance(s, dict) and s.get("name") == step_name), None)
     if spec is None:
         return []
+    declared = [{"name": e} if isinstance(e, str) else e for e in spec.get("tools") or []]
+    named = {e.get("name") for e in declared}
+    entries = [*declared, *({"name": n} for n in offered or [] if n not in named)]
     out = []
-    for entry in spec.get("tools") or []:
-        if isinstance(entry, str):
-            entry = {"name": entry}
+    for entry in entries:
+        if "workflow" in entry:
+            description = entry.get("description") or f"Runs the '{entry['workflow']}' workflow as a child run"
+            out.append(ToolDefView(entry["name"], description, entry.get("parameters"), "workflow"))
+            continue
         if "parameters" in entry:
             out.append(ToolDefView(entry["name"], entry.get("description"), entry["parameters"], "inline"))
             continue
@@ -258,7 +268,9 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
         view = StepView(row=s)
         if s["step_type"] == "llm":
             view.rounds = _rounds(calls_by_step.get(s["id"], []), traces_by_step.get(s["id"], []))
-            view.tools = step_tools(rt, definition_steps, s["step_name"])
+            step_calls = calls_by_step.get(s["id"], [])
+            offered = (step_calls[0]["request"] or {}).get("tools") if step_calls else None
+            view.tools = step_tools(rt, definition_steps, s["step_name"], offered)
         views.append(view)
     return RunView(run=run, steps=views, events=list(events), events_total=events_total)
 
