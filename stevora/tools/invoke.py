@@ -80,7 +80,7 @@ async def invoke_tool(
     one. The registered tool's `timeout_ms`, when set, overrides `timeout_s`.
     """
     started = time.perf_counter()
-    arguments, is_object = _parse_arguments(raw_arguments)
+    arguments, is_object = parse_arguments(raw_arguments)
 
     def failed(code: ToolErrorCode, error: str, model_message: str | None = None) -> ToolOutcome:
         return ToolOutcome(
@@ -165,7 +165,7 @@ async def invoke_tool(
     )
 
 
-def _parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any], bool]:
+def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any], bool]:
     """`(arguments, is_object)`; anything but a JSON object becomes `{"raw": raw}`."""
     if isinstance(raw, dict):
         return raw, True

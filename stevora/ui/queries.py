@@ -208,7 +208,9 @@ def step_tools(
     out = []
     for entry in entries:
         if "workflow" in entry:
-            description = entry.get("description") or f"Runs the '{entry['workflow']}' workflow as a child run"
+            description = (
+                entry.get("description") or f"Runs the '{entry['workflow']}' workflow as a child run"
+            )
             out.append(ToolDefView(entry["name"], description, entry.get("parameters"), "workflow"))
             continue
         if "parameters" in entry:

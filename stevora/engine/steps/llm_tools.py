@@ -25,19 +25,20 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from stevora.db import awaited as db_awaited
-from stevora.db import checkpoints, runs
+from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
-from stevora.db.checkpoints import CommittedRound, ToolTraceRecord
+from stevora.db.checkpoints import CommittedRound
 from stevora.db.definitions import find_version
 from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef, parse_default_params
 from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
+from stevora.engine.steps.tool_calls import record_outcome
 from stevora.errors import StevoraError
-from stevora.events import EventType
 from stevora.llm.messages import Message, ToolCall, ToolSpec
 from stevora.tasks import StepResult
 from stevora.tools import ToolContext, ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
+from stevora.tools.invoke import parse_arguments
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -121,17 +122,6 @@ async def _workflow_tool_spec(rt: Runtime, workspace_id: str, tool: WorkflowTool
     )
 
 
-def _parse_arguments(raw: str) -> tuple[dict[str, Any], bool]:
-    """`(arguments, is_object)` as handlers get them: anything but a JSON object is `{"raw": ...}`."""
-    if not raw.strip():
-        return {}, True
-    try:
-        parsed = json.loads(raw)
-    except ValueError:
-        return {"raw": raw}, False
-    return (parsed, True) if isinstance(parsed, dict) else ({"raw": raw}, False)
-
-
 def _failed(arguments: dict[str, Any], code: ToolErrorCode, error: str) -> ToolOutcome:
     return ToolOutcome(
         status="failed",
@@ -213,7 +203,7 @@ class ToolRunner:
         self, last: CommittedRound, index: int, call: ToolCall, handed: list[NewAwaitedCall]
     ) -> ToolOutcome | None:
         """Queue a client or workflow call in `handed`, or return the failure the model gets at once."""
-        arguments, is_object = _parse_arguments(call.arguments)
+        arguments, is_object = parse_arguments(call.arguments)
         schema = self.tools.declared.get(call.name)
         if schema is None and call.name in self.tools.gated:
             schema = self._registered_parameters(call.name)
@@ -364,39 +354,19 @@ class ToolRunner:
         outcome: ToolOutcome,
         state_updates: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
-        rec = ToolTraceRecord(
+        await record_outcome(
+            self.rt,
+            self.ex,
+            outcome,
             step_run_id=call_round.step_run_id,
             llm_call_id=call_round.llm_call_id,
-            round=call_round.round,
+            round_no=call_round.round,
             sequence=index,
             tool_call_id=call.id,
             tool_name=call.name,
-            input_json=outcome.input,
-            output_json=outcome.output,
-            status=outcome.status,
-            error=outcome.error,
-            error_code=outcome.error_code,
-            result_text=None if outcome.ok else outcome.result_text,
-            duration_ms=outcome.duration_ms,
             idempotency_key=f"{call_round.step_run_id}:{call_round.round}:{index}",
-        )
-        payload: dict[str, Any] = {
-            "toolTraceId": rec.id,
-            "llmCallId": rec.llm_call_id,
-            "toolName": call.name,
-            "toolCallId": call.id,
-            "round": rec.round,
-            "sequence": index,
-            "durationMs": round(outcome.duration_ms, 3),
-        }
-        if not outcome.ok:
-            payload.update(error=outcome.error, errorCode=outcome.error_code)
-        if state_updates:
-            payload["stateKeys"] = sorted(state_updates)
-        event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
-        await checkpoints.record_tool_trace(
-            self.rt.pool, self.ex.run_id, self.ex.owner, rec, event, payload, state_updates
+            state_updates=state_updates,
         )
         self.state.update(state_updates or {})
-        self.rt.faults.reached("tool_committed", rec.round, index)
+        self.rt.faults.reached("tool_committed", call_round.round, index)
         return {"status": outcome.status, "text": outcome.result_text}

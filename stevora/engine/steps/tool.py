@@ -20,14 +20,14 @@ from typing import TYPE_CHECKING, Any
 from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
-from stevora.db.checkpoints import ToolTraceRecord
 from stevora.definitions import ToolStep
 from stevora.engine.steps.awaited import APPROVAL, request_tool_approval
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext
-from stevora.events import Event, EventType
+from stevora.engine.steps.tool_calls import record_outcome
+from stevora.events import Event
 from stevora.tasks import StepResult
 from stevora.templating import MissingTemplatePath, render_typed
-from stevora.tools import ToolContext, ToolOutcome, invoke_tool, schema_problems
+from stevora.tools import ToolContext, invoke_tool, schema_problems
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -129,53 +129,25 @@ class ToolStepType(StepType):
         )
         updates = ctx.state_updates if outcome.ok else None
         rt.faults.reached("tool_returned", 0, 0)
-        await self._record(rt, ex, step, outcome, updates)
+        await record_outcome(
+            rt,
+            ex,
+            outcome,
+            step_run_id=ex.step_run_id,
+            llm_call_id=None,
+            round_no=0,
+            sequence=0,
+            tool_call_id=f"step:{step.name}",
+            tool_name=step.tool,
+            idempotency_key=f"{ex.step_run_id}:tool",
+            state_updates=updates,
+        )
         rt.faults.reached("tool_committed", 0, 0)
         return self._result(
             step,
             outcome.ok,
             {"output_json": outcome.output, "error": outcome.error, "error_code": outcome.error_code},
         )
-
-    async def _record(
-        self,
-        rt: Runtime,
-        ex: StepExecution,
-        step: ToolStep,
-        outcome: ToolOutcome,
-        updates: dict[str, Any] | None,
-    ) -> None:
-        rec = ToolTraceRecord(
-            step_run_id=ex.step_run_id,
-            llm_call_id=None,
-            round=0,
-            sequence=0,
-            tool_call_id=f"step:{step.name}",
-            tool_name=step.tool,
-            input_json=outcome.input,
-            output_json=outcome.output,
-            status=outcome.status,
-            error=outcome.error,
-            error_code=outcome.error_code,
-            result_text=None if outcome.ok else outcome.result_text,
-            duration_ms=outcome.duration_ms,
-            idempotency_key=f"{ex.step_run_id}:tool",
-        )
-        payload: dict[str, Any] = {
-            "toolTraceId": rec.id,
-            "llmCallId": None,
-            "toolName": step.tool,
-            "toolCallId": rec.tool_call_id,
-            "round": 0,
-            "sequence": 0,
-            "durationMs": round(outcome.duration_ms, 3),
-        }
-        if not outcome.ok:
-            payload.update(error=outcome.error, errorCode=outcome.error_code)
-        if updates:
-            payload["stateKeys"] = sorted(updates)
-        event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
-        await checkpoints.record_tool_trace(rt.pool, ex.run_id, ex.owner, rec, event, payload, updates)
 
     def _result(self, step: ToolStep, ok: bool, recorded: Any) -> StepResult:
         if not ok:

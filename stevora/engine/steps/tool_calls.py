@@ -1,0 +1,62 @@
+"""Recording a tool call the worker ran itself (an `llm` step's handler call, a `tool` step's call):
+its `tool_trace` row, its `TOOL_CALL_*` event and its state updates in one lease-fenced statement."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from stevora.db import checkpoints
+from stevora.db.checkpoints import ToolTraceRecord
+from stevora.engine.steps.base import StepExecution
+from stevora.events import EventType
+from stevora.tools import ToolOutcome
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+
+async def record_outcome(
+    rt: Runtime,
+    ex: StepExecution,
+    outcome: ToolOutcome,
+    *,
+    step_run_id: str,
+    llm_call_id: str | None,
+    round_no: int,
+    sequence: int,
+    tool_call_id: str,
+    tool_name: str,
+    idempotency_key: str,
+    state_updates: dict[str, Any] | None,
+) -> None:
+    rec = ToolTraceRecord(
+        step_run_id=step_run_id,
+        llm_call_id=llm_call_id,
+        round=round_no,
+        sequence=sequence,
+        tool_call_id=tool_call_id,
+        tool_name=tool_name,
+        input_json=outcome.input,
+        output_json=outcome.output,
+        status=outcome.status,
+        error=outcome.error,
+        error_code=outcome.error_code,
+        result_text=None if outcome.ok else outcome.result_text,
+        duration_ms=outcome.duration_ms,
+        idempotency_key=idempotency_key,
+    )
+    payload: dict[str, Any] = {
+        "toolTraceId": rec.id,
+        "llmCallId": llm_call_id,
+        "toolName": tool_name,
+        "toolCallId": tool_call_id,
+        "round": round_no,
+        "sequence": sequence,
+        "durationMs": round(outcome.duration_ms, 3),
+    }
+    if not outcome.ok:
+        payload.update(error=outcome.error, errorCode=outcome.error_code)
+    if state_updates:
+        payload["stateKeys"] = sorted(state_updates)
+    event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
+    await checkpoints.record_tool_trace(rt.pool, ex.run_id, ex.owner, rec, event, payload, state_updates)
