@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, Field
+from pydantic import AliasChoices, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
@@ -84,3 +84,11 @@ class Settings(BaseSettings):
     scripted_latency_s: float = 0.0
     # Test-only crash points (see stevora/faults.py). Never set in production.
     fault_injection: str | None = None
+
+    @field_validator("admin_token", "openai_api_key", "anthropic_api_key", mode="before")
+    @classmethod
+    def _empty_means_unset(cls, value: object) -> object:
+        """`docker-compose.yml` passes `ADMIN_TOKEN=""` when the host has none: empty is unset."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value

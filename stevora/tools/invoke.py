@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import pydantic
+import structlog
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
@@ -123,9 +124,13 @@ async def invoke_tool(
                     result = await result
     except TimeoutError as exc:
         if scope.expired():
+            _log_failure(name, context, "TOOL_TIMEOUT", None)
             return failed("TOOL_TIMEOUT", f"Tool '{name}' timed out after {timeout:g}s")
+        _log_failure(name, context, "TOOL_ERROR", exc)
         return failed("TOOL_ERROR", _describe(exc), str(exc) or type(exc).__name__)
     except Exception as exc:
+        # The traceback goes to the logs only: the model gets the message, never the stack.
+        _log_failure(name, context, "TOOL_ERROR", exc)
         return failed("TOOL_ERROR", _describe(exc), str(exc) or type(exc).__name__)
     duration_ms = (time.perf_counter() - started) * 1000
 
@@ -151,6 +156,19 @@ async def invoke_tool(
         error_code=None,
         duration_ms=duration_ms,
         result_text=text,
+    )
+
+
+def _log_failure(name: str, context: ToolContext, code: ToolErrorCode, exc: BaseException | None) -> None:
+    # Looked up per failure (not cached at import) so the current structlog configuration applies.
+    structlog.get_logger("stevora.tools").warning(
+        "tool_call_failed",
+        tool_name=name,
+        error_code=code,
+        idempotency_key=context.idempotency_key,
+        workflow_run_id=context.workflow_run_id,
+        step_name=context.step_name,
+        exc_info=exc if exc is not None else False,
     )
 
 
