@@ -109,10 +109,11 @@ class DevStack:
         import uvicorn
 
         from stevora.api.app import create_app
+        from stevora.logging import uvicorn_log_settings
 
         assert self.settings is not None
         config = uvicorn.Config(
-            create_app(self.settings), host=self.host, port=self.port, log_level="warning"
+            create_app(self.settings), host=self.host, port=self.port, **uvicorn_log_settings()
         )
         self._server = uvicorn.Server(config)
         return self._server
