@@ -95,6 +95,8 @@ class DevStack:
                 "broker_url": "stub://dev",
                 "scripted_fallback": self.base_settings.scripted_fallback or no_keys,
                 "port": self.port,
+                # Local development delivers webhooks to local receivers.
+                "webhook_allow_private": True,
             }
         )
         upgrade_head(database_url)

@@ -71,6 +71,8 @@ class Settings(BaseSettings):
     # Webhooks
     webhook_max_attempts: int = 8
     webhook_timeout_s: float = 10.0
+    # Deliver to private, loopback and link-local addresses too (local development; SSRF risk).
+    webhook_allow_private: bool = False
 
     # Misc
     log_format: Literal["auto", "json", "console"] = "auto"
