@@ -40,7 +40,10 @@ class Settings(BaseSettings):
     lease_s: float = 30.0
     heartbeat_s: float = 10.0
     sweep_interval_s: float = 5.0
-    undispatched_grace_s: float = 5.0  # PENDING runs older than this with no lease get re-dispatched
+    undispatched_grace_s: float = 5.0
+    # Delete finished runs this many days after they ended (`stevora runs prune`; the recovery
+    # sweep prunes periodically when set). None or 0: keep everything.
+    retention_days: int | None = Field(default=None, ge=0)  # PENDING runs older than this with no lease get re-dispatched
 
     # LLM
     openai_api_key: str | None = Field(

@@ -1,7 +1,8 @@
-"""Process commands: migrate, api, worker, dev, demo."""
+"""Process commands: migrate, api, worker, dev, demo, and `runs prune` (talks to PostgreSQL directly)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,7 @@ import typer
 from rich.console import Console
 
 from stevora.cli import app
+from stevora.cli.remote import runs_app
 from stevora.logging import configure_logging
 from stevora.settings import Settings
 
@@ -131,3 +133,69 @@ def demo(
     finally:
         stack.stop()
     raise typer.Exit(0 if ok else 1)
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`30d`, `12h`, `90m`, `45s`, `2w` → a timedelta (a bare number is days)."""
+    value = text.strip().lower()
+    unit = value[-1] if value and value[-1] in _DURATION_UNITS else "d"
+    number = value[:-1] if value and value[-1] in _DURATION_UNITS else value
+    try:
+        amount = float(number)
+    except ValueError:
+        raise typer.BadParameter(f"'{text}' is not a duration like 30d, 12h or 90m") from None
+    if amount <= 0:
+        raise typer.BadParameter("the duration must be positive")
+    return timedelta(seconds=amount * _DURATION_UNITS[unit])
+
+
+@runs_app.command("prune")
+def runs_prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Finished longer ago than this: 30d, 12h (STEVORA_RETENTION_DAYS)"),
+    ] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", help="Only runs that ended so: COMPLETED, FAILED, CANCELLED"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing")
+    ] = False,
+    batch_size: Annotated[int, typer.Option(help="Runs per transaction")] = 500,
+    database_url: Annotated[str | None, typer.Option(help="Overrides STEVORA_DATABASE_URL")] = None,
+) -> None:
+    """Delete finished runs (events, steps, LLM calls, traces, approvals, child runs) past retention.
+
+    Talks to PostgreSQL directly (like `migrate`), in batches that never block live runs."""
+    import asyncio
+
+    from stevora.db.database import create_pool
+    from stevora.db.retention import prune_finished_runs
+
+    settings = _settings(database_url=database_url)
+    if older_than is not None:
+        age = parse_duration(older_than)
+    elif settings.retention_days:
+        age = timedelta(days=settings.retention_days)
+    else:
+        raise typer.BadParameter(
+            "give --older-than (or set STEVORA_RETENTION_DAYS)", param_hint="--older-than"
+        )
+
+    async def prune() -> int:
+        pool = await create_pool(settings.database_url, max_size=2)
+        try:
+            return await prune_finished_runs(pool, age, status or None, batch_size, dry_run=dry_run)
+        finally:
+            await pool.close()
+
+    try:
+        count = asyncio.run(prune())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--status") from None
+    verb = "would delete" if dry_run else "deleted"
+    console.print(f"{verb} {count} finished run(s) older than {age}")
