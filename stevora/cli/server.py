@@ -106,12 +106,12 @@ def demo(
     """Start the embedded stack, run the example workflows end to end and print their timelines."""
     import os
 
-    from stevora.demo import run_demo
+    from stevora.demo import EXAMPLE_TOOLS, run_demo
     from stevora.devstack import DevStack
 
     settings = _settings(
         data_dir=str(data_dir) if data_dir else None,
-        tool_modules=["examples.tools"],
+        tool_modules=[EXAMPLE_TOOLS],
         log_level=os.environ.get("STEVORA_LOG_LEVEL", "WARNING"),
     )
     if port == 0:
