@@ -43,7 +43,9 @@ class Settings(BaseSettings):
     undispatched_grace_s: float = 5.0
     # Delete finished runs this many days after they ended (`stevora runs prune`; the recovery
     # sweep prunes periodically when set). None or 0: keep everything.
-    retention_days: int | None = Field(default=None, ge=0)  # PENDING runs older than this with no lease get re-dispatched
+    retention_days: int | None = Field(
+        default=None, ge=0
+    )  # PENDING runs older than this with no lease get re-dispatched
 
     # LLM
     openai_api_key: str | None = Field(

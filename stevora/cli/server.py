@@ -82,20 +82,26 @@ def dev(
     ] = None,
 ) -> None:
     """Embedded PostgreSQL + in-process broker and worker + the API, on localhost."""
-    from stevora.devstack import DevStack
+    from stevora.devstack import DevStack, PortInUse, bind_api_socket, exit_on_sigterm
 
     settings = _settings(data_dir=str(data_dir) if data_dir else None)
     if tools:
         settings = settings.model_copy(update={"tool_modules": [*settings.tool_modules, *tools]})
     stack = DevStack(settings, port=port)
-    stack.start_backend()
-    server = stack.make_server()
-    console.print(f"[bold green]Stevora is running[/bold green] at {stack.url}  (UI: {stack.url}/ui)")
-    console.print(f"API key: [bold]{stack.api_key}[/bold]   data: {Path(settings.data_dir).resolve()}")
     try:
-        server.run()
+        sock = bind_api_socket(stack.host, port)
+    except PortInUse as exc:
+        console.print(f"[bold red]error:[/bold red] {exc}")
+        raise typer.Exit(1) from None
+    exit_on_sigterm()
+    try:
+        stack.start_backend()
+        console.print(f"[bold green]Stevora is running[/bold green] at {stack.url}  (UI: {stack.url}/ui)")
+        console.print(f"API key: [bold]{stack.api_key}[/bold]   data: {Path(settings.data_dir).resolve()}")
+        stack.serve(sock)
     finally:
         stack.stop()
+        sock.close()
 
 
 @app.command()
@@ -107,7 +113,7 @@ def demo(
     import os
 
     from stevora.demo import EXAMPLE_TOOLS, run_demo
-    from stevora.devstack import DevStack
+    from stevora.devstack import DevStack, exit_on_sigterm
 
     settings = _settings(
         data_dir=str(data_dir) if data_dir else None,
@@ -121,6 +127,7 @@ def demo(
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
     stack = DevStack(settings, port=port)
+    exit_on_sigterm()
     try:
         stack.start_backend()
         stack.start_api_in_thread()
