@@ -26,7 +26,7 @@ log = structlog.get_logger("stevora.retention")
 
 DEFAULT_BATCH_SIZE = 500
 
-PRUNE_TREES_SQL = """
+PRUNE_SQL = """
 WITH RECURSIVE candidates AS (
     SELECT id FROM workflow_runs
     WHERE id > $1 AND parent_run_id IS NULL AND status = ANY($2::text[])
@@ -51,33 +51,9 @@ SELECT (SELECT max(id) FROM candidates) AS cursor,
        (SELECT count(*) FROM tree WHERE root IN (SELECT id FROM doomed)) AS runs
 """
 
-# Before child runs exist in the schema (`parent_run_id`), every finished run is its own tree.
-PRUNE_RUNS_SQL = """
-WITH candidates AS (
-    SELECT id FROM workflow_runs
-    WHERE id > $1 AND status = ANY($2::text[])
-      AND COALESCE(completed_at, failed_at, cancelled_at, updated_at) < now() - $3::interval
-      AND $5::text[] IS NOT NULL
-    ORDER BY id
-    LIMIT $4
-    FOR UPDATE SKIP LOCKED
-), deleted AS (
-    DELETE FROM workflow_runs WHERE id IN (SELECT id FROM candidates) AND NOT $6::bool
-    RETURNING id
-)
-SELECT (SELECT max(id) FROM candidates) AS cursor, (SELECT count(*) FROM candidates) AS runs
-"""
-
-HAS_PARENT_SQL = """
-SELECT EXISTS (
-    SELECT 1 FROM information_schema.columns
-    WHERE table_schema = current_schema() AND table_name = 'workflow_runs' AND column_name = 'parent_run_id'
-)
-"""
-
 
 async def prune_finished_runs(
-    pool: asyncpg.Pool | asyncpg.Connection,
+    pool: asyncpg.Pool,
     older_than: timedelta,
     statuses: Iterable[str] | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
@@ -88,8 +64,7 @@ async def prune_finished_runs(
 
     `statuses` limits which root runs are pruned (default: COMPLETED, FAILED, CANCELLED); their
     children go with them whatever their terminal status. Returns how many runs were deleted
-    (children included), or with `dry_run` how many would be. Give it the pool (each batch is its
-    own transaction); a connection works too (the caller's transaction then holds every batch).
+    (children included), or with `dry_run` how many would be. Each batch is its own transaction.
     """
     terminal = sorted(str(s) for s in TERMINAL_RUN_STATUSES)
     chosen = sorted({str(s).upper() for s in statuses}) if statuses is not None else terminal
@@ -98,10 +73,9 @@ async def prune_finished_runs(
         raise ValueError(f"statuses: only finished statuses can be pruned ({', '.join(terminal)})")
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
-    sql = PRUNE_TREES_SQL if await pool.fetchval(HAS_PARENT_SQL) else PRUNE_RUNS_SQL
     cursor, total = "", 0
     while True:
-        row = await pool.fetchrow(sql, cursor, chosen, older_than, batch_size, terminal, dry_run)
+        row = await pool.fetchrow(PRUNE_SQL, cursor, chosen, older_than, batch_size, terminal, dry_run)
         assert row is not None
         if row["cursor"] is None:
             break

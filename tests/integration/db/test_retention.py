@@ -8,11 +8,9 @@ import sys
 from datetime import timedelta
 from typing import Any
 
-import asyncpg
 import pytest
 
-from stevora.db.database import asyncpg_dsn
-from stevora.db.retention import HAS_PARENT_SQL, prune_finished_runs
+from stevora.db.retention import prune_finished_runs
 from stevora.engine import commands as service
 from stevora.ids import new_id
 from tests.conftest import Harness, create_definition
@@ -138,43 +136,29 @@ async def test_status_filter_limits_what_is_pruned(harness: Harness, runs: dict[
 
 
 async def test_children_go_with_their_finished_parent_and_a_live_child_keeps_the_tree(
-    harness: Harness, runs: dict[str, Any], database_url: str
+    harness: Harness, runs: dict[str, Any]
 ) -> None:
-    # Its own connection without a statement cache: the ALTER below must not touch pooled plans.
-    conn = await asyncpg.connect(asyncpg_dsn(database_url), statement_cache_size=0)
-    try:
-        tx = conn.transaction()
-        await tx.start()
-        try:
-            if not await conn.fetchval(HAS_PARENT_SQL):
-                # Child runs (workflow tools) land with their own migration; until then the test
-                # adds the column as that migration will (rolled back below), to pin the tree logic.
-                await conn.execute(
-                    "ALTER TABLE workflow_runs ADD COLUMN parent_run_id varchar(40) "
-                    "REFERENCES workflow_runs (id) ON DELETE CASCADE"
-                )
-            parent = runs["old_llm"]
-            finished_child = await _child(conn, parent, "COMPLETED", 40)
-            grandchild = await _child(conn, finished_child, "COMPLETED", 40)
-            other_parent = runs["old_rejected"]
-            live_child = await _child(conn, other_parent, "RUNNING", 40)
-            tree = [parent, finished_child, grandchild, other_parent, live_child]
+    pool = harness.rt.pool
+    parent = runs["old_llm"]
+    finished_child = await _child(pool, parent, "COMPLETED", 40)
+    grandchild = await _child(pool, finished_child, "COMPLETED", 40)
+    other_parent = runs["old_rejected"]
+    live_child = await _child(pool, other_parent, "RUNNING", 40)
+    tree = [parent, finished_child, grandchild, other_parent, live_child]
 
-            deleted = await prune_finished_runs(conn, timedelta(days=30), None, batch_size=1)
-            remaining = {
-                r["id"]
-                for r in await conn.fetch("SELECT id FROM workflow_runs WHERE id = ANY($1::text[])", tree)
-            }
-            # The finished tree went whole (3 runs); the tree with a live child stayed whole.
-            assert remaining == {other_parent, live_child}
-            assert deleted >= 3  # older runs of earlier tests in this database go too
-            assert (
-                await conn.fetchval("SELECT count(*) FROM tool_trace WHERE workflow_run_id = $1", parent) == 0
-            )
-        finally:
-            await tx.rollback()
-    finally:
-        await conn.close()
+    deleted = await prune_finished_runs(pool, timedelta(days=30), None, batch_size=1)
+    remaining = {
+        r["id"] for r in await pool.fetch("SELECT id FROM workflow_runs WHERE id = ANY($1::text[])", tree)
+    }
+    # The finished tree went whole (3 runs); the tree with a live child stayed whole.
+    assert remaining == {other_parent, live_child}
+    assert deleted >= 3  # older runs of earlier tests in this database go too
+    assert await pool.fetchval("SELECT count(*) FROM tool_trace WHERE workflow_run_id = $1", parent) == 0
+    # A finished child is never pruned on its own while its parent is live.
+    await pool.execute("UPDATE workflow_runs SET status = 'COMPLETED' WHERE id = $1", live_child)
+    await pool.execute("UPDATE workflow_runs SET status = 'RUNNING' WHERE id = $1", other_parent)
+    await prune_finished_runs(pool, timedelta(days=30), None)
+    assert await pool.fetchval("SELECT count(*) FROM workflow_runs WHERE id = $1", live_child) == 1
 
 
 async def test_runs_prune_command_dry_run_then_deletes(
