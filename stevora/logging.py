@@ -18,6 +18,37 @@ from stevora.settings import Settings
 UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 
 
+REDACTED = "[REDACTED]"
+
+
+def _secrets_of(settings: Settings) -> tuple[str, ...]:
+    values = [
+        settings.openai_api_key,
+        settings.anthropic_api_key,
+        settings.admin_token,
+        *settings.compat_api_keys.values(),
+    ]
+    # Short values would redact ordinary words; real keys are long.
+    return tuple(sorted({v for v in values if v and len(v) >= 8}, key=len, reverse=True))
+
+
+def redactor(secrets: tuple[str, ...]) -> structlog.types.Processor:
+    """Replace configured secrets (provider keys, the admin token) wherever they appear in an event's
+    string values, for records from any library too: a last line of defence, not a licence to log."""
+
+    def redact(
+        _logger: object, _method: str, event_dict: structlog.types.EventDict
+    ) -> structlog.types.EventDict:
+        for key, value in event_dict.items():
+            if isinstance(value, str) and any(secret in value for secret in secrets):
+                for secret in secrets:
+                    value = value.replace(secret, REDACTED)
+                event_dict[key] = value
+        return event_dict
+
+    return redact
+
+
 def renders_json(settings: Settings) -> bool:
     return settings.log_format == "json" or (settings.log_format == "auto" and not sys.stderr.isatty())
 
@@ -38,8 +69,13 @@ def configure_logging(settings: Settings) -> None:
     exceptions: structlog.types.Processor = (
         structlog.processors.format_exc_info if as_json else structlog.processors.StackInfoRenderer()
     )
+    secrets = _secrets_of(settings)
+    if secrets:  # after the traceback is rendered to text, so it is covered too
+        exceptions_then_redact: list[structlog.types.Processor] = [exceptions, redactor(secrets)]
+    else:
+        exceptions_then_redact = [exceptions]
     structlog.configure(
-        processors=[*shared, exceptions, renderer],
+        processors=[*shared, *exceptions_then_redact, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
@@ -48,7 +84,11 @@ def configure_logging(settings: Settings) -> None:
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
             foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, exceptions, renderer],
+            processors=[
+                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
+                *exceptions_then_redact,
+                renderer,
+            ],
         )
     )
     root = logging.getLogger()

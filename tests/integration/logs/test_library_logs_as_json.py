@@ -97,3 +97,35 @@ def test_uvicorn_startup_traceback_is_a_json_record() -> None:
     ]
     assert failed, records
     assert str(failed[0]["logger"]).startswith("uvicorn")
+
+
+def test_configured_secrets_are_redacted_from_every_log_line() -> None:
+    key = "sk-test-redact-me-0123456789abcdef"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            textwrap.dedent(
+                f"""
+                import logging, structlog
+                from stevora.logging import configure_logging
+                from stevora.settings import Settings
+                configure_logging(Settings(log_format="json", openai_api_key="{key}"))
+                structlog.get_logger("t").warning("provider_said", error="Incorrect API key provided: {key}")
+                logging.getLogger("httpx").warning("Authorization: Bearer {key}")
+                try:
+                    raise RuntimeError("key {key} rejected")
+                except RuntimeError:
+                    structlog.get_logger("t").exception("call_failed")
+                """
+            ),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    lines = [json.loads(line) for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 3, proc.stderr
+    assert key not in proc.stderr
+    assert "[REDACTED]" in lines[0]["error"] and "[REDACTED]" in lines[1]["event"]
+    assert "[REDACTED]" in lines[2]["exception"]
