@@ -41,7 +41,7 @@ from bench.common import bench_database_url, median, pct
 from stevora.db.database import asyncpg_dsn
 
 
-def _serve(database_url: str, port: int, log_info: bool) -> None:
+def _serve(database_url: str, port: int, log_info: bool, rate_limit: int = 0) -> None:
     """Child process: the app on uvicorn with a recording dispatcher."""
     import structlog
     import uvicorn
@@ -54,7 +54,7 @@ def _serve(database_url: str, port: int, log_info: bool) -> None:
 
     if not log_info:
         structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    settings = Settings(database_url=database_url, broker_url="stub://", rate_limit_per_minute=0)
+    settings = Settings(database_url=database_url, broker_url="stub://", rate_limit_per_minute=rate_limit)
 
     async def main() -> None:
         rt = await Runtime.start(settings, dispatcher=RecordingDispatcher())
@@ -270,6 +270,12 @@ def main(argv: list[str] | None = None) -> None:
         "--server-processes", type=int, default=2, help="API processes (default 2, one per core)"
     )
     parser.add_argument(
+        "--rate-limit",
+        type=int,
+        default=0,
+        help="STEVORA_RATE_LIMIT_PER_MINUTE for the server (default 0: off; a huge value measures its cost)",
+    )
+    parser.add_argument(
         "--httpx", action="store_true", help="generate load with httpx even when wrk is installed"
     )
     args = parser.parse_args(argv)
@@ -278,7 +284,7 @@ def main(argv: list[str] | None = None) -> None:
     url = f"http://127.0.0.1:{port}"
     servers = [
         multiprocessing.get_context("spawn").Process(
-            target=_serve, args=(database_url, port, args.log_info), daemon=True
+            target=_serve, args=(database_url, port, args.log_info, args.rate_limit), daemon=True
         )
         for _ in range(args.server_processes)
     ]

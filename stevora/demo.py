@@ -18,7 +18,10 @@ from rich.table import Table
 
 from stevora.client import AgentRuntime, WorkflowRun
 
-EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
+# Shipped in the package (a link to the repository's examples/ in a checkout), so a plain
+# `pip install` can run the demo from any directory.
+EXAMPLES = Path(__file__).resolve().parent / "examples"
+EXAMPLE_TOOLS = "stevora.examples.tools"
 console = Console()
 
 _STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "grey50", "WAITING": "yellow"}

@@ -5,7 +5,10 @@ deployment with PostgreSQL + RabbitMQ, nothing to install and no API keys needed
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
+import signal
+import socket
 import threading
 import time
 from pathlib import Path
@@ -60,6 +63,42 @@ def ensure_dev_key(database_url: str, key_file: Path) -> str:
     return raw
 
 
+class PortInUse(RuntimeError):
+    """The API port is taken (another `stevora dev`, or any other program)."""
+
+
+def bind_api_socket(host: str, port: int) -> socket.socket:
+    """Bind the API's listening socket before anything starts, so a busy port fails at once and
+    clearly instead of after PostgreSQL started (and printing a key the other server won't know)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # TIME_WAIT leftovers are fine
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        if exc.errno in (errno.EADDRINUSE, errno.EACCES):
+            raise PortInUse(
+                f"port {port} on {host} is already in use (another `stevora dev`?); "
+                "stop it or pick another port with --port"
+            ) from exc
+        raise
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def exit_on_sigterm() -> None:
+    """Make SIGTERM (Docker, systemd, supervisors) unwind like Ctrl-C, so `finally` blocks stop the
+    embedded PostgreSQL. uvicorn re-raises the signal it caught once it has shut down; with the
+    default handler that would kill the process before our cleanup runs."""
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+
+
 class DevStack:
     def __init__(
         self, settings: Settings, *, host: str = "127.0.0.1", port: int = 3000, worker_threads: int = 4
@@ -95,6 +134,8 @@ class DevStack:
                 "broker_url": "stub://dev",
                 "scripted_fallback": self.base_settings.scripted_fallback or no_keys,
                 "port": self.port,
+                # Local development delivers webhooks to local receivers.
+                "webhook_allow_private": True,
             }
         )
         upgrade_head(database_url)
@@ -105,14 +146,20 @@ class DevStack:
         self.settings = settings
         return settings
 
+    def serve(self, sock: socket.socket) -> None:
+        """Serve the API on `sock` (from `bind_api_socket`) in this thread until a signal."""
+        server = self.make_server()
+        server.run(sockets=[sock])
+
     def make_server(self) -> Any:
         import uvicorn
 
         from stevora.api.app import create_app
+        from stevora.logging import uvicorn_log_settings
 
         assert self.settings is not None
         config = uvicorn.Config(
-            create_app(self.settings), host=self.host, port=self.port, log_level="warning"
+            create_app(self.settings), host=self.host, port=self.port, **uvicorn_log_settings()
         )
         self._server = uvicorn.Server(config)
         return self._server

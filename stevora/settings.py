@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 ToolChoiceKind = Literal["required", "none", "named"]
@@ -77,6 +77,9 @@ class Settings(BaseSettings):
     heartbeat_s: float = 10.0
     sweep_interval_s: float = 5.0
     undispatched_grace_s: float = 5.0  # PENDING runs older than this with no lease get re-dispatched
+    # Delete finished runs this many days after they ended (`stevora runs prune`; the recovery
+    # sweep prunes periodically when set). None or 0: keep everything.
+    retention_days: int | None = Field(default=None, ge=0)
 
     # LLM
     openai_api_key: str | None = Field(
@@ -109,6 +112,8 @@ class Settings(BaseSettings):
     # Webhooks
     webhook_max_attempts: int = 8
     webhook_timeout_s: float = 10.0
+    # Deliver to private, loopback and link-local addresses too (local development; SSRF risk).
+    webhook_allow_private: bool = False
 
     # Misc
     log_format: Literal["auto", "json", "console"] = "auto"
@@ -122,3 +127,11 @@ class Settings(BaseSettings):
     scripted_latency_s: float = 0.0
     # Test-only crash points (see stevora/faults.py). Never set in production.
     fault_injection: str | None = None
+
+    @field_validator("admin_token", "openai_api_key", "anthropic_api_key", mode="before")
+    @classmethod
+    def _empty_means_unset(cls, value: object) -> object:
+        """`docker-compose.yml` passes `ADMIN_TOKEN=""` when the host has none: empty is unset."""
+        if isinstance(value, str) and not value.strip():
+            return None
+        return value

@@ -2,9 +2,10 @@
 
 Keys are `stv_` + 32 lowercase alphanumerics; only their SHA-256 hex digest is stored.
 
-Hot path: a lookup is cached in process for `KEY_CACHE_TTL_S` (5 s), including "no such key",
-so a busy client costs no query per request. Revoking through this process evicts the entry at
-once; a key revoked through another API process stops working here within the TTL.
+Hot path: a lookup is cached in process for `KEY_CACHE_TTL_S` (0.25 s), including "no such
+key", so a busy client costs at most four key queries per second per API process. Revoking through
+this process evicts the entry at once; a key revoked through any other API process stops working
+everywhere within 0.25 s (the guarantee docs/api/authentication.md states).
 `last_used_at` is written at most once per `TOUCH_INTERVAL_S` (60 s) per key and process, and
 the UPDATE itself skips rows touched in the last minute, so many processes add little load.
 """
@@ -27,7 +28,7 @@ from stevora.ids import random_token
 from stevora.runtime import Runtime
 
 KEY_PREFIX = "stv_"
-KEY_CACHE_TTL_S = 5.0
+KEY_CACHE_TTL_S = 0.25
 TOUCH_INTERVAL_S = 60.0
 _MAX_CACHED = 50_000
 _TOUCH_GAP = timedelta(seconds=TOUCH_INTERVAL_S)

@@ -7,27 +7,47 @@ Run mutations are not here: they go through `stevora.engine.commands`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, TypeVar
 
 from sqlalchemy import Executable, FromClause, RowMapping, func, select
+from sqlalchemy.engine import Result
 
+from stevora.db.database import is_connection_error
 from stevora.runtime import Runtime
+
+T = TypeVar("T")
+
+
+async def read_retrying(read: Callable[[], Awaitable[T]]) -> T:
+    """Run a read; once more if the connection broke under it (reads are safe to repeat, and the
+    pool has replaced the dead connection by then). A second failure goes to the 503 handler."""
+    try:
+        return await read()
+    except Exception as exc:
+        if not is_connection_error(exc):
+            raise
+    return await read()
+
+
+async def _read(rt: Runtime, stmt: Executable, take: Callable[[Result[Any]], T]) -> T:
+    async def once() -> T:
+        async with rt.engine.connect() as conn:
+            return take(await conn.execute(stmt))
+
+    return await read_retrying(once)
 
 
 async def fetch_one(rt: Runtime, stmt: Executable) -> RowMapping | None:
-    async with rt.engine.connect() as conn:
-        return (await conn.execute(stmt)).mappings().first()
+    return await _read(rt, stmt, lambda r: r.mappings().first())
 
 
 async def fetch_all(rt: Runtime, stmt: Executable) -> Sequence[RowMapping]:
-    async with rt.engine.connect() as conn:
-        return (await conn.execute(stmt)).mappings().all()
+    return await _read(rt, stmt, lambda r: r.mappings().all())
 
 
 async def fetch_value(rt: Runtime, stmt: Executable) -> Any:
-    async with rt.engine.connect() as conn:
-        return (await conn.execute(stmt)).scalar()
+    return await _read(rt, stmt, lambda r: r.scalar())
 
 
 async def write_one(rt: Runtime, stmt: Executable) -> RowMapping | None:

@@ -61,7 +61,7 @@ Ctx = Annotated[ApiContext, Depends(get_ctx)]
 async def authenticated(ctx: Ctx, api_key: Annotated[str | None, Depends(api_key_header)]) -> Principal:
     """The caller's workspace from `x-api-key`, after the workspace's rate limit."""
     principal = await ctx.keys.authenticate(ctx.rt, api_key)
-    ctx.limiter.hit(principal.workspace_id)
+    await ctx.limiter.hit(ctx.rt, principal.workspace_id)
     return principal
 
 

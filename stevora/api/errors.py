@@ -6,6 +6,8 @@
   paths JS-like and camelCase (`steps[0].name`, `pageSize`).
 * Starlette's HTTP errors (unknown route, wrong method) → their status with `NOT_FOUND` /
   `METHOD_NOT_ALLOWED`.
+* The database unreachable, restarting or dropping the connection → 503 `SERVICE_UNAVAILABLE`
+  with `Retry-After` (the request may succeed when retried; the pools replace dead connections).
 * Anything else → 500 `INTERNAL_ERROR` "Internal server error", logged with its traceback.
 """
 
@@ -26,11 +28,14 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stevora.api.schemas.envelope import error_response
+from stevora.db.database import is_connection_error
 from stevora.errors import RateLimitError, StevoraError, ValidationError
 
 log = structlog.get_logger("stevora.api")
 
 INTERNAL_MESSAGE = "Internal server error"
+UNAVAILABLE_MESSAGE = "The database is unavailable; retry shortly"
+RETRY_AFTER_S = 1
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
 _HTTP_CODES = {
@@ -77,6 +82,8 @@ async def _stevora_error(request: Request, exc: Exception) -> Response:
     headers = None
     if isinstance(exc, RateLimitError):
         headers = {"Retry-After": str(max(1, math.ceil(exc.retry_after_s)))}
+    elif exc.http_status == 503:
+        headers = {"Retry-After": str(RETRY_AFTER_S)}
     return error_response(exc.http_status, exc.code, exc.message, exc.details, headers)
 
 
@@ -124,7 +131,24 @@ class CatchAllMiddleware:
 
         try:
             await self.app(scope, receive, tracking_send)
-        except Exception:
+        except Exception as exc:
+            if is_connection_error(exc):
+                log.warning(
+                    "database_unavailable",
+                    method=scope.get("method"),
+                    path=scope.get("path"),
+                    error=f"{type(exc).__name__}: {exc}"[:300],
+                )
+                if started:
+                    raise
+                unavailable = error_response(
+                    503,
+                    "SERVICE_UNAVAILABLE",
+                    UNAVAILABLE_MESSAGE,
+                    headers={"Retry-After": str(RETRY_AFTER_S)},
+                )
+                await unavailable(scope, receive, send)
+                return
             # A plain traceback, not exc_info: rich console tracebacks print locals, and the
             # locals here include request headers (API keys).
             log.error(

@@ -13,7 +13,7 @@ import multiprocessing
 import signal
 import socket
 
-from stevora.logging import configure_logging
+from stevora.logging import configure_logging, uvicorn_log_settings
 from stevora.settings import Settings
 
 
@@ -36,7 +36,9 @@ def _serve_one(settings: Settings, reuse_port: bool) -> None:
     from stevora.api.app import create_app
 
     configure_logging(settings)
-    config = uvicorn.Config(create_app(settings), host=settings.host, port=settings.port, log_level="warning")
+    config = uvicorn.Config(
+        create_app(settings), host=settings.host, port=settings.port, **uvicorn_log_settings()
+    )
     server = uvicorn.Server(config)
     if reuse_port:
         asyncio.run(server.serve(sockets=[reuse_port_socket(settings.host, settings.port)]))

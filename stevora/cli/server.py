@@ -1,7 +1,8 @@
-"""Process commands: migrate, api, worker, dev, demo."""
+"""Process commands: migrate, api, worker, dev, demo, and `runs prune` (talks to PostgreSQL directly)."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 from typing import Annotated
 
@@ -9,6 +10,7 @@ import typer
 from rich.console import Console
 
 from stevora.cli import app
+from stevora.cli.remote import runs_app
 from stevora.logging import configure_logging
 from stevora.settings import Settings
 
@@ -101,21 +103,27 @@ def dev(
     ] = None,
 ) -> None:
     """Embedded PostgreSQL + in-process broker and worker + the API, on localhost."""
-    from stevora.devstack import DevStack
+    from stevora.devstack import DevStack, PortInUse, bind_api_socket, exit_on_sigterm
 
     settings = _settings(data_dir=str(data_dir) if data_dir else None)
     if tools:
         settings = settings.model_copy(update={"tool_modules": [*settings.tool_modules, *tools]})
     _importable(settings.tool_modules)
     stack = DevStack(settings, port=port)
-    stack.start_backend()
-    server = stack.make_server()
-    console.print(f"[bold green]Stevora is running[/bold green] at {stack.url}  (UI: {stack.url}/ui)")
-    console.print(f"API key: [bold]{stack.api_key}[/bold]   data: {Path(settings.data_dir).resolve()}")
     try:
-        server.run()
+        sock = bind_api_socket(stack.host, port)
+    except PortInUse as exc:
+        console.print(f"[bold red]error:[/bold red] {exc}")
+        raise typer.Exit(1) from None
+    exit_on_sigterm()
+    try:
+        stack.start_backend()
+        console.print(f"[bold green]Stevora is running[/bold green] at {stack.url}  (UI: {stack.url}/ui)")
+        console.print(f"API key: [bold]{stack.api_key}[/bold]   data: {Path(settings.data_dir).resolve()}")
+        stack.serve(sock)
     finally:
         stack.stop()
+        sock.close()
 
 
 @app.command()
@@ -126,12 +134,12 @@ def demo(
     """Start the embedded stack, run the example workflows end to end and print their timelines."""
     import os
 
-    from stevora.demo import run_demo
-    from stevora.devstack import DevStack
+    from stevora.demo import EXAMPLE_TOOLS, run_demo
+    from stevora.devstack import DevStack, exit_on_sigterm
 
     settings = _settings(
         data_dir=str(data_dir) if data_dir else None,
-        tool_modules=["examples.tools"],
+        tool_modules=[EXAMPLE_TOOLS],
         log_level=os.environ.get("STEVORA_LOG_LEVEL", "WARNING"),
     )
     if port == 0:
@@ -141,6 +149,7 @@ def demo(
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
     stack = DevStack(settings, port=port)
+    exit_on_sigterm()
     try:
         stack.start_backend()
         stack.start_api_in_thread()
@@ -153,3 +162,69 @@ def demo(
     finally:
         stack.stop()
     raise typer.Exit(0 if ok else 1)
+
+
+_DURATION_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """`30d`, `12h`, `90m`, `45s`, `2w` → a timedelta (a bare number is days)."""
+    value = text.strip().lower()
+    unit = value[-1] if value and value[-1] in _DURATION_UNITS else "d"
+    number = value[:-1] if value and value[-1] in _DURATION_UNITS else value
+    try:
+        amount = float(number)
+    except ValueError:
+        raise typer.BadParameter(f"'{text}' is not a duration like 30d, 12h or 90m") from None
+    if amount <= 0:
+        raise typer.BadParameter("the duration must be positive")
+    return timedelta(seconds=amount * _DURATION_UNITS[unit])
+
+
+@runs_app.command("prune")
+def runs_prune(
+    older_than: Annotated[
+        str | None,
+        typer.Option("--older-than", help="Finished longer ago than this: 30d, 12h (STEVORA_RETENTION_DAYS)"),
+    ] = None,
+    status: Annotated[
+        list[str] | None,
+        typer.Option("--status", help="Only runs that ended so: COMPLETED, FAILED, CANCELLED"),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing")
+    ] = False,
+    batch_size: Annotated[int, typer.Option(help="Runs per transaction")] = 500,
+    database_url: Annotated[str | None, typer.Option(help="Overrides STEVORA_DATABASE_URL")] = None,
+) -> None:
+    """Delete finished runs (events, steps, LLM calls, traces, approvals, child runs) past retention.
+
+    Talks to PostgreSQL directly (like `migrate`), in batches that never block live runs."""
+    import asyncio
+
+    from stevora.db.database import create_pool
+    from stevora.db.retention import prune_finished_runs
+
+    settings = _settings(database_url=database_url)
+    if older_than is not None:
+        age = parse_duration(older_than)
+    elif settings.retention_days:
+        age = timedelta(days=settings.retention_days)
+    else:
+        raise typer.BadParameter(
+            "give --older-than (or set STEVORA_RETENTION_DAYS)", param_hint="--older-than"
+        )
+
+    async def prune() -> int:
+        pool = await create_pool(settings.database_url, max_size=2)
+        try:
+            return await prune_finished_runs(pool, age, status or None, batch_size, dry_run=dry_run)
+        finally:
+            await pool.close()
+
+    try:
+        count = asyncio.run(prune())
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--status") from None
+    verb = "would delete" if dry_run else "deleted"
+    console.print(f"{verb} {count} finished run(s) older than {age}")

@@ -162,7 +162,7 @@ def apply_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
         return (yield from create_definition(spec))
     except Conflict:
         existing = yield from find_definition(str(spec.get("name")), str(spec.get("version")))
-    changed = _differences(dict(spec), existing.model_dump(by_alias=True, mode="json"))
+    changed = _differences(_normalised(spec), existing.model_dump(by_alias=True, mode="json"))
     if changed:
         raise Conflict(
             f"Definition '{existing.name}' version '{existing.version}' exists with different content "
@@ -172,6 +172,19 @@ def apply_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
             details={"definitionId": existing.id, "differences": changed},
         )
     return existing
+
+
+def _normalised(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """`spec` in the form the server stores (`"search"` → `{"name": "search"}`, defaults filled),
+    so applying the same file twice compares equal."""
+    from stevora.definitions import parse_definition  # the server's own parser: one normal form
+
+    try:
+        parsed = parse_definition(dict(spec))
+    except Exception:  # a newer server may accept what this client's parser does not
+        return dict(spec)
+    normal: dict[str, Any] = parsed.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return normal
 
 
 def _differences(wanted: Any, stored: Any, path: str = "") -> list[str]:

@@ -370,3 +370,14 @@ class WebhookDelivery(Base):
     delivered_at: Mapped[datetime | None] = _ts()
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
+
+
+class RateLimitBucket(Base):
+    """A workspace's API token bucket, shared by every API process (stevora/api/ratelimit.py)."""
+
+    __tablename__ = "rate_limit_buckets"
+    workspace_id: Mapped[str] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    tokens: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime] = _created()

@@ -10,11 +10,13 @@ dispatching the same run twice in one round (and a duplicate dispatch would be h
 from __future__ import annotations
 
 import asyncio
+from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import structlog
 
 from stevora.db import runs
+from stevora.db.retention import prune_finished_runs
 from stevora.engine.steps import awaited
 
 if TYPE_CHECKING:
@@ -35,13 +37,25 @@ async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     return ids
 
 
+# With STEVORA_RETENTION_DAYS set, each worker prunes finished runs this often (in small batches
+# that skip locked rows, so several workers never contend and live runs are never touched).
+PRUNE_INTERVAL_S = 600.0
+
+
 async def sweep_forever(rt: Runtime) -> None:
     from stevora.webhooks.delivery import deliver_due
 
+    next_prune = 0.0
     while True:
         try:
             await sweep_once(rt)
             await deliver_due(rt)
+            days = rt.settings.retention_days
+            if days and asyncio.get_running_loop().time() >= next_prune:
+                next_prune = asyncio.get_running_loop().time() + PRUNE_INTERVAL_S
+                pruned = await prune_finished_runs(rt.pool, timedelta(days=days))
+                if pruned:
+                    log.info("retention_pruned", runs=pruned, older_than_days=days)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -126,9 +126,13 @@ async def invoke_tool(
                     result = await result
     except TimeoutError as exc:
         if scope.expired():
+            _log_failure(name, context, "TOOL_TIMEOUT", None)
             return failed("TOOL_TIMEOUT", f"Tool '{name}' timed out after {timeout:g}s")
+        _log_failure(name, context, "TOOL_ERROR", exc)
         return failed("TOOL_ERROR", _describe(exc), str(exc) or type(exc).__name__)
     except Exception as exc:
+        # The traceback goes to the logs only: the model gets the message, never the stack.
+        _log_failure(name, context, "TOOL_ERROR", exc)
         return failed("TOOL_ERROR", _describe(exc), str(exc) or type(exc).__name__)
     duration_ms = (time.perf_counter() - started) * 1000
 
@@ -162,6 +166,22 @@ async def invoke_tool(
         error_code=None,
         duration_ms=duration_ms,
         result_text=text,
+    )
+
+
+def _log_failure(name: str, context: ToolContext, code: ToolErrorCode, exc: BaseException | None) -> None:
+    # Imported and looked up per failure: the current structlog configuration applies, and the
+    # client-only install (which has no structlog) can still import this module.
+    import structlog
+
+    structlog.get_logger("stevora.tools").warning(
+        "tool_call_failed",
+        tool_name=name,
+        error_code=code,
+        idempotency_key=context.idempotency_key,
+        workflow_run_id=context.workflow_run_id,
+        step_name=context.step_name,
+        exc_info=exc if exc is not None else False,
     )
 
 

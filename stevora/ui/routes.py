@@ -268,9 +268,9 @@ def build_ui_router() -> APIRouter:
             auth.set_flash(response, exc.message, "error")
             return response
         run_id = await queries.approval_run_id(rt, user.workspace_id, approval_id)
-        auth.set_flash(
-            response, f"{VERBS[decision]} {approval_id}. The run continues.", link=f"/ui/runs/{run_id}"
-        )
+        # A rejection fails the step and the run (APPROVAL_REJECTED, never retried).
+        outcome = "The run failed (APPROVAL_REJECTED)." if decision == "rejected" else "The run continues."
+        auth.set_flash(response, f"{VERBS[decision]} {approval_id}. {outcome}", link=f"/ui/runs/{run_id}")
         return response
 
     # -- definitions ------------------------------------------------------------------------

@@ -32,6 +32,7 @@ import httpx
 import structlog
 
 from stevora.clock import iso, utcnow
+from stevora.webhooks.address import check_webhook_url
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -127,6 +128,16 @@ async def _post(client: httpx.AsyncClient, row: Any) -> _Outcome:
     return _Outcome(response.status_code, error[:_ERROR_CHARS] if error else None, _ms_since(started))
 
 
+async def _checked_post(rt: Runtime, client: httpx.AsyncClient, row: Any) -> _Outcome:
+    """`_post` after checking, again, that the URL resolves to a public address: DNS can change
+    after the webhook was created (see `stevora.webhooks.address`)."""
+    try:
+        await check_webhook_url(row["url"], allow_private=rt.settings.webhook_allow_private)
+    except ValueError as exc:
+        return _Outcome(None, str(exc)[:_ERROR_CHARS], 0.0)
+    return await _post(client, row)
+
+
 def _ms_since(started: float) -> float:
     return round((time.perf_counter() - started) * 1000, 3)
 
@@ -172,7 +183,7 @@ async def deliver_due(rt: Runtime, *, limit: int = 100, client: httpx.AsyncClien
             if not row["is_active"]:
                 outcome = _Outcome(None, "Webhook is inactive", 0.0)
             else:
-                outcome = await _post(http, row)
+                outcome = await _checked_post(rt, http, row)
             await _record(rt, row, outcome)
 
     try:

@@ -68,7 +68,7 @@ async def create_api_key(
                 [{"path": "workspaceId", "message": "workspaceId is required without an x-api-key header"}]
             )
         workspace_id, bootstrap = body.workspace_id, admin_token is None
-    ctx.limiter.hit(workspace_id)
+    await ctx.limiter.hit(ctx.rt, workspace_id)
     raw = new_api_key()
     async with ctx.rt.engine.begin() as conn:
         await _lock_workspace(conn, workspace_id, bootstrap=bootstrap)

@@ -25,8 +25,9 @@ from stevora.api.schemas.webhooks import (
     WebhookOut,
 )
 from stevora.db.models import Webhook, WebhookDelivery
-from stevora.errors import NotFoundError
+from stevora.errors import NotFoundError, ValidationError
 from stevora.ids import new_id, random_token
+from stevora.webhooks.address import BlockedUrl, UnresolvedHost, check_webhook_url
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 WebhookId = Annotated[str, Path(description="A webhook id (wh_...).")]
@@ -35,9 +36,22 @@ _DELIVERIES = WebhookDelivery.__table__
 SECRET_PREFIX = "whsec_"
 
 
-@router.post("", status_code=201, response_model=Envelope[WebhookCreated], summary="Create a webhook")
+@router.post(
+    "",
+    status_code=201,
+    response_model=Envelope[WebhookCreated],
+    responses=errors(400),
+    summary="Create a webhook",
+)
 async def create_webhook(body: WebhookCreate, auth: Auth, ctx: Ctx) -> Response:
-    """The signing `secret` is in this response only."""
+    """The signing `secret` is in this response only. URLs that resolve to private, loopback or
+    link-local addresses are refused (400, `url`) unless STEVORA_WEBHOOK_ALLOW_PRIVATE is set."""
+    try:
+        await check_webhook_url(body.url, allow_private=ctx.settings.webhook_allow_private)
+    except BlockedUrl as exc:
+        raise ValidationError.from_problems([{"path": "url", "message": str(exc)}]) from None
+    except UnresolvedHost:
+        pass  # accepted: delivery resolves again (and refuses a private answer then)
     stmt = (
         insert(Webhook)
         .values(

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import json
+from http.cookies import SimpleCookie
 from typing import Any
+from urllib.parse import unquote
 
 import httpx
 from api_helpers import Conforms, DefinitionFactory, Tenant
+
+from stevora.ui.auth import COOKIE_NAME, FLASH_COOKIE, csrf_token_for
 
 APPROVAL_FIELDS = {
     "id", "workflowRunId", "stepRunId", "stepName", "contentKey", "content", "prompt", "status", "decision",
@@ -160,3 +165,34 @@ async def test_another_workspaces_approval_is_404(
     assert (
         await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", run_id)
     ) == "WAITING"
+
+
+async def _decide_in_ui(client: httpx.AsyncClient, tenant: Tenant, approval_id: str, decision: str) -> str:
+    """POST the UI's decide form as a logged-in browser would; the flash message it sets."""
+    client.cookies.set(COOKIE_NAME, tenant.key)
+    try:
+        response = await client.post(
+            f"/ui/approvals/{approval_id}/decide",
+            data={"decision": decision, "csrf": csrf_token_for(tenant.key)},
+        )
+    finally:
+        client.cookies.delete(COOKIE_NAME)
+    assert response.status_code == 303, response.text
+    jar = SimpleCookie(response.headers["set-cookie"])
+    flash = json.loads(unquote(jar[FLASH_COOKIE].value))
+    text: str = flash["text"]
+    return text
+
+
+async def test_ui_says_the_run_failed_after_a_rejection_and_continues_after_an_approval(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any
+) -> None:
+    rejected_run, rejected = await _awaiting_approval(client, tenant, define, harness)
+    text = await _decide_in_ui(client, tenant, rejected["id"], "rejected")
+    assert (await harness.wait_for_status(rejected_run, "FAILED"))["status"] == "FAILED"
+    assert "continues" not in text
+    assert text == f"Rejected {rejected['id']}. The run failed (APPROVAL_REJECTED)."
+    approved_run, approved = await _awaiting_approval(client, tenant, define, harness)
+    text = await _decide_in_ui(client, tenant, approved["id"], "approved")
+    assert text == f"Approved {approved['id']}. The run continues."
+    await harness.wait_for_status(approved_run, "COMPLETED")

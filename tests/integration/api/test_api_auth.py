@@ -10,7 +10,7 @@ import httpx
 from api_helpers import Tenant, bootstrap_tenant, make_client
 
 from stevora.api import create_app
-from stevora.api.auth import ApiKeyAuthenticator
+from stevora.api.auth import KEY_CACHE_TTL_S, ApiKeyAuthenticator
 from stevora.settings import Settings
 
 ADMIN = "admin-secret-token"
@@ -192,3 +192,34 @@ async def test_rate_limit_answers_429_with_retry_after_per_workspace(
         assert 1 <= retry_after <= 20
         # Another workspace has its own bucket.
         assert (await client.get("/v1/workflow-runs", headers=other.headers)).status_code == 200
+
+
+async def test_rate_limit_holds_across_api_processes(settings: Settings, harness: object) -> None:
+    """Two apps = two API processes (own limiters and key caches), one database: one shared limit."""
+    limited = settings.model_copy(update={"rate_limit_per_minute": 6})
+    first, second = (create_app(limited, runtime=harness.rt) for _ in range(2))  # type: ignore[attr-defined]
+    async with make_client(first) as a, make_client(second) as b:
+        tenant = await bootstrap_tenant(a)  # takes one token
+        codes = []
+        for _ in range(4):
+            codes.append((await a.get("/v1/workflow-runs", headers=tenant.headers)).status_code)
+            codes.append((await b.get("/v1/workflow-runs", headers=tenant.headers)).status_code)
+        assert codes.count(200) == 5 and codes.count(429) == 3, codes
+        assert codes[-1] == 429
+
+
+async def test_key_revoked_through_one_api_process_is_refused_by_another_within_a_quarter_second(
+    settings: Settings, harness: object
+) -> None:
+    first, second = (create_app(settings, runtime=harness.rt) for _ in range(2))  # type: ignore[attr-defined]
+    async with make_client(first) as a, make_client(second) as b:
+        tenant = await bootstrap_tenant(a)
+        extra = await a.post("/v1/api-keys", json={"name": "extra"}, headers=tenant.headers)
+        key, key_id = extra.json()["data"]["key"], extra.json()["data"]["id"]
+        assert (
+            await b.get("/v1/workflow-runs", headers={"x-api-key": key})
+        ).status_code == 200  # cached in b
+        assert (await a.delete(f"/v1/api-keys/{key_id}", headers=tenant.headers)).status_code == 200
+        assert KEY_CACHE_TTL_S <= 0.25  # the documented bound
+        await asyncio.sleep(0.3)
+        assert (await b.get("/v1/workflow-runs", headers={"x-api-key": key})).status_code == 401

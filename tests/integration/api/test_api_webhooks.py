@@ -14,7 +14,14 @@ import httpx
 import pytest
 from api_helpers import Conforms, DefinitionFactory, Tenant
 
+from stevora.settings import Settings
 from stevora.webhooks import deliver_due, sign, verify_signature
+
+
+@pytest.fixture
+def settings(settings: Settings) -> Settings:
+    """These tests deliver to a receiver on 127.0.0.1, which production refuses (SSRF guard)."""
+    return settings.model_copy(update={"webhook_allow_private": True})
 
 
 class Receiver:
@@ -236,3 +243,55 @@ def test_verify_signature_rejects_tampering_stale_timestamps_and_wrong_secrets()
     assert not verify_signature("whsec_other", now, body, header)
     assert not verify_signature("whsec_abc", now - 301, body, sign("whsec_abc", now - 301, body))
     assert not verify_signature("whsec_abc", "not-a-number", body, header)
+
+
+async def test_each_event_is_delivered_under_its_own_name(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Any, receiver: Receiver
+) -> None:
+    events = [
+        "workflow.completed",
+        "workflow.failed",
+        "workflow.cancelled",
+        "approval.requested",
+        "approval.decided",
+    ]
+    hook = await _subscribe(client, tenant, receiver.url, events)
+    receiver.secret = hook["secret"]
+    harness.tasks.register("draft", lambda ctx: {"status": "completed", "stateUpdates": {"draft": "v1"}})
+    definition_id = await define(
+        [
+            {"type": "task", "name": "write", "handler": "draft"},
+            {"type": "approval", "name": "review", "contentKey": "draft", "prompt": "Ship it?"},
+        ]
+    )
+    h = tenant.headers
+
+    async def waiting_run() -> tuple[str, str]:
+        run = await client.post("/v1/workflow-runs", json={"definitionId": definition_id}, headers=h)
+        run_id: str = run.json()["data"]["id"]
+        await harness.wait_for_status(run_id, "WAITING")
+        approval_id: str = await harness.rt.pool.fetchval(
+            "SELECT id FROM approval_requests WHERE workflow_run_id = $1", run_id
+        )
+        return run_id, approval_id
+
+    rejected_run, approval_id = await waiting_run()
+    decided = await client.post(
+        f"/v1/approval-requests/{approval_id}/decide", json={"decision": "rejected"}, headers=h
+    )
+    assert decided.status_code == 200, decided.text
+    await harness.wait_for_status(rejected_run, "FAILED")
+    cancelled_run, _ = await waiting_run()
+    assert (await client.post(f"/v1/workflow-runs/{cancelled_run}/cancel", headers=h)).status_code == 200
+    await harness.wait_for_status(cancelled_run, "CANCELLED")
+
+    while await deliver_due(harness.rt):
+        pass
+    received = [(r["headers"]["x-stevora-event"], json.loads(r["body"])) for r in receiver.requests]
+    assert all(header == body["event"] for header, body in received)
+    by_run: dict[str, list[str]] = {}
+    for name, body in received:
+        by_run.setdefault(body["data"]["workflowRunId"], []).append(name)
+    assert sorted(by_run[rejected_run]) == ["approval.decided", "approval.requested", "workflow.failed"]
+    assert sorted(by_run[cancelled_run]) == ["approval.requested", "workflow.cancelled"]
+    assert all(r["valid"] for r in receiver.requests)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import re
+from typing import Any
 
 import httpx
-from api_helpers import Conforms, Tenant
+import pytest
+from api_helpers import Conforms, Tenant, bootstrap_tenant, make_client
 
+from stevora.api import create_app
 from stevora.ids import new_id
+from stevora.settings import Settings
 
 ISO_MS = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$")
 
@@ -101,3 +105,23 @@ async def test_keys_of_another_workspace_are_invisible(
     listed = (await client.get("/v1/api-keys", headers=tenant.headers)).json()["data"]
     assert other_tenant.key_id not in {k["id"] for k in listed}
     assert (await client.get("/v1/workspaces/current", headers=other_tenant.headers)).status_code == 200
+
+
+async def test_empty_admin_token_from_compose_counts_as_unset(
+    harness: Any, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # docker-compose.yml passes `ADMIN_TOKEN: ${ADMIN_TOKEN:-}`, i.e. "" when the host has none.
+    monkeypatch.setenv("ADMIN_TOKEN", "")
+    settings = Settings(database_url=database_url, rate_limit_per_minute=0)
+    assert settings.admin_token is None
+    async with make_client(create_app(settings, runtime=harness.rt)) as client:
+        tenant = await bootstrap_tenant(client)
+        response = await client.get("/v1/workspaces/current", headers=tenant.headers)
+    assert response.status_code == 200
+
+
+def test_blank_provider_keys_count_as_unset(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "")
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "  ")
+    settings = Settings()
+    assert settings.openai_api_key is None and settings.anthropic_api_key is None

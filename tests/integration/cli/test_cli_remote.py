@@ -226,3 +226,18 @@ async def test_errors_exit_one_with_the_api_error_code(cli: Cli) -> None:
     assert unreachable.exit_code == 1 and "cannot reach the server" in unreachable.output
     bad_input = await cli("run", "whatever", "--input", "no-equals-sign")
     assert bad_input.exit_code == 2 and "key=value" in bad_input.output
+
+
+async def test_run_watch_of_the_same_file_twice_with_a_tool_referenced_by_name(
+    cli: Cli, harness: Harness, tmp_path: Path
+) -> None:
+    register_handlers(harness)
+    path = write_definition(tmp_path, [
+        {"type": "llm", "name": "agent", "model": "scripted", "tools": ["lookup"],
+         "messages": [{"role": "user", "content": "Find it"}]},
+    ])  # fmt: skip
+    first = await cli("run", str(path), "--watch")
+    second = await cli("run", str(path), "--watch")
+    assert first.exit_code == 0 and second.exit_code == 0, second.output
+    assert "CONFLICT" not in second.output and "COMPLETED in" in second.output
+    assert run_id_of(first) != run_id_of(second)

@@ -378,3 +378,23 @@ async def test_sync_client_runs_and_streams_a_workflow_over_a_real_server(
             return [e.sequence for e in rt.workflows.iter_events(run_id, page_size=3)]
 
     assert await asyncio.to_thread(all_events) == [e.sequence for e in streamed]
+
+
+async def test_apply_twice_with_a_tool_referenced_by_name_returns_the_stored_definition(
+    client: AsyncAgentRuntime,
+) -> None:
+    llm_step = {
+        "type": "llm",
+        "name": "agent",
+        "model": "scripted",
+        "messages": [{"role": "user", "content": "Look it up"}],
+        "tools": ["search_docs", {"name": "lookup"}],
+    }
+    spec = {"name": new_id("wf"), "version": "1", "steps": [llm_step]}
+    first = await client.definitions.apply(spec)
+    again = await client.definitions.apply(spec)
+    assert again.id == first.id
+    changed = {**spec, "steps": [{**llm_step, "tools": ["search_docs", "other"]}]}
+    with pytest.raises(Conflict) as caught:
+        await client.definitions.apply(changed)
+    assert caught.value.details["differences"] == ["steps[0].tools[1].name"]

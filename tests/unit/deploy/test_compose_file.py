@@ -27,5 +27,15 @@ def test_compose_runs_every_process_from_the_dockerfile_image() -> None:
         assert services[name]["command"][0] == "stevora"
     assert services["api"]["depends_on"]["migrate"]["condition"] == "service_completed_successfully"
     dockerfile = (ROOT / "Dockerfile").read_text()
-    for path in ("stevora", "workers", "migrations", "alembic.ini"):
+    for path in ("stevora", "workers", "migrations", "examples"):
         assert f"COPY {path}" in dockerfile or f" {path} " in dockerfile
+
+
+def test_the_image_installs_the_built_wheel_not_the_source_tree() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "pip wheel --no-deps" in dockerfile
+    assert "pip install /dist/*.whl" in dockerfile
+    assert "pip install -e" not in dockerfile
+    # The final stage starts from a clean base: the source tree is only in the build stage.
+    final_stage = dockerfile.rsplit("FROM ", 1)[1]
+    assert "COPY stevora" not in final_stage and "COPY --from=build /dist" in final_stage

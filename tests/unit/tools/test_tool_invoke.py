@@ -6,6 +6,8 @@ import time
 from typing import Any
 
 import pytest
+import structlog
+import structlog.testing
 from pydantic import BaseModel, Field
 
 from stevora.tools import ToolContext, ToolOutcome, ToolRegistry, invoke_tool
@@ -346,3 +348,22 @@ async def test_handler_cannot_rewrite_the_recorded_input() -> None:
     registry.register("mutates", mutates)
     outcome = await run(registry, "mutates", '{"a": 1}')
     assert outcome.input == {"a": 1}
+
+
+async def test_handler_exception_is_logged_with_its_traceback_but_never_sent_to_the_model() -> None:
+    registry = ToolRegistry()
+
+    async def broken(input: dict[str, Any]) -> None:
+        raise ValueError("customer not found")
+
+    registry.register("broken", broken)
+    with structlog.testing.capture_logs() as logs:
+        outcome = await run(registry, "broken", "{}")
+    [entry] = [e for e in logs if e["event"] == "tool_call_failed"]
+    assert entry["tool_name"] == "broken" and entry["idempotency_key"] == CONTEXT.idempotency_key
+    exc = entry["exc_info"]
+    assert isinstance(exc, ValueError) and exc.__traceback__ is not None
+    rendered = structlog.processors.format_exc_info(None, "", dict(entry))["exception"]
+    assert "Traceback" in rendered and "in broken" in rendered
+    assert "Traceback" not in outcome.result_text and "in broken" not in outcome.result_text
+    assert outcome.error is not None and "Traceback" not in outcome.error
