@@ -34,7 +34,7 @@ def test_compose_runs_every_process_from_the_dockerfile_image() -> None:
 def test_the_image_installs_the_built_wheel_not_the_source_tree() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
     assert "pip wheel --no-deps" in dockerfile
-    assert "pip install /dist/*.whl" in dockerfile
+    assert 'pip install "$(ls /dist/*.whl)[server]"' in dockerfile  # the wheel, with the server extra
     assert "pip install -e" not in dockerfile
     # The final stage starts from a clean base: the source tree is only in the build stage.
     final_stage = dockerfile.rsplit("FROM ", 1)[1]
