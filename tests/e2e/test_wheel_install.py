@@ -49,14 +49,14 @@ def _copy_checkout(target: Path) -> None:
 
 @pytest.fixture(scope="module")
 def installed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(the wheel, a fresh virtualenv with `pip install <wheel>`)."""
+    """(the wheel, a fresh virtualenv with `pip install "<wheel>[server]"`)."""
     base = tmp_path_factory.mktemp("wheel-install")
     _copy_checkout(base / "src")
     _sh(sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "-w", base / "dist", base / "src")
     wheel = next((base / "dist").glob("stevora-*.whl"))
     venv = base / "venv"
     _sh(sys.executable, "-m", "venv", venv)
-    _sh(venv / "bin" / "pip", "install", "--quiet", wheel)
+    _sh(venv / "bin" / "pip", "install", "--quiet", f"{wheel}[server]")  # the server extra: migrate, demo
     return wheel, venv
 
 
