@@ -284,3 +284,50 @@ async def test_a_rejected_gated_call_gives_the_model_an_error_saying_a_person_de
     assert trace["status"] == "failed" and trace["errorCode"] == "APPROVAL_REJECTED"
     result = next(m for m in harness.scripted.requests[-1].messages if m.role == "tool")
     assert "declined" in json.loads(result.content)["error"]
+
+
+async def test_a_gated_tool_in_a_tool_step_waits_for_the_decision_and_a_rejection_fails_the_step(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Harness
+) -> None:
+    ran: list[Any] = []
+
+    async def wire_money(input: dict[str, Any]) -> dict[str, Any]:
+        ran.append(input)
+        return {"sent": input["amount"]}
+
+    harness.tools.register(
+        "wire_money",
+        wire_money,
+        parameters={"type": "object", "properties": {"amount": {"type": "integer"}}, "required": ["amount"]},
+        requires_approval=True,
+    )
+    step = {"type": "tool", "name": "pay", "tool": "wire_money", "input": {"amount": "{{input.amount}}"}}
+    definition = await define([step])
+
+    async def pending_for(run_id: str) -> dict[str, Any]:
+        await wait_for(client, tenant, run_id, "WAITING")
+        approvals = (await client.get("/v1/approval-requests?pending=true", headers=tenant.headers)).json()[
+            "data"
+        ]
+        (approval,) = [a for a in approvals if a["workflowRunId"] == run_id]
+        return approval
+
+    approved_run = await start_with(client, tenant, definition, {"amount": 40})
+    approval = await pending_for(approved_run)
+    assert approval["content"] == {
+        "tool": "wire_money",
+        "arguments": {"amount": 40},
+        "toolCallId": "step:pay",
+    }
+    assert ran == []
+    assert (await decide(client, tenant, approval, decision="approved")).status_code == 200
+    done = await wait_for(client, tenant, approved_run, "COMPLETED", "FAILED")
+    assert done["status"] == "COMPLETED" and done["state"]["pay"] == {"sent": 40} and ran == [{"amount": 40}]
+
+    rejected_run = await start_with(client, tenant, definition, {"amount": 9000})
+    approval = await pending_for(rejected_run)
+    assert (await decide(client, tenant, approval, decision="rejected", decidedBy="cfo")).status_code == 200
+    failed = await wait_for(client, tenant, rejected_run, "FAILED", "COMPLETED")
+    assert failed["status"] == "FAILED" and failed["error"]["code"] == "APPROVAL_REJECTED"
+    assert failed["error"]["attempts"] == 1, "a person's no is not retried"
+    assert ran == [{"amount": 40}]

@@ -33,7 +33,14 @@ async def test_the_refund_desk_example_runs_with_a_person_approving_the_refund(
     assert waiting["input"] == {"orderId": "ord_1042", "reason": "not stated"}  # inputSchema default
     assert waiting["state"]["order"]["amount"] == 120
     assert waiting["state"]["orderLookedUpBy"].endswith(":tool")
-    assert waiting["state"]["facts"], "the global tool ran and wrote state"
+    offered = await harness.rt.pool.fetchval(
+        "SELECT request -> 'tools' FROM llm_calls WHERE workflow_run_id = $1 AND round = 1", run["id"]
+    )
+    assert offered == ["issue_refund", "remember"], "the global tool is offered beside the step's own"
+    first_call = await harness.rt.pool.fetchval(
+        "SELECT response -> 'toolCalls' FROM llm_calls WHERE workflow_run_id = $1 AND round = 1", run["id"]
+    )
+    assert [c["name"] for c in first_call] == ["issue_refund"], "toolChoice forced the first call"
     approval = await harness.rt.pool.fetchrow(
         "SELECT id, content FROM approval_requests WHERE workflow_run_id = $1 AND status = 'PENDING'",
         run["id"],
