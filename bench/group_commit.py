@@ -4,7 +4,8 @@
 
 Each caller is a run (leased, RUNNING) writing tool-trace checkpoints back to back, as the tool
 loop does with a zero-latency tool. "single": `checkpoints.record_tool_trace` (one CTE statement
-and one commit each, today's path). "grouped": `GroupCommitter` (stevora/db/group_commit.py).
+and one commit each, today's path). "grouped": `GroupCommitter` (stevora/db/group_commit.py), one batch on the wire at a time;
+"grouped2": two batches in flight.
 Printed: checkpoints/s median [min-max], worker CPU and PostgreSQL backend CPU per checkpoint,
 rows per statement, load average.
 """
@@ -73,7 +74,7 @@ async def measure(
 
     async def caller(anchor: dict[str, str]) -> None:
         for _ in range(per_caller):
-            if mode == "grouped":
+            if mode.startswith("grouped"):
                 await gc.record_tool_trace(
                     anchor["workflow_run_id"], OWNER, record(anchor), "TOOL_CALL_COMPLETED", payload
                 )
@@ -108,7 +109,7 @@ async def main(url: str, callers: list[int], per_caller: int, repeats: int) -> N
         print(f"{'callers':>7} {'mode':<8} {'checkpoints/s median [min-max]':<32}{'worker CPU ms':>14}{'DB CPU ms':>10}"
               f"{'rows/stmt':>10}{'load':>6}")  # fmt: skip
         for c in callers:
-            for mode in ("single", "grouped"):
+            for mode in ("single", "grouped", "grouped2"):
                 results = [await measure(bench, anchors[:c], mode, per_caller) for _ in range(repeats)]
                 rates = [r[0] for r in results]
                 print(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import cProfile
 import os
 import time
 from collections import defaultdict
@@ -113,6 +114,7 @@ class LoopBench:
         self.ws = ws
         self._definitions: dict[int, str] = {}
         self.create_s: list[float] = []  # wall time of each create_run, outside the timed window
+        self.profiler: cProfile.Profile | None = None  # enabled inside timed windows only
 
     @classmethod
     async def start(cls, url: str, *, hot_pool_size: int = 20) -> LoopBench:
@@ -190,8 +192,12 @@ class LoopBench:
         before = await database_backend_pids(self.rt.pool)
         try:
             cpu0, db0, t0 = time.process_time(), backend_cpu_s(before), time.perf_counter()
+            if self.profiler is not None:
+                self.profiler.enable()
             await asyncio.gather(*(pool.submit(r) for r in run_ids))
             await pool.wait_idle()
+            if self.profiler is not None:
+                self.profiler.disable()
             wall = time.perf_counter() - t0
             cpu = time.process_time() - cpu0
             # Connections the pool opened inside the window count from zero.

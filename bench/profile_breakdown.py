@@ -18,6 +18,12 @@ from collections import Counter
 
 # Innermost match wins; order matters only within one frame.
 COMPONENTS: list[tuple[str, re.Pattern[str]]] = [
+    # In the kernel: loopback send() also runs PostgreSQL's receive path and often hands the CPU
+    # to the woken backend, so on a busy machine this bucket includes time spent preempted.
+    (
+        "syscalls: socket send / epoll_wait",
+        re.compile(r"^(_SelectorSocketTransport\.write|EpollSelector\.select) "),
+    ),
     ("JSON codec (orjson / json)", re.compile(r"\((orjson|json/|stevora/db/database\.py)")),
     ("transcript repair (prepare_transcript)", re.compile(r"\(stevora/llm/transcript\.py")),
     ("transcript rebuild / messages", re.compile(r"\(stevora/(engine/steps/llm_state|llm/messages)\.py")),
@@ -63,6 +69,26 @@ def breakdown(path: str) -> tuple[Counter[str], int]:
     return counts, total
 
 
+def breakdown_pstats(path: str) -> tuple[Counter[str], float]:
+    """Seconds of CPU (cProfile with a process-time clock) by component, from each function's own time."""
+    import pstats
+
+    stats = pstats.Stats(path).stats  # type: ignore[attr-defined]
+    seconds: Counter[str] = Counter()
+    for (filename, line, func), (_, _, tottime, _, _) in stats.items():
+        frame = f"{func} ({filename.split('site-packages/')[-1].split('/work/wt-perf/')[-1]}:{line})"
+        if filename == "~":  # a builtin: classify by what it is
+            if ("socket" in func and ("send" in func or "recv" in func)) or "poll" in func:
+                frame = "_SelectorSocketTransport.write (builtin)"
+            elif "orjson" in func or "json" in func:
+                frame = f"{func} (orjson/builtin)"
+            else:
+                frame = f"{func} (builtin)"
+        name = classify([frame])
+        seconds[name] += tottime
+    return seconds, sum(seconds.values())
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -70,7 +96,17 @@ def main() -> None:
     parser.add_argument("profile")
     parser.add_argument("--rate", type=int, default=250, help="py-spy samples per second")
     parser.add_argument("--checkpoints", type=int, default=0, help="checkpoints written in the window")
+    parser.add_argument(
+        "--pstats", action="store_true", help="the profile is a cProfile dump (bench.tool_loop --cprofile)"
+    )
     args = parser.parse_args()
+    if args.pstats:
+        secs, total_s = breakdown_pstats(args.profile)
+        print(f"cProfile (process CPU clock): {total_s:.2f} s of CPU in the profiled windows")
+        for name, sec in secs.most_common():
+            us = f"{sec / args.checkpoints * 1e6:8.1f} µs/checkpoint" if args.checkpoints else ""
+            print(f"  {name:<50} {100 * sec / total_s:5.1f} %  {us}")
+        return
     counts, total = breakdown(args.profile)
     print(f"{total} samples in the timed windows ({total / args.rate:.2f} s of Python CPU)")
     for name, n in counts.most_common():

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
 import os
 import secrets
 import statistics
@@ -37,6 +38,7 @@ import asyncpg
 from bench.common import bench_database_url, median, pct
 from bench.harness import Level, LoopBench
 from stevora.db import checkpoints, runs
+from stevora.db.group_commit import GroupCommitter
 from stevora.engine import endings
 from stevora.engine.driver import RunDriver
 from stevora.ids import new_id
@@ -151,8 +153,27 @@ def per_run_ms(levels: list[Level], attr: str) -> float:
     return median([getattr(lv, attr) / lv.runs * 1000 for lv in levels])
 
 
+def use_group_commit(bench: LoopBench) -> None:
+    """Route the loop's tool-trace checkpoints through a GroupCommitter (a bench-only patch of the
+    module attribute the tool loop calls; the integration plan is in docs/benchmarks.md)."""
+    gc = GroupCommitter(bench.rt.pool, max_in_flight=2)
+
+    async def grouped(
+        pool: asyncpg.Pool, run_id: str, owner: str, rec: Any, event_type: str, payload: dict[str, Any]
+    ) -> None:
+        await gc.record_tool_trace(run_id, owner, rec, event_type, payload)
+
+    checkpoints.record_tool_trace = grouped  # type: ignore[assignment]
+
+
 async def main(args: argparse.Namespace, url: str) -> None:
     bench = await LoopBench.start(url, hot_pool_size=args.hot_pool)
+    if args.group_commit:
+        use_group_commit(bench)
+    if args.cprofile:
+        # Process CPU as the clock: on a busy machine wall time would charge preemption to
+        # whichever function happened to be running.
+        bench.profiler = cProfile.Profile(time.process_time)
     results: dict[tuple[int, int], list[Level]] = defaultdict(list)
     phases: dict[int, dict[str, float]] = {}
     phase_runs: dict[int, int] = {}
@@ -174,22 +195,27 @@ async def main(args: argparse.Namespace, url: str) -> None:
         tx_ms, cte_ms = await bare_transactions(bench.rt.pool, anchor, 1000)
     finally:
         await bench.close()
+    if bench.profiler is not None:
+        bench.profiler.dump_stats(args.cprofile)
+        checkpoints_n = sum(lv.runs * (2 * lv.rounds + 1) for levels in results.values() for lv in levels)
+        print(f"cProfile written to {args.cprofile}: {checkpoints_n} checkpoints in the repeated levels")
 
     loop_name = "uvloop" if args.uvloop else "asyncio"
     print(
         f"tool loop: one tool call per round, zero-latency model, PostgreSQL; event loop {loop_name}, "
-        f"JSON codec {args.codec}; {args.repeats} repeats; {os.cpu_count()} CPUs"
+        f"JSON codec {args.codec}; group commit {'on (tool traces)' if args.group_commit else 'off'}; "
+        f"{args.repeats} repeats; {os.cpu_count()} CPUs"
     )
     print(
         f"{'rounds/run':>10} {'conc':>5} {'runs':>5}  {'rounds/s median [min-max]':<28}"
-        f"{'worker CPU ms/round':>20} {'DB CPU ms/round':>16} {'load':>6}"
+        f"{'worker CPU ms/round':>20} {'DB CPU ms/round':>16}  load"
     )
     for (rounds, c), levels in sorted(results.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
         print(
             f"{rounds:>10} {c:>5} {levels[0].runs:>5}  {spread([lv.rounds_per_s for lv in levels]):<28}"
             f"{median([lv.worker_cpu_s / lv.total_rounds * 1000 for lv in levels]):>20.3f}"
             f"{median([lv.db_cpu_s / lv.total_rounds * 1000 for lv in levels]):>16.3f}"
-            f"{spread([lv.load for lv in levels], '{:.1f}'):>14}"
+            f"  {spread([lv.load for lv in levels], '{:.1f}')}"
         )
     for rounds in args.rounds:
         serial = results.get((rounds, 1), [])
@@ -250,6 +276,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--waves", type=int, default=3, help="runs per level = concurrency x waves (min 8)")
     parser.add_argument("--hot-pool", type=int, default=20, help="asyncpg pool size (STEVORA_HOT_POOL_SIZE)")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop instead of asyncio's loop")
+    parser.add_argument(
+        "--group-commit", action="store_true", help="tool-trace checkpoints via GroupCommitter"
+    )
+    parser.add_argument("--cprofile", metavar="FILE", help="cProfile the timed windows (process CPU clock)")
     parser.add_argument("--codec", choices=["default", "stdlib", "orjson"], default="default")
     return parser.parse_args()
 

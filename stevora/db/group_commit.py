@@ -86,11 +86,13 @@ class GroupCommitter:
     raises `LeaseLost` (fence failed) or the database error of its own row.
     """
 
-    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 256) -> None:
+    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 256, max_in_flight: int = 1) -> None:
         self.pool = pool
         self.max_batch = max_batch
+        # Batches on the wire at once: 2 lets one batch fill while the other is being committed.
+        self.max_in_flight = max_in_flight
         self._queue: list[_Pending] = []
-        self._flusher: asyncio.Task[None] | None = None
+        self._flushers: set[asyncio.Task[None]] = set()
         self.batches = 0  # statements sent (for tests and benchmarks)
         self.rows = 0
 
@@ -99,25 +101,26 @@ class GroupCommitter:
     ) -> int:
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._queue.append(_Pending(run_id, owner, rec, event_type, payload, done, new_id("evt")))
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
+        if len(self._flushers) < self.max_in_flight:
+            task = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
+            self._flushers.add(task)
+            task.add_done_callback(self._flushers.discard)
         # shield: a cancelled caller must not cancel the batch other callers share.
         return await asyncio.shield(done)
 
     async def _flush_all(self) -> None:
-        try:
-            while self._queue:
-                batch, seen, rest = [], set(), []
-                for item in self._queue:
-                    if item.run_id in seen or len(batch) >= self.max_batch:
-                        rest.append(item)
-                    else:
-                        seen.add(item.run_id)
-                        batch.append(item)
-                self._queue = rest
-                await self._write(batch)
-        finally:
-            self._flusher = None
+        while self._queue:
+            batch: list[_Pending] = []
+            seen: set[str] = set()
+            rest: list[_Pending] = []
+            for item in self._queue:
+                if item.run_id in seen or len(batch) >= self.max_batch:
+                    rest.append(item)
+                else:
+                    seen.add(item.run_id)
+                    batch.append(item)
+            self._queue = rest
+            await self._write(batch)
 
     async def _write(self, batch: list[_Pending]) -> None:
         try:
