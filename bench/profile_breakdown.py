@@ -13,6 +13,7 @@ With `--checkpoints` (the run's model calls + tool calls) it prints µs per chec
 from __future__ import annotations
 
 import argparse
+import os
 import re
 from collections import Counter
 
@@ -69,23 +70,29 @@ def breakdown(path: str) -> tuple[Counter[str], int]:
     return counts, total
 
 
+def _frame(filename: str, line: int, func: str) -> str:
+    short = re.sub(r"^.*/lib/python3\.\d+/", "", filename).split("site-packages/")[-1]
+    return f"{func} ({short.split(os.getcwd() + '/')[-1]}:{line})"
+
+
 def breakdown_pstats(path: str) -> tuple[Counter[str], float]:
-    """Seconds of CPU (cProfile with a process-time clock) by component, from each function's own time."""
+    """Seconds of CPU (cProfile with a process-time clock) by component, from each function's own
+    time; a builtin's time goes to its callers' components (socket and poll calls stay syscalls)."""
     import pstats
 
     stats = pstats.Stats(path).stats  # type: ignore[attr-defined]
     seconds: Counter[str] = Counter()
-    for (filename, line, func), (_, _, tottime, _, _) in stats.items():
-        frame = f"{func} ({filename.split('site-packages/')[-1].split('/work/wt-perf/')[-1]}:{line})"
-        if filename == "~":  # a builtin: classify by what it is
-            if ("socket" in func and ("send" in func or "recv" in func)) or "poll" in func:
-                frame = "_SelectorSocketTransport.write (builtin)"
-            elif "orjson" in func or "json" in func:
-                frame = f"{func} (orjson/builtin)"
-            else:
-                frame = f"{func} (builtin)"
-        name = classify([frame])
-        seconds[name] += tottime
+    for (filename, line, func), (_, _, tottime, _, callers) in stats.items():
+        if filename != "~":
+            seconds[classify([_frame(filename, line, func)])] += tottime
+        elif ("socket" in func and ("send" in func or "recv" in func)) or "poll" in func:
+            seconds["syscalls: socket send / epoll_wait"] += tottime
+        elif "orjson" in func or "json" in func:
+            seconds["JSON codec (orjson / json)"] += tottime
+        else:
+            total = sum(c[2] for c in callers.values()) or 1.0
+            for (cf, cl, cfunc), c in callers.items():
+                seconds[classify([_frame(cf, cl, cfunc)])] += tottime * c[2] / total
     return seconds, sum(seconds.values())
 
 

@@ -29,7 +29,14 @@ from stevora.db.database import asyncpg_dsn
 
 
 def _worker(
-    url: str, rounds: int, concurrency: int, runs: int, uvloop: bool, barrier: Barrier, out: Any
+    url: str,
+    rounds: int,
+    concurrency: int,
+    runs: int,
+    uvloop: bool,
+    barrier: Barrier,
+    done: Barrier,
+    out: Any,
 ) -> None:
     async def main() -> None:
         bench = await LoopBench.start(url, hot_pool_size=max(10, min(concurrency, 20)))
@@ -40,6 +47,8 @@ def _worker(
             start = time.time()
             _, cpu, _ = await bench.execute(ids, concurrency)
             out.put((start, time.time(), runs * rounds, cpu))
+            # Keep the connections (their backends' CPU counters) until the parent has read them.
+            await asyncio.to_thread(done.wait)
         finally:
             await bench.close()
 
@@ -65,11 +74,12 @@ async def _backend_pids(url: str) -> list[int]:
 def one(url: str, n: int, args: argparse.Namespace) -> dict[str, float]:
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(n + 1)
+    done = ctx.Barrier(n + 1)
     out = ctx.Queue()
     runs = args.concurrency * args.waves
     procs = [
         ctx.Process(
-            target=_worker, args=(url, args.rounds, args.concurrency, runs, args.uvloop, barrier, out)
+            target=_worker, args=(url, args.rounds, args.concurrency, runs, args.uvloop, barrier, done, out)
         )
         for _ in range(n)
     ]
@@ -82,6 +92,7 @@ def one(url: str, n: int, args: argparse.Namespace) -> dict[str, float]:
     results = [out.get(timeout=600) for _ in range(n)]
     pids = sorted(set(pids) | set(asyncio.run(_backend_pids(url))))
     db_s = backend_cpu_s(pids) - db0
+    done.wait(timeout=60)
     for p in procs:
         p.join(timeout=60)
     start = min(r[0] for r in results)
