@@ -23,6 +23,7 @@ from bench.harness import LoopBench, backend_cpu_s, database_backend_pids
 from stevora.db import checkpoints
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.group_commit import GroupCommitter
+from tests.integration.db.test_group_commit import trace
 
 OWNER = "bench-group-commit"
 _SEQ = itertools.count(1000)
@@ -46,23 +47,7 @@ async def leased_anchors(bench: LoopBench, n: int) -> list[dict[str, str]]:
 
 
 def record(anchor: dict[str, str]) -> ToolTraceRecord:
-    seq = next(_SEQ)
-    return ToolTraceRecord(
-        step_run_id=anchor["step_run_id"],
-        llm_call_id=anchor["llm_call_id"],
-        round=1,
-        sequence=seq,
-        tool_call_id=f"call_{seq}",
-        tool_name="noop",
-        input_json={"note": "x"},
-        output_json={"ok": True},
-        status="completed",
-        error=None,
-        error_code=None,
-        result_text=None,
-        duration_ms=0.1,
-        idempotency_key=f"{anchor['step_run_id']}:1:{seq}",
-    )
+    return trace(anchor, next(_SEQ))
 
 
 async def measure(
