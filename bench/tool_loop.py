@@ -154,16 +154,22 @@ def per_run_ms(levels: list[Level], attr: str) -> float:
 
 
 def use_group_commit(bench: LoopBench) -> None:
-    """Route the loop's tool-trace checkpoints through a GroupCommitter (a bench-only patch of the
-    module attribute the tool loop calls; the integration plan is in docs/benchmarks.md)."""
-    gc = GroupCommitter(bench.rt.pool, max_in_flight=2)
+    """Route the loop's checkpoints through a GroupCommitter (a bench-only patch of the module
+    attributes the tool loop calls; the integration plan is in docs/benchmarks.md)."""
+    gc = GroupCommitter(bench.rt.pool)
 
-    async def grouped(
-        pool: asyncpg.Pool, run_id: str, owner: str, rec: Any, event_type: str, payload: dict[str, Any]
+    async def llm(
+        pool: asyncpg.Pool, run_id: str, owner: str, rec: Any, event: str, payload: dict[str, Any]
     ) -> None:
-        await gc.record_tool_trace(run_id, owner, rec, event_type, payload)
+        await gc.record_llm_call(run_id, owner, rec, event, payload)
 
-    checkpoints.record_tool_trace = grouped  # type: ignore[assignment]
+    async def tool(
+        pool: asyncpg.Pool, run_id: str, owner: str, rec: Any, event: str, payload: dict[str, Any]
+    ) -> None:
+        await gc.record_tool_trace(run_id, owner, rec, event, payload)
+
+    checkpoints.record_llm_call = llm  # type: ignore[assignment]
+    checkpoints.record_tool_trace = tool  # type: ignore[assignment]
 
 
 async def main(args: argparse.Namespace, url: str) -> None:
@@ -203,7 +209,7 @@ async def main(args: argparse.Namespace, url: str) -> None:
     loop_name = "uvloop" if args.uvloop else "asyncio"
     print(
         f"tool loop: one tool call per round, zero-latency model, PostgreSQL; event loop {loop_name}, "
-        f"JSON codec {args.codec}; group commit {'on (tool traces)' if args.group_commit else 'off'}; "
+        f"JSON codec {args.codec}; group commit {'on' if args.group_commit else 'off'}; "
         f"{args.repeats} repeats; {os.cpu_count()} CPUs"
     )
     print(
@@ -276,9 +282,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--waves", type=int, default=3, help="runs per level = concurrency x waves (min 8)")
     parser.add_argument("--hot-pool", type=int, default=20, help="asyncpg pool size (STEVORA_HOT_POOL_SIZE)")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop instead of asyncio's loop")
-    parser.add_argument(
-        "--group-commit", action="store_true", help="tool-trace checkpoints via GroupCommitter"
-    )
+    parser.add_argument("--group-commit", action="store_true", help="checkpoints via GroupCommitter")
     parser.add_argument("--cprofile", metavar="FILE", help="cProfile the timed windows (process CPU clock)")
     parser.add_argument("--codec", choices=["default", "stdlib", "orjson"], default="default")
     return parser.parse_args()

@@ -1,4 +1,4 @@
-"""Group commit (prototype): concurrent runs' tool-trace checkpoints in one statement.
+"""Group commit (prototype): concurrent runs' checkpoints (model calls, tool calls) in one statement.
 
 Each checkpoint in `checkpoints.py` is one statement and one commit: at concurrency 32 the
 worker pays one round trip, one protocol exchange and one WAL flush per checkpoint. Here the
@@ -33,7 +33,7 @@ from typing import Any
 
 import asyncpg
 
-from stevora.db.checkpoints import ToolTraceRecord
+from stevora.db.checkpoints import LlmCallRecord, ToolTraceRecord
 from stevora.errors import LeaseLost
 from stevora.ids import new_id
 
@@ -68,39 +68,93 @@ RETURNING workflow_run_id, sequence
 """
 
 
+_BATCH_LLM_CALL_SQL = """
+WITH i AS (
+    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[],
+                         $8::text[], $9::text[], $10::jsonb[], $11::jsonb[], $12::jsonb[], $13::int[], $14::int[],
+                         $15::int[], $16::int[], $17::float8[], $18::text[], $19::float8[], $20::text[],
+                         $21::text[], $22::jsonb[])
+        AS i(run_id, owner, id, step_run_id, step_name, round, provider, model, status, request, response,
+             error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd,
+             finish_reason, duration_ms, event_id, event_type, payload)
+), r AS (
+    UPDATE workflow_runs w
+       SET event_seq = w.event_seq + 1,
+           total_cost_cents = w.total_cost_cents + i.cost_usd * 100,
+           total_input_tokens = w.total_input_tokens + i.input_tokens,
+           total_output_tokens = w.total_output_tokens + i.output_tokens
+      FROM i
+     WHERE w.id = i.run_id AND w.lease_owner = i.owner AND w.status = 'RUNNING'
+ RETURNING w.id, w.event_seq
+), c AS (
+    INSERT INTO llm_calls (id, workflow_run_id, step_run_id, step_name, round, provider, model, status,
+                           request, response, error, finish_reason, input_tokens, output_tokens,
+                           cache_read_tokens, cache_write_tokens, cost_usd, duration_ms)
+    SELECT i.id, i.run_id, i.step_run_id, i.step_name, i.round, i.provider, i.model, i.status, i.request,
+           i.response, i.error, i.finish_reason, i.input_tokens, i.output_tokens, i.cache_read_tokens,
+           i.cache_write_tokens, i.cost_usd, i.duration_ms
+      FROM i JOIN r ON r.id = i.run_id
+    RETURNING id
+)
+INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
+  FROM i JOIN r ON r.id = i.run_id JOIN c ON c.id = i.id
+RETURNING workflow_run_id, sequence
+"""
+
+_SQL = {"tool": _BATCH_TOOL_TRACE_SQL, "llm": _BATCH_LLM_CALL_SQL}
+
+
 @dataclass(slots=True)
 class _Pending:
     run_id: str
-    owner: str
-    rec: ToolTraceRecord
-    event_type: str
-    payload: dict[str, Any]
+    values: tuple[Any, ...]  # the row, in the batch statement's column order
     done: asyncio.Future[int]
-    event_id: str
+    what: str  # for LeaseLost
 
 
 class GroupCommitter:
-    """Writes tool-trace checkpoints of concurrent runs in shared statements.
+    """Writes the checkpoints of concurrent runs in shared statements, one statement per kind.
 
-    `await record_tool_trace(...)` returns the event's sequence once the row is committed, or
-    raises `LeaseLost` (fence failed) or the database error of its own row.
+    `await record_llm_call(...)` / `await record_tool_trace(...)` return the event's sequence
+    once the row is committed, or raise `LeaseLost` (fence failed) or the database error of
+    their own row. Same arguments as `stevora.db.checkpoints.record_*` minus the pool.
     """
 
     def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 256, max_in_flight: int = 1) -> None:
         self.pool = pool
         self.max_batch = max_batch
-        # Batches on the wire at once: 2 lets one batch fill while the other is being committed.
+        # Batches on the wire at once (measured: 2 gains nothing, callers arrive in lock-step).
         self.max_in_flight = max_in_flight
-        self._queue: list[_Pending] = []
+        self._queues: dict[str, list[_Pending]] = {kind: [] for kind in _SQL}
         self._flushers: set[asyncio.Task[None]] = set()
         self.batches = 0  # statements sent (for tests and benchmarks)
         self.rows = 0
 
+    async def record_llm_call(
+        self, run_id: str, owner: str, rec: LlmCallRecord, event_type: str, payload: dict[str, Any]
+    ) -> int:
+        values = (
+            run_id, owner, rec.id, rec.step_run_id, rec.step_name, rec.round, rec.provider, rec.model,
+            rec.status, rec.request, rec.response, rec.error, rec.input_tokens, rec.output_tokens,
+            rec.cache_read_tokens, rec.cache_write_tokens, rec.cost_usd, rec.finish_reason, rec.duration_ms,
+            new_id("evt"), event_type, payload,
+        )  # fmt: skip
+        return await self._submit("llm", run_id, values, f"LLM call round {rec.round}")
+
     async def record_tool_trace(
         self, run_id: str, owner: str, rec: ToolTraceRecord, event_type: str, payload: dict[str, Any]
     ) -> int:
+        values = (
+            run_id, owner, rec.id, rec.step_run_id, rec.llm_call_id, rec.round, rec.sequence, rec.tool_call_id,
+            rec.tool_name, rec.input_json, rec.output_json, rec.status, rec.error, rec.error_code,
+            rec.result_text, rec.duration_ms, rec.idempotency_key, new_id("evt"), event_type, payload,
+        )  # fmt: skip
+        return await self._submit("tool", run_id, values, f"tool call {rec.idempotency_key}")
+
+    async def _submit(self, kind: str, run_id: str, values: tuple[Any, ...], what: str) -> int:
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Pending(run_id, owner, rec, event_type, payload, done, new_id("evt")))
+        self._queues[kind].append(_Pending(run_id, values, done, what))
         if len(self._flushers) < self.max_in_flight:
             task = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
             self._flushers.add(task)
@@ -109,66 +163,56 @@ class GroupCommitter:
         return await asyncio.shield(done)
 
     async def _flush_all(self) -> None:
-        while self._queue:
-            batch: list[_Pending] = []
-            seen: set[str] = set()
-            rest: list[_Pending] = []
-            for item in self._queue:
-                if item.run_id in seen or len(batch) >= self.max_batch:
-                    rest.append(item)
-                else:
-                    seen.add(item.run_id)
-                    batch.append(item)
-            self._queue = rest
-            await self._write(batch)
+        while any(self._queues.values()):
+            for kind, queue in self._queues.items():
+                if not queue:
+                    continue
+                batch: list[_Pending] = []
+                seen: set[str] = set()
+                rest: list[_Pending] = []
+                for item in queue:
+                    if item.run_id in seen or len(batch) >= self.max_batch:
+                        rest.append(item)
+                    else:
+                        seen.add(item.run_id)
+                        batch.append(item)
+                self._queues[kind] = rest
+                await self._write(kind, batch)
 
-    async def _write(self, batch: list[_Pending]) -> None:
+    async def _write(self, kind: str, batch: list[_Pending]) -> None:
         try:
-            rows = await self._execute(batch)
+            rows = await self._execute(kind, batch)
         except Exception as exc:  # every caller must be woken, whatever went wrong
             if len(batch) == 1:
                 _settle_error(batch[0], exc)
                 return
             for item in batch:  # find the culprit: each row alone (the same statement, one row)
                 try:
-                    rows = await self._execute([item])
+                    rows = await self._execute(kind, [item])
                 except Exception as one_exc:
                     _settle_error(item, one_exc)
                 else:
-                    self._settle(item, rows)
+                    _settle(item, rows)
             return
         for item in batch:
-            self._settle(item, rows)
+            _settle(item, rows)
 
-    async def _execute(self, batch: list[_Pending]) -> dict[str, int]:
-        cols: list[list[Any]] = [[] for _ in range(20)]
-        for p in batch:
-            r = p.rec
-            values = (
-                p.run_id, p.owner, r.id, r.step_run_id, r.llm_call_id, r.round, r.sequence, r.tool_call_id,
-                r.tool_name, r.input_json, r.output_json, r.status, r.error, r.error_code, r.result_text,
-                r.duration_ms, r.idempotency_key, p.event_id, p.event_type, p.payload,
-            )  # fmt: skip
-            for col, value in zip(cols, values, strict=True):
-                col.append(value)
-        records = await self.pool.fetch(_BATCH_TOOL_TRACE_SQL, *cols)
+    async def _execute(self, kind: str, batch: list[_Pending]) -> dict[str, int]:
+        columns = [list(col) for col in zip(*(p.values for p in batch), strict=True)]
+        records = await self.pool.fetch(_SQL[kind], *columns)
         self.batches += 1
         self.rows += len(records)
         return {rec["workflow_run_id"]: rec["sequence"] for rec in records}
 
-    @staticmethod
-    def _settle(item: _Pending, sequences: dict[str, int]) -> None:
-        if item.done.done():
-            return
-        seq = sequences.get(item.run_id)
-        if seq is None:
-            item.done.set_exception(
-                LeaseLost(
-                    f"run {item.run_id}: lease lost before recording tool call {item.rec.idempotency_key}"
-                )
-            )
-        else:
-            item.done.set_result(seq)
+
+def _settle(item: _Pending, sequences: dict[str, int]) -> None:
+    if item.done.done():
+        return
+    seq = sequences.get(item.run_id)
+    if seq is None:
+        item.done.set_exception(LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}"))
+    else:
+        item.done.set_result(seq)
 
 
 def _settle_error(item: _Pending, exc: BaseException) -> None:

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 import asyncpg
+import pytest
 
-from stevora.db.checkpoints import ToolTraceRecord
+from stevora.db.checkpoints import LlmCallRecord, ToolTraceRecord
 from stevora.db.group_commit import GroupCommitter
 from stevora.errors import LeaseLost
 from stevora.settings import Settings
@@ -108,6 +109,49 @@ async def test_concurrent_checkpoints_share_one_statement_each_fenced_by_its_own
     assert await pool.fetchval("SELECT event_seq FROM workflow_runs WHERE id = $1", lost) == seq_before[lost]
 
 
+async def test_concurrent_model_calls_share_one_statement_and_add_each_runs_cost_and_tokens(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors = await leased_runs(harness, workspace_id, 3)
+    pool = harness.rt.pool
+    ids = [a["workflow_run_id"] for a in anchors]
+    before = {
+        r["id"]: r for r in await pool.fetch("SELECT * FROM workflow_runs WHERE id = ANY($1::text[])", ids)
+    }
+    await pool.execute("UPDATE workflow_runs SET lease_owner = 'someone-else' WHERE id = $1", ids[2])
+    gc = GroupCommitter(pool)
+
+    def call(anchor: asyncpg.Record, k: int) -> LlmCallRecord:
+        return LlmCallRecord(
+            step_run_id=anchor["step_run_id"], step_name="agent", round=50, provider="scripted", model="m",
+            status="completed", request={"messages": []}, duration_ms=1.0, response={"text": "hi"},
+            input_tokens=10 * k, output_tokens=k, cost_usd=0.001 * k,
+        )  # fmt: skip
+
+    results = await asyncio.gather(
+        *(gc.record_llm_call(a["workflow_run_id"], OWNER, call(a, k + 1), "LLM_CALL_COMPLETED", {"k": k})
+          for k, a in enumerate(anchors)),
+        return_exceptions=True,
+    )  # fmt: skip
+    assert gc.batches == 1
+    assert isinstance(results[2], LeaseLost)
+    after = {
+        r["id"]: r for r in await pool.fetch("SELECT * FROM workflow_runs WHERE id = ANY($1::text[])", ids)
+    }
+    for k, run_id in enumerate(ids[:2]):
+        assert results[k] == before[run_id]["event_seq"] + 1
+        assert after[run_id]["total_input_tokens"] == before[run_id]["total_input_tokens"] + 10 * (k + 1)
+        assert after[run_id]["total_output_tokens"] == before[run_id]["total_output_tokens"] + k + 1
+        assert after[run_id]["total_cost_cents"] == pytest.approx(
+            before[run_id]["total_cost_cents"] + 0.1 * (k + 1)
+        )
+    assert after[ids[2]]["event_seq"] == before[ids[2]]["event_seq"]
+    stored = await pool.fetch(
+        "SELECT workflow_run_id FROM llm_calls WHERE round = 50 AND workflow_run_id = ANY($1::text[])", ids
+    )
+    assert {r["workflow_run_id"] for r in stored} == set(ids[:2])
+
+
 async def test_two_checkpoints_of_one_run_go_in_successive_batches_with_gap_free_sequences(
     harness: Harness, workspace_id: str
 ) -> None:
@@ -149,7 +193,6 @@ async def test_a_duplicate_row_fails_only_its_own_caller(harness: Harness, works
 _WRITER = textwrap.dedent(
     """
     import asyncio, json, sys
-    import asyncpg
     from stevora.db.database import create_pool
     from stevora.db.group_commit import GroupCommitter
     from tests.integration.db.test_group_commit import trace
