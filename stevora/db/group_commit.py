@@ -152,6 +152,11 @@ class GroupCommitter:
         )  # fmt: skip
         return await self._submit("tool", run_id, values, f"tool call {rec.idempotency_key}")
 
+    async def drain(self) -> None:
+        """Wait until every queued checkpoint is written (before closing the pool)."""
+        while self._flushers:
+            await asyncio.gather(*list(self._flushers), return_exceptions=True)
+
     async def _submit(self, kind: str, run_id: str, values: tuple[Any, ...], what: str) -> int:
         done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._queues[kind].append(_Pending(run_id, values, done, what))

@@ -166,6 +166,8 @@ async def test_two_checkpoints_of_one_run_go_in_successive_batches_with_gap_free
     )
     assert gc.batches == 3
     assert sorted(seqs) == list(range(seqs[0], seqs[0] + 3))
+    await gc.drain()
+    assert not gc._flushers
 
 
 async def test_a_duplicate_row_fails_only_its_own_caller(harness: Harness, workspace_id: str) -> None:
