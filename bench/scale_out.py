@@ -1,7 +1,7 @@
 """Scale-out: 1, 2 and 4 worker processes against one PostgreSQL.
 
     .venv/bin/python -m bench.scale_out [--processes 1 2 4] [--concurrency 32] [--rounds 20]
-                                        [--waves 3] [--repeats 2] [--uvloop]
+                                        [--waves 3] [--repeats 2] [--uvloop] [--group-commit]
 
 Each process is a full worker runtime (its own asyncpg pool, RunPool and driver) executing its
 own runs of the tool-loop benchmark (bench/harness.py) at `--concurrency` runs in flight. All
@@ -34,12 +34,17 @@ def _worker(
     concurrency: int,
     runs: int,
     uvloop: bool,
+    group_commit: bool,
     barrier: Barrier,
     done: Barrier,
     out: Any,
 ) -> None:
     async def main() -> None:
         bench = await LoopBench.start(url, hot_pool_size=max(10, min(concurrency, 20)))
+        if group_commit:
+            from bench.tool_loop import use_group_commit
+
+            use_group_commit(bench)
         try:
             await bench.level(rounds, 8, 8)  # warm up
             ids = await bench.create_runs(rounds, runs)
@@ -79,7 +84,18 @@ def one(url: str, n: int, args: argparse.Namespace) -> dict[str, float]:
     runs = args.concurrency * args.waves
     procs = [
         ctx.Process(
-            target=_worker, args=(url, args.rounds, args.concurrency, runs, args.uvloop, barrier, done, out)
+            target=_worker,
+            args=(
+                url,
+                args.rounds,
+                args.concurrency,
+                runs,
+                args.uvloop,
+                args.group_commit,
+                barrier,
+                done,
+                out,
+            ),
         )
         for _ in range(n)
     ]
@@ -119,11 +135,13 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--uvloop", action="store_true")
+    parser.add_argument("--group-commit", action="store_true", help="checkpoints via GroupCommitter")
     args = parser.parse_args()
     url = bench_database_url("scale_out")
     print(
         f"scale-out: {args.rounds}-round runs, {args.concurrency} in flight per process, one PostgreSQL, "
-        f"{os.cpu_count()} CPUs, event loop {'uvloop' if args.uvloop else 'asyncio'}"
+        f"{os.cpu_count()} CPUs, event loop {'uvloop' if args.uvloop else 'asyncio'}, "
+        f"group commit {'on' if args.group_commit else 'off'}"
     )
     print(
         f"{'processes':>9}  {'rounds/s median [min-max]':<27}{'worker cores':>13}{'PG cores':>10}"
