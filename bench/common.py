@@ -6,6 +6,7 @@ Each benchmark gets a fresh database on the local server (see `bench_database_ur
 from __future__ import annotations
 
 import asyncio
+import atexit
 import os
 import statistics
 import tempfile
@@ -31,8 +32,19 @@ async def _fresh_database(server_url: str, name: str) -> str:
     return f"{base}/{name}" + (f"?{query}" if query else "")
 
 
+def _drop_database(server_url: str, name: str) -> None:
+    async def drop() -> None:
+        conn = await asyncpg.connect(asyncpg_dsn(server_url))
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        finally:
+            await conn.close()
+
+    asyncio.run(drop())
+
+
 def bench_database_url(name: str) -> str:
-    """A fresh, migrated database `stevora_bench_<name>` for one benchmark run.
+    """A fresh, migrated database `stevora_bench_<name>_<pid>` for one benchmark run, dropped at exit.
 
     Fresh every time: runs left behind by another benchmark (e.g. the API bench creates runs it
     never executes) would otherwise be picked up by a worker's recovery sweep and skew figures.
@@ -40,8 +52,12 @@ def bench_database_url(name: str) -> str:
     an embedded PostgreSQL is started instead.
     """
     server = os.environ.get("STEVORA_BENCH_SERVER_URL", DEFAULT_SERVER)
+    # One database per benchmark process: engineers share the server, and a second run of the same
+    # benchmark would otherwise drop the first one's database under it (WITH (FORCE)).
+    dbname = f"stevora_bench_{name}_{os.getpid()}"
     try:
-        url = asyncio.run(_fresh_database(server, f"stevora_bench_{name}"))
+        url = asyncio.run(_fresh_database(server, dbname))
+        atexit.register(_drop_database, server, dbname)
     except (OSError, asyncpg.PostgresError):
         from stevora.embedded import start_embedded_postgres
 

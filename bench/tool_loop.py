@@ -1,63 +1,52 @@
-"""Orchestration overhead of one tool-loop round, against a bare asyncpg transaction.
+"""Tool-loop throughput and per-round overhead, with the per-run fixed cost beside it.
 
-    .venv/bin/python -m bench.tool_loop [--rounds 20] [--runs-per-level 8]
+    .venv/bin/python -m bench.tool_loop [--rounds 20 5] [--concurrency 1 32 128] [--repeats 3]
+                                        [--waves 3] [--uvloop] [--codec orjson|stdlib]
 
-A zero-latency scripted model asks for one tool per round (`scripted:rounds=N`), the tool
-returns at once, so the time between two consecutive model calls of a run is pure Stevora:
-commit the llm_calls row + event, run the tool, commit the tool_trace row + event, rebuild and
-repair the transcript, build the next request. Runs execute through the real RunPool/driver on
-PostgreSQL (no broker hop per round, by design). Printed:
+A zero-latency scripted model asks for one tool per round, the tool returns at once: all the
+time is Stevora's (see bench/harness.py for what is timed: runs are created before the window,
+the window closes when the RunPool goes idle). Printed:
 
-* per-round overhead p50/p99 (ms) at concurrency 1, and by round index (round 1 vs round 20)
-* rounds per second at concurrency 1 and 32
-* a bare asyncpg transaction inserting a tool_trace row and an event row, measured in the same
-  run two ways (BEGIN/INSERT/INSERT/COMMIT, and one CTE statement), and the ratios
-Targets (issue #3): overhead <= 3x the bare transaction; round 20 within 20 % of round 1.
+* rounds/s per (rounds per run, concurrency): median [min-max] over repeats, with the worker
+  process's CPU and the PostgreSQL backends' CPU per round, and the load average
+* per-round overhead p50/p99 at concurrency 1, round 1 vs the last round
+* the per-run fixed cost (create, claim, step transitions, completion + webhooks outbox) in ms
+  of worker and database CPU, from the two round counts (cost = fixed + rounds x per-round),
+  and each phase's wall time at concurrency 1
+* a bare asyncpg transaction (trace row + event row) for scale
+
+Dispatch goes through an in-process dispatcher (no broker publish): in production add one
+publish per run (DESIGN §7: ~1.3 ms hop over RabbitMQ, mostly in the API process).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import cProfile
+import os
 import secrets
+import statistics
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import asyncpg
 
-from bench.common import bench_database_url, median, new_workspace, pct
-from stevora.engine import commands
-from stevora.engine.inline import InlineDispatcher
-from stevora.engine.run_pool import RunPool
+from bench.common import bench_database_url, median, pct
+from bench.harness import Level, LoopBench
+from stevora.db import checkpoints, runs
+from stevora.db.group_commit import GroupCommitter
+from stevora.engine import endings
+from stevora.engine.driver import RunDriver
 from stevora.ids import new_id
-from stevora.llm.messages import LlmRequest, LlmResponse
-from stevora.llm.router import ProviderRouter
-from stevora.llm.scripted_provider import ScriptedProvider
-from stevora.runtime import Runtime
-from stevora.settings import Settings
-from stevora.tasks import TaskRegistry
-from stevora.tools import ToolRegistry
-from tests.conftest import create_definition
 
 
-class TimedProvider(ScriptedProvider):
-    """The scripted agent, recording when each run's model calls start."""
-
-    def __init__(self) -> None:
-        super().__init__(name="scripted", record_limit=0)
-        self.calls: dict[str, list[float]] = defaultdict(list)
-
-    async def complete(self, request: LlmRequest) -> LlmResponse:
-        tag = next(m.content for m in request.messages if m.role == "user")
-        self.calls[str(tag)].append(time.perf_counter())
-        return await super().complete(request)
-
-
-async def bare_transactions(
-    pool: asyncpg.Pool, run_id: str, step_run_id: str, llm_call_id: str, n: int
-) -> tuple[float, float]:
+async def bare_transactions(pool: asyncpg.Pool, anchor: asyncpg.Record, n: int) -> tuple[float, float]:
     """Mean ms of (a) BEGIN; INSERT trace; INSERT event; COMMIT and (b) the same as one CTE."""
+    run_id, step_run_id, llm_call_id = anchor["workflow_run_id"], anchor["step_run_id"], anchor["llm_call_id"]
     trace_sql = (
         "INSERT INTO tool_trace (id, workflow_run_id, step_run_id, llm_call_id, round, sequence, tool_call_id, "
         "tool_name, input_json, output_json, status, duration_ms, idempotency_key) "
@@ -93,145 +82,224 @@ async def bare_transactions(
                 )
                 await conn.execute(event_sql, new_id("evt"), run_id, step_run_id, seq, payload)
             timings.append(time.perf_counter() - t0)
-        tx_ms = sum(timings[n // 10 :]) / len(timings[n // 10 :]) * 1000
+        tx_ms = statistics.mean(timings[n // 10 :]) * 1000
         timings.clear()
         for _ in range(n):
             seq += 1
             t0 = time.perf_counter()
             await conn.execute(
                 cte_sql,
-                new_id("tt"),
-                run_id,
-                step_run_id,
-                llm_call_id,
-                seq,
-                {"a": 1},
-                {"ok": True},
-                f"k{seq}",
-                new_id("evt"),
-                seq,
-                payload,
+                *(new_id("tt"), run_id, step_run_id, llm_call_id, seq, {"a": 1}, {"ok": True}, f"k{seq}"),
+                *(new_id("evt"), seq, payload),
             )
             timings.append(time.perf_counter() - t0)
-        cte_ms = sum(timings[n // 10 :]) / len(timings[n // 10 :]) * 1000
+        cte_ms = statistics.mean(timings[n // 10 :]) * 1000
     return tx_ms, cte_ms
 
 
-async def run_level(
-    rt: Runtime, provider: TimedProvider, ws: str, def_id: str, concurrency: int, rounds: int
-) -> dict[str, Any]:
-    provider.calls.clear()
-    t0 = time.perf_counter()
-    runs = [
-        (await commands.create_run(rt, ws, def_id, {"tag": f"{concurrency}-{i}-{new_id('x')}"}))[0]["id"]
-        for i in range(concurrency)
-    ]
-    pending = set(runs)
-    while pending:
-        rows = await rt.pool.fetch(
-            "SELECT id, status, error FROM workflow_runs WHERE id = ANY($1::text[])", list(pending)
-        )
-        for row in rows:
-            if row["status"] in ("COMPLETED", "FAILED"):
-                if row["status"] == "FAILED":
-                    raise SystemExit(f"run failed: {row['error']}")
-                pending.discard(row["id"])
-        await asyncio.sleep(0.005)
-    wall = time.perf_counter() - t0
-    per_round: list[float] = []
-    by_index: dict[int, list[float]] = defaultdict(list)
-    for stamps in provider.calls.values():
-        for k in range(1, len(stamps)):
-            per_round.append((stamps[k] - stamps[k - 1]) * 1000)
-            by_index[k].append((stamps[k] - stamps[k - 1]) * 1000)
-    total_rounds = sum(len(s) - 1 for s in provider.calls.values())
-    return {"wall": wall, "per_round": per_round, "by_index": by_index, "rounds_per_s": total_rounds / wall}
+# -- phase clock: wall time of each fixed-cost step at concurrency 1 ------------------------------
+
+PHASES: list[tuple[str, Any, str]] = [
+    ("claim", runs, "claim"),
+    ("read run + step (every driver pass)", runs, "get_run"),
+    ("read run + step (every driver pass)", runs, "get_step_run"),
+    ("start: step run + RUNNING", RunDriver, "_start"),
+    ("begin step", RunDriver, "_begin"),
+    ("load committed rounds", checkpoints, "load_rounds"),
+    ("complete step", RunDriver, "_complete_step"),
+    ("complete run + webhooks outbox", RunDriver, "_advance"),
+    ("  of which webhooks outbox", endings, "enqueue_webhooks"),
+]
 
 
-async def main(url: str, rounds: int, repeats: int) -> None:
-    settings = Settings(database_url=url, hot_pool_size=20, lease_s=30, heartbeat_s=10)
-    provider = TimedProvider()
-    tools = ToolRegistry()
+@contextmanager
+def phase_clock() -> Iterator[dict[str, float]]:
+    spent: dict[str, float] = defaultdict(float)
+    saved = []
+    for label, owner, name in PHASES:
+        original = getattr(owner, name)
+        saved.append((owner, name, original))
 
-    async def noop(input: dict[str, Any]) -> dict[str, bool]:
-        return {"ok": True}
+        def timed(
+            *args: Any, __f: Callable[..., Awaitable[Any]] = original, __l: str = label, **kw: Any
+        ) -> Awaitable[Any]:
+            async def call() -> Any:
+                t0 = time.perf_counter()
+                try:
+                    return await __f(*args, **kw)
+                finally:
+                    spent[__l] += time.perf_counter() - t0
 
-    tools.register(
-        "noop",
-        noop,
-        description="does nothing",
-        parameters={"type": "object", "properties": {"note": {"type": "string"}}},
-    )
-    dispatcher = InlineDispatcher()
-    rt = await Runtime.start(
-        settings,
-        dispatcher=dispatcher,
-        providers=ProviderRouter({"scripted": provider}),
-        tasks=TaskRegistry(),
-        tools=tools,
-    )
-    pool = RunPool(rt)
-    dispatcher.run_pool = pool
-    pool.start()
-    ws = await new_workspace(rt.pool)
-    def_id = await create_definition(
-        rt,
-        ws,
-        {
-            "name": "bench-loop",
-            "version": new_id("v"),
-            "steps": [
-                {
-                    "type": "llm",
-                    "name": "agent",
-                    "model": f"scripted:rounds={rounds}",
-                    "maxToolRounds": rounds,
-                    "messages": [{"role": "user", "content": "{{input.tag}}"}],
-                    "tools": ["noop"],
-                }
-            ],
-        },
-    )
+            return call()
+
+        setattr(owner, name, timed)
     try:
-        await run_level(rt, provider, ws, def_id, 2, rounds)  # warm up caches, statements, pools
-        serial = [await run_level(rt, provider, ws, def_id, 1, rounds) for _ in range(repeats)]
-        per_round = [x for r in serial for x in r["per_round"]]
-        first = [x for r in serial for x in r["by_index"][1]]
-        last = [x for r in serial for x in r["by_index"][rounds]]
-        parallel = await run_level(rt, provider, ws, def_id, 32, rounds)
-        anchor = await rt.pool.fetchrow(
-            "SELECT t.workflow_run_id, t.step_run_id, t.llm_call_id FROM tool_trace t LIMIT 1"
-        )
-        tx_ms, cte_ms = await bare_transactions(
-            rt.pool, anchor["workflow_run_id"], anchor["step_run_id"], anchor["llm_call_id"], 1000
-        )
+        yield spent
     finally:
-        await pool.close()
-        await rt.close()
-    p50 = median(per_round)
-    print(f"tool loop, {rounds} rounds per run, one tool call per round, zero-latency model, PostgreSQL")
-    print(
-        f"  per-round overhead  p50 {p50:.3f} ms   p99 {pct(per_round, 99):.3f} ms   (concurrency 1, {len(per_round)} rounds)"
-    )
-    print(
-        f"  round 1 p50 {median(first):.3f} ms   round {rounds} p50 {median(last):.3f} ms   "
-        f"change {100 * (median(last) / median(first) - 1):+.1f} %   (target within ±20 %)"
-    )
-    print(
-        f"  rounds/s  concurrency 1: {sum(r['rounds_per_s'] for r in serial) / len(serial):.0f}   "
-        f"concurrency 32: {parallel['rounds_per_s']:.0f}"
-    )
-    print(
-        f"  bare asyncpg tx (BEGIN; INSERT trace; INSERT event; COMMIT): {tx_ms:.3f} ms   one-statement CTE: {cte_ms:.3f} ms"
-    )
-    print(f"  ratio per-round p50 / bare tx: {p50 / tx_ms:.2f}x (target <= 3x)   / CTE: {p50 / cte_ms:.2f}x")
+        for owner, name, original in saved:
+            setattr(owner, name, original)
 
 
-if __name__ == "__main__":
+# -- report -----------------------------------------------------------------------------------------
+
+
+def spread(values: list[float], fmt: str = "{:.0f}") -> str:
+    if len(values) == 1:
+        return fmt.format(values[0])
+    return f"{fmt.format(median(values))} [{fmt.format(min(values))}-{fmt.format(max(values))}]"
+
+
+def per_run_ms(levels: list[Level], attr: str) -> float:
+    return median([getattr(lv, attr) / lv.runs * 1000 for lv in levels])
+
+
+def use_group_commit(bench: LoopBench) -> None:
+    """Route the loop's checkpoints through a GroupCommitter (a bench-only patch of the module
+    attributes the tool loop calls; the integration plan is in docs/benchmarks.md)."""
+    gc = GroupCommitter(bench.rt.pool)
+
+    async def llm(
+        pool: asyncpg.Pool, run_id: str, owner: str, rec: Any, event: str, payload: dict[str, Any]
+    ) -> None:
+        await gc.record_llm_call(run_id, owner, rec, event, payload)
+
+    async def tool(
+        pool: asyncpg.Pool, run_id: str, owner: str, rec: Any, event: str, payload: dict[str, Any]
+    ) -> None:
+        await gc.record_tool_trace(run_id, owner, rec, event, payload)
+
+    checkpoints.record_llm_call = llm  # type: ignore[assignment]
+    checkpoints.record_tool_trace = tool  # type: ignore[assignment]
+
+
+async def main(args: argparse.Namespace, url: str) -> None:
+    bench = await LoopBench.start(url, hot_pool_size=args.hot_pool)
+    if args.group_commit:
+        use_group_commit(bench)
+    if args.cprofile:
+        # Process CPU as the clock: on a busy machine wall time would charge preemption to
+        # whichever function happened to be running.
+        bench.profiler = cProfile.Profile(time.process_time)
+    results: dict[tuple[int, int], list[Level]] = defaultdict(list)
+    phases: dict[int, dict[str, float]] = {}
+    phase_runs: dict[int, int] = {}
+    try:
+        for rounds in args.rounds:  # warm up caches, statements, connections
+            await bench.level(rounds, 8, 16)
+        for _ in range(args.repeats):
+            for rounds in args.rounds:
+                for c in args.concurrency:
+                    n = max(8, c * args.waves)
+                    results[(rounds, c)].append(await bench.level(rounds, c, n))
+        for rounds in args.rounds:
+            with phase_clock() as spent:
+                await bench.level(rounds, 1, 8)
+            phases[rounds], phase_runs[rounds] = dict(spent), 8
+        anchor = await bench.rt.pool.fetchrow(
+            "SELECT workflow_run_id, step_run_id, llm_call_id FROM tool_trace LIMIT 1"
+        )
+        tx_ms, cte_ms = await bare_transactions(bench.rt.pool, anchor, 1000)
+    finally:
+        await bench.close()
+    if bench.profiler is not None:
+        bench.profiler.dump_stats(args.cprofile)
+        checkpoints_n = sum(lv.runs * (2 * lv.rounds + 1) for levels in results.values() for lv in levels)
+        print(f"cProfile written to {args.cprofile}: {checkpoints_n} checkpoints in the repeated levels")
+
+    loop_name = "uvloop" if args.uvloop else "asyncio"
+    print(
+        f"tool loop: one tool call per round, zero-latency model, PostgreSQL; event loop {loop_name}, "
+        f"JSON codec {args.codec}; group commit {'on' if args.group_commit else 'off'}; "
+        f"{args.repeats} repeats; {os.cpu_count()} CPUs"
+    )
+    print(
+        f"{'rounds/run':>10} {'conc':>5} {'runs':>5}  {'rounds/s median [min-max]':<28}"
+        f"{'worker CPU ms/round':>20} {'DB CPU ms/round':>16}  load"
+    )
+    for (rounds, c), levels in sorted(results.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        print(
+            f"{rounds:>10} {c:>5} {levels[0].runs:>5}  {spread([lv.rounds_per_s for lv in levels]):<28}"
+            f"{median([lv.worker_cpu_s / lv.total_rounds * 1000 for lv in levels]):>20.3f}"
+            f"{median([lv.db_cpu_s / lv.total_rounds * 1000 for lv in levels]):>16.3f}"
+            f"  {spread([lv.load for lv in levels], '{:.1f}')}"
+        )
+    for rounds in args.rounds:
+        serial = results.get((rounds, 1), [])
+        per_round = [x for lv in serial for x in lv.per_round_ms]
+        if per_round:
+            first = [x for lv in serial for x in lv.by_index.get(1, [])]
+            last = [x for lv in serial for x in lv.by_index.get(rounds, [])]
+            print(
+                f"  {rounds} rounds, concurrency 1: per-round p50 {median(per_round):.3f} ms  "
+                f"p99 {pct(per_round, 99):.3f} ms; round 1 p50 {median(first):.3f} ms, "
+                f"round {rounds} p50 {median(last):.3f} ms"
+            )
+    print(
+        f"  bare asyncpg tx (BEGIN; INSERT trace; INSERT event; COMMIT): {tx_ms:.3f} ms   one CTE: {cte_ms:.3f} ms"
+    )
+    print(
+        f"  create_run (one statement + dispatch hint, before the window): {median(bench.create_s) * 1000:.3f} ms p50"
+    )
+
+    if len(args.rounds) >= 2:
+        lo, hi = min(args.rounds), max(args.rounds)
+        print(
+            f"per-run fixed cost vs per-round cost (cost per run = fixed + rounds x per-round; {lo} and {hi} rounds)"
+        )
+        for c in args.concurrency:
+            a, b = results.get((lo, c)), results.get((hi, c))
+            if not a or not b:
+                continue
+            for label, attr in (("worker CPU", "worker_cpu_s"), ("DB CPU", "db_cpu_s")):
+                ra, rb = per_run_ms(a, attr), per_run_ms(b, attr)
+                slope = (rb - ra) / (hi - lo)
+                print(
+                    f"  concurrency {c:>3} {label:<10}: fixed {ra - lo * slope:6.2f} ms/run   "
+                    f"per round {slope:6.3f} ms   (a {lo}-round run {ra:.2f} ms, {hi}-round {rb:.2f} ms)"
+                )
+            if c == 1:
+                wa = median([lv.wall_s / lv.runs * 1000 for lv in a])
+                wb = median([lv.wall_s / lv.runs * 1000 for lv in b])
+                slope = (wb - wa) / (hi - lo)
+                print(
+                    f"  concurrency   1 wall      : fixed {wa - lo * slope:6.2f} ms/run   per round {slope:6.3f} ms"
+                )
+    print("fixed-cost phases, wall ms per run at concurrency 1 (instrumented runs):")
+    labels = list(dict.fromkeys(label for label, _, _ in PHASES))
+    print("  " + f"{'phase':<40}" + "".join(f"{f'{r} rounds':>12}" for r in args.rounds))
+    for label in labels:
+        cells = "".join(f"{phases[r].get(label, 0.0) / phase_runs[r] * 1000:>12.3f}" for r in args.rounds)
+        print(f"  {label:<40}{cells}")
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, default=20)
-    parser.add_argument("--repeats", type=int, default=10)
-    args = parser.parse_args()
-    asyncio.run(main(bench_database_url("tool_loop"), args.rounds, args.repeats))
+    parser.add_argument("--rounds", type=int, nargs="+", default=[20, 5])
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 128])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--waves", type=int, default=3, help="runs per level = concurrency x waves (min 8)")
+    parser.add_argument("--hot-pool", type=int, default=20, help="asyncpg pool size (STEVORA_HOT_POOL_SIZE)")
+    parser.add_argument("--uvloop", action="store_true", help="run on uvloop instead of asyncio's loop")
+    parser.add_argument("--group-commit", action="store_true", help="checkpoints via GroupCommitter")
+    parser.add_argument("--cprofile", metavar="FILE", help="cProfile the timed windows (process CPU clock)")
+    parser.add_argument("--codec", choices=["default", "stdlib", "orjson"], default="default")
+    return parser.parse_args()
+
+
+def run(args: argparse.Namespace) -> None:
+    from bench.levers import use_codec
+
+    args.codec = use_codec(args.codec)
+    url = bench_database_url("tool_loop")
+    if args.uvloop:
+        import uvloop
+
+        uvloop.run(main(args, url))
+    else:
+        asyncio.run(main(args, url))
+
+
+if __name__ == "__main__":
+    run(parse_args())

@@ -12,6 +12,7 @@ import structlog
 from stevora.engine.brokers import build_broker
 from stevora.logging import configure_logging
 from stevora.settings import Settings
+from stevora.tuning import use_uvloop
 from workers.actors import declare_actors
 from workers.edge import StevoraWorkerMiddleware, load_tool_modules
 
@@ -31,6 +32,7 @@ def build_worker(
 
 def run_worker_process(settings: Settings, threads: int) -> None:
     configure_logging(settings)
+    use_uvloop()  # before build_worker: the AsyncIO middleware creates its loop from the policy
     broker, worker = build_worker(settings, threads=threads)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
