@@ -28,9 +28,11 @@ import asyncpg
 from stevora.clock import utcnow
 from stevora.db import approvals, checkpoints, runs
 from stevora.db import awaited as db_awaited
+from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
+from stevora.engine.steps.base import WaitContext
 from stevora.events import Event, EventType, WebhookEvent
 from stevora.statuses import RunStatus, StepStatus
 
@@ -244,7 +246,7 @@ async def answer_finished_children(pool: asyncpg.Pool) -> list[str]:
 TOOL_CALL_CONTENT_KEY = "toolCall"
 
 
-async def request_tool_approval(wait: Any, call: Any) -> Event:
+async def request_tool_approval(wait: WaitContext, call: NewAwaitedCall) -> Event:
     """The approval request for an approval-gated call (content `{tool, arguments, toolCallId}`),
     its `approval.requested` webhook, and the APPROVAL_REQUESTED event to write with the wait."""
     run = wait.run

@@ -264,6 +264,7 @@ class LlmStepType(StepType):
             for call in await db_awaited.pending_for_run(wait.conn, run["id"])
             if call["deadline_at"] is not None and call["deadline_at"] <= now
         ]
-        if expired:
-            await answer(wait.conn, run, expired, reason="tool_output_timeout", owner=wait.owner)
+        # With nothing expired (an answer came first) this only re-aims the wake-up at the next
+        # deadline, so the driver hands the run back instead of waking it again at once.
+        await answer(wait.conn, run, expired, reason="tool_output_timeout", owner=wait.owner)
         return None
