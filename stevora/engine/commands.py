@@ -16,6 +16,7 @@ from stevora.db import approvals, runs
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
 from stevora.engine import endings
+from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.approval import APPROVAL_SIGNAL
 from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError, ValidationError
 from stevora.events import Event, EventType, WebhookEvent, step_completed, step_failed
@@ -62,7 +63,7 @@ async def create_run(
                 raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
             return existing, False
     log.info("run_created", workflow_run_id=row["id"], definition_id=definition_id)
-    await rt.dispatcher.dispatch(row["id"])
+    await dispatch_hint(rt.dispatcher, row["id"])
     return row, True
 
 
@@ -115,7 +116,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 )
             ],
         )
-    await rt.dispatcher.dispatch(run_id)
+    await dispatch_hint(rt.dispatcher, run_id)
     return row
 
 
@@ -203,7 +204,7 @@ async def resume_run(
                     ),
                 ],
             )
-    await rt.dispatcher.dispatch(run_id)
+    await dispatch_hint(rt.dispatcher, run_id)
     return row
 
 
@@ -289,5 +290,5 @@ async def decide_approval(
             WebhookEvent.APPROVAL_DECIDED,
             {**decided, "workflowRunId": approval["workflow_run_id"]},
         )
-    await rt.dispatcher.dispatch(approval["workflow_run_id"])
+    await dispatch_hint(rt.dispatcher, approval["workflow_run_id"])
     return approval

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import structlog
 
 from stevora.db import runs
+from stevora.engine.hints import dispatch_hint
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -25,7 +26,7 @@ async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     """Dispatch every run that is due and unowned. Returns the ids dispatched."""
     ids = await runs.mark_due_dispatched(rt.pool, rt.settings.undispatched_grace_s, limit)
     for run_id in ids:
-        await rt.dispatcher.dispatch(run_id)
+        await dispatch_hint(rt.dispatcher, run_id)
     if ids:
         log.info("sweep_dispatched", runs=len(ids))
     return ids
