@@ -45,6 +45,7 @@ from stevora.testing.fake_llm import (
 )
 from tests.e2e.conftest import require_broker
 from tests.e2e.faults.services import FaultProxy, PrivatePostgres, PrivateRedis, free_port
+from tests.e2e.test_cli_processes import _wait_healthy as wait_healthy
 from tests.e2e.workerproc import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -278,18 +279,9 @@ class Stack:
     def live_workers(self) -> list[WorkerProcess]:
         return [w for w in self.workers if w.proc.poll() is None]
 
-    async def wait_healthy(self, timeout_s: float = 60) -> None:
-        deadline = time.monotonic() + timeout_s
-        async with httpx.AsyncClient() as client:
-            while time.monotonic() < deadline:
-                assert self.api is not None and self.api.poll() is None, self.api_log.read_text()[-3000:]
-                try:
-                    if (await client.get(f"http://127.0.0.1:{self.api_port}/health")).status_code == 200:
-                        return
-                except httpx.TransportError:
-                    pass
-                await asyncio.sleep(0.2)
-        raise AssertionError(f"API never became healthy:\n{self.api_log.read_text()[-3000:]}")
+    async def wait_healthy(self) -> None:
+        assert self.api is not None
+        await wait_healthy(f"http://127.0.0.1:{self.api_port}", self.api, self.api_log)
 
     def restart_broker(self) -> None:
         if self.redis is not None:

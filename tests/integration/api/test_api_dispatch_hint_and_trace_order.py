@@ -17,6 +17,11 @@ class BrokerDown(ConnectionError):
     pass
 
 
+async def refuse(run_id: str, *, delay_ms: int = 0) -> None:
+    """A dispatcher whose broker is down."""
+    raise BrokerDown("connection to the broker was reset")
+
+
 async def test_create_answers_201_when_the_publish_after_commit_fails_and_the_sweep_runs_it(
     client: httpx.AsyncClient,
     tenant: Tenant,
@@ -26,9 +31,6 @@ async def test_create_answers_201_when_the_publish_after_commit_fails_and_the_sw
 ) -> None:
     harness.tasks.register("noop", lambda ctx: {"ok": True})
     definition_id = await define([{"type": "task", "name": "t", "handler": "noop"}])
-
-    async def refuse(run_id: str, *, delay_ms: int = 0) -> None:
-        raise BrokerDown("connection to the broker was reset")
 
     monkeypatch.setattr(harness.dispatcher, "dispatch", refuse)
     response = await client.post(
@@ -68,9 +70,6 @@ async def test_retry_answers_200_when_the_publish_after_commit_fails(
     )
     run_id = created.json()["data"]["id"]
     await harness.wait_for_status(run_id, "FAILED")
-
-    async def refuse(run_id: str, *, delay_ms: int = 0) -> None:
-        raise BrokerDown("connection to the broker was reset")
 
     monkeypatch.setattr(harness.dispatcher, "dispatch", refuse)
     response = await client.post(f"/v1/workflow-runs/{run_id}/retry", headers=tenant.headers)
