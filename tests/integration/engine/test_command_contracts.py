@@ -78,3 +78,34 @@ async def test_pause_and_resume_are_recorded_as_manual(harness: Harness, workspa
         if e["event_type"] in ("WORKFLOW_PAUSED", "WORKFLOW_RESUMED")
     ]
     assert reasons[-2:] == [("WORKFLOW_PAUSED", "manual"), ("WORKFLOW_RESUMED", "manual")]
+
+
+async def test_retry_records_the_resume_on_the_new_attempt_and_marks_it_dispatched(
+    harness: Harness, workspace_id: str
+) -> None:
+    outcomes = iter([RuntimeError("first visit fails"), None])
+
+    def flaky(ctx: Any) -> None:
+        outcome = next(outcomes)
+        if outcome is not None:
+            raise outcome
+
+    harness.tasks.register("flaky_once", flaky)
+    run_id = await _run(
+        harness,
+        workspace_id,
+        {"type": "task", "name": "t", "handler": "flaky_once", "retry": {"maxAttempts": 1}},
+    )
+    await harness.wait_for_status(run_id, "FAILED")
+    await harness.rt.pool.execute("UPDATE workflow_runs SET dispatched_at = NULL WHERE id = $1", run_id)
+    row = await commands.retry_run(harness.rt, workspace_id, run_id)
+
+    assert row["status"] == "RUNNING" and row["error"] is None
+    dispatched = await harness.rt.pool.fetchval(
+        "SELECT dispatched_at FROM workflow_runs WHERE id = $1", run_id
+    )
+    assert dispatched is not None  # the sweep waits its grace period before dispatching it again
+    (resumed,) = [e for e in await harness.events(run_id) if e["event_type"] == "WORKFLOW_RESUMED"]
+    assert resumed["payload"] == {"reason": "retry", "stepName": "t"}
+    assert resumed["step_run_id"] == row["current_step_run_id"]
+    await harness.wait_for_status(run_id, "COMPLETED")
