@@ -26,6 +26,9 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("stevora.engine")
 
+# A task step's `timeoutMs` when the definition gives none (docs/definitions.md).
+DEFAULT_TASK_TIMEOUT_MS = 300_000
+
 
 class TaskStepType(StepType):
     name = "task"
@@ -51,22 +54,23 @@ class TaskStepType(StepType):
             workflow_state=ex.state,
             config=step.config,
         )
+        timeout_ms = step.timeout_ms or DEFAULT_TASK_TIMEOUT_MS
         try:
-            async with asyncio.timeout(step.timeout_ms / 1000):
+            async with asyncio.timeout(timeout_ms / 1000):
                 return await rt.tasks.call(task, ctx, step)
         except TimeoutError:
             log.warning(
                 "task_timed_out",
                 workflow_run_id=ex.run_id,
                 step_name=ex.step_name,
-                timeout_ms=step.timeout_ms,
+                timeout_ms=timeout_ms,
             )
             return StepResult(
                 status="failed",
                 error={
                     "code": "TIMEOUT",
-                    "message": f"Task handler '{step.handler}' did not finish within {step.timeout_ms} ms",
-                    "details": {"timeoutMs": step.timeout_ms},
+                    "message": f"Task handler '{step.handler}' did not finish within {timeout_ms} ms",
+                    "details": {"timeoutMs": timeout_ms},
                 },
             )
         except StevoraError:

@@ -196,3 +196,5 @@ class FaultProxy:
             self._call(self._cut())
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(10)
+            self._loop.close()  # its self-pipe is a socket pair: leaving it to GC warns

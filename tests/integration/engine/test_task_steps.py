@@ -11,6 +11,7 @@ import structlog
 
 from stevora.definitions import TaskStep
 from stevora.engine import commands
+from stevora.engine.steps.task import DEFAULT_TASK_TIMEOUT_MS
 from stevora.ids import new_id
 from stevora.tasks import MAX_STACK_CHARS
 from tests.conftest import Harness, create_definition
@@ -26,9 +27,10 @@ async def run_to_end(harness: Harness, workspace_id: str, spec: dict[str, Any], 
     return await harness.wait_for_status(run["id"], "COMPLETED", "FAILED", timeout_s=timeout_s)
 
 
-def test_task_timeout_defaults_to_five_minutes() -> None:
+def test_task_timeout_defaults_to_five_minutes_without_changing_stored_definitions() -> None:
     step = TaskStep.model_validate({"type": "task", "name": "t", "handler": "h"})
-    assert step.timeout_ms == 300_000
+    assert step.timeout_ms is None and DEFAULT_TASK_TIMEOUT_MS == 300_000
+    assert "timeoutMs" not in step.model_dump(by_alias=True, exclude_none=True)
     assert (
         TaskStep.model_validate({"type": "task", "name": "t", "handler": "h", "timeoutMs": 50}).timeout_ms
         == 50
