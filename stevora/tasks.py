@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import traceback
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -93,6 +94,19 @@ class StepResult:
         if isinstance(value, Mapping):
             return cls(output=dict(value))
         return cls(output={"result": value})
+
+
+# Tracebacks are for people debugging the worker: kept in the logs and on the step's error
+# (truncated), never in anything sent to a model.
+MAX_STACK_CHARS = 4000
+
+
+def exception_error(exc: BaseException) -> dict[str, Any]:
+    """A step error for an unexpected exception: its type and message, and the traceback (`stack`)."""
+    stack = "".join(traceback.format_exception(exc))
+    if len(stack) > MAX_STACK_CHARS:
+        stack = "... (truncated)\n" + stack[-MAX_STACK_CHARS:]
+    return {"code": "STEP_FAILED", "message": f"{type(exc).__name__}: {exc}", "stack": stack}
 
 
 TaskHandler = Callable[..., Awaitable[Any] | Any]

@@ -5,6 +5,13 @@ Each write is a data-modifying CTE that (1) bumps the run's event sequence *fenc
 If the fence fails nothing is written and the caller gets LeaseLost; if the trace row already
 exists (unique (llm_call_id, sequence)) the whole statement fails, so a sequence number is never
 burnt and no event exists without its trace row (or the reverse).
+
+A checkpoint that fails with a lost connection is retried in place (same ids, same event id):
+when the connection died during COMMIT the first try may have committed, and the retry then
+hits the unique key (`llm_calls.id`, or `tool_trace (llm_call_id, sequence)`) instead of writing
+twice. A unique violation on a *retry* therefore means "already recorded" and the loop goes on;
+on a first try it is still an error. Only the fenced holder of the lease can reach the insert,
+so the row found is this worker's own earlier write.
 """
 
 from __future__ import annotations
@@ -16,8 +23,11 @@ from typing import Any
 
 import asyncpg
 
+from stevora.db.transient import Retrier
 from stevora.errors import LeaseLost
 from stevora.ids import new_id
+
+_ALREADY_RECORDED: Any = object()  # a retry found the statement's rows written by the try before
 
 _LLM_CALL_SQL = """
 WITH r AS (
@@ -104,17 +114,34 @@ class ToolTraceRecord:
     id: str = field(default_factory=lambda: new_id("tt"))
 
 
+async def _write_once(pool: asyncpg.Pool, sql: str, args: tuple[Any, ...], what: str, run_id: str) -> Any:
+    """Run a checkpoint statement, retrying lost connections; see the module docstring. Returns
+    the statement's value, None when the lease fence failed, or `_ALREADY_RECORDED`."""
+    retrier = Retrier(what, workflow_run_id=run_id)
+    while True:
+        try:
+            return await pool.fetchval(sql, *args)
+        except asyncpg.UniqueViolationError:
+            if retrier.failures == 0:
+                raise
+            return _ALREADY_RECORDED  # the try whose outcome was unknown did commit
+        except Exception as exc:
+            await retrier.pause(exc)
+
+
 async def record_llm_call(
     pool: asyncpg.Pool, run_id: str, owner: str, rec: LlmCallRecord, event_type: str, payload: dict[str, Any]
 ) -> datetime:
     """Commit the call's row and event; returns the commit's timestamp (the row's `created_at`)."""
-    committed_at = await pool.fetchval(
-        _LLM_CALL_SQL,
+    args = (
         run_id, owner, rec.id, rec.step_run_id, rec.step_name, rec.round, rec.provider, rec.model, rec.status,
         rec.request, rec.response, rec.error, rec.input_tokens, rec.output_tokens, rec.cache_read_tokens,
         rec.cache_write_tokens, rec.cost_usd, rec.finish_reason, rec.duration_ms,
         new_id("evt"), event_type, payload,
     )  # fmt: skip
+    committed_at = await _write_once(pool, _LLM_CALL_SQL, args, "record_llm_call", run_id)
+    if committed_at is _ALREADY_RECORDED:
+        committed_at = await pool.fetchval("SELECT created_at FROM llm_calls WHERE id = $1", rec.id)
     if committed_at is None:
         raise LeaseLost(f"run {run_id}: lease lost before recording LLM call round {rec.round}")
     return committed_at  # type: ignore[no-any-return]
@@ -129,12 +156,12 @@ async def record_tool_trace(
     payload: dict[str, Any],
     state_updates: dict[str, Any] | None = None,
 ) -> None:
-    seq = await pool.fetchval(
-        _TOOL_TRACE_SQL,
+    args = (
         run_id, owner, rec.id, rec.step_run_id, rec.llm_call_id, rec.round, rec.sequence, rec.tool_call_id,
         rec.tool_name, rec.input_json, rec.output_json, rec.status, rec.error, rec.error_code, rec.result_text,
         rec.duration_ms, rec.idempotency_key, new_id("evt"), event_type, payload, state_updates or None,
     )  # fmt: skip
+    seq = await _write_once(pool, _TOOL_TRACE_SQL, args, "record_tool_trace", run_id)
     if seq is None:
         raise LeaseLost(f"run {run_id}: lease lost before recording tool call {rec.idempotency_key}")
 
@@ -232,3 +259,19 @@ def replay_result_text(trace: asyncpg.Record) -> str:
         return str(trace["result_text"] or json.dumps({"error": "Tool call failed"}))
     output = trace["output_json"]
     return output if isinstance(output, str) else json.dumps(output, ensure_ascii=False)
+
+
+async def guardrail_failure_recorded(conn: asyncpg.Connection, step_run_id: str, round_: int) -> bool:
+    """Whether this step run's GUARDRAIL_FAILED event for `round_` is already written.
+
+    Called in the transaction that would write it, by the lease holder: a run resumed after a
+    crash between that commit and the step's end re-checks the same final answer, and must not
+    announce the same violation twice. (The lease fence on the run row makes check-then-insert
+    safe: a previous holder can no longer write.)"""
+    found = await conn.fetchval(
+        "SELECT 1 FROM workflow_events WHERE step_run_id = $1 AND event_type = 'GUARDRAIL_FAILED' "
+        "AND (payload->>'round')::int = $2 LIMIT 1",
+        step_run_id,
+        round_,
+    )
+    return found is not None

@@ -68,6 +68,9 @@ class TaskStep(StepBase):
     type: Literal["task"] = "task"
     handler: str = Field(min_length=1)
     config: dict[str, Any] = Field(default_factory=dict)
+    # One attempt's limit (unset: DEFAULT_TASK_TIMEOUT_MS); past it the attempt fails with TIMEOUT
+    # and the RetryPolicy decides. Unset stays unset in stored definitions.
+    timeout_ms: int | None = Field(default=None, ge=1, le=86_400_000)
 
 
 class WaitStep(StepBase):

@@ -21,6 +21,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
 from stevora.engine import endings
+from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import awaited
 from stevora.engine.steps.approval import APPROVAL_SIGNAL
 from stevora.errors import (
@@ -91,7 +92,7 @@ async def create_run(
                 raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
             return existing, False
     log.info("run_created", workflow_run_id=row["id"], definition_id=definition_id)
-    await rt.dispatcher.dispatch(row["id"])
+    await dispatch_hint(rt.dispatcher, row["id"])
     return row, True
 
 
@@ -112,7 +113,7 @@ async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Rec
         await _owned_run(conn, workspace_id, run_id)
         row = await endings.cancel_run(conn, run_id, wake=wake)
     for other in wake:
-        await rt.dispatcher.dispatch(other)
+        await dispatch_hint(rt.dispatcher, other)
     return row
 
 
@@ -159,7 +160,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 )
             ],
         )
-    await rt.dispatcher.dispatch(run_id)
+    await dispatch_hint(rt.dispatcher, run_id)
     return row
 
 
@@ -247,7 +248,7 @@ async def resume_run(
                     ),
                 ],
             )
-    await rt.dispatcher.dispatch(run_id)
+    await dispatch_hint(rt.dispatcher, run_id)
     return row
 
 
@@ -291,7 +292,7 @@ async def decide_approval(
             resumed = True
     # Dispatch only after commit: a claim that runs earlier still sees the run WAITING.
     if resumed:
-        await rt.dispatcher.dispatch(approval["workflow_run_id"])
+        await dispatch_hint(rt.dispatcher, approval["workflow_run_id"])
     return approval
 
 
@@ -482,7 +483,7 @@ async def submit_tool_outputs(
         if answers:
             resumed = await awaited.answer(conn, run, answers, reason="tool_outputs")
     if resumed:
-        await rt.dispatcher.dispatch(run_id)
+        await dispatch_hint(rt.dispatcher, run_id)
     return run
 
 

@@ -12,6 +12,12 @@ Each arrow is one transaction whose guarded updates are fenced by the lease, and
 writes are in that same transaction. Anything that happened outside the driver (a signal, an
 approval decision, a cancel) is just a row in a new status that the next pass reacts to.
 
+A lost database connection (restart, failover, `pg_terminate_backend`) is not a step failure:
+the pass is retried with backoff. That is safe because every pass starts by re-reading the run
+and its current step run, so a transition whose COMMIT outcome was unknown is simply seen done
+(or not) on the next read. After a bounded budget the error goes up to the run pool, which hands
+the lease back so the sweep redispatches the run.
+
 The driver knows step types only through `stevora.engine.steps` and writes only through
 `stevora.db` and `stevora.engine.endings`.
 """
@@ -19,6 +25,7 @@ The driver knows step types only through `stevora.engine.steps` and writes only 
 from __future__ import annotations
 
 import math
+from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -28,14 +35,16 @@ import structlog
 from stevora.clock import iso, utcnow
 from stevora.db import runs
 from stevora.db.runs import RELEASE
+from stevora.db.transient import Retrier, is_transient
 from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay_ms
 from stevora.engine import endings
+from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.base import StepExecution, WaitContext
 from stevora.engine.steps.registry import step_type
-from stevora.errors import LeaseLost, StevoraError
+from stevora.errors import InvalidStateTransition, LeaseLost, StevoraError
 from stevora.events import Event, EventType, step_completed, step_failed
 from stevora.statuses import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
-from stevora.tasks import StepResult
+from stevora.tasks import StepResult, exception_error
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -61,11 +70,17 @@ class RunDriver:
 
     async def drive(self, run_id: str) -> None:
         """Advance a run this driver has claimed. Returns when the run no longer needs this worker."""
-        try:
-            while await self._step_once(run_id):
-                pass
-        except LeaseLost:
-            log.info("lease_lost", workflow_run_id=run_id)
+        retrier = Retrier("drive", workflow_run_id=run_id)
+        while True:
+            try:
+                if not await self._step_once(run_id):
+                    return
+                retrier.reset()
+            except LeaseLost:
+                log.info("lease_lost", workflow_run_id=run_id)
+                return
+            except Exception as exc:
+                await retrier.pause(exc)  # re-raises unless a lost connection within budget
 
     async def _step_once(self, run_id: str) -> bool:
         run = await runs.get_run(self.pool, run_id)
@@ -101,7 +116,7 @@ class RunDriver:
         if run_ids:
             self.rt.faults.reached("parent_told")
         for run_id in run_ids:
-            await self.rt.dispatcher.dispatch(run_id)
+            await dispatch_hint(self.rt.dispatcher, run_id)
 
     # -- transitions ---------------------------------------------------------------------------
 
@@ -186,19 +201,40 @@ class RunDriver:
             raise
         except StevoraError as exc:
             result = StepResult(status="failed", error=exc.to_dict(), retryable=exc.retryable)
-        except Exception as exc:  # a handler bug must fail the step, never the worker
-            bound.warning("step_handler_raised", error=repr(exc))
-            result = StepResult(
-                status="failed", error={"code": "STEP_FAILED", "message": f"{type(exc).__name__}: {exc}"}
-            )
+        except Exception as exc:
+            if is_transient(exc):
+                raise  # the database went away: retry the pass, it is not this attempt's failure
+            # A step type's bug must fail the step, never the worker.
+            bound.warning("step_raised", error=repr(exc), exc_info=exc)
+            result = StepResult(status="failed", error=exception_error(exc))
         if result.status == "completed":
-            await self._complete_step(run, step_run, result)
+            result = _check_next_step(result, definition, ex.step_name)
+        if result.status == "completed":
+            await self._record(run["id"], lambda: self._complete_step(run, step_run, result))
             return True
         if result.status == "waiting":
-            await self._wait(run, step_run, step, result)
+            await self._record(run["id"], lambda: self._wait(run, step_run, step, result))
             return False
-        await self._fail_step(run, step_run, result)
+        await self._record(run["id"], lambda: self._fail_step(run, step_run, result))
         return True
+
+    async def _record(self, run_id: str, transition: Callable[[], Awaitable[None]]) -> None:
+        """Commit the outcome of an execution, retrying lost connections in place.
+
+        Retrying the whole pass instead would run the handler again. If a try died during COMMIT
+        and had committed, the retry finds the step no longer RUNNING (InvalidStateTransition):
+        the outcome is recorded, and the next pass reads where the run is."""
+        retrier = Retrier("record_step_outcome", workflow_run_id=run_id)
+        while True:
+            try:
+                await transition()
+                return
+            except InvalidStateTransition:
+                if retrier.failures == 0:
+                    raise
+                return
+            except Exception as exc:
+                await retrier.pause(exc)
 
     async def _complete_step(self, run: asyncpg.Record, step_run: asyncpg.Record, result: StepResult) -> None:
         output = dict(result.output or {})
@@ -257,9 +293,9 @@ class RunDriver:
                 events=events,
             )
         for other in wait.dispatch_after:
-            await self.rt.dispatcher.dispatch(other)
+            await dispatch_hint(self.rt.dispatcher, other)
         if until is not None:
-            await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_until(until))
+            await dispatch_hint(self.rt.dispatcher, run["id"], delay_ms=delay_until(until))
 
     async def _fail_step(self, run: asyncpg.Record, step_run: asyncpg.Record, result: StepResult) -> None:
         error = dict(result.error or {"message": "Step failed"})
@@ -289,7 +325,7 @@ class RunDriver:
             # Dispatched early (or by a duplicate): hand the run back and come back when it is due.
             await self.release(run["id"])
             if due is not None:
-                await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_until(due))
+                await dispatch_hint(self.rt.dispatcher, run["id"], delay_ms=delay_until(due))
             return False
         step = definition.step(step_run["step_name"])
         async with self.pool.acquire() as conn, conn.transaction():
@@ -353,6 +389,14 @@ class RunDriver:
         steps = definition.steps
         index = step_run["step_index"]
         target = (step_run["output"] or {}).get("__nextStep")
+        if target and target not in _step_names(definition):
+            # Recorded before targets were checked: fail the run instead of crashing each pass.
+            error = {
+                **_unknown_target_error(target, step_run["step_name"]),
+                "stepName": step_run["step_name"],
+            }
+            await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake)
+            return False
         next_index = definition.index_of(target) if target else index + 1
         events: list[Event] = []
         # A forward jump skips the steps in between; they get SKIPPED rows so the timeline says so.
@@ -451,5 +495,26 @@ class RunDriver:
                     )
                 ],
             )
-        await self.rt.dispatcher.dispatch(run["id"], delay_ms=delay_ms + _TIMER_SLACK_MS)
+        await dispatch_hint(self.rt.dispatcher, run["id"], delay_ms=delay_ms + _TIMER_SLACK_MS)
         return False
+
+
+def _step_names(definition: WorkflowDefinitionSpec) -> set[str]:
+    return {s.name for s in definition.steps}
+
+
+def _unknown_target_error(target: Any, step_name: str) -> dict[str, Any]:
+    return {
+        "code": "UNKNOWN_NEXT_STEP",
+        "message": f"Step '{step_name}' returned __nextStep '{target}', which is not a step of this workflow",
+        "retryable": False,
+        "details": {"nextStep": target},
+    }
+
+
+def _check_next_step(result: StepResult, definition: WorkflowDefinitionSpec, step_name: str) -> StepResult:
+    """A completed result whose `__nextStep` names no step fails the step (not retryable)."""
+    target = result.next_step or (result.output or {}).get("__nextStep")
+    if target is None or (isinstance(target, str) and target in _step_names(definition)):
+        return result
+    return StepResult(status="failed", error=_unknown_target_error(target, step_name), retryable=False)

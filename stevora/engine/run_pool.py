@@ -9,6 +9,11 @@ recovery sweep dispatches the run again.
 
 One heartbeat statement per interval renews the leases of every run this process holds; a run
 missing from its result was cancelled, paused or taken over, and its task is cancelled.
+
+Database outages: the claim, the heartbeat and the release retry lost connections with backoff
+(`stevora.db.transient`), so a PostgreSQL restart of a few seconds costs a few seconds, not a
+whole lease. A driver that still fails after its retry budget hands the lease back and
+redispatches the run.
 """
 
 from __future__ import annotations
@@ -16,12 +21,16 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+from functools import partial
 from typing import TYPE_CHECKING
 
+import asyncpg
 import structlog
 
 from stevora.db import runs
+from stevora.db.transient import Retrier, retry_transient
 from stevora.engine.driver import RunDriver
+from stevora.engine.hints import dispatch_hint
 from stevora.ids import random_token
 
 if TYPE_CHECKING:
@@ -60,7 +69,7 @@ class RunPool:
             return False
         await self._slots.acquire()
         try:
-            row = await runs.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
+            row = await self._claim(run_id)
         except BaseException:
             self._slots.release()
             raise
@@ -72,18 +81,34 @@ class RunPool:
         self._idle.clear()
         return True
 
+    async def _claim(self, run_id: str) -> asyncpg.Record | None:
+        retrier = Retrier("claim", workflow_run_id=run_id)
+        while True:
+            try:
+                row = await runs.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
+                if row is None and retrier.failures:
+                    # The failed try may have committed the claim: then the lease is ours already.
+                    current = await runs.get_run(self.rt.pool, run_id)
+                    if current is not None and current["lease_owner"] == self.worker_id:
+                        return current
+                return row
+            except Exception as exc:
+                await retrier.pause(exc)
+
     async def _run(self, run_id: str) -> None:
         try:
             await self.driver.drive(run_id)
         except asyncio.CancelledError:
             raise
         except Exception:
-            # Infrastructure trouble (database restart...). Free the lease so the sweep retries soon.
+            # The database stayed away past the retry budget, or a bug: hand the lease back and
+            # redispatch so the run does not wait out its lease.
             log.exception("run_driver_crashed", workflow_run_id=run_id)
             try:
-                await self.driver.release(run_id)
+                await retry_transient(lambda: self.driver.release(run_id), "release", workflow_run_id=run_id)
+                await dispatch_hint(self.rt.dispatcher, run_id)
             except Exception:
-                log.warning("lease_release_failed", workflow_run_id=run_id)
+                log.warning("lease_release_failed", workflow_run_id=run_id, exc_info=True)
         finally:
             self._tasks.pop(run_id, None)
             self._slots.release()
@@ -98,9 +123,14 @@ class RunPool:
             if not held:
                 continue
             try:
-                still_ours = await runs.renew_leases(self.rt.pool, held, self.worker_id, settings.lease_s)
+                # Retried within one interval: the next beat starts from scratch anyway.
+                still_ours = await retry_transient(
+                    partial(runs.renew_leases, self.rt.pool, held, self.worker_id, settings.lease_s),
+                    "heartbeat",
+                    budget_s=settings.heartbeat_s,
+                )
             except Exception:
-                log.warning("heartbeat_failed", runs=len(held))
+                log.warning("heartbeat_failed", runs=len(held), exc_info=True)
                 continue
             for run_id in held:
                 task = self._tasks.get(run_id)
@@ -122,4 +152,4 @@ class RunPool:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         for run_id in await runs.release_all(self.rt.pool, self.worker_id):
-            await self.rt.dispatcher.dispatch(run_id)
+            await dispatch_hint(self.rt.dispatcher, run_id)

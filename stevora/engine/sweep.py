@@ -17,6 +17,7 @@ import structlog
 
 from stevora.db import runs
 from stevora.db.retention import prune_finished_runs
+from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import awaited
 
 if TYPE_CHECKING:
@@ -31,7 +32,7 @@ async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     # A child run that ended while its parent could not be told: tell it now.
     ids += await awaited.answer_finished_children(rt.pool)
     for run_id in ids:
-        await rt.dispatcher.dispatch(run_id)
+        await dispatch_hint(rt.dispatcher, run_id)
     if ids:
         log.info("sweep_dispatched", runs=len(ids))
     return ids

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from sqlalchemy import select
+from sqlalchemy import func, select
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all
@@ -51,10 +51,19 @@ async def list_llm_calls(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepNam
 async def list_tool_traces(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepName = None) -> Response:
     """One record per executed tool call, in execution order (round, then position in the round)."""
     await load_run(ctx.rt, auth.workspace_id, run_id)
-    stmt = select(_TRACES).where(_TRACES.c.workflow_run_id == run_id)
+    # Rounds in the order their model calls were made, then calls in the order of the model's
+    # answer (`sequence`): parallel calls finish (and are committed) in any order. A `tool` step's
+    # call has no model call: it sorts by its own commit time.
+    stmt = (
+        select(_TRACES)
+        .outerjoin(_CALLS, _CALLS.c.id == _TRACES.c.llm_call_id)
+        .where(_TRACES.c.workflow_run_id == run_id)
+    )
     if step_name is not None:
         stmt = stmt.join(StepRun.__table__, StepRun.id == _TRACES.c.step_run_id).where(
             StepRun.step_name == step_name
         )
-    stmt = stmt.order_by(_TRACES.c.created_at, _TRACES.c.round, _TRACES.c.sequence, _TRACES.c.id)
+    stmt = stmt.order_by(
+        func.coalesce(_CALLS.c.created_at, _TRACES.c.created_at), _CALLS.c.id, _TRACES.c.sequence
+    )
     return ok([ToolTraceOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])

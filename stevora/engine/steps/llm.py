@@ -149,6 +149,8 @@ class LlmStepRun:
         self, violations: list[guardrails.Violation], action: str, last: CommittedRound
     ) -> None:
         async with self.rt.pool.acquire() as conn, conn.transaction():
+            if await checkpoints.guardrail_failure_recorded(conn, self.ex.step_run_id, last.round):
+                return  # written before a crash; the run resumed at the same final answer
             await runs.update_run(
                 conn,
                 self.ex.run_id,

@@ -1,15 +1,33 @@
-"""`task`: runs the handler registered under the step's `handler`, passing it `config`."""
+"""`task`: runs the handler registered under the step's `handler`, passing it `config`.
+
+An attempt is bounded by the step's `timeoutMs` (default 300000): past it the attempt fails with
+`TIMEOUT` (retryable, so the RetryPolicy decides) and the run moves on, so a hung handler never
+holds its run's lease forever. An async handler is cancelled; a sync handler's thread cannot be
+stopped by Python and finishes in the background, its result discarded.
+
+A handler that raises fails the attempt with `STEP_FAILED`, its message and its traceback
+(`stack`, truncated); the traceback also goes to the worker log.
+"""
 
 from __future__ import annotations
 
+import asyncio
 from typing import TYPE_CHECKING
+
+import structlog
 
 from stevora.definitions import TaskStep
 from stevora.engine.steps.base import StepExecution, StepType
-from stevora.tasks import StepContext, StepResult
+from stevora.errors import StevoraError
+from stevora.tasks import StepContext, StepResult, exception_error
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
+
+log = structlog.get_logger("stevora.engine")
+
+# A task step's `timeoutMs` when the definition gives none (docs/definitions.md).
+DEFAULT_TASK_TIMEOUT_MS = 300_000
 
 
 class TaskStepType(StepType):
@@ -36,4 +54,36 @@ class TaskStepType(StepType):
             workflow_state=ex.state,
             config=step.config,
         )
-        return await rt.tasks.call(task, ctx, step)
+        timeout_ms = step.timeout_ms or DEFAULT_TASK_TIMEOUT_MS
+        try:
+            async with asyncio.timeout(timeout_ms / 1000):
+                return await rt.tasks.call(task, ctx, step)
+        except TimeoutError:
+            log.warning(
+                "task_timed_out",
+                workflow_run_id=ex.run_id,
+                step_name=ex.step_name,
+                timeout_ms=timeout_ms,
+            )
+            return StepResult(
+                status="failed",
+                error={
+                    "code": "TIMEOUT",
+                    "message": f"Task handler '{step.handler}' did not finish within {timeout_ms} ms",
+                    "details": {"timeoutMs": timeout_ms},
+                },
+            )
+        except StevoraError:
+            raise  # a deliberate StepError: the driver records its code and retryable flag
+        except Exception as exc:
+            # A handler's own exception — whatever it is, even a database error of its own —
+            # is this attempt's failure (the engine's database errors never reach here).
+            log.warning(
+                "task_handler_raised",
+                workflow_run_id=ex.run_id,
+                step_name=ex.step_name,
+                attempt=ex.attempt,
+                error=repr(exc),
+                exc_info=exc,
+            )
+            return StepResult(status="failed", error=exception_error(exc))
