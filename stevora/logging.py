@@ -7,6 +7,7 @@ import sys
 
 import structlog
 
+from stevora.observability.logs import route_stdlib_logging
 from stevora.settings import Settings
 
 
@@ -30,6 +31,4 @@ def configure_logging(settings: Settings) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    logging.basicConfig(
-        level=max(level, logging.WARNING), stream=sys.stderr, format="%(levelname)s %(name)s: %(message)s"
-    )
+    route_stdlib_logging(level, renderer, access_log=settings.access_log)

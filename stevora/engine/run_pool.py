@@ -18,11 +18,13 @@ import os
 import socket
 from typing import TYPE_CHECKING
 
+import asyncpg
 import structlog
 
 from stevora.db import runs
 from stevora.engine.driver import RunDriver
 from stevora.ids import random_token
+from stevora.observability import hooks as observe
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -67,14 +69,16 @@ class RunPool:
         if row is None or run_id in self._tasks:
             self._slots.release()
             return False
-        task = asyncio.create_task(self._run(run_id), name=f"run-{run_id}")
+        task = asyncio.create_task(self._run(run_id, row), name=f"run-{run_id}")
         self._tasks[run_id] = task
         self._idle.clear()
         return True
 
-    async def _run(self, run_id: str) -> None:
+    async def _run(self, run_id: str, row: asyncpg.Record) -> None:
         try:
-            await self.driver.drive(run_id)
+            name = (await self.rt.definitions.get(row["definition_id"])).name
+            with observe.run_execution(row, name, self.worker_id):
+                await self.driver.drive(run_id)
         except asyncio.CancelledError:
             raise
         except Exception:

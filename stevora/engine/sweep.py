@@ -16,6 +16,7 @@ import structlog
 
 from stevora.db import runs
 from stevora.engine.steps import awaited
+from stevora.observability.metrics import SWEEP_PICKUPS
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -31,6 +32,7 @@ async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     for run_id in ids:
         await rt.dispatcher.dispatch(run_id)
     if ids:
+        SWEEP_PICKUPS.inc(len(ids))
         log.info("sweep_dispatched", runs=len(ids))
     return ids
 
