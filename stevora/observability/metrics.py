@@ -14,6 +14,7 @@ import os
 import tempfile
 from datetime import datetime
 from typing import TYPE_CHECKING
+from wsgiref.simple_server import WSGIServer
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -118,10 +119,12 @@ def prepare_worker_processes(processes: int) -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="stevora-metrics-")
 
 
-def serve_worker_metrics(host: str, port: int) -> None:
-    """Serve `/metrics` on `port` from a background thread (0: do nothing)."""
-    if port:
-        start_http_server(port, addr=host, registry=_registry())
+def serve_worker_metrics(host: str, port: int) -> WSGIServer | None:
+    """Serve `/metrics` on `port` from a background thread (0: do nothing). Returns the server."""
+    if not port:
+        return None
+    server, _thread = start_http_server(port, addr=host, registry=_registry())
+    return server
 
 
 def process_exited(pid: int | None) -> None:
