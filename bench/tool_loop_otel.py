@@ -1,10 +1,11 @@
 """`bench/tool_loop.py` with OpenTelemetry tracing on: the cost of the spans per round.
 
-    .venv/bin/python -m bench.tool_loop_otel [--rounds 20] [--repeats 10] [--capture-content]
+    .venv/bin/python -m bench.tool_loop_otel [--rounds 20] [--repeats 10] [--capture-content] [--off]
 
 Installs an SDK tracer provider with a BatchSpanProcessor (as `STEVORA_OTEL=true` does) whose
 exporter drops the spans, so the figure is Stevora's instrumentation plus the SDK's span
-handling, not a collector's network I/O. Compare with `python -m bench.tool_loop` (tracing off).
+handling, not a collector's network I/O. `--off` runs the same bench with tracing off (as
+`python -m bench.tool_loop`, in its own database) for the comparison.
 """
 
 from __future__ import annotations
@@ -37,7 +38,11 @@ if __name__ == "__main__":
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--repeats", type=int, default=10)
     parser.add_argument("--capture-content", action="store_true")
+    parser.add_argument("--off", action="store_true", help="tracing off: the baseline")
     args = parser.parse_args()
+    if args.off:
+        asyncio.run(main(bench_database_url("tool_loop_otel_off"), args.rounds, args.repeats))
+        raise SystemExit(0)
     exporter = DroppingExporter()
     provider = TracerProvider()
     provider.add_span_processor(BatchSpanProcessor(exporter))

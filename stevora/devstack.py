@@ -112,7 +112,11 @@ class DevStack:
 
         assert self.settings is not None
         config = uvicorn.Config(
-            create_app(self.settings), host=self.host, port=self.port, log_level="warning"
+            create_app(self.settings),
+            host=self.host,
+            port=self.port,
+            log_level="warning",
+            log_config=None,  # uvicorn's records go through structlog (stevora.observability.logs)
         )
         self._server = uvicorn.Server(config)
         return self._server
