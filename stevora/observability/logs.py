@@ -16,6 +16,14 @@ import structlog
 _HANDLER_NAME = "stevora-structlog"
 
 
+def _drop_color_message(
+    _logger: object, _name: str, event: structlog.typing.EventDict
+) -> structlog.typing.EventDict:
+    # uvicorn adds an ANSI-coloured copy of its message as an `extra`; the plain one is enough.
+    event.pop("color_message", None)
+    return event
+
+
 def route_stdlib_logging(level: int, renderer: structlog.types.Processor, *, access_log: bool) -> None:
     formatter = structlog.stdlib.ProcessorFormatter(
         foreign_pre_chain=[
@@ -23,6 +31,7 @@ def route_stdlib_logging(level: int, renderer: structlog.types.Processor, *, acc
             structlog.stdlib.add_log_level,
             structlog.stdlib.add_logger_name,
             structlog.stdlib.ExtraAdder(),
+            _drop_color_message,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
         ],
         processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],

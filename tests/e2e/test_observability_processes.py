@@ -92,6 +92,7 @@ async def test_api_logs_json_with_access_lines_and_two_worker_processes_serve_su
     [listening] = [line for line in api_lines if line["event"] == "api_listening"]
     assert listening["url"] == url and listening["metrics"] == f"{url}/metrics"
     assert listening["broker"] == "amqp://127.0.0.1:5672/"  # no credentials
+    assert not any("color_message" in line for line in api_lines)
     access = [line for line in api_lines if line.get("logger") == "uvicorn.access"]
     assert any("/v1/workspaces" in line["event"] for line in access), api_lines[-5:]
     ready = [line for line in _json_lines(worker_log) if line["event"] == "worker_ready"]
