@@ -44,7 +44,10 @@ def route_stdlib_logging(level: int, renderer: structlog.types.Processor, *, acc
     root.handlers = [h for h in root.handlers if h.get_name() != _HANDLER_NAME] + [handler]
     root.setLevel(max(level, logging.WARNING))
     # uvicorn installs no handlers of its own when started with log_config=None: its records
-    # propagate to the root handler above.
+    # propagate to the root handler above (undo what an earlier uvicorn config in this process did).
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        logging.getLogger(name).handlers = []
+        logging.getLogger(name).propagate = True
     access = logging.getLogger("uvicorn.access")
     access.setLevel(logging.INFO if access_log else logging.WARNING)
     access.disabled = not access_log
