@@ -12,10 +12,10 @@ from typing import Any
 
 import structlog
 
+from stevora.observability.logs import route_stdlib_logging
 from stevora.settings import Settings
 
 # uvicorn's loggers: with `log_config=None` uvicorn leaves them to us, and they propagate to root.
-UVICORN_LOGGERS = ("uvicorn", "uvicorn.error", "uvicorn.access", "uvicorn.asgi")
 
 
 REDACTED = "[REDACTED]"
@@ -80,29 +80,10 @@ def configure_logging(settings: Settings) -> None:
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        structlog.stdlib.ProcessorFormatter(
-            foreign_pre_chain=[*shared, structlog.stdlib.add_logger_name],
-            processors=[
-                structlog.stdlib.ProcessorFormatter.remove_processors_meta,
-                *exceptions_then_redact,
-                renderer,
-            ],
-        )
-    )
-    root = logging.getLogger()
-    for old in list(root.handlers):
-        root.removeHandler(old)
-    root.addHandler(handler)
-    # Libraries are chatty at INFO (pika logs every connection step): warnings and errors only.
-    root.setLevel(max(level, logging.WARNING))
-    for name in UVICORN_LOGGERS:
-        logger = logging.getLogger(name)
-        logger.handlers.clear()
-        logger.propagate = True
+    # Libraries' records (uvicorn, pika, dramatiq...) through the same processors, redaction included.
+    route_stdlib_logging(level, renderer, access_log=settings.access_log, processors=exceptions_then_redact)
 
 
-def uvicorn_log_settings() -> dict[str, Any]:
+def uvicorn_log_settings(*, access_log: bool = False) -> dict[str, Any]:
     """`uvicorn.Config` keyword arguments that leave uvicorn's records to `configure_logging`."""
-    return {"log_config": None, "log_level": "warning"}
+    return {"log_config": None, "log_level": "info" if access_log else "warning", "access_log": access_log}

@@ -115,6 +115,20 @@ class Settings(BaseSettings):
     # Deliver to private, loopback and link-local addresses too (local development; SSRF risk).
     webhook_allow_private: bool = False
 
+    # Observability (docs/observability.md)
+    # OpenTelemetry traces: on when an OTLP endpoint is set or STEVORA_OTEL=true (needs stevora[otel]).
+    otel: bool = False
+    otel_exporter_otlp_endpoint: str | None = Field(
+        default=None,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT", "STEVORA_OTEL_EXPORTER_OTLP_ENDPOINT"),
+    )
+    # Put prompts, answers and tool arguments/results on spans (off: only ids, models, tokens).
+    otel_capture_content: bool = False
+    # Workers serve Prometheus metrics on this port (0: no metrics server).
+    metrics_port: int = 0
+    # One log line per HTTP request from the API.
+    access_log: bool = False
+
     # Misc
     log_format: Literal["auto", "json", "console"] = "auto"
     log_level: str = "INFO"

@@ -21,6 +21,7 @@ from dramatiq.asyncio import get_event_loop_thread
 from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.engine.run_pool import RunPool
 from stevora.engine.sweep import sweep_forever
+from stevora.observability import tracing
 from stevora.runtime import Runtime
 from stevora.settings import Settings
 from stevora.tuning import tune_gc
@@ -76,6 +77,7 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
 
     async def _start(self, broker: dramatiq.Broker) -> None:
         global _state
+        tracing.configure_tracing(self.settings)
         rt = await Runtime.start(
             self.settings, dispatcher=DramatiqDispatcher(broker, self.settings.queue_name)
         )
@@ -99,4 +101,5 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
         await asyncio.gather(state.sweeper, return_exceptions=True)
         await state.run_pool.close()
         await state.runtime.close()
+        tracing.shutdown_tracing()
         log.info("worker_stopped", worker_id=state.run_pool.worker_id)

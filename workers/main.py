@@ -11,6 +11,8 @@ import structlog
 
 from stevora.engine.brokers import build_broker
 from stevora.logging import configure_logging
+from stevora.observability import metrics
+from stevora.observability.logs import redact_url
 from stevora.settings import Settings
 from stevora.tuning import use_uvloop
 from workers.actors import declare_actors
@@ -30,16 +32,22 @@ def build_worker(
     return broker, dramatiq.Worker(broker, worker_threads=threads, worker_timeout=200)
 
 
-def run_worker_process(settings: Settings, threads: int) -> None:
+def run_worker_process(settings: Settings, threads: int, serve_metrics: bool = False) -> None:
     configure_logging(settings)
     use_uvloop()  # before build_worker: the AsyncIO middleware creates its loop from the policy
     broker, worker = build_worker(settings, threads=threads)
+    if serve_metrics:
+        metrics.serve_worker_metrics(settings.host, settings.metrics_port)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     worker.start()
     log.info(
-        "worker_ready", broker=settings.broker_url.split("@")[-1], queue=settings.queue_name, threads=threads
+        "worker_ready",
+        broker=redact_url(settings.broker_url),
+        queue=settings.queue_name,
+        threads=threads,
+        metrics=f"http://{settings.host}:{settings.metrics_port}/metrics" if settings.metrics_port else None,
     )
     stop.wait()
     log.info("worker_stopping")
@@ -49,8 +57,11 @@ def run_worker_process(settings: Settings, threads: int) -> None:
 
 def run(settings: Settings, *, processes: int = 1, threads: int = 8) -> int:
     if processes <= 1:
-        run_worker_process(settings, threads)
+        run_worker_process(settings, threads, serve_metrics=True)
         return 0
+    # The children write their metrics to a shared directory; this process serves their sum.
+    metrics.prepare_worker_processes(processes)
+    metrics.serve_worker_metrics(settings.host, settings.metrics_port)
     ctx = multiprocessing.get_context("spawn")
     children = [
         ctx.Process(target=run_worker_process, args=(settings, threads), daemon=False)
@@ -68,4 +79,5 @@ def run(settings: Settings, *, processes: int = 1, threads: int = 8) -> int:
     signal.signal(signal.SIGINT, forward)
     for child in children:
         child.join()
+        metrics.process_exited(child.pid)
     return max((c.exitcode or 0) for c in children)

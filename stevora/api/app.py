@@ -13,7 +13,7 @@ from contextlib import asynccontextmanager
 
 from fastapi import APIRouter, Depends, FastAPI
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import RedirectResponse
+from fastapi.responses import RedirectResponse, Response
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -36,6 +36,7 @@ from stevora.api.routers import (
 )
 from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import DramatiqDispatcher
+from stevora.observability import metrics, tracing
 from stevora.runtime import Runtime
 from stevora.settings import Settings
 from stevora.tuning import tune_gc
@@ -84,6 +85,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        tracing.configure_tracing(settings)
         if runtime is not None:
             tune_gc()
             yield
@@ -129,6 +131,11 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     @app.get("/", include_in_schema=False)
     async def root() -> RedirectResponse:
         return RedirectResponse("/ui")
+
+    @app.get("/metrics", include_in_schema=False)
+    async def prometheus_metrics() -> Response:
+        body, content_type = metrics.exposition()
+        return Response(body, media_type=content_type)
 
     install_openapi(app)
     return app

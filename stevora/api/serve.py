@@ -13,8 +13,13 @@ import multiprocessing
 import signal
 import socket
 
+import structlog
+
 from stevora.logging import configure_logging, uvicorn_log_settings
+from stevora.observability.logs import redact_url
 from stevora.settings import Settings
+
+log = structlog.get_logger("stevora.api")
 
 
 def reuse_port_socket(host: str, port: int) -> socket.socket:
@@ -37,9 +42,20 @@ def _serve_one(settings: Settings, reuse_port: bool) -> None:
 
     configure_logging(settings)
     config = uvicorn.Config(
-        create_app(settings), host=settings.host, port=settings.port, **uvicorn_log_settings()
+        create_app(settings),
+        host=settings.host,
+        port=settings.port,
+        **uvicorn_log_settings(access_log=settings.access_log),
     )
     server = uvicorn.Server(config)
+    log.info(
+        "api_listening",
+        url=f"http://{settings.host}:{settings.port}",
+        metrics=f"http://{settings.host}:{settings.port}/metrics",
+        broker=redact_url(settings.broker_url),
+        queue=settings.queue_name,
+        access_log=settings.access_log,
+    )
     if reuse_port:
         asyncio.run(server.serve(sockets=[reuse_port_socket(settings.host, settings.port)]))
     else:

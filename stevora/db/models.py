@@ -146,6 +146,9 @@ class WorkflowRun(Base):
     parent_run_id: Mapped[str | None] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
     parent_tool_call_id: Mapped[str | None] = mapped_column(String(200))
     depth: Mapped[int] = mapped_column(Integer, server_default="1")
+    # W3C trace context (`traceparent`, `tracestate`) of the span that created the run: every
+    # worker execution continues that trace (docs/observability.md). NULL when tracing was off.
+    trace_context: Mapped[dict[str, str] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 

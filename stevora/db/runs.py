@@ -239,6 +239,7 @@ async def insert_run(
     parent_run_id: str | None = None,
     parent_tool_call_id: str | None = None,
     depth: int = 1,
+    trace_context: dict[str, str] | None = None,
 ) -> asyncpg.Record | None:
     """Insert a PENDING run, checking the definition belongs to the workspace in the same statement.
 
@@ -246,8 +247,8 @@ async def insert_run(
     """
     return await conn.fetchrow(
         "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
-        "dispatched_at, parent_run_id, parent_tool_call_id, depth) "
-        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now(), $6, $7, $8 FROM workflow_definitions d "
+        "dispatched_at, parent_run_id, parent_tool_call_id, depth, trace_context) "
+        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now(), $6, $7, $8, $9 FROM workflow_definitions d "
         "WHERE d.id = $3 AND d.workspace_id = $2 "
         "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING "
         f"RETURNING {RUN_COLUMNS}",
@@ -259,6 +260,7 @@ async def insert_run(
         parent_run_id,
         parent_tool_call_id,
         depth,
+        trace_context,
     )
 
 
@@ -324,7 +326,7 @@ _CLAIM_SQL = f"""
 UPDATE workflow_runs SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
        version = version + 1
 WHERE id = $1 AND {RUNNABLE}
-RETURNING {RUN_COLUMNS}
+RETURNING {RUN_COLUMNS}, dispatched_at, trace_context
 """
 
 _SWEEP_SQL = f"""
@@ -344,6 +346,13 @@ RETURNING id
 async def claim(pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float) -> asyncpg.Record | None:
     """Take the run's lease if it is free and the run has something to do now."""
     return await pool.fetchrow(_CLAIM_SQL, run_id, owner, lease_s)
+
+
+async def get_claimed(pool: asyncpg.Pool, run_id: str) -> asyncpg.Record | None:
+    """The run with the columns `claim` returns (for a claim whose commit outcome was unknown)."""
+    return await pool.fetchrow(
+        f"SELECT {RUN_COLUMNS}, dispatched_at, trace_context FROM workflow_runs WHERE id = $1", run_id
+    )
 
 
 async def renew_leases(pool: asyncpg.Pool, run_ids: list[str], owner: str, lease_s: float) -> set[str]:

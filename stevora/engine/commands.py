@@ -33,6 +33,8 @@ from stevora.errors import (
     ValidationError,
 )
 from stevora.events import Event, EventType, WebhookEvent, step_completed, step_failed
+from stevora.observability import tracing
+from stevora.observability.metrics import RUNS_CREATED
 from stevora.statuses import RunStatus, StepStatus
 from stevora.tools import schema_problems, with_defaults
 
@@ -77,13 +79,16 @@ async def create_run(
             )
     async with rt.pool.acquire() as conn:
         # One round trip on the hot path: the definition check is the INSERT's SELECT.
-        row = await runs.insert_run(
-            conn,
-            workspace_id=workspace_id,
-            definition_id=definition_id,
-            input=input or {},
-            idempotency_key=idempotency_key,
-        )
+        with tracing.run_created(workspace_id, definition_id) as trace:
+            row = await runs.insert_run(
+                conn,
+                workspace_id=workspace_id,
+                definition_id=definition_id,
+                input=input or {},
+                idempotency_key=idempotency_key,
+                trace_context=trace.carrier,
+            )
+            trace.created(row["id"] if row is not None else None)
         if row is None:
             existing = None
             if idempotency_key is not None:
@@ -92,6 +97,7 @@ async def create_run(
                 raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
             return existing, False
     log.info("run_created", workflow_run_id=row["id"], definition_id=definition_id)
+    RUNS_CREATED.inc()
     await dispatch_hint(rt.dispatcher, row["id"])
     return row, True
 

@@ -43,6 +43,7 @@ from stevora.engine.steps.base import StepExecution, WaitContext
 from stevora.engine.steps.registry import step_type
 from stevora.errors import InvalidStateTransition, LeaseLost, StevoraError
 from stevora.events import Event, EventType, step_completed, step_failed
+from stevora.observability import hooks as observe
 from stevora.statuses import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
 from stevora.tasks import StepResult, exception_error
 
@@ -196,7 +197,11 @@ class RunDriver:
         bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
         self.rt.faults.reached("step_started", ex.step_name)
         try:
-            result = await step_type(step_run["step_type"]).execute(self.rt, ex, step)
+            with observe.step(
+                ex.run_id, ex.step_run_id, ex.step_name, step_run["step_type"], ex.attempt
+            ) as obs:
+                result = await step_type(step_run["step_type"]).execute(self.rt, ex, step)
+                obs.status = result.status
         except LeaseLost:
             raise
         except StevoraError as exc:

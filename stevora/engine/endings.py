@@ -20,6 +20,7 @@ from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
 from stevora.engine.steps import awaited
 from stevora.events import Event, EventType, WebhookEvent
+from stevora.observability.metrics import RUNS_FINISHED
 from stevora.statuses import ACTIVE_RUN_STATUSES, RunStatus
 
 log = structlog.get_logger("stevora.engine")
@@ -51,6 +52,7 @@ async def complete_run(
         },
     )
     log.info("run_completed", workflow_run_id=run_id)
+    RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
     await _tell_parent(conn, final, wake)
     return final
 
@@ -81,6 +83,7 @@ async def fail_run(
         {"workflowRunId": run_id, "status": RunStatus.FAILED, "error": error},
     )
     log.info("run_failed", workflow_run_id=run_id, code=error.get("code"))
+    RUNS_FINISHED.labels(RunStatus.FAILED).inc()
     await _tell_parent(conn, final, wake)
     return final
 
@@ -110,6 +113,7 @@ async def cancel_run(
         {"workflowRunId": run_id, "status": RunStatus.CANCELLED},
     )
     log.info("run_cancelled", workflow_run_id=run_id)
+    RUNS_FINISHED.labels(RunStatus.CANCELLED).inc()
     if tell_parent:
         await _tell_parent(conn, final, wake)
     return final

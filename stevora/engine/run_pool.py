@@ -32,6 +32,7 @@ from stevora.db.transient import Retrier, retry_transient
 from stevora.engine.driver import RunDriver
 from stevora.engine.hints import dispatch_hint
 from stevora.ids import random_token
+from stevora.observability import hooks as observe
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -76,7 +77,7 @@ class RunPool:
         if row is None or run_id in self._tasks:
             self._slots.release()
             return False
-        task = asyncio.create_task(self._run(run_id), name=f"run-{run_id}")
+        task = asyncio.create_task(self._run(run_id, row), name=f"run-{run_id}")
         self._tasks[run_id] = task
         self._idle.clear()
         return True
@@ -88,16 +89,18 @@ class RunPool:
                 row = await runs.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
                 if row is None and retrier.failures:
                     # The failed try may have committed the claim: then the lease is ours already.
-                    current = await runs.get_run(self.rt.pool, run_id)
+                    current = await runs.get_claimed(self.rt.pool, run_id)
                     if current is not None and current["lease_owner"] == self.worker_id:
                         return current
                 return row
             except Exception as exc:
                 await retrier.pause(exc)
 
-    async def _run(self, run_id: str) -> None:
+    async def _run(self, run_id: str, row: asyncpg.Record) -> None:
         try:
-            await self.driver.drive(run_id)
+            name = (await self.rt.definitions.get(row["definition_id"])).name
+            with observe.run_execution(row, name, self.worker_id):
+                await self.driver.drive(run_id)
         except asyncio.CancelledError:
             raise
         except Exception:

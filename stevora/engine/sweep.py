@@ -19,6 +19,7 @@ from stevora.db import runs
 from stevora.db.retention import prune_finished_runs
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import awaited
+from stevora.observability.metrics import SWEEP_PICKUPS
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -34,6 +35,7 @@ async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     for run_id in ids:
         await dispatch_hint(rt.dispatcher, run_id)
     if ids:
+        SWEEP_PICKUPS.inc(len(ids))
         log.info("sweep_dispatched", runs=len(ids))
     return ids
 

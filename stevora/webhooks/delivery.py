@@ -32,6 +32,7 @@ import httpx
 import structlog
 
 from stevora.clock import iso, utcnow
+from stevora.observability.metrics import WEBHOOK_FAILURES
 from stevora.webhooks.address import check_webhook_url
 
 if TYPE_CHECKING:
@@ -158,6 +159,8 @@ async def _record(rt: Runtime, row: Any, outcome: _Outcome) -> None:
         "durationMs": outcome.duration_ms,
     }
     await rt.pool.execute(RECORD_SQL, row["id"], status, next_at, outcome.status_code, outcome.error, entry)
+    if not outcome.delivered:
+        WEBHOOK_FAILURES.labels(final=str(status == "FAILED").lower()).inc()
     log.info(
         "webhook_attempted",
         delivery_id=row["id"],

@@ -43,6 +43,7 @@ from stevora.errors import LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
 from stevora.llm.messages import Message
+from stevora.observability import tracing
 from stevora.statuses import RunStatus
 from stevora.tasks import StepResult
 
@@ -234,6 +235,7 @@ class LlmStepType(StepType):
                 parent_run_id=run["id"],
                 parent_tool_call_id=call.tool_call_id,
                 depth=run["depth"] + 1,
+                trace_context=tracing.current_carrier(),  # the child run joins its parent's trace
             )
             assert child is not None  # the definition was read from this workspace
             await db_awaited.set_child(wait.conn, call.id, child["id"])

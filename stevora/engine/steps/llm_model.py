@@ -20,6 +20,8 @@ from stevora.events import EventType
 from stevora.llm.messages import LlmRequest, LlmResponse, ToolSpec, tool_choice_of
 from stevora.llm.provider import Provider
 from stevora.llm.transcript import prepare_transcript
+from stevora.observability import hooks as observe
+from stevora.observability import metrics
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -94,8 +96,12 @@ class ModelCaller:
             }
             started = time.perf_counter()
             try:
-                async with self._limit(provider.name, model):
-                    response = await provider.complete(request)
+                with observe.model_call(
+                    provider.name, model, self.ex.step_run_id, st.next_round, request.messages
+                ) as obs:
+                    async with self._limit(provider.name, model):
+                        response = await provider.complete(request)
+                    obs.answered(response)
             except ProviderError as exc:
                 last_error = exc
                 await self._record_failed_call(
@@ -131,6 +137,7 @@ class ModelCaller:
         usage = response.usage
         cost = self.rt.pricing.cost_usd(provider.name, response.model or model, usage)
         calls = [c.to_dict() for c in response.tool_calls]
+        metrics.llm_answered(provider.name, model, usage, cost)
         rec = LlmCallRecord(
             step_run_id=self.ex.step_run_id,
             step_name=self.ex.step_name,

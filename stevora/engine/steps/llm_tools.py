@@ -36,6 +36,7 @@ from stevora.engine.steps.llm_state import LoopState
 from stevora.engine.steps.tool_calls import record_outcome
 from stevora.errors import StevoraError
 from stevora.llm.messages import Message, ToolCall, ToolSpec
+from stevora.observability import hooks as observe
 from stevora.tasks import StepResult
 from stevora.tools import ToolContext, ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
 from stevora.tools.invoke import parse_arguments
@@ -333,16 +334,19 @@ class ToolRunner:
             state=MappingProxyType(dict(self.state)),
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
-        outcome = await invoke_tool(
-            self.rt.tools,
-            call.name,
-            approved_arguments if approved_arguments is not None else call.arguments,
-            context=ctx,
-            declared_schema=self.tools.declared.get(call.name),
-            timeout_s=timeout_ms / 1000,
-            max_output_bytes=self.rt.settings.max_tool_output_bytes,
-            declared_output_schema=self.tools.output_schemas.get(call.name),
-        )
+        arguments = approved_arguments if approved_arguments is not None else call.arguments
+        with observe.tool_call(call.name, call.id, self.ex.step_run_id, call_round.round, arguments) as obs:
+            outcome = await invoke_tool(
+                self.rt.tools,
+                call.name,
+                arguments,
+                context=ctx,
+                declared_schema=self.tools.declared.get(call.name),
+                timeout_s=timeout_ms / 1000,
+                max_output_bytes=self.rt.settings.max_tool_output_bytes,
+                declared_output_schema=self.tools.output_schemas.get(call.name),
+            )
+            obs.finished(outcome)
         self.rt.faults.reached("tool_returned", call_round.round, index)
         return await self._record(call_round, index, call, outcome, ctx.state_updates if outcome.ok else None)
 

@@ -25,6 +25,7 @@ from stevora.engine.steps.awaited import APPROVAL, request_tool_approval
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext
 from stevora.engine.steps.tool_calls import record_outcome
 from stevora.events import Event
+from stevora.observability import hooks as observe
 from stevora.tasks import StepResult
 from stevora.templating import MissingTemplatePath, render_typed
 from stevora.tools import ToolContext, invoke_tool, schema_problems
@@ -118,15 +119,17 @@ class ToolStepType(StepType):
             run_input=MappingProxyType(ex.input),
             state=MappingProxyType(dict(ex.state)),
         )
-        outcome = await invoke_tool(
-            rt.tools,
-            step.tool,
-            arguments,
-            context=ctx,
-            declared_schema=None,
-            timeout_s=None,
-            max_output_bytes=rt.settings.max_tool_output_bytes,
-        )
+        with observe.tool_call(step.tool, None, ex.step_run_id, None, arguments) as obs:
+            outcome = await invoke_tool(
+                rt.tools,
+                step.tool,
+                arguments,
+                context=ctx,
+                declared_schema=None,
+                timeout_s=None,
+                max_output_bytes=rt.settings.max_tool_output_bytes,
+            )
+            obs.finished(outcome)
         updates = ctx.state_updates if outcome.ok else None
         rt.faults.reached("tool_returned", 0, 0)
         await record_outcome(
