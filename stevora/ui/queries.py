@@ -133,6 +133,7 @@ class StepView:
     row: asyncpg.Record
     rounds: list[RoundView] = field(default_factory=list)
     tools: list[ToolDefView] = field(default_factory=list)
+    tool_trace: asyncpg.Record | None = None  # a `tool` step's call (no model call)
 
     @property
     def cost_usd(self) -> float:
@@ -273,6 +274,8 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
             step_calls = calls_by_step.get(s["id"], [])
             offered = (step_calls[0]["request"] or {}).get("tools") if step_calls else None
             view.tools = step_tools(rt, definition_steps, s["step_name"], offered)
+        elif s["step_type"] == "tool":
+            view.tool_trace = next(iter(traces_by_step.get(s["id"], [])), None)
         views.append(view)
     return RunView(run=run, steps=views, events=list(events), events_total=events_total)
 

@@ -139,3 +139,27 @@ async def test_a_workflow_tool_call_links_to_its_child_run_and_back(
     await back.locator("a").click()
     await page.wait_for_url(f"**/ui/runs/{parent_id}#call-{child['parent_tool_call_id']}")
     assert await page.locator(f"#call-{child['parent_tool_call_id']} a.child-run-link").count() == 1
+
+
+async def test_a_tool_steps_call_shows_its_input_and_result_on_the_run_page(
+    harness: Harness, workspace_id: str, ui_server: UiServer, context: Any
+) -> None:
+    async def lookup_order(input: dict[str, Any]) -> dict[str, Any]:
+        return {"orderId": input["orderId"], "amount": 120}
+
+    harness.tools.register(
+        "lookup_order",
+        lookup_order,
+        parameters={"type": "object", "properties": {"orderId": {"type": "string"}}, "required": ["orderId"]},
+    )
+    def_id = await create_definition(harness.rt, workspace_id, {
+        "name": "order-lookup", "version": "1",
+        "steps": [{"type": "tool", "name": "lookup", "tool": "lookup_order", "input": {"orderId": "{{input.orderId}}"}}],
+    })  # fmt: skip
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"orderId": "ord_1042"})
+    await harness.wait_for_status(run["id"], "COMPLETED")
+    page = await context.new_page()
+    await login(page, ui_server.api_key, f"/ui/runs/{run['id']}")
+    call = page.locator("#call-step\\:lookup")
+    text = await call.inner_text()
+    assert "lookup_order" in text and "ord_1042" in text and "120" in text and ":tool" in text
