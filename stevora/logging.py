@@ -77,7 +77,9 @@ def configure_logging(settings: Settings) -> None:
     structlog.configure(
         processors=[*shared, *exceptions_then_redact, renderer],
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # One write per line (PrintLogger writes the line and its newline separately): worker
+        # processes sharing one stderr then never interleave halves of their JSON lines.
+        logger_factory=structlog.WriteLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
     # Libraries' records (uvicorn, pika, dramatiq...) through the same processors, redaction included.
