@@ -74,7 +74,7 @@ async def create_run(
         problems = schema_problems(schema, input)
         if problems:
             raise ValidationError.from_problems(
-                [_input_problem(problem) for problem in problems],
+                [_field_problem(problem) for problem in problems],
                 message="Invalid run input: " + "; ".join(problems),
             )
     async with rt.pool.acquire() as conn:
@@ -105,12 +105,13 @@ async def create_run(
 _FIELD_PATH = re.compile(r"[A-Za-z_$][\w$-]*(\[\d+\]|\.[A-Za-z_$][\w$-]*)*")
 
 
-def _input_problem(problem: str) -> dict[str, str]:
-    """`"customer.id: 1 is not of type 'string'"` → `{"path": "input.customer.id", "message": ...}`."""
+def _field_problem(problem: str, field: str = "input") -> dict[str, str]:
+    """`"customer.id: 1 is not of type 'string'"` → `{"path": "input.customer.id", "message": ...}`
+    (`field` names the request field the checked object came in)."""
     path, sep, message = problem.partition(": ")
     if sep and _FIELD_PATH.fullmatch(path):
-        return {"path": f"input.{path}", "message": message}
-    return {"path": "input", "message": problem}
+        return {"path": f"{field}.{path}", "message": message}
+    return {"path": field, "message": problem}
 
 
 async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
@@ -428,10 +429,7 @@ def _check_edited_arguments(call: asyncpg.Record, edited: Any) -> None:
         problems = schema_problems(call["parameters"], edited)
         if problems:
             raise ValidationError.from_problems(
-                [
-                    {"path": p["path"].replace("input", "editedContent", 1), "message": p["message"]}
-                    for p in (_input_problem(problem) for problem in problems)
-                ]
+                [_field_problem(problem, "editedContent") for problem in problems]
             )
 
 

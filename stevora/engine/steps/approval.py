@@ -6,8 +6,8 @@ transaction; the decision arrives through `stevora.engine.commands.decide_approv
 
 from __future__ import annotations
 
-from datetime import timedelta
-from typing import TYPE_CHECKING
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any
 
 from stevora.clock import iso, utcnow
 from stevora.db import approvals
@@ -44,41 +44,19 @@ class ApprovalStepType(StepType):
 
     async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
         step: ApprovalStep = wait.step
-        run = wait.run
-        content = (run["state"] or {}).get(step.content_key)
-        approval_id = await approvals.insert(
-            wait.conn,
-            workspace_id=run["workspace_id"],
-            run_id=run["id"],
-            step_run_id=wait.step_run["id"],
-            step_name=step.name,
+        content = (wait.run["state"] or {}).get(step.content_key)
+        approval_id = await open_request(
+            wait,
             content_key=step.content_key,
             content=content,
             prompt=step.prompt,
             expires_at=result.wait_until,
         )
-        await enqueue_webhooks(
-            wait.conn,
-            run["workspace_id"],
-            WebhookEvent.APPROVAL_REQUESTED,
-            {
-                "approvalRequestId": approval_id,
-                "workflowRunId": run["id"],
-                "stepName": step.name,
-                "contentKey": step.content_key,
-                "content": content,
-                "prompt": step.prompt,
-            },
-        )
+        payload = {"approvalRequestId": approval_id, "stepName": step.name, "contentKey": step.content_key}
         return [
             Event(
                 EventType.APPROVAL_REQUESTED,
-                {
-                    "approvalRequestId": approval_id,
-                    "stepName": step.name,
-                    "contentKey": step.content_key,
-                    "expiresAt": iso(result.wait_until),
-                },
+                {**payload, "expiresAt": iso(result.wait_until)},
                 wait.step_run["id"],
             )
         ]
@@ -86,3 +64,43 @@ class ApprovalStepType(StepType):
     async def on_due(self, wait: WaitContext) -> StepResult | None:
         await approvals.expire_for_step(wait.conn, wait.step_run["id"])
         return await super().on_due(wait)
+
+
+async def open_request(
+    wait: WaitContext,
+    *,
+    content_key: str,
+    content: Any,
+    prompt: str | None,
+    expires_at: datetime | None,
+    awaited_tool_call_id: str | None = None,
+) -> str:
+    """An approval request for the waiting step and its `approval.requested` webhook, in the wait's
+    transaction (an `approval` step's, or an approval-gated tool call's); returns its id."""
+    run = wait.run
+    approval_id = await approvals.insert(
+        wait.conn,
+        workspace_id=run["workspace_id"],
+        run_id=run["id"],
+        step_run_id=wait.step_run["id"],
+        step_name=wait.step_run["step_name"],
+        content_key=content_key,
+        content=content,
+        prompt=prompt,
+        expires_at=expires_at,
+        awaited_tool_call_id=awaited_tool_call_id,
+    )
+    await enqueue_webhooks(
+        wait.conn,
+        run["workspace_id"],
+        WebhookEvent.APPROVAL_REQUESTED,
+        {
+            "approvalRequestId": approval_id,
+            "workflowRunId": run["id"],
+            "stepName": wait.step_run["step_name"],
+            "contentKey": content_key,
+            "content": content,
+            "prompt": prompt,
+        },
+    )
+    return approval_id

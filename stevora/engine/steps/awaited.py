@@ -26,12 +26,13 @@ from typing import Any
 import asyncpg
 
 from stevora.clock import utcnow
-from stevora.db import approvals, checkpoints, runs
 from stevora.db import awaited as db_awaited
+from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
+from stevora.engine.steps.approval import open_request
 from stevora.engine.steps.base import WaitContext
 from stevora.events import Event, EventType, WebhookEvent
 from stevora.statuses import RunStatus, StepStatus
@@ -249,33 +250,13 @@ TOOL_CALL_CONTENT_KEY = "toolCall"
 async def request_tool_approval(wait: WaitContext, call: NewAwaitedCall) -> Event:
     """The approval request for an approval-gated call (content `{tool, arguments, toolCallId}`),
     its `approval.requested` webhook, and the APPROVAL_REQUESTED event to write with the wait."""
-    run = wait.run
-    content = {"tool": call.tool_name, "arguments": call.arguments, "toolCallId": call.tool_call_id}
-    prompt = f"The model wants to call the tool '{call.tool_name}'. Approve, edit the arguments, or reject."
-    approval_id = await approvals.insert(
-        wait.conn,
-        workspace_id=run["workspace_id"],
-        run_id=run["id"],
-        step_run_id=wait.step_run["id"],
-        step_name=wait.step_run["step_name"],
+    approval_id = await open_request(
+        wait,
         content_key=TOOL_CALL_CONTENT_KEY,
-        content=content,
-        prompt=prompt,
+        content={"tool": call.tool_name, "arguments": call.arguments, "toolCallId": call.tool_call_id},
+        prompt=f"The model wants to call the tool '{call.tool_name}'. Approve, edit the arguments, or reject.",
         expires_at=None,
         awaited_tool_call_id=call.id,
-    )
-    await enqueue_webhooks(
-        wait.conn,
-        run["workspace_id"],
-        WebhookEvent.APPROVAL_REQUESTED,
-        {
-            "approvalRequestId": approval_id,
-            "workflowRunId": run["id"],
-            "stepName": wait.step_run["step_name"],
-            "contentKey": TOOL_CALL_CONTENT_KEY,
-            "content": content,
-            "prompt": prompt,
-        },
     )
     return Event(
         EventType.APPROVAL_REQUESTED,
