@@ -116,6 +116,8 @@ class GroupCommitter:
                             seen.add(item.run_id)
                             batch.append(item)
                     self._queues[kind] = rest
+                    # Row locks in id order, as the heartbeat's `id = ANY(...)` takes them: no deadlock.
+                    batch.sort(key=_run_id)
                     await self._write(kind, batch)
         finally:
             self._flusher = None
@@ -181,6 +183,10 @@ class GroupCommitter:
             self.faults.reached("batch_sent", kind.name, n)
             records: list[asyncpg.Record] = await sent
             return records
+
+
+def _run_id(item: _Pending) -> str:
+    return item.run_id
 
 
 def _settle(item: _Pending, value: Any) -> None:

@@ -62,6 +62,13 @@ async def leased_runs(harness: Harness, workspace_id: str, n: int) -> list[async
     )
 
 
+async def leased(
+    harness: Harness, workspace_id: str, n: int
+) -> tuple[list[asyncpg.Record], asyncpg.Pool, list[str]]:
+    anchors = await leased_runs(harness, workspace_id, n)
+    return anchors, harness.rt.pool, [a["workflow_run_id"] for a in anchors]
+
+
 def trace(anchor: asyncpg.Record | dict[str, Any], sequence: int) -> ToolTraceRecord:
     return ToolTraceRecord(
         step_run_id=anchor["step_run_id"],
@@ -118,9 +125,7 @@ async def traces_of(pool: asyncpg.Pool, ids: list[str], sequence: int) -> list[a
 async def test_concurrent_checkpoints_share_one_statement_each_fenced_by_its_own_lease(
     harness: Harness, workspace_id: str
 ) -> None:
-    anchors = await leased_runs(harness, workspace_id, 4)
-    pool = harness.rt.pool
-    ids = [a["workflow_run_id"] for a in anchors]
+    anchors, pool, ids = await leased(harness, workspace_id, 4)
     lost = ids[3]
     await pool.execute("UPDATE workflow_runs SET lease_owner = 'someone-else' WHERE id = $1", lost)
     seq_before = await event_seqs(pool, ids)
@@ -141,9 +146,7 @@ async def test_concurrent_checkpoints_share_one_statement_each_fenced_by_its_own
 async def test_concurrent_model_calls_share_one_statement_add_each_runs_cost_and_return_its_commit_time(
     harness: Harness, workspace_id: str
 ) -> None:
-    anchors = await leased_runs(harness, workspace_id, 3)
-    pool = harness.rt.pool
-    ids = [a["workflow_run_id"] for a in anchors]
+    anchors, pool, ids = await leased(harness, workspace_id, 3)
     before = {
         r["id"]: r for r in await pool.fetch("SELECT * FROM workflow_runs WHERE id = ANY($1::text[])", ids)
     }
@@ -193,9 +196,7 @@ async def test_concurrent_model_calls_share_one_statement_add_each_runs_cost_and
 async def test_tool_state_updates_merge_into_each_runs_state_in_the_batch(
     harness: Harness, workspace_id: str
 ) -> None:
-    anchors = await leased_runs(harness, workspace_id, 3)
-    pool = harness.rt.pool
-    ids = [a["workflow_run_id"] for a in anchors]
+    anchors, pool, ids = await leased(harness, workspace_id, 3)
     await pool.execute(
         'UPDATE workflow_runs SET state = \'{"keep": 1, "n": 0}\' WHERE id = ANY($1::text[])', ids
     )
@@ -291,9 +292,7 @@ async def test_with_group_commit_off_each_caller_sends_its_own_statement(
 async def test_a_batch_whose_connection_is_killed_in_flight_is_retried_and_nothing_doubles(
     harness: Harness, workspace_id: str, database_url: str
 ) -> None:
-    anchors = await leased_runs(harness, workspace_id, 4)
-    pool = harness.rt.pool
-    ids = [a["workflow_run_id"] for a in anchors]
+    anchors, pool, ids = await leased(harness, workspace_id, 4)
     seq_before = await event_seqs(pool, ids)
     gc = committer(pool)
     # The batch blocks on one run's row lock, and its backend is terminated while it waits.
@@ -314,9 +313,7 @@ async def test_a_batch_whose_connection_is_killed_in_flight_is_retried_and_nothi
 async def test_a_batch_that_committed_but_lost_its_connection_is_found_recorded_row_by_row(
     harness: Harness, workspace_id: str
 ) -> None:
-    anchors = await leased_runs(harness, workspace_id, 3)
-    pool = harness.rt.pool
-    ids = [a["workflow_run_id"] for a in anchors]
+    anchors, pool, ids = await leased(harness, workspace_id, 3)
     seq_before = await event_seqs(pool, ids)
     tokens_sql = "SELECT id, total_input_tokens FROM workflow_runs WHERE id = ANY($1::text[])"
     tokens_before = dict(await pool.fetch(tokens_sql, ids))
