@@ -3,9 +3,10 @@
     .venv/bin/python -m bench.group_commit [--callers 32 128] [--per-caller 100] [--repeats 3]
 
 Each caller is a run (leased, RUNNING) writing tool-trace checkpoints back to back, as the tool
-loop does with a zero-latency tool. "single": `checkpoints.record_tool_trace` (one CTE statement
-and one commit each, today's path). "grouped": `GroupCommitter` (stevora/db/group_commit.py), one batch on the wire at a time;
-"grouped2": two batches in flight.
+loop does with a zero-latency tool, through `checkpoints.record_tool_trace`. "single": a
+`GroupCommitter` with grouping off (STEVORA_GROUP_COMMIT=false: one statement and one commit per
+checkpoint). "grouped": grouping on (the default; stevora/db/group_commit.py), one batch on the
+wire at a time.
 Printed: checkpoints/s median [min-max], worker CPU and PostgreSQL backend CPU per checkpoint,
 rows per statement, load average.
 """

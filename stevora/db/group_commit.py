@@ -10,8 +10,9 @@ batch is **one** statement over `unnest(...)` arrays (`checkpoint_sql.py`):
 * the statement is one implicit transaction: all rows of a batch commit together or none does,
   and callers are woken only after PostgreSQL acknowledged the commit (`synchronous_commit` as
   the server has it, never `off`), so no caller goes on from a row that is not durable;
-* no timer: a batch leaves as soon as the previous one is back, so a lone caller (concurrency 1)
-  pays one single-row statement as before, and batches grow only when callers queue up;
+* no timer: a batch leaves as soon as the previous one is back, and a caller that finds nothing in
+  flight sends its row at once from its own task, so a lone caller (concurrency 1) pays one
+  single-row statement as before; batches grow only when callers queue up;
 * two checkpoints of one run never share a batch (the run's event sequence is bumped once per
   row), the second waits for the next one;
 * a lost connection retries the batch in place (same rows, same ids): the try whose outcome was
@@ -79,6 +80,7 @@ class GroupCommitter:
         self.max_batch = max_batch
         self._queues: dict[CheckpointKind, list[_Pending]] = {}
         self._flusher: asyncio.Task[None] | None = None
+        self._in_flight = False  # a statement is on the wire (a lone caller's or the flusher's)
         self.batches = 0  # statements that committed (for tests and benchmarks)
         self.rows = 0
         self._multi_row: dict[str, int] = {}  # batches of several rows sent, per kind (fault points)
@@ -89,38 +91,58 @@ class GroupCommitter:
         if not self.enabled:
             await self._write(kind, [item])
             return done.result()
-        self._queues.setdefault(kind, []).append(item)
-        if self._flusher is None:
-            self._flusher = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
-        # shield: a cancelled caller must not cancel the batch other callers share.
-        return await asyncio.shield(done)
+        queue = self._queues.setdefault(kind, [])
+        queue.append(item)
+        if self._in_flight:
+            # shield: a cancelled caller must not cancel the batch other callers share.
+            return await asyncio.shield(done)
+        # Nothing in flight: this caller sends the batch itself, from its own task (no task switch,
+        # no timer), after one turn of the loop so that callers of this same turn join it; alone,
+        # that is one single-row statement. Later batches are the flusher task's.
+        self._in_flight = True
+        try:
+            await asyncio.sleep(0)
+            await self._write(kind, self._take_batch(kind))
+        finally:
+            self._in_flight = False
+            self._flush_queued()
+        return done.result()
 
     async def drain(self) -> None:
         """Wait until every queued checkpoint is written (before the pool closes)."""
         while self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
 
+    def _flush_queued(self) -> None:
+        if any(self._queues.values()):
+            self._in_flight = True
+            self._flusher = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
+
     async def _flush_all(self) -> None:
         try:
             while any(self._queues.values()):
-                for kind, queue in list(self._queues.items()):
-                    if not queue:
-                        continue
-                    batch: list[_Pending] = []
-                    seen: set[str] = set()
-                    rest: list[_Pending] = []
-                    for item in queue:
-                        if item.run_id in seen or len(batch) >= self.max_batch:
-                            rest.append(item)
-                        else:
-                            seen.add(item.run_id)
-                            batch.append(item)
-                    self._queues[kind] = rest
-                    # Row locks in id order, as the heartbeat's `id = ANY(...)` takes them: no deadlock.
-                    batch.sort(key=_run_id)
-                    await self._write(kind, batch)
+                for kind in list(self._queues):
+                    if self._queues[kind]:
+                        await self._write(kind, self._take_batch(kind))
         finally:
+            self._in_flight = False
             self._flusher = None
+
+    def _take_batch(self, kind: CheckpointKind) -> list[_Pending]:
+        """The queue's oldest rows, at most one per run (its event sequence is bumped once per row)."""
+        batch: list[_Pending] = []
+        seen: set[str] = set()
+        rest: list[_Pending] = []
+        for item in self._queues[kind]:
+            if item.run_id in seen or len(batch) >= self.max_batch:
+                rest.append(item)
+            else:
+                seen.add(item.run_id)
+                batch.append(item)
+        self._queues[kind] = rest
+        # Row locks in id order, as the heartbeat's `id = ANY(...)` takes them: no deadlock.
+        batch.sort(key=_run_id)
+        return batch
 
     async def _write(self, kind: CheckpointKind, batch: list[_Pending], *, retried: bool = False) -> None:
         """Write `batch` and settle every caller of it, whatever happens. `retried`: an earlier
