@@ -219,6 +219,10 @@ async def main(args: argparse.Namespace, url: str) -> None:
     print(
         f"  create_run (one statement + dispatch hint, before the window): {median(bench.create_s) * 1000:.3f} ms p50"
     )
+    gc = bench.rt.committer
+    print(
+        f"  checkpoints: {gc.rows} rows in {gc.batches} statements ({gc.rows / max(gc.batches, 1):.1f} per statement)"
+    )
 
     if len(args.rounds) >= 2:
         lo, hi = min(args.rounds), max(args.rounds)

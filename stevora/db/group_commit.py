@@ -11,8 +11,9 @@ batch is **one** statement over `unnest(...)` arrays (`checkpoint_sql.py`):
   and callers are woken only after PostgreSQL acknowledged the commit (`synchronous_commit` as
   the server has it, never `off`), so no caller goes on from a row that is not durable;
 * no timer: a batch leaves as soon as the previous one is back, and a caller that finds nothing in
-  flight sends its row at once from its own task, so a lone caller (concurrency 1) pays one
-  single-row statement as before; batches grow only when callers queue up;
+  flight sends the batch itself after one turn of the event loop (callers of that same turn join
+  it), so a lone caller (concurrency 1) pays one single-row statement as before; batches grow
+  only when callers queue up;
 * two checkpoints of one run never share a batch (the run's event sequence is bumped once per
   row), the second waits for the next one;
 * a lost connection retries the batch in place (same rows, same ids): the try whose outcome was
@@ -130,10 +131,14 @@ class GroupCommitter:
 
     def _take_batch(self, kind: CheckpointKind) -> list[_Pending]:
         """The queue's oldest rows, at most one per run (its event sequence is bumped once per row)."""
+        queue = self._queues[kind]
+        if len(queue) == 1:  # a lone caller
+            self._queues[kind] = []
+            return queue
         batch: list[_Pending] = []
         seen: set[str] = set()
         rest: list[_Pending] = []
-        for item in self._queues[kind]:
+        for item in queue:
             if item.run_id in seen or len(batch) >= self.max_batch:
                 rest.append(item)
             else:
