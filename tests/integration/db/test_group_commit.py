@@ -431,3 +431,37 @@ async def test_sigkill_mid_batch_never_acknowledges_an_uncommitted_row(
     for row in check:
         assert row["event_seq"] == row["top"]
         assert row["traces"] == row["events"]
+
+
+async def test_concurrent_tool_loops_share_the_runtimes_batches_and_keep_every_semantic(
+    harness: Harness, workspace_id: str
+) -> None:
+    """Through the engine: runs in flight together go through `rt.committer` in shared statements,
+    and each run keeps its own gap-free events, one trace per call and its own state updates."""
+
+    async def tally(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.update_state({"rounds": [*ctx.state.get("rounds", []), ctx.round]})
+        return {"ok": True}
+
+    harness.tools.register("tally", tally)
+    step = {"type": "llm", "name": "agent", "model": "scripted:rounds=3", "maxToolRounds": 3,
+            "messages": [{"role": "user", "content": "tally"}], "tools": ["tally"]}  # fmt: skip
+    def_id = await create_definition(harness.rt, workspace_id, {"name": "t", "version": "1", "steps": [step]})
+    committer = harness.rt.committer
+    batches_before, rows_before = committer.batches, committer.rows
+    from stevora.engine import commands
+
+    created = await asyncio.gather(*(commands.create_run(harness.rt, workspace_id, def_id) for _ in range(8)))
+    for run_id in (run["id"] for run, _ in created):
+        row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED")
+        assert row["status"] == "COMPLETED", row["error"]
+        assert row["state"]["rounds"] == [1, 2, 3]  # each run's own updates, each once
+        events = await harness.events(run_id)
+        assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+        traces = await harness.rt.pool.fetch(
+            "SELECT round FROM tool_trace WHERE workflow_run_id = $1", run_id
+        )
+        assert sorted(t["round"] for t in traces) == [1, 2, 3]
+    rows = committer.rows - rows_before
+    assert rows == 8 * (3 + 4)  # three tool calls and four model calls per run
+    assert committer.batches - batches_before < rows  # some statements carried several runs' rows
