@@ -10,10 +10,11 @@ batch is **one** statement over `unnest(...)` arrays (`checkpoint_sql.py`):
 * the statement is one implicit transaction: all rows of a batch commit together or none does,
   and callers are woken only after PostgreSQL acknowledged the commit (`synchronous_commit` as
   the server has it, never `off`), so no caller goes on from a row that is not durable;
-* no timer: a batch leaves as soon as the previous one is back, and a caller that finds nothing in
-  flight sends the batch itself after one turn of the event loop (callers of that same turn join
-  it), so a lone caller (concurrency 1) pays one single-row statement as before; batches grow
-  only when callers queue up;
+* no timer: a batch leaves as soon as the previous one is back; a caller that finds nothing in
+  flight waits one turn of the event loop (callers of that same turn join it) and, still alone,
+  sends its single-row statement from its own task, so concurrency 1 pays what it always paid;
+  batches grow only when callers queue up, and are sent by a flusher task that no caller's
+  cancellation (a revoked lease cancels that run's task) can interrupt;
 * two checkpoints of one run never share a batch (the run's event sequence is bumped once per
   row), the second waits for the next one;
 * a lost connection retries the batch in place (same rows, same ids): the try whose outcome was
@@ -97,17 +98,29 @@ class GroupCommitter:
         if self._in_flight:
             # shield: a cancelled caller must not cancel the batch other callers share.
             return await asyncio.shield(done)
-        # Nothing in flight: this caller sends the batch itself, from its own task (no task switch,
-        # no timer), after one turn of the loop so that callers of this same turn join it; alone,
-        # that is one single-row statement. Later batches are the flusher task's.
+        # Nothing in flight. After one turn of the loop (callers of this same turn join the queue),
+        # a caller still alone sends its row itself, from its own task: no task switch, no timer,
+        # one single-row statement. Rows of several callers go to the flusher task instead, so
+        # that cancelling one caller (a revoked lease) can never cancel the others' statement.
         self._in_flight = True
         try:
             await asyncio.sleep(0)
-            await self._write(kind, self._take_batch(kind))
-        finally:
+        except BaseException:
+            queue.remove(item)  # cancelled before anything was sent
             self._in_flight = False
             self._flush_queued()
-        return done.result()
+            raise
+        if len(queue) == 1 and not any(q for k, q in self._queues.items() if k is not kind):
+            self._queues[kind] = []
+            try:
+                await self._write(kind, queue)
+            finally:
+                self._in_flight = False
+                self._flush_queued()
+            return done.result()
+        self._in_flight = False
+        self._flush_queued()
+        return await asyncio.shield(done)
 
     async def drain(self) -> None:
         """Wait until every queued checkpoint is written (before the pool closes)."""

@@ -465,3 +465,36 @@ async def test_concurrent_tool_loops_share_the_runtimes_batches_and_keep_every_s
     rows = committer.rows - rows_before
     assert rows == 8 * (3 + 4)  # three tool calls and four model calls per run
     assert committer.batches - batches_before < rows  # some statements carried several runs' rows
+
+
+async def test_cancelling_the_first_caller_of_a_batch_never_strands_the_others(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The heartbeat cancels a run's task when its lease is revoked; the other runs whose rows
+    share that caller's batch must still be written and woken."""
+    anchors, pool, ids = await leased(harness, workspace_id, 3)
+    gc = committer(pool)
+    tasks = [asyncio.create_task(record_trace(gc, a, 700)) for a in anchors]
+    for _ in range(3):  # the first caller has queued, waited its loop turn and handed the batch on
+        await asyncio.sleep(0)
+    tasks[0].cancel()
+    await asyncio.wait_for(asyncio.gather(*tasks[1:]), 10)
+    rows = await traces_of(pool, ids, 700)
+    assert set(ids[1:]) <= {r["workflow_run_id"] for r in rows}
+    await asyncio.gather(tasks[0], return_exceptions=True)
+    await gc.drain()
+    assert not gc._in_flight and not any(gc._queues.values())
+
+
+async def test_a_lone_caller_cancelled_before_sending_writes_nothing_and_leaves_the_committer_usable(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors, pool, ids = await leased(harness, workspace_id, 1)
+    gc = committer(pool)
+    task = asyncio.create_task(record_trace(gc, anchors[0], 710))
+    await asyncio.sleep(0)  # it is waiting its loop turn
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert await traces_of(pool, ids, 710) == []
+    await record_trace(gc, anchors[0], 711)  # nothing left "in flight"
+    assert len(await traces_of(pool, ids, 711)) == 1
