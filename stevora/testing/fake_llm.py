@@ -35,6 +35,7 @@ from stevora.llm.messages import (
     tool_choice_of,
 )
 from stevora.llm.scripted_provider import scripted_response
+from stevora.testing.fake_stream import StreamDefaults, StreamScript, write_stream
 
 Kind = Literal["openai", "anthropic"]
 ROUTES: dict[str, Kind] = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
@@ -54,6 +55,7 @@ class FakeResponse:
     error_message: str | None = None
     error_type: str | None = None
     disconnect: bool = False
+    stream: StreamScript | None = None  # timing and faults when the request asks for a stream
 
 
 Responder = Callable[[dict[str, Any]], "FakeResponse | dict[str, Any]"]
@@ -575,8 +577,11 @@ class FakeLLMServer:
         validate: bool = True,
         require_auth: bool = True,
         openai_dialect: Literal["openai", "llamacpp"] = "openai",
+        stream: StreamDefaults | None = None,
     ) -> None:
         self.responder = responder
+        # How answers to `"stream": true` requests are timed (settable per test).
+        self.stream = stream or StreamDefaults()
         # "llamacpp": the OpenAI route also answers like llama-cpp-python's server does to what it
         # cannot take (a 500 whose body is a validation message; see `validate_llamacpp`).
         self.openai_dialect = openai_dialect
@@ -730,6 +735,10 @@ class _Handler(BaseHTTPRequestHandler):
             payload = render(response.status, response.error_message or "error", response.error_type)
         request_id_header = "x-request-id" if kind == "openai" else "request-id"
         out_headers.setdefault(request_id_header, f"req_fake{next(_ids)}")
+        if isinstance(body, dict) and body.get("stream") is True and response.body is not None:
+            if response.status == 200:
+                write_stream(self, kind, response, body, fake.stream, fake._closing, out_headers)
+                return
         self._send(response.status, payload, out_headers)
 
     def _send(self, status: int, payload: dict[str, Any], headers: Mapping[str, str]) -> None:
