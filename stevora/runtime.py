@@ -116,7 +116,7 @@ class Runtime:
         return maker
 
     async def close(self) -> None:
-        live = self.extras.pop("live_hub", None)  # the API's LISTEN connection (stevora.api.live)
+        live = self.extras.pop("live_hub", None)  # the API's LISTEN connection (stevora.live)
         if live is not None:
             await live.aclose()
         await self.providers.aclose()

@@ -13,9 +13,9 @@ import json
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from stevora.api.live import delta_sse, deltas_for, drain, live_hub
 from stevora.clock import iso
 from stevora.events import EventType
+from stevora.live import delta_sse, deltas_for, drain, live_hub
 from stevora.statuses import TERMINAL_RUN_STATUSES, values
 from stevora.ui import queries
 

@@ -10,8 +10,8 @@ from typing import Any
 import openai
 import pytest
 
-from stevora.api.live import live_hub
 from stevora.engine import commands
+from stevora.live import live_hub
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import FakeLLMServer, openai_text
 from stevora.testing.fake_stream import StreamDefaults

@@ -9,7 +9,7 @@ import asyncio
 import json
 from typing import Any
 
-from stevora.api.live import live_hub
+from stevora.live import live_hub
 from tests.interop.conftest import TERMINAL, Interop
 from tests.interop.test_llamacpp_server import WEATHER, llm_step, register
 

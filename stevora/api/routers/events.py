@@ -17,12 +17,12 @@ from starlette.responses import Response, StreamingResponse
 
 from stevora.api.db import fetch_all, fetch_one
 from stevora.api.deps import ApiContext, Auth, Ctx, Paging
-from stevora.api.live import delta_sse, deltas_for, drain, live_hub
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Page, page
 from stevora.api.schemas.runs import EventOut
 from stevora.db.models import WorkflowEvent, WorkflowRun
 from stevora.errors import NotFoundError, ValidationError
+from stevora.live import delta_sse, deltas_for, drain, live_hub
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-runs", tags=["events"])

@@ -18,7 +18,7 @@ from api_helpers import DefinitionFactory, Tenant
 from fastapi import FastAPI
 from test_api_events import parse_sse
 
-from stevora.api.live import live_hub
+from stevora.live import live_hub
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import (
