@@ -15,6 +15,7 @@ anthropic >= 1.0 removed `temperature` from `create()`'s signature, so it travel
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -98,9 +99,13 @@ class AnthropicProvider:
         acc = StreamAccumulator(self.name, request.sink)
         usage = _StreamUsage()
         try:
-            async with stream:
+            # The step's timeout bounds the whole answer, as it does a plain one; the SDK's read
+            # timeout alone would only bound the gaps between chunks.
+            async with asyncio.timeout(request.timeout_s), stream:
                 async for event in stream:
                     _fold_event(acc, usage, event)
+        except TimeoutError as exc:
+            raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
         except (anthropic.AnthropicError, httpx2.HTTPError, OSError) as exc:
             # `event: error` after the 200 (the SDK raises it as a status-200 APIStatusError), a
             # dropped connection, a read timeout: none of them is retried by the SDK.

@@ -7,6 +7,7 @@ between servers is data, not code: a `ServerCapabilities` per provider (docs/pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Literal
 
@@ -135,7 +136,9 @@ class OpenAIProvider:
         acc = StreamAccumulator(self.name, request.sink)
         usage_sent = False
         try:
-            async with stream:
+            # The step's timeout bounds the whole answer, as it does a plain one; the SDK's read
+            # timeout alone would only bound the gaps between chunks.
+            async with asyncio.timeout(request.timeout_s), stream:
                 async for chunk in stream:
                     acc.model, acc.response_id = chunk.model or acc.model, chunk.id or acc.response_id
                     if chunk.usage is not None:
@@ -144,6 +147,8 @@ class OpenAIProvider:
                         _fold_delta(acc, choice.delta)
                         if choice.finish_reason is not None:
                             acc.finish_reason, acc.finished = str(choice.finish_reason), True
+        except TimeoutError as exc:
+            raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
         except (openai.OpenAIError, httpx2.HTTPError, OSError) as exc:
             # `data: {"error": ...}` after the 200, a dropped connection, a read timeout.
             raise acc.broken(str(exc) or type(exc).__name__) from exc

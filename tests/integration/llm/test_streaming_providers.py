@@ -164,3 +164,20 @@ async def test_stevora_llm_stream_false_turns_streaming_off_for_every_sdk_provid
         assert off.get(name).stream is False
     await on.aclose()
     await off.aclose()
+
+
+@pytest.mark.parametrize("kind", ["openai-text", "anthropic-text"])
+async def test_the_requests_timeout_bounds_the_whole_stream_not_just_the_gaps(
+    kind: str, fake_llm: FakeLLMServer, make_openai: Make, make_anthropic: Make
+) -> None:
+    # Every gap (0.15 s) is far below the SDK's read timeout; the answer as a whole takes ~0.9 s.
+    fake_llm.enqueue(streamed(ANSWERS[kind](), chunk_delay_s=0.15, chunks=6))
+    provider = _provider(kind, make_openai, make_anthropic, stream=True)
+    request = _request(Sink())
+    request.timeout_s = 0.5
+    started = time.perf_counter()
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete(request)
+
+    assert caught.value.retryable and "no complete answer within 0.5 s" in caught.value.message
+    assert time.perf_counter() - started < 0.5 + 0.3
