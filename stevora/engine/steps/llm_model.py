@@ -110,18 +110,18 @@ class ModelCaller:
                     provider.name, model, self.ex.step_run_id, st.next_round, request.messages
                 ) as obs:
                     live.observation = obs
-                    async with self._limit(provider.name, model):
-                        response = await provider.complete(request)
+                    try:
+                        async with self._limit(provider.name, model):
+                            response = await provider.complete(request)
+                    finally:
+                        await live.aclose()  # its last text deltas go out before its checkpoint
                     obs.answered(response)
             except ProviderError as exc:
                 last_error = exc
-                await live.aclose()
                 await self._record_failed_call(
                     st, provider, model, stored_request, exc, time.perf_counter() - started, live
                 )
                 continue
-            finally:
-                await live.aclose()
             self._model_index = index
             return await self._record_call(
                 st, provider, model, stored_request, response, time.perf_counter() - started, live
