@@ -65,6 +65,7 @@ class RecordedRequest(NamedTuple):
     path: str
     headers: dict[str, str]
     json: dict[str, Any]
+    client_port: int = 0  # the same port again: the client reused a kept-alive connection
 
 
 # --- builders ------------------------------------------------------------------------------
@@ -648,9 +649,11 @@ class FakeLLMServer:
     def _script(self, kind: Kind) -> ProviderScript:
         return self.openai if kind == "openai" else self.anthropic
 
-    def _answer(self, kind: Kind, path: str, headers: dict[str, str], body: dict[str, Any]) -> FakeResponse:
+    def _answer(
+        self, kind: Kind, path: str, headers: dict[str, str], body: dict[str, Any], client_port: int = 0
+    ) -> FakeResponse:
         with self._lock:
-            self.requests.append(RecordedRequest(path, headers, body))
+            self.requests.append(RecordedRequest(path, headers, body, client_port))
         if self.require_auth and not (headers.get("authorization", "").strip() or headers.get("x-api-key")):
             return FakeResponse(status=401, error_message="missing API key", kind=None)
         if self.validate:
@@ -718,7 +721,7 @@ class _Handler(BaseHTTPRequestHandler):
             response = FakeResponse(status=400, error_message="request body is not a JSON object")
         else:
             try:
-                response = fake._answer(kind, path, headers, body)
+                response = fake._answer(kind, path, headers, body, int(self.client_address[1]))
             except Exception as exc:  # a bug in the fake must reach the test, not vanish in a thread
                 response = FakeResponse(status=500, error_message=f"FakeLLMServer failed: {exc!r}")
         wait_s = response.delay_s + fake.latency_s

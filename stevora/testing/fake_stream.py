@@ -163,7 +163,11 @@ def write_stream(
     closing: threading.Event,
     headers: dict[str, str],
 ) -> None:
-    """Send `response` (a 200 with a body) as an SSE stream in chunked transfer encoding."""
+    """Send `response` (a 200 with a body) as an SSE stream in chunked transfer encoding.
+
+    A stream that ends properly keeps the connection alive (the SDKs pool it, as with the real
+    APIs); only a scripted drop, a client that hung up or the server closing ends the connection.
+    """
     assert response.body is not None
     script = response.stream or StreamScript()
     pieces = script.chunks or defaults.chunks
@@ -174,7 +178,6 @@ def write_stream(
         if kind == "openai"
         else anthropic_events(response.body, pieces)
     )
-    handler.close_connection = True
     try:
         handler.send_response(200)
         handler.send_header("content-type", "text/event-stream; charset=utf-8")
@@ -188,19 +191,21 @@ def write_stream(
             if event.content:
                 if script.drop_after is not None and sent_content >= script.drop_after:
                     handler.wfile.flush()
+                    handler.close_connection = True
                     return  # no terminating chunk: the client sees a broken body
                 if script.error_after is not None and sent_content >= script.error_after:
                     _write_chunk(handler, _error_event(kind, script.error_message))
                     break
                 wait_s = first_s if sent_content == 0 else delay_s
                 if wait_s > 0 and closing.wait(wait_s):
+                    handler.close_connection = True
                     return
                 sent_content += 1
             _write_chunk(handler, event)
         handler.wfile.write(b"0\r\n\r\n")
         handler.wfile.flush()
     except OSError:
-        pass  # the client hung up (timeout, cancelled run)
+        handler.close_connection = True  # the client hung up (timeout, cancelled run)
 
 
 def _write_chunk(handler: BaseHTTPRequestHandler, event: _Event) -> None:

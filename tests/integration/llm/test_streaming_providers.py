@@ -181,3 +181,15 @@ async def test_the_requests_timeout_bounds_the_whole_stream_not_just_the_gaps(
 
     assert caught.value.retryable and "no complete answer within 0.5 s" in caught.value.message
     assert time.perf_counter() - started < 0.5 + 0.3
+
+
+@pytest.mark.parametrize("kind", ["openai-tools", "anthropic-tools"])
+async def test_back_to_back_streams_reuse_the_pooled_connection_without_retries(
+    kind: str, fake_llm: FakeLLMServer, make_openai: Make, make_anthropic: Make
+) -> None:
+    # A stream that ends properly leaves the keep-alive connection usable (SDK retries are off).
+    provider = _provider(kind, make_openai, make_anthropic, stream=True)
+    for _ in range(10):
+        fake_llm.enqueue(ANSWERS[kind]())
+        assert (await provider.complete(_request())).tool_calls
+    assert len({r.client_port for r in fake_llm.requests}) == 1  # one kept-alive connection
