@@ -65,7 +65,6 @@ class RecordedRequest(NamedTuple):
     path: str
     headers: dict[str, str]
     json: dict[str, Any]
-    client_port: int = 0  # the same port again: the client reused a kept-alive connection
 
 
 # --- builders ------------------------------------------------------------------------------
@@ -590,6 +589,8 @@ class FakeLLMServer:
         self.validate = validate
         self.require_auth = require_auth
         self.requests: list[RecordedRequest] = []
+        # Per request, the client's port: the same one again means a kept-alive connection reused.
+        self.client_ports: list[int] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
         # One FIFO for both APIs: (target API or None for either, answer).
@@ -627,6 +628,7 @@ class FakeLLMServer:
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.client_ports.clear()
             self._queue.clear()
             self.openai._reset()
             self.anthropic._reset()
@@ -653,7 +655,8 @@ class FakeLLMServer:
         self, kind: Kind, path: str, headers: dict[str, str], body: dict[str, Any], client_port: int = 0
     ) -> FakeResponse:
         with self._lock:
-            self.requests.append(RecordedRequest(path, headers, body, client_port))
+            self.requests.append(RecordedRequest(path, headers, body))
+            self.client_ports.append(client_port)
         if self.require_auth and not (headers.get("authorization", "").strip() or headers.get("x-api-key")):
             return FakeResponse(status=401, error_message="missing API key", kind=None)
         if self.validate:

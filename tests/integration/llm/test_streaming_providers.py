@@ -192,4 +192,5 @@ async def test_back_to_back_streams_reuse_the_pooled_connection_without_retries(
     for _ in range(10):
         fake_llm.enqueue(ANSWERS[kind]())
         assert (await provider.complete(_request())).tool_calls
-    assert len({r.client_port for r in fake_llm.requests}) == 1  # one kept-alive connection
+    assert len(fake_llm.requests) == 10
+    assert len(set(fake_llm.client_ports)) == 1  # one kept-alive connection
