@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 import anthropic
@@ -49,8 +50,27 @@ def fake() -> Iterator[FakeLLMServer]:
         yield server
 
 
+@dataclass
+class Streaming:
+    client: httpx.AsyncClient
+    tenant: Tenant
+    define: DefinitionFactory
+    harness: Any
+    fake: FakeLLMServer
+    providers: dict[str, Any]
+
+
 @pytest.fixture
-async def providers(harness: Any, fake: FakeLLMServer) -> AsyncIterator[dict[str, Any]]:
+async def env(
+    app: FastAPI,
+    client: httpx.AsyncClient,
+    tenant: Tenant,
+    define: DefinitionFactory,
+    harness: Any,
+    fake: FakeLLMServer,
+) -> AsyncIterator[Streaming]:
+    """SDK providers on the streaming fake, the API polling fast, the LISTEN connection up."""
+    app.state.ctx.sse_poll_s = 0.05
     oai = openai.AsyncOpenAI(
         api_key="test", base_url=fake.openai_base_url, max_retries=2, _strict_response_validation=True
     )
@@ -72,7 +92,7 @@ async def providers(harness: Any, fake: FakeLLMServer) -> AsyncIterator[dict[str
     # rightly miss the deltas published before it).
     async with live_hub(harness.rt).subscribe("warm-up"):
         pass
-    yield registered
+    yield Streaming(client, tenant, define, harness, fake, registered)
     await oai.close()
     await ant.close()
 
@@ -121,17 +141,9 @@ async def _llm_calls(client: httpx.AsyncClient, tenant: Tenant, run_id: str) -> 
 
 @pytest.mark.parametrize(("kind", "model"), [("openai", "gpt-4o-mini"), ("anthropic", "claude-haiku-4-5")])
 async def test_text_streams_live_on_the_run_stream_and_the_stored_rows_match_an_unstreamed_run(
-    kind: str,
-    model: str,
-    app: FastAPI,
-    client: httpx.AsyncClient,
-    tenant: Tenant,
-    define: DefinitionFactory,
-    harness: Any,
-    fake: FakeLLMServer,
-    providers: dict[str, Any],
+    kind: str, model: str, env: Streaming
 ) -> None:
-    app.state.ctx.sse_poll_s = 0.05
+    client, tenant, define, harness, fake = env.client, env.tenant, env.define, env.harness, env.fake
     step = {
         "type": "llm",
         "name": "answer",
@@ -181,7 +193,7 @@ async def test_text_streams_live_on_the_run_stream_and_the_stored_rows_match_an_
         assert payload["timeToFirstTokenMs"] == pytest.approx(ttft, abs=0.001)
 
     # The same run with streaming off: the same rows, field for field, except the volatile ones.
-    for provider in providers.values():
+    for provider in env.providers.values():
         provider.stream = False
     fake.enqueue(*answers)
     plain_id, plain_messages = await _run_and_stream(client, tenant, definition_id, harness)
@@ -206,16 +218,9 @@ async def test_text_streams_live_on_the_run_stream_and_the_stored_rows_match_an_
 
 @pytest.mark.parametrize("fault", ["error_after", "drop_after"])
 async def test_a_stream_broken_mid_answer_is_a_failed_call_and_the_fallback_model_answers(
-    fault: str,
-    app: FastAPI,
-    client: httpx.AsyncClient,
-    tenant: Tenant,
-    define: DefinitionFactory,
-    harness: Any,
-    fake: FakeLLMServer,
-    providers: dict[str, Any],
+    fault: str, env: Streaming
 ) -> None:
-    app.state.ctx.sse_poll_s = 0.05
+    client, tenant, define, harness, fake = env.client, env.tenant, env.define, env.harness, env.fake
     definition_id = await define(
         [
             {
