@@ -116,6 +116,9 @@ class Runtime:
         return maker
 
     async def close(self) -> None:
+        live = self.extras.pop("live_hub", None)  # the API's LISTEN connection (stevora.live)
+        if live is not None:
+            await live.aclose()
         await self.providers.aclose()
         await self.pool.close()
         await self.engine.dispose()

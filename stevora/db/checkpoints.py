@@ -43,8 +43,8 @@ WITH r AS (
 ), c AS (
     INSERT INTO llm_calls (id, workflow_run_id, step_run_id, step_name, round, provider, model, status,
                            request, response, error, finish_reason, input_tokens, output_tokens,
-                           cache_read_tokens, cache_write_tokens, cost_usd, duration_ms)
-    SELECT $3, $1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $18, $13, $14, $15, $16, $17, $19 FROM r
+                           cache_read_tokens, cache_write_tokens, cost_usd, duration_ms, time_to_first_token_ms)
+    SELECT $3, $1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $18, $13, $14, $15, $16, $17, $19, $23 FROM r
     RETURNING id
 )
 INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
@@ -91,6 +91,7 @@ class LlmCallRecord:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost_usd: float = 0.0
+    time_to_first_token_ms: float | None = None  # streamed calls only
     id: str = field(default_factory=lambda: new_id("llm"))
 
 
@@ -137,7 +138,7 @@ async def record_llm_call(
         run_id, owner, rec.id, rec.step_run_id, rec.step_name, rec.round, rec.provider, rec.model, rec.status,
         rec.request, rec.response, rec.error, rec.input_tokens, rec.output_tokens, rec.cache_read_tokens,
         rec.cache_write_tokens, rec.cost_usd, rec.finish_reason, rec.duration_ms,
-        new_id("evt"), event_type, payload,
+        new_id("evt"), event_type, payload, rec.time_to_first_token_ms,
     )  # fmt: skip
     committed_at = await _write_once(pool, _LLM_CALL_SQL, args, "record_llm_call", run_id)
     if committed_at is _ALREADY_RECORDED:
