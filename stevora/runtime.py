@@ -121,6 +121,9 @@ class Runtime:
 
     async def close(self) -> None:
         await self.committer.drain()  # queued checkpoints are written before the pool goes
+        live = self.extras.pop("live_hub", None)  # the API's LISTEN connection (stevora.live)
+        if live is not None:
+            await live.aclose()
         await self.providers.aclose()
         await self.pool.close()
         await self.engine.dispose()

@@ -37,6 +37,7 @@ LLM_CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("cache_write_tokens", "int"),
     ("cost_usd", "float8"),
     ("duration_ms", "float8"),
+    ("time_to_first_token_ms", "float8"),
 )
 
 TOOL_TRACE_COLUMNS: tuple[tuple[str, str], ...] = (
