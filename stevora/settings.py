@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     queue_name: str = "stevora"
     db_pool_size: int = 10
     hot_pool_size: int = 10  # raw asyncpg pool used by the tool-loop checkpoints
+    # Concurrent runs' checkpoints share one statement and one commit (stevora/db/group_commit.py).
+    group_commit: bool = True
 
     # API
     host: str = "127.0.0.1"

@@ -191,7 +191,7 @@ class ModelCaller:
             "finishReason": response.finish_reason,
         }
         committed_at = await checkpoints.record_llm_call(
-            self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
+            self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )
         self.rt.faults.reached("llm_call_committed", rec.round)
         st.next_round += 1
@@ -244,7 +244,7 @@ class ModelCaller:
             "durationMs": round(rec.duration_ms, 3),
         }
         await checkpoints.record_llm_call(
-            self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
+            self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
         )
 
 
