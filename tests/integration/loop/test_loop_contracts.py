@@ -4,6 +4,7 @@ events and the requests the providers received."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -317,3 +318,75 @@ async def test_a_retried_step_rebuilds_its_transcript_usage_and_cost_from_the_co
     completed = result.completed_calls()
     assert output["costUsd"] == pytest.approx(sum(c["cost_usd"] for c in completed)) and output["costUsd"] > 0
     assert len(result.traces) == 2  # attempt 2 ran no tool again
+
+
+async def test_a_tools_own_timeout_and_output_schema_bound_its_handler(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    """`timeoutMs` on a declared tool overrides the step's `toolTimeoutMs`; its inline
+    `outputSchema` turns a result that does not match into a failed call."""
+
+    async def slow(input: dict[str, Any]) -> str:
+        await asyncio.sleep(3)
+        return "late"
+
+    async def quote(input: dict[str, Any]) -> dict[str, Any]:
+        return {"price": "cheap"}
+
+    harness.tools.register("slow", slow)
+    harness.tools.register("quote", quote)
+    fake.openai.enqueue(
+        openai_tool_calls([("call_1", "slow", "{}"), ("call_2", "quote", "{}")]),
+        openai_text("Both failed."),
+    )
+    tools = [
+        {**tool_def("slow"), "timeoutMs": 150},
+        {
+            **tool_def("quote"),
+            "outputSchema": {"type": "object", "properties": {"price": {"type": "number"}}},
+        },
+    ]
+    result = await run_workflow(harness, workspace_id, llm_step(tools=tools, toolTimeoutMs=20_000))
+
+    assert result.status == "COMPLETED", result.run["error"]
+    slow_trace, quote_trace = result.traces
+    assert (slow_trace["error_code"], slow_trace["error"]) == (
+        "TOOL_TIMEOUT",
+        "Tool 'slow' timed out after 0.15s",
+    )
+    assert 150 <= slow_trace["duration_ms"] < 2500
+    assert quote_trace["status"] == "failed" and quote_trace["error_code"] == "TOOL_OUTPUT_INVALID"
+
+
+async def test_after_a_failover_later_rounds_stay_on_the_fallback_model(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    _stock_tool(harness)
+    fake.openai.enqueue(error(500, "primary down"))
+    fake.anthropic.enqueue(
+        anthropic_tool_use([("toolu_1", "check_stock", {"sku": 1})]),
+        anthropic_text("None in stock."),
+    )
+    step = llm_step(tools=[STOCK_TOOL], fallbackModels=["claude-haiku-4-5"], retry={"maxAttempts": 1})
+    result = await run_workflow(harness, workspace_id, step)
+
+    assert result.status == "COMPLETED", result.run["error"]
+    assert [(c["round"], c["model"], c["status"]) for c in result.llm_calls] == [
+        (1, "gpt-4o-mini", "failed"),
+        (1, "claude-haiku-4-5", "completed"),
+        (2, "claude-haiku-4-5", "completed"),
+    ]
+    assert len(fake.openai.requests) == 1  # round 2 did not pay for the primary's failure again
+    (failed,) = result.events_of("LLM_CALL_FAILED")
+    failed_row = result.llm_calls[0]
+    assert failed == {
+        "llmCallId": failed_row["id"],
+        "model": "gpt-4o-mini",
+        "provider": "openai",
+        "round": 1,
+        "error": failed_row["error"],
+        "durationMs": round(failed_row["duration_ms"], 3),
+    }
+    assert failed_row["error"]["retryable"] is True and failed_row["step_name"] == "agent"
+    assert failed_row["request"]["model"] == "gpt-4o-mini"
+    assert result.llm_calls[1]["request"]["model"] == "claude-haiku-4-5"
