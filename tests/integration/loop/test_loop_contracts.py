@@ -206,6 +206,7 @@ async def test_each_model_call_is_recorded_with_its_request_response_usage_and_c
     }
     assert second["request"] == {**first["request"], "messages": []}
     assert (first["round"], second["round"]) == (1, 2)
+    assert 0 < first["time_to_first_token_ms"] <= first["duration_ms"]
     assert (first["step_name"], first["provider"], first["status"]) == ("agent", "anthropic", "completed")
     assert first["response"]["text"] == "Let me check."
     assert first["response"]["toolCalls"] == [
@@ -235,6 +236,8 @@ async def test_each_model_call_is_recorded_with_its_request_response_usage_and_c
         "outputTokens": 20,
         "costUsd": first["cost_usd"],
         "durationMs": round(first["duration_ms"], 3),
+        # Streamed (the default): the first delta's time, stored on the row and in the event.
+        "timeToFirstTokenMs": round(first["time_to_first_token_ms"], 3),
         "toolCalls": ["check_stock"],
         "finishReason": "tool_calls",
     }
