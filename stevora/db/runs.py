@@ -322,13 +322,6 @@ async def cancel_open_steps(conn: asyncpg.Connection, run_id: str) -> list[str]:
 
 # -- leases ------------------------------------------------------------------------------------
 
-_CLAIM_SQL = f"""
-UPDATE workflow_runs SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
-       version = version + 1
-WHERE id = $1 AND {RUNNABLE}
-RETURNING {RUN_COLUMNS}, dispatched_at, trace_context
-"""
-
 _SWEEP_SQL = f"""
 UPDATE workflow_runs SET dispatched_at = now()
 WHERE id IN (
@@ -343,13 +336,8 @@ RETURNING id
 """
 
 
-async def claim(pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float) -> asyncpg.Record | None:
-    """Take the run's lease if it is free and the run has something to do now."""
-    return await pool.fetchrow(_CLAIM_SQL, run_id, owner, lease_s)
-
-
 async def get_claimed(pool: asyncpg.Pool, run_id: str) -> asyncpg.Record | None:
-    """The run with the columns `claim` returns (for a claim whose commit outcome was unknown)."""
+    """The run with the columns `transitions.claim` returns (for a claim whose commit outcome was unknown)."""
     return await pool.fetchrow(
         f"SELECT {RUN_COLUMNS}, dispatched_at, trace_context FROM workflow_runs WHERE id = $1", run_id
     )
