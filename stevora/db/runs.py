@@ -181,9 +181,11 @@ async def insert_step_run(
     attempt: int,
     status: StepStatus = StepStatus.PENDING,
 ) -> asyncpg.Record:
+    # A step run inserted RUNNING is started now (the driver starts the next step as it inserts it).
     row = await conn.fetchrow(
-        "INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status) "
-        f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {STEP_COLUMNS}",
+        "INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, "
+        "started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text, CASE WHEN $8::text = 'RUNNING' THEN now() END) "
+        f"RETURNING {STEP_COLUMNS}",
         new_id("srun"),
         run_id,
         step_name,

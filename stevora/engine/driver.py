@@ -183,18 +183,7 @@ class RunDriver:
                 expect=[RunStatus.RUNNING],
                 owner=self.owner,
                 sets={"current_step_name": step_run["step_name"], "next_run_at": None},
-                events=[
-                    Event(
-                        EventType.STEP_STARTED,
-                        {
-                            "stepName": step_run["step_name"],
-                            "stepType": step_run["step_type"],
-                            "attempt": step_run["attempt"],
-                            "visit": step_run["visit"],
-                        },
-                        step_run["id"],
-                    )
-                ],
+                events=[_step_started(step_run)],
             )
         # Attempt 1 is always a new visit (`next_visit` when it was inserted): nothing committed yet.
         return Position(run, started, fresh=started["attempt"] == 1)
@@ -487,6 +476,7 @@ class RunDriver:
             }
             await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake, events=events)
             return False
+        # Inserted RUNNING (what `_begin` would do next, saved a transaction): a new visit, so fresh.
         new = await runs.insert_step_run(
             conn,
             run_id=run["id"],
@@ -495,16 +485,17 @@ class RunDriver:
             step_index=next_index,
             visit=visit,
             attempt=1,
+            status=StepStatus.RUNNING,
         )
         run = await runs.update_run(
             conn,
             run["id"],
             expect=[RunStatus.RUNNING],
             owner=self.owner,
-            sets={"current_step_name": step.name, "current_step_run_id": new["id"]},
-            events=events,
+            sets={"current_step_name": step.name, "current_step_run_id": new["id"], "next_run_at": None},
+            events=[*events, _step_started(new)],
         )
-        return Position(run, new)
+        return Position(run, new, fresh=True)
 
     async def _handle_failure(
         self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
@@ -558,6 +549,19 @@ class RunDriver:
             )
         await dispatch_hint(self.rt.dispatcher, run["id"], delay_ms=delay_ms + _TIMER_SLACK_MS)
         return False
+
+
+def _step_started(step_run: Any) -> Event:
+    return Event(
+        EventType.STEP_STARTED,
+        {
+            "stepName": step_run["step_name"],
+            "stepType": step_run["step_type"],
+            "attempt": step_run["attempt"],
+            "visit": step_run["visit"],
+        },
+        step_run["id"],
+    )
 
 
 def _step_names(definition: WorkflowDefinitionSpec) -> set[str]:

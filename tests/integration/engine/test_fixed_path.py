@@ -291,3 +291,52 @@ async def test_an_llm_run_reads_nothing_back_on_its_fixed_path(
         "WORKFLOW_COMPLETED",
     ]
     assert row["lease_owner"] is None
+
+
+async def test_a_multi_step_run_goes_on_from_returned_rows_with_each_steps_state(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each step is inserted RUNNING by the transaction that completes the one before, and sees
+    the state that step merged (from the row that transaction returned, not a re-read)."""
+    reads: list[str] = []
+    for name in ("get_run", "get_step_run"):
+        real = getattr(runs, name)
+
+        async def counted(*args: Any, __real: Any = real, __name: str = name, **kw: Any) -> Any:
+            reads.append(__name)
+            return await __real(*args, **kw)
+
+        monkeypatch.setattr(runs, name, counted)
+    seen: list[dict[str, Any]] = []
+
+    async def count(ctx: Any) -> dict[str, Any]:
+        seen.append(dict(ctx.workflow_state))
+        return {"status": "completed", "output": {}, "stateUpdates": {ctx.step_name: len(seen)}}
+
+    harness.tasks.register("count", count)
+    def_id = await create_definition(
+        harness.rt,
+        workspace_id,
+        {
+            "name": "three",
+            "version": "1",
+            "steps": [{"type": "task", "name": f"s{i}", "handler": "count"} for i in range(3)],
+        },
+    )
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
+    row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED" and row["output"] == {"s0": 1, "s1": 2, "s2": 3}
+    assert seen == [{}, {"s0": 1}, {"s0": 1, "s1": 2}]
+    assert reads == []
+    events = await harness.events(run["id"])
+    assert [(e["event_type"], e["payload"].get("stepName")) for e in events] == [
+        ("WORKFLOW_STARTED", None),
+        *[(t, f"s{i}") for i in range(3) for t in ("STEP_STARTED", "STEP_COMPLETED")],
+        ("WORKFLOW_COMPLETED", None),
+    ]
+    assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+    steps = await harness.rt.pool.fetch(
+        "SELECT status, started_at, completed_at FROM step_runs WHERE workflow_run_id = $1", run["id"]
+    )
+    assert len(steps) == 3
+    assert all(s["status"] == "COMPLETED" and s["started_at"] <= s["completed_at"] for s in steps)
