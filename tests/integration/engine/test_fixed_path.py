@@ -58,6 +58,20 @@ async def _subscribe(harness: Harness, workspace_id: str, events: list[str], *, 
     return hook
 
 
+def _count_calls(monkeypatch: pytest.MonkeyPatch, *targets: tuple[Any, str]) -> list[str]:
+    """Wrap each (module, async function) so that its calls are listed by name."""
+    calls: list[str] = []
+    for module, name in targets:
+        real = getattr(module, name)
+
+        async def counted(*args: Any, __real: Any = real, __name: str = name, **kw: Any) -> Any:
+            calls.append(__name)
+            return await __real(*args, **kw)
+
+        monkeypatch.setattr(module, name, counted)
+    return calls
+
+
 async def _snapshot(harness: Harness, run_id: str) -> dict[str, Any]:
     pool = harness.rt.pool
     return {
@@ -245,15 +259,7 @@ async def test_an_llm_run_reads_nothing_back_on_its_fixed_path(
 ) -> None:
     """No re-read of the run or step and no load of committed rounds for a fresh visit: the
     driver goes on from the rows its statements return."""
-    reads: list[str] = []
-    for module, name in ((runs, "get_run"), (runs, "get_step_run"), (checkpoints, "load_rounds")):
-        real = getattr(module, name)
-
-        async def counted(*args: Any, __real: Any = real, __name: str = name, **kw: Any) -> Any:
-            reads.append(__name)
-            return await __real(*args, **kw)
-
-        monkeypatch.setattr(module, name, counted)
+    reads = _count_calls(monkeypatch, (runs, "get_run"), (runs, "get_step_run"), (checkpoints, "load_rounds"))
 
     async def noop(input: dict[str, Any]) -> dict[str, bool]:
         return {"ok": True}
@@ -298,15 +304,7 @@ async def test_a_multi_step_run_goes_on_from_returned_rows_with_each_steps_state
 ) -> None:
     """Each step is inserted RUNNING by the transaction that completes the one before, and sees
     the state that step merged (from the row that transaction returned, not a re-read)."""
-    reads: list[str] = []
-    for name in ("get_run", "get_step_run"):
-        real = getattr(runs, name)
-
-        async def counted(*args: Any, __real: Any = real, __name: str = name, **kw: Any) -> Any:
-            reads.append(__name)
-            return await __real(*args, **kw)
-
-        monkeypatch.setattr(runs, name, counted)
+    reads = _count_calls(monkeypatch, (runs, "get_run"), (runs, "get_step_run"))
     seen: list[dict[str, Any]] = []
 
     async def count(ctx: Any) -> dict[str, Any]:
