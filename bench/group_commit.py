@@ -3,9 +3,10 @@
     .venv/bin/python -m bench.group_commit [--callers 32 128] [--per-caller 100] [--repeats 3]
 
 Each caller is a run (leased, RUNNING) writing tool-trace checkpoints back to back, as the tool
-loop does with a zero-latency tool. "single": `checkpoints.record_tool_trace` (one CTE statement
-and one commit each, today's path). "grouped": `GroupCommitter` (stevora/db/group_commit.py), one batch on the wire at a time;
-"grouped2": two batches in flight.
+loop does with a zero-latency tool, through `checkpoints.record_tool_trace`. "single": a
+`GroupCommitter` with grouping off (STEVORA_GROUP_COMMIT=false: one statement and one commit per
+checkpoint). "grouped": grouping on (the default; stevora/db/group_commit.py), one batch on the
+wire at a time.
 Printed: checkpoints/s median [min-max], worker CPU and PostgreSQL backend CPU per checkpoint,
 rows per statement, load average.
 """
@@ -54,19 +55,14 @@ async def measure(
     bench: LoopBench, anchors: list[dict[str, str]], mode: str, per_caller: int
 ) -> tuple[float, ...]:
     pool = bench.rt.pool
-    gc = GroupCommitter(pool)
+    gc = GroupCommitter(pool, enabled=mode == "grouped")
     payload = {"toolName": "noop", "durationMs": 0.1}
 
     async def caller(anchor: dict[str, str]) -> None:
         for _ in range(per_caller):
-            if mode.startswith("grouped"):
-                await gc.record_tool_trace(
-                    anchor["workflow_run_id"], OWNER, record(anchor), "TOOL_CALL_COMPLETED", payload
-                )
-            else:
-                await checkpoints.record_tool_trace(
-                    pool, anchor["workflow_run_id"], OWNER, record(anchor), "TOOL_CALL_COMPLETED", payload
-                )
+            await checkpoints.record_tool_trace(
+                gc, anchor["workflow_run_id"], OWNER, record(anchor), "TOOL_CALL_COMPLETED", payload
+            )
 
     pids = await database_backend_pids(pool)
     cpu0, db0, t0 = time.process_time(), backend_cpu_s(pids), time.perf_counter()
@@ -94,7 +90,7 @@ async def main(url: str, callers: list[int], per_caller: int, repeats: int) -> N
         print(f"{'callers':>7} {'mode':<8} {'checkpoints/s median [min-max]':<32}{'worker CPU ms':>14}{'DB CPU ms':>10}"
               f"{'rows/stmt':>10}{'load':>6}")  # fmt: skip
         for c in callers:
-            for mode in ("single", "grouped", "grouped2"):
+            for mode in ("single", "grouped"):
                 results = [await measure(bench, anchors[:c], mode, per_caller) for _ in range(repeats)]
                 rates = [r[0] for r in results]
                 print(

@@ -117,8 +117,14 @@ class LoopBench:
         self.profiler: cProfile.Profile | None = None  # enabled inside timed windows only
 
     @classmethod
-    async def start(cls, url: str, *, hot_pool_size: int = 20) -> LoopBench:
-        settings = Settings(database_url=url, hot_pool_size=hot_pool_size, lease_s=60, heartbeat_s=20)
+    async def start(cls, url: str, *, hot_pool_size: int = 20, group_commit: bool = True) -> LoopBench:
+        settings = Settings(
+            database_url=url,
+            hot_pool_size=hot_pool_size,
+            lease_s=60,
+            heartbeat_s=20,
+            group_commit=group_commit,
+        )
         quiet_json_logging(settings)
         provider = TimedProvider()
         tools = ToolRegistry()

@@ -1,7 +1,7 @@
 """Scale-out: 1, 2 and 4 worker processes against one PostgreSQL.
 
     .venv/bin/python -m bench.scale_out [--processes 1 2 4] [--concurrency 32] [--rounds 20]
-                                        [--waves 3] [--repeats 2] [--uvloop] [--group-commit]
+                                        [--waves 3] [--repeats 2] [--uvloop] [--group-commit on|off]
 
 Each process is a full worker runtime (its own asyncpg pool, RunPool and driver) executing its
 own runs of the tool-loop benchmark (bench/harness.py) at `--concurrency` runs in flight. All
@@ -40,11 +40,9 @@ def _worker(
     out: Any,
 ) -> None:
     async def main() -> None:
-        bench = await LoopBench.start(url, hot_pool_size=max(10, min(concurrency, 20)))
-        if group_commit:
-            from bench.tool_loop import use_group_commit
-
-            use_group_commit(bench)
+        bench = await LoopBench.start(
+            url, hot_pool_size=max(10, min(concurrency, 20)), group_commit=group_commit
+        )
         try:
             await bench.level(rounds, 8, 8)  # warm up
             ids = await bench.create_runs(rounds, runs)
@@ -135,8 +133,11 @@ def main() -> None:
     parser.add_argument("--waves", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--uvloop", action="store_true")
-    parser.add_argument("--group-commit", action="store_true", help="checkpoints via GroupCommitter")
+    parser.add_argument(
+        "--group-commit", choices=["on", "off"], default="on", help="STEVORA_GROUP_COMMIT (default on)"
+    )
     args = parser.parse_args()
+    args.group_commit = args.group_commit == "on"
     url = bench_database_url("scale_out")
     print(
         f"scale-out: {args.rounds}-round runs, {args.concurrency} in flight per process, one PostgreSQL, "

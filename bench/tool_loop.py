@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.tool_loop [--rounds 20 5] [--concurrency 1 32 128] [--repeats 3]
                                         [--waves 3] [--uvloop] [--codec orjson|stdlib]
+                                        [--group-commit on|off]
 
 A zero-latency scripted model asks for one tool per round, the tool returns at once: all the
 time is Stevora's (see bench/harness.py for what is timed: runs are created before the window,
@@ -38,7 +39,6 @@ import asyncpg
 from bench.common import bench_database_url, median, pct
 from bench.harness import Level, LoopBench
 from stevora.db import checkpoints, runs, transitions
-from stevora.db.group_commit import GroupCommitter
 from stevora.engine.driver import RunDriver
 from stevora.ids import new_id
 
@@ -149,29 +149,8 @@ def per_run_ms(levels: list[Level], attr: str) -> float:
     return median([getattr(lv, attr) / lv.runs * 1000 for lv in levels])
 
 
-def use_group_commit(bench: LoopBench) -> None:
-    """Route the loop's checkpoints through a GroupCommitter (a bench-only patch of the module
-    attributes the tool loop calls; the integration plan is in docs/benchmarks.md)."""
-    gc = GroupCommitter(bench.rt.pool)
-
-    async def llm(
-        pool: asyncpg.Pool, run_id: str, owner: str, rec: Any, event: str, payload: dict[str, Any]
-    ) -> None:
-        await gc.record_llm_call(run_id, owner, rec, event, payload)
-
-    async def tool(
-        pool: asyncpg.Pool, run_id: str, owner: str, rec: Any, event: str, payload: dict[str, Any]
-    ) -> None:
-        await gc.record_tool_trace(run_id, owner, rec, event, payload)
-
-    checkpoints.record_llm_call = llm  # type: ignore[assignment]
-    checkpoints.record_tool_trace = tool  # type: ignore[assignment]
-
-
 async def main(args: argparse.Namespace, url: str) -> None:
-    bench = await LoopBench.start(url, hot_pool_size=args.hot_pool)
-    if args.group_commit:
-        use_group_commit(bench)
+    bench = await LoopBench.start(url, hot_pool_size=args.hot_pool, group_commit=args.group_commit == "on")
     if args.cprofile:
         # Process CPU as the clock: on a busy machine wall time would charge preemption to
         # whichever function happened to be running.
@@ -205,7 +184,7 @@ async def main(args: argparse.Namespace, url: str) -> None:
     loop_name = "uvloop" if args.uvloop else "asyncio"
     print(
         f"tool loop: one tool call per round, zero-latency model, PostgreSQL; event loop {loop_name}, "
-        f"JSON codec {args.codec}; group commit {'on' if args.group_commit else 'off'}; "
+        f"JSON codec {args.codec}; group commit {args.group_commit}; "
         f"{args.repeats} repeats; {os.cpu_count()} CPUs"
     )
     print(
@@ -235,6 +214,10 @@ async def main(args: argparse.Namespace, url: str) -> None:
     )
     print(
         f"  create_run (one statement + dispatch hint, before the window): {median(bench.create_s) * 1000:.3f} ms p50"
+    )
+    gc = bench.rt.committer
+    print(
+        f"  checkpoints: {gc.rows} rows in {gc.batches} statements ({gc.rows / max(gc.batches, 1):.1f} per statement)"
     )
 
     if len(args.rounds) >= 2:
@@ -278,7 +261,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--waves", type=int, default=3, help="runs per level = concurrency x waves (min 8)")
     parser.add_argument("--hot-pool", type=int, default=20, help="asyncpg pool size (STEVORA_HOT_POOL_SIZE)")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop instead of asyncio's loop")
-    parser.add_argument("--group-commit", action="store_true", help="checkpoints via GroupCommitter")
+    parser.add_argument(
+        "--group-commit", choices=["on", "off"], default="on", help="STEVORA_GROUP_COMMIT (default on)"
+    )
     parser.add_argument("--cprofile", metavar="FILE", help="cProfile the timed windows (process CPU clock)")
     parser.add_argument("--codec", choices=["default", "stdlib", "orjson"], default="default")
     return parser.parse_args()

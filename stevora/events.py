@@ -12,6 +12,12 @@ from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
+# Ephemeral, never stored: a streamed model call's text as it arrives. The worker publishes it with
+# PostgreSQL NOTIFY on this channel; the API and UI event streams send it under this SSE event name
+# with no `id:` line, so resuming with Last-Event-ID (stored events only) is unaffected.
+LLM_TEXT_CHANNEL = "stevora_llm_text"
+LLM_TEXT_DELTA = "llm.text.delta"
+
 
 class EventType(StrEnum):
     WORKFLOW_STARTED = "WORKFLOW_STARTED"

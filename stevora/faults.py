@@ -10,8 +10,12 @@ reaches that point: `<point>[:<round>[:<call index>]]`. Points:
 * `llm_call_starting`  — about to send a round's model request (`:<round>`)
 * `parent_told`        — a child run's ending committed its parent's tool result; the parent
                          has not been dispatched yet
+* `batch_sending`      — group commit (`:<kind>[:<n>]`, kind `llm_call` or `tool_trace`, the n-th
+                         batch of several runs' rows): callers queued, the batch not sent
+* `batch_sent`         — the batch statement is handed to its connection, its result not read
+* `batch_committed`    — the batch committed, none of its callers woken yet
 
-Production never sets it; the cost when unset is one attribute check per checkpoint.
+Production never sets it; the cost when unset is one attribute check per checkpoint (per batch).
 """
 
 from __future__ import annotations

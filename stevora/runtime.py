@@ -11,6 +11,7 @@ import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from stevora.db.database import create_engine, create_pool, session_factory
+from stevora.db.group_commit import GroupCommitter
 from stevora.definitions import WorkflowDefinitionSpec, parse_definition
 from stevora.engine.dispatch import Dispatcher
 from stevora.errors import NotFoundError
@@ -75,6 +76,7 @@ class Runtime:
     tools: ToolRegistry
     pricing: Pricing
     definitions: DefinitionCache
+    committer: GroupCommitter  # the tool loop's checkpoints go through it (group commit)
     # Per-provider / per-model semaphores capping concurrent LLM calls in this process.
     llm_limits: dict[str, asyncio.Semaphore] = field(default_factory=dict)
     faults: FaultPlan = field(default_factory=lambda: FaultPlan(None))
@@ -94,6 +96,7 @@ class Runtime:
 
         pool = await create_pool(settings.database_url, max_size=settings.hot_pool_size)
         engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
+        faults = FaultPlan(settings.fault_injection)
         return cls(
             settings=settings,
             pool=pool,
@@ -104,8 +107,9 @@ class Runtime:
             tools=tools if tools is not None else default_registry,
             pricing=Pricing(overrides=dict(settings.model_prices)),
             definitions=DefinitionCache(pool),
+            committer=GroupCommitter(pool, enabled=settings.group_commit, faults=faults),
             llm_limits={k: asyncio.Semaphore(v) for k, v in settings.llm_concurrency.items()},
-            faults=FaultPlan(settings.fault_injection),
+            faults=faults,
         )
 
     @property
@@ -116,6 +120,10 @@ class Runtime:
         return maker
 
     async def close(self) -> None:
+        await self.committer.drain()  # queued checkpoints are written before the pool goes
+        live = self.extras.pop("live_hub", None)  # the API's LISTEN connection (stevora.live)
+        if live is not None:
+            await live.aclose()
         await self.providers.aclose()
         await self.pool.close()
         await self.engine.dispose()

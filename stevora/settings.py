@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     queue_name: str = "stevora"
     db_pool_size: int = 10
     hot_pool_size: int = 10  # raw asyncpg pool used by the tool-loop checkpoints
+    # Concurrent runs' checkpoints share one statement and one commit (stevora/db/group_commit.py).
+    group_commit: bool = True
 
     # API
     host: str = "127.0.0.1"
@@ -100,6 +102,8 @@ class Settings(BaseSettings):
     # What each compat server accepts, by the same names: {"vllm": {"tool_choice": ["auto", "required"]}}.
     compat_capabilities: dict[str, ServerCapabilities] = {}
     provider_max_retries: int = 2
+    # Stream model answers (live text deltas, time to first token); false: one JSON answer per call.
+    llm_stream: bool = True
     provider_timeout_s: float = 120.0
     # Per-provider or per-model caps on concurrent calls in one process: {"openai": 200, "gpt-4o": 50}.
     llm_concurrency: dict[str, int] = {}

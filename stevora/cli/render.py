@@ -150,7 +150,8 @@ def steps_table(run: WorkflowRun) -> Table:
 
 def llm_call_lines(calls: list[LlmCall]) -> list[str]:
     """`runs llm-calls`: one line per model call (step #round, model · provider, tokens, cost,
-    latency, the tools it asked for or how it finished), readable at any terminal width."""
+    latency and a streamed call's time to first token, the tools it asked for or how it finished),
+    readable at any terminal width."""
     lines = []
     for call in calls:
         tools = [str(c.get("name")) for c in (call.response or {}).get("toolCalls") or []]
@@ -158,10 +159,12 @@ def llm_call_lines(calls: list[LlmCall]) -> list[str]:
             result = f"[red]{escape(call.status.upper())}[/red] {escape(error_text(call.error))}"
         else:
             result = escape("→ " + ", ".join(tools) if tools else (call.finish_reason or ""))
+        ttft = call.time_to_first_token_ms
+        first = f" (first token {duration(ttft)})" if ttft is not None else ""
         lines.append(
             f"[cyan]◆[/cyan] {escape(call.step_name)} #{call.round}  {model_ref(call.model, call.provider)}  "
             f"[dim]{call.input_tokens} in / {call.output_tokens} out · {usd(call.cost_usd)} · "
-            f"{duration(call.duration_ms)}[/dim]  {result}"
+            f"{duration(call.duration_ms)}{first}[/dim]  {result}"
         )
     return lines or ["[dim]no LLM calls[/dim]"]
 

@@ -199,6 +199,7 @@ class LlmCall(Model):
     cache_write_tokens: int = 0
     cost_usd: float = 0.0
     duration_ms: float | None = None
+    time_to_first_token_ms: float | None = None  # streamed calls only
     finish_reason: str | None = None
     error: dict[str, Any] | None = None
     created_at: datetime | None = None

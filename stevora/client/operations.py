@@ -302,6 +302,10 @@ def list_events(run_id: str, *, page: int = 1, page_size: int = 20) -> Op[Page[E
     return parse_page(Event, (yield Request("GET", _path("workflow-runs", run_id, "events"), params=params)))
 
 
+# SSE messages of the run stream that are not stored events (docs/api.md, "Live text").
+EPHEMERAL_EVENTS = frozenset({"llm.text.delta"})
+
+
 def iter_events(run_id: str, *, page_size: int = 100) -> StreamOp[Event]:
     """Every event of a run so far, oldest first (fetched page by page)."""
     page = 1
@@ -318,7 +322,8 @@ def stream_events(run_id: str, last_event_id: int | str | None = None) -> Stream
     """Follow a run's events live (Server-Sent Events) until the run finishes.
 
     Starts after `last_event_id` (an event `sequence`), else from the first event. A dropped
-    connection is resumed where it broke, without gaps or repeats.
+    connection is resumed where it broke, without gaps or repeats. Only stored events are
+    yielded; the stream's ephemeral `llm.text.delta` messages are skipped.
     """
     path = _path("workflow-runs", run_id, "events", "stream")
     last = str(last_event_id) if last_event_id is not None else None
@@ -335,8 +340,8 @@ def stream_events(run_id: str, last_event_id: int | str | None = None) -> Stream
             decoder = SSEDecoder()
             while (line := (yield NEXT_LINE)) is not None:
                 message = decoder.feed(line)
-                if message is None or not message.data:
-                    continue
+                if message is None or not message.data or message.event in EPHEMERAL_EVENTS:
+                    continue  # live text deltas: not stored events, no sequence to resume from
                 event = Event.model_validate_json(message.data)
                 last, failures = str(event.sequence), 0
                 finished = event.event_type in TERMINAL_EVENTS

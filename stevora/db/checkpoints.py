@@ -1,10 +1,12 @@
 """The tool loop's checkpoints: one statement, one round trip, one transaction each.
 
-Each write is a data-modifying CTE that (1) bumps the run's event sequence *fenced by the lease*
-(`lease_owner = me AND status = 'RUNNING'`), (2) inserts the trace row, (3) inserts its event.
-If the fence fails nothing is written and the caller gets LeaseLost; if the trace row already
-exists (unique (llm_call_id, sequence)) the whole statement fails, so a sequence number is never
-burnt and no event exists without its trace row (or the reverse).
+Each write is a data-modifying CTE (`checkpoint_sql.py`) that (1) bumps the run's event sequence
+*fenced by the lease* (`lease_owner = me AND status = 'RUNNING'`), (2) inserts the trace row,
+(3) inserts its event. If the fence fails nothing is written and the caller gets LeaseLost; if
+the trace row already exists (unique (llm_call_id, sequence)) the whole statement fails, so a
+sequence number is never burnt and no event exists without its trace row (or the reverse).
+Concurrent runs' checkpoints share one such statement (`group_commit.py`, owned by the Runtime),
+each row fenced by its own lease.
 
 A checkpoint that fails with a lost connection is retried in place (same ids, same event id):
 when the connection died during COMMIT the first try may have committed, and the retry then
@@ -23,54 +25,9 @@ from typing import Any
 
 import asyncpg
 
-from stevora.db.transient import Retrier
-from stevora.errors import LeaseLost
+from stevora.db.checkpoint_sql import LLM_CALL, TOOL_TRACE, TOOL_TRACE_COLUMNS
+from stevora.db.group_commit import ALREADY_RECORDED, GroupCommitter
 from stevora.ids import new_id
-
-_ALREADY_RECORDED: Any = object()  # a retry found the statement's rows written by the try before
-
-_LLM_CALL_SQL = """
-WITH r AS (
-    UPDATE workflow_runs
-       SET event_seq = event_seq + 1,
-           -- The cast types $17 as a float: `$17 * 100` alone makes PostgreSQL infer int4, and
-           -- asyncpg then truncates 0.00045 to 0, so every cost would be stored as 0.
-           total_cost_cents = total_cost_cents + $17::double precision * 100,
-           total_input_tokens = total_input_tokens + $13,
-           total_output_tokens = total_output_tokens + $14
-     WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'
- RETURNING event_seq
-), c AS (
-    INSERT INTO llm_calls (id, workflow_run_id, step_run_id, step_name, round, provider, model, status,
-                           request, response, error, finish_reason, input_tokens, output_tokens,
-                           cache_read_tokens, cache_write_tokens, cost_usd, duration_ms)
-    SELECT $3, $1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $18, $13, $14, $15, $16, $17, $19 FROM r
-    RETURNING id
-)
-INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
-SELECT $20, $1, $4, r.event_seq, $21, $22 FROM r, c
-RETURNING created_at
-"""
-
-_TOOL_TRACE_SQL = """
-WITH r AS (
-    -- A tool's `ctx.update_state(...)` lands in the same statement as its trace row: never twice,
-    -- never for a call that is not recorded as completed.
-    UPDATE workflow_runs SET event_seq = event_seq + 1,
-           state = CASE WHEN $21::jsonb IS NULL THEN state ELSE COALESCE(state, '{}'::jsonb) || $21::jsonb END
-     WHERE id = $1 AND lease_owner = $2 AND status = 'RUNNING'
- RETURNING event_seq
-), t AS (
-    INSERT INTO tool_trace (id, workflow_run_id, step_run_id, llm_call_id, round, sequence, tool_call_id,
-                            tool_name, input_json, output_json, status, error, error_code, result_text,
-                            duration_ms, idempotency_key)
-    SELECT $3, $1, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17 FROM r
-    RETURNING id
-)
-INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
-SELECT $18, $1, $4, r.event_seq, $19, $20 FROM r, t
-RETURNING sequence
-"""
 
 
 @dataclass(slots=True)
@@ -91,6 +48,7 @@ class LlmCallRecord:
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
     cost_usd: float = 0.0
+    time_to_first_token_ms: float | None = None  # streamed calls only
     id: str = field(default_factory=lambda: new_id("llm"))
 
 
@@ -114,41 +72,24 @@ class ToolTraceRecord:
     id: str = field(default_factory=lambda: new_id("tt"))
 
 
-async def _write_once(pool: asyncpg.Pool, sql: str, args: tuple[Any, ...], what: str, run_id: str) -> Any:
-    """Run a checkpoint statement, retrying lost connections; see the module docstring. Returns
-    the statement's value, None when the lease fence failed, or `_ALREADY_RECORDED`."""
-    retrier = Retrier(what, workflow_run_id=run_id)
-    while True:
-        try:
-            return await pool.fetchval(sql, *args)
-        except asyncpg.UniqueViolationError:
-            if retrier.failures == 0:
-                raise
-            return _ALREADY_RECORDED  # the try whose outcome was unknown did commit
-        except Exception as exc:
-            await retrier.pause(exc)
-
-
 async def record_llm_call(
-    pool: asyncpg.Pool, run_id: str, owner: str, rec: LlmCallRecord, event_type: str, payload: dict[str, Any]
+    committer: GroupCommitter,
+    run_id: str,
+    owner: str,
+    rec: LlmCallRecord,
+    event_type: str,
+    payload: dict[str, Any],
 ) -> datetime:
     """Commit the call's row and event; returns the commit's timestamp (the row's `created_at`)."""
-    args = (
-        run_id, owner, rec.id, rec.step_run_id, rec.step_name, rec.round, rec.provider, rec.model, rec.status,
-        rec.request, rec.response, rec.error, rec.input_tokens, rec.output_tokens, rec.cache_read_tokens,
-        rec.cache_write_tokens, rec.cost_usd, rec.finish_reason, rec.duration_ms,
-        new_id("evt"), event_type, payload,
-    )  # fmt: skip
-    committed_at = await _write_once(pool, _LLM_CALL_SQL, args, "record_llm_call", run_id)
-    if committed_at is _ALREADY_RECORDED:
-        committed_at = await pool.fetchval("SELECT created_at FROM llm_calls WHERE id = $1", rec.id)
-    if committed_at is None:
-        raise LeaseLost(f"run {run_id}: lease lost before recording LLM call round {rec.round}")
+    values = LLM_CALL.row(run_id, owner, rec, (new_id("evt"), event_type, payload))
+    committed_at = await committer.write(LLM_CALL, run_id, values, f"LLM call round {rec.round}")
+    if committed_at is ALREADY_RECORDED:
+        committed_at = await committer.pool.fetchval("SELECT created_at FROM llm_calls WHERE id = $1", rec.id)
     return committed_at  # type: ignore[no-any-return]
 
 
 async def record_tool_trace(
-    pool: asyncpg.Pool,
+    committer: GroupCommitter,
     run_id: str,
     owner: str,
     rec: ToolTraceRecord,
@@ -156,14 +97,9 @@ async def record_tool_trace(
     payload: dict[str, Any],
     state_updates: dict[str, Any] | None = None,
 ) -> None:
-    args = (
-        run_id, owner, rec.id, rec.step_run_id, rec.llm_call_id, rec.round, rec.sequence, rec.tool_call_id,
-        rec.tool_name, rec.input_json, rec.output_json, rec.status, rec.error, rec.error_code, rec.result_text,
-        rec.duration_ms, rec.idempotency_key, new_id("evt"), event_type, payload, state_updates or None,
-    )  # fmt: skip
-    seq = await _write_once(pool, _TOOL_TRACE_SQL, args, "record_tool_trace", run_id)
-    if seq is None:
-        raise LeaseLost(f"run {run_id}: lease lost before recording tool call {rec.idempotency_key}")
+    """Commit the call's trace row and event, and merge `state_updates` into the run's state."""
+    values = TOOL_TRACE.row(run_id, owner, rec, (new_id("evt"), event_type, payload), state_updates or None)
+    await committer.write(TOOL_TRACE, run_id, values, f"tool call {rec.idempotency_key}")
 
 
 async def tool_step_trace(pool: asyncpg.Pool, step_run_id: str) -> asyncpg.Record | None:
@@ -178,20 +114,13 @@ async def insert_tool_traces(conn: asyncpg.Connection, run_id: str, records: lis
     """Trace rows of calls answered from outside the loop, in the caller's transaction (which also
     writes their events and holds the run's row lock). The unique (llm_call_id, sequence) key makes
     a second answer for the same call fail the whole transaction instead of duplicating it."""
-    await conn.executemany(
-        "INSERT INTO tool_trace (id, workflow_run_id, step_run_id, llm_call_id, round, sequence, tool_call_id, "
-        "tool_name, input_json, output_json, status, error, error_code, result_text, duration_ms, "
-        "idempotency_key, child_run_id) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, "
-        "$15, $16, $17)",
-        [
-            (
-                r.id, run_id, r.step_run_id, r.llm_call_id, r.round, r.sequence, r.tool_call_id, r.tool_name,
-                r.input_json, r.output_json, r.status, r.error, r.error_code, r.result_text, r.duration_ms,
-                r.idempotency_key, r.child_run_id,
-            )
-            for r in records
-        ],
-    )  # fmt: skip
+    await conn.executemany(_INSERT_TOOL_TRACE_SQL, [(run_id, *TOOL_TRACE.record_values(r)) for r in records])
+
+
+_INSERT_TOOL_TRACE_SQL = "INSERT INTO tool_trace (workflow_run_id, {}) VALUES ({})".format(
+    ", ".join(c for c, _ in TOOL_TRACE_COLUMNS),
+    ", ".join(f"${n}" for n in range(1, len(TOOL_TRACE_COLUMNS) + 2)),
+)
 
 
 @dataclass(slots=True)

@@ -1,28 +1,39 @@
-"""Group commit (prototype): concurrent runs' checkpoints (model calls, tool calls) in one statement.
+"""Group commit: concurrent runs' checkpoints (model calls, tool calls) in one statement.
 
-Each checkpoint in `checkpoints.py` is one statement and one commit: at concurrency 32 the
-worker pays one round trip, one protocol exchange and one WAL flush per checkpoint. Here the
-callers that arrive while a batch is in flight wait for the next one, and a batch is written as
-**one** data-modifying CTE over `unnest(...)` arrays:
+Written singly, each checkpoint is one statement and one commit: at concurrency 32 the worker
+pays one round trip, one protocol exchange and one WAL flush per checkpoint. The `Runtime` owns
+one `GroupCommitter`; callers that arrive while a batch is in flight wait for the next one, and a
+batch is **one** statement over `unnest(...)` arrays (`checkpoint_sql.py`):
 
-* each row is fenced by *its own* lease: the `UPDATE workflow_runs ... FROM input` bumps the
-  event sequence only of runs whose `lease_owner` is the caller's and that are `RUNNING`; a row
-  whose fence fails is simply not inserted, and only that caller gets `LeaseLost`;
+* each row is fenced by *its own* lease: a row whose fence fails is not written, and only that
+  caller gets `LeaseLost`;
 * the statement is one implicit transaction: all rows of a batch commit together or none does,
-  and a caller is woken only after PostgreSQL has acknowledged the commit (with the server's
-  `synchronous_commit`, i.e. durable), so a caller never sees a row that is not durable;
-* no timer: a batch leaves as soon as the previous one is back, so a lone caller (concurrency 1)
-  pays one statement as before, and batches grow only when callers queue up;
+  and callers are woken only after PostgreSQL acknowledged the commit (`synchronous_commit` as
+  the server has it, never `off`), so no caller goes on from a row that is not durable;
+* no timer: a batch leaves as soon as the previous one is back; a caller that finds nothing in
+  flight waits one turn of the event loop (callers of that same turn join it) and, still alone,
+  sends its single-row statement from its own task, so concurrency 1 pays what it always paid;
+  batches grow only when callers queue up, and are sent by a flusher task that no caller's
+  cancellation (a revoked lease cancels that run's task) can interrupt;
 * two checkpoints of one run never share a batch (the run's event sequence is bumped once per
-  statement per row), the second waits for the next batch;
-* if the batch statement fails (a duplicate trace: `uq_tool_trace_call`), each of its callers is
-  retried alone, so only the offending caller gets the error.
+  row), the second waits for the next one;
+* a lost connection retries the batch in place (same rows, same ids): the try whose outcome was
+  unknown may have committed, so a unique violation on a *retry* means "already recorded"; the
+  batch then falls back to its rows one by one, each counted as a retry, so each caller learns
+  its own row's fate;
+* a batch that fails for one row's reason (a duplicate trace on a first try, bad data) is retried
+  row by row, so only the offending caller gets the error.
 
 A SIGKILL of the worker mid-batch kills every caller with it; the batch's transaction either
-committed (every row of it is in the tables, resume replays them) or did not (none is, resume
-runs those tool calls again: at-least-once handlers, exactly-once records, as today).
+committed (all its rows are in the tables, resume replays them) or did not (none is, resume runs
+those calls again: at-least-once handlers, exactly-once records). Fault points for crash tests,
+reached only for batches of several rows, with `<kind>` `llm_call` or `tool_trace` and `<n>` the
+how-many-th such batch of that kind: `batch_sending:<kind>:<n>` (callers queued, nothing sent),
+`batch_sent:<kind>:<n>` (the statement is handed to the connection, its result not read) and
+`batch_committed:<kind>:<n>` (committed, no caller woken yet).
 
-Not wired into the tool loop yet: docs/benchmarks.md has the measurements and the integration plan.
+`STEVORA_GROUP_COMMIT=false` turns grouping off: each checkpoint is then written by its own
+caller, concurrently, with the same statement shape and the same retry rules.
 """
 
 from __future__ import annotations
@@ -33,191 +44,194 @@ from typing import Any
 
 import asyncpg
 
-from stevora.db.checkpoints import LlmCallRecord, ToolTraceRecord
+from stevora.db.checkpoint_sql import CheckpointKind
+from stevora.db.transient import Retrier, is_transient
 from stevora.errors import LeaseLost
-from stevora.ids import new_id
+from stevora.faults import FaultPlan
 
-_BATCH_TOOL_TRACE_SQL = """
-WITH i AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::int[],
-                         $8::text[], $9::text[], $10::jsonb[], $11::jsonb[], $12::text[], $13::text[],
-                         $14::text[], $15::text[], $16::float8[], $17::text[], $18::text[], $19::text[],
-                         $20::jsonb[])
-        AS i(run_id, owner, id, step_run_id, llm_call_id, round, sequence, tool_call_id, tool_name,
-             input_json, output_json, status, error, error_code, result_text, duration_ms,
-             idempotency_key, event_id, event_type, payload)
-), r AS (
-    UPDATE workflow_runs w SET event_seq = w.event_seq + 1
-      FROM i
-     WHERE w.id = i.run_id AND w.lease_owner = i.owner AND w.status = 'RUNNING'
- RETURNING w.id, w.event_seq
-), t AS (
-    INSERT INTO tool_trace (id, workflow_run_id, step_run_id, llm_call_id, round, sequence, tool_call_id,
-                            tool_name, input_json, output_json, status, error, error_code, result_text,
-                            duration_ms, idempotency_key)
-    SELECT i.id, i.run_id, i.step_run_id, i.llm_call_id, i.round, i.sequence, i.tool_call_id, i.tool_name,
-           i.input_json, i.output_json, i.status, i.error, i.error_code, i.result_text, i.duration_ms,
-           i.idempotency_key
-      FROM i JOIN r ON r.id = i.run_id
-    RETURNING id
-)
-INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
-SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
-  FROM i JOIN r ON r.id = i.run_id JOIN t ON t.id = i.id
-RETURNING workflow_run_id, sequence
-"""
-
-
-_BATCH_LLM_CALL_SQL = """
-WITH i AS (
-    SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::text[], $6::int[], $7::text[],
-                         $8::text[], $9::text[], $10::jsonb[], $11::jsonb[], $12::jsonb[], $13::int[], $14::int[],
-                         $15::int[], $16::int[], $17::float8[], $18::text[], $19::float8[], $20::text[],
-                         $21::text[], $22::jsonb[])
-        AS i(run_id, owner, id, step_run_id, step_name, round, provider, model, status, request, response,
-             error, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd,
-             finish_reason, duration_ms, event_id, event_type, payload)
-), r AS (
-    UPDATE workflow_runs w
-       SET event_seq = w.event_seq + 1,
-           total_cost_cents = w.total_cost_cents + i.cost_usd * 100,
-           total_input_tokens = w.total_input_tokens + i.input_tokens,
-           total_output_tokens = w.total_output_tokens + i.output_tokens
-      FROM i
-     WHERE w.id = i.run_id AND w.lease_owner = i.owner AND w.status = 'RUNNING'
- RETURNING w.id, w.event_seq
-), c AS (
-    INSERT INTO llm_calls (id, workflow_run_id, step_run_id, step_name, round, provider, model, status,
-                           request, response, error, finish_reason, input_tokens, output_tokens,
-                           cache_read_tokens, cache_write_tokens, cost_usd, duration_ms)
-    SELECT i.id, i.run_id, i.step_run_id, i.step_name, i.round, i.provider, i.model, i.status, i.request,
-           i.response, i.error, i.finish_reason, i.input_tokens, i.output_tokens, i.cache_read_tokens,
-           i.cache_write_tokens, i.cost_usd, i.duration_ms
-      FROM i JOIN r ON r.id = i.run_id
-    RETURNING id
-)
-INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
-SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
-  FROM i JOIN r ON r.id = i.run_id JOIN c ON c.id = i.id
-RETURNING workflow_run_id, sequence
-"""
-
-_SQL = {"tool": _BATCH_TOOL_TRACE_SQL, "llm": _BATCH_LLM_CALL_SQL}
+ALREADY_RECORDED: Any = object()  # a retry found the row written by the try before
 
 
 @dataclass(slots=True)
 class _Pending:
     run_id: str
-    values: tuple[Any, ...]  # the row, in the batch statement's column order
-    done: asyncio.Future[int]
+    values: tuple[Any, ...]  # the row, in the statement's parameter order
+    done: asyncio.Future[Any]
     what: str  # for LeaseLost
 
 
 class GroupCommitter:
-    """Writes the checkpoints of concurrent runs in shared statements, one statement per kind.
+    """Writes checkpoints of concurrent runs in shared statements; see the module docstring.
 
-    `await record_llm_call(...)` / `await record_tool_trace(...)` return the event's sequence
-    once the row is committed, or raise `LeaseLost` (fence failed) or the database error of
-    their own row. Same arguments as `stevora.db.checkpoints.record_*` minus the pool.
+    `await write(kind, run_id, values, what)` returns the row's commit timestamp (its event's
+    `created_at`) once it is durable, `ALREADY_RECORDED` when a retry found it written, or raises
+    `LeaseLost` (its fence failed) or the database error of its own row.
     """
 
-    def __init__(self, pool: asyncpg.Pool, *, max_batch: int = 256, max_in_flight: int = 1) -> None:
+    def __init__(
+        self,
+        pool: asyncpg.Pool,
+        *,
+        enabled: bool = True,
+        faults: FaultPlan | None = None,
+        max_batch: int = 256,
+    ) -> None:
         self.pool = pool
+        self.enabled = enabled
+        self.faults = faults or FaultPlan(None)
         self.max_batch = max_batch
-        # Batches on the wire at once (measured: 2 gains nothing, callers arrive in lock-step).
-        self.max_in_flight = max_in_flight
-        self._queues: dict[str, list[_Pending]] = {kind: [] for kind in _SQL}
-        self._flushers: set[asyncio.Task[None]] = set()
-        self.batches = 0  # statements sent (for tests and benchmarks)
+        self._queues: dict[CheckpointKind, list[_Pending]] = {}
+        self._flusher: asyncio.Task[None] | None = None
+        self._in_flight = False  # a statement is on the wire (a lone caller's or the flusher's)
+        self.batches = 0  # statements that committed (for tests and benchmarks)
         self.rows = 0
+        self._multi_row: dict[str, int] = {}  # batches of several rows sent, per kind (fault points)
 
-    async def record_llm_call(
-        self, run_id: str, owner: str, rec: LlmCallRecord, event_type: str, payload: dict[str, Any]
-    ) -> int:
-        values = (
-            run_id, owner, rec.id, rec.step_run_id, rec.step_name, rec.round, rec.provider, rec.model,
-            rec.status, rec.request, rec.response, rec.error, rec.input_tokens, rec.output_tokens,
-            rec.cache_read_tokens, rec.cache_write_tokens, rec.cost_usd, rec.finish_reason, rec.duration_ms,
-            new_id("evt"), event_type, payload,
-        )  # fmt: skip
-        return await self._submit("llm", run_id, values, f"LLM call round {rec.round}")
-
-    async def record_tool_trace(
-        self, run_id: str, owner: str, rec: ToolTraceRecord, event_type: str, payload: dict[str, Any]
-    ) -> int:
-        values = (
-            run_id, owner, rec.id, rec.step_run_id, rec.llm_call_id, rec.round, rec.sequence, rec.tool_call_id,
-            rec.tool_name, rec.input_json, rec.output_json, rec.status, rec.error, rec.error_code,
-            rec.result_text, rec.duration_ms, rec.idempotency_key, new_id("evt"), event_type, payload,
-        )  # fmt: skip
-        return await self._submit("tool", run_id, values, f"tool call {rec.idempotency_key}")
-
-    async def drain(self) -> None:
-        """Wait until every queued checkpoint is written (before closing the pool)."""
-        while self._flushers:
-            await asyncio.gather(*list(self._flushers), return_exceptions=True)
-
-    async def _submit(self, kind: str, run_id: str, values: tuple[Any, ...], what: str) -> int:
-        done: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._queues[kind].append(_Pending(run_id, values, done, what))
-        if len(self._flushers) < self.max_in_flight:
-            task = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
-            self._flushers.add(task)
-            task.add_done_callback(self._flushers.discard)
-        # shield: a cancelled caller must not cancel the batch other callers share.
+    async def write(self, kind: CheckpointKind, run_id: str, values: tuple[Any, ...], what: str) -> Any:
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        item = _Pending(run_id, values, done, what)
+        if not self.enabled:
+            await self._write(kind, [item])
+            return done.result()
+        queue = self._queues.setdefault(kind, [])
+        queue.append(item)
+        if self._in_flight:
+            # shield: a cancelled caller must not cancel the batch other callers share.
+            return await asyncio.shield(done)
+        # Nothing in flight. After one turn of the loop (callers of this same turn join the queue),
+        # a caller still alone sends its row itself, from its own task: no task switch, no timer,
+        # one single-row statement. Rows of several callers go to the flusher task instead, so
+        # that cancelling one caller (a revoked lease) can never cancel the others' statement.
+        self._in_flight = True
+        try:
+            await asyncio.sleep(0)
+        except BaseException:
+            queue.remove(item)  # cancelled before anything was sent
+            self._in_flight = False
+            self._flush_queued()
+            raise
+        if len(queue) == 1 and not any(q for k, q in self._queues.items() if k is not kind):
+            self._queues[kind] = []
+            try:
+                await self._write(kind, queue)
+            finally:
+                self._in_flight = False
+                self._flush_queued()
+            return done.result()
+        self._in_flight = False
+        self._flush_queued()
         return await asyncio.shield(done)
 
+    async def drain(self) -> None:
+        """Wait until every queued checkpoint is written (before the pool closes)."""
+        while self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+
+    def _flush_queued(self) -> None:
+        if any(self._queues.values()):
+            self._in_flight = True
+            self._flusher = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
+
     async def _flush_all(self) -> None:
-        while any(self._queues.values()):
-            for kind, queue in self._queues.items():
-                if not queue:
-                    continue
-                batch: list[_Pending] = []
-                seen: set[str] = set()
-                rest: list[_Pending] = []
-                for item in queue:
-                    if item.run_id in seen or len(batch) >= self.max_batch:
-                        rest.append(item)
-                    else:
-                        seen.add(item.run_id)
-                        batch.append(item)
-                self._queues[kind] = rest
-                await self._write(kind, batch)
-
-    async def _write(self, kind: str, batch: list[_Pending]) -> None:
         try:
-            rows = await self._execute(kind, batch)
-        except Exception as exc:  # every caller must be woken, whatever went wrong
-            if len(batch) == 1:
-                _settle_error(batch[0], exc)
-                return
-            for item in batch:  # find the culprit: each row alone (the same statement, one row)
-                try:
-                    rows = await self._execute(kind, [item])
-                except Exception as one_exc:
-                    _settle_error(item, one_exc)
-                else:
-                    _settle(item, rows)
-            return
-        for item in batch:
-            _settle(item, rows)
+            while any(self._queues.values()):
+                for kind in list(self._queues):
+                    if self._queues[kind]:
+                        await self._write(kind, self._take_batch(kind))
+        finally:
+            self._in_flight = False
+            self._flusher = None
 
-    async def _execute(self, kind: str, batch: list[_Pending]) -> dict[str, int]:
-        columns = [list(col) for col in zip(*(p.values for p in batch), strict=True)]
-        records = await self.pool.fetch(_SQL[kind], *columns)
+    def _take_batch(self, kind: CheckpointKind) -> list[_Pending]:
+        """The queue's oldest rows, at most one per run (its event sequence is bumped once per row)."""
+        queue = self._queues[kind]
+        if len(queue) == 1:  # a lone caller
+            self._queues[kind] = []
+            return queue
+        batch: list[_Pending] = []
+        seen: set[str] = set()
+        rest: list[_Pending] = []
+        for item in queue:
+            if item.run_id in seen or len(batch) >= self.max_batch:
+                rest.append(item)
+            else:
+                seen.add(item.run_id)
+                batch.append(item)
+        self._queues[kind] = rest
+        # Row locks in id order, as the heartbeat's `id = ANY(...)` takes them: no deadlock.
+        batch.sort(key=_run_id)
+        return batch
+
+    async def _write(self, kind: CheckpointKind, batch: list[_Pending], *, retried: bool = False) -> None:
+        """Write `batch` and settle every caller of it, whatever happens. `retried`: an earlier
+        try of these rows had an unknown outcome (a unique violation then means "recorded")."""
+        retrier = Retrier(f"record_{kind.name}", rows=len(batch), workflow_run_id=batch[0].run_id)
+        while True:
+            try:
+                committed = await self._execute(kind, batch)
+            except Exception as exc:
+                again = retried or retrier.failures > 0
+                if len(batch) > 1 and not is_transient(exc):
+                    # One row's reason (or a retry's unique violation): each row alone.
+                    for item in batch:
+                        await self._write(kind, [item], retried=again)
+                    return
+                if again and isinstance(exc, asyncpg.UniqueViolationError):
+                    _settle(batch[0], ALREADY_RECORDED)  # the try whose outcome was unknown did commit
+                    return
+                try:
+                    await retrier.pause(exc)  # re-raises when not transient or out of budget
+                except Exception as final:
+                    for item in batch:
+                        _settle_error(item, final)
+                    return
+                continue
+            if len(batch) > 1 and self.faults.armed:
+                self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
+            for item in batch:
+                found = committed.get(item.run_id)
+                if found is None:
+                    _settle_error(
+                        item, LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}")
+                    )
+                else:
+                    _settle(item, found)
+            return
+
+    async def _execute(self, kind: CheckpointKind, batch: list[_Pending]) -> dict[str, Any]:
+        """One statement for the batch; returns run id -> commit timestamp of each row written."""
+        if len(batch) == 1:
+            records = await self.pool.fetch(kind.single_sql, *batch[0].values)
+        else:
+            columns = [list(col) for col in zip(*(p.values for p in batch), strict=True)]
+            if self.faults.armed:
+                records = await self._execute_with_faults(kind, columns)
+            else:
+                records = await self.pool.fetch(kind.batch_sql, *columns)
         self.batches += 1
         self.rows += len(records)
-        return {rec["workflow_run_id"]: rec["sequence"] for rec in records}
+        return {rec["workflow_run_id"]: rec["created_at"] for rec in records}
+
+    async def _execute_with_faults(
+        self, kind: CheckpointKind, columns: list[list[Any]]
+    ) -> list[asyncpg.Record]:
+        n = self._multi_row[kind.name] = self._multi_row.get(kind.name, 0) + 1
+        self.faults.reached("batch_sending", kind.name, n)
+        async with self.pool.acquire() as conn:
+            sent = asyncio.ensure_future(conn.fetch(kind.batch_sql, *columns))
+            await asyncio.sleep(0)  # the task runs up to its first wait: the statement is on its way
+            self.faults.reached("batch_sent", kind.name, n)
+            records: list[asyncpg.Record] = await sent
+            return records
 
 
-def _settle(item: _Pending, sequences: dict[str, int]) -> None:
-    if item.done.done():
-        return
-    seq = sequences.get(item.run_id)
-    if seq is None:
-        item.done.set_exception(LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}"))
-    else:
-        item.done.set_result(seq)
+def _run_id(item: _Pending) -> str:
+    return item.run_id
+
+
+def _settle(item: _Pending, value: Any) -> None:
+    if not item.done.done():
+        item.done.set_result(value)
 
 
 def _settle_error(item: _Pending, exc: BaseException) -> None:

@@ -226,6 +226,8 @@ class LlmCall(Base):
     cache_write_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
     cost_usd: Mapped[float] = mapped_column(Float, server_default="0")
     duration_ms: Mapped[float] = mapped_column(Float, server_default="0")
+    # Streamed calls only: from the start of the call to its first content or tool-call delta.
+    time_to_first_token_ms: Mapped[float | None] = mapped_column(Float)
     finish_reason: Mapped[str | None] = mapped_column(String(40))
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _created()

@@ -1,4 +1,4 @@
-"""Anthropic Messages adapter (`anthropic.AsyncAnthropic().messages.create`, non-streaming).
+"""Anthropic Messages adapter (`anthropic.AsyncAnthropic().messages.create`, streamed or not).
 
 Translation rules the Messages API enforces (400 otherwise):
 * system prompts live in the top-level `system` field, never in `messages`;
@@ -15,11 +15,14 @@ anthropic >= 1.0 removed `temperature` from `create()`'s signature, so it travel
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
 import anthropic
+import httpx2
 from anthropic.types import Message as AnthropicMessage
+from anthropic.types import RawMessageStreamEvent
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
@@ -31,6 +34,7 @@ from stevora.llm.provider import (
     provider_error_for_status,
     timeout_error,
 )
+from stevora.llm.streaming import StreamAccumulator
 
 # Anthropic stop reasons in the provider-neutral (OpenAI) vocabulary of `LlmResponse.finish_reason`.
 _FINISH_REASONS: dict[str, str] = {
@@ -44,7 +48,7 @@ _FINISH_REASONS: dict[str, str] = {
 
 
 class AnthropicProvider:
-    """`Provider` backed by the Anthropic Messages API."""
+    """`Provider` backed by the Anthropic Messages API (streamed by default)."""
 
     def __init__(
         self,
@@ -56,8 +60,10 @@ class AnthropicProvider:
         timeout_s: float = 60.0,
         default_max_tokens: int = 4096,
         client: anthropic.AsyncAnthropic | None = None,
+        stream: bool = True,
     ) -> None:
         self.name = name
+        self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
         self.default_max_tokens = default_max_tokens
         self._owns_client = client is None
         self._client = client or anthropic.AsyncAnthropic(
@@ -71,6 +77,8 @@ class AnthropicProvider:
     async def complete(self, request: LlmRequest) -> LlmResponse:
         kwargs = self.build_kwargs(request)
         try:
+            if self.stream:
+                return await self._complete_streamed(kwargs, request)
             message = await self._client.messages.create(**kwargs)
         except anthropic.APIStatusError as exc:
             detail = error_message_from_body(exc.body, exc.message)
@@ -84,6 +92,37 @@ class AnthropicProvider:
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=False) from exc
         return self.parse_message(message)
+
+    async def _complete_streamed(self, kwargs: dict[str, Any], request: LlmRequest) -> LlmResponse:
+        """One streamed call (named SSE events) folded into an `LlmResponse`."""
+        stream = await self._client.messages.create(**kwargs, stream=True)
+        acc = StreamAccumulator(self.name, request.sink)
+        usage = _StreamUsage()
+        try:
+            # The step's timeout bounds the whole answer, as it does a plain one; the SDK's read
+            # timeout alone would only bound the gaps between chunks.
+            async with asyncio.timeout(request.timeout_s), stream:
+                async for event in stream:
+                    _fold_event(acc, usage, event)
+        except TimeoutError as exc:
+            raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
+        except (anthropic.AnthropicError, httpx2.HTTPError, OSError) as exc:
+            # `event: error` after the 200 (the SDK raises it as a status-200 APIStatusError), a
+            # dropped connection, a read timeout: none of them is retried by the SDK.
+            raise acc.broken(str(exc) or type(exc).__name__) from exc
+        acc.usage = usage.total()
+        response = acc.response("end_turn")
+        response.finish_reason = _FINISH_REASONS.get(response.finish_reason, response.finish_reason)
+        # Joined `partial_json` as the non-streamed path would have written `input`: compact JSON.
+        response.tool_calls = [
+            ToolCall(
+                id=c.id,
+                name=c.name,
+                arguments=json.dumps(parse_tool_input(c.arguments), separators=(",", ":")),
+            )
+            for c in response.tool_calls
+        ]
+        return response
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
@@ -220,3 +259,56 @@ def _usage(message: AnthropicMessage) -> Usage:
         cache_write_tokens=cache_write,
         reasoning_tokens=details.thinking_tokens if details else 0,
     )
+
+
+class _StreamUsage:
+    """Usage over a stream: `message_start` has the prompt side; `message_delta` counts are cumulative."""
+
+    def __init__(self) -> None:
+        self.input = self.output = self.cache_read = self.cache_write = self.thinking = 0
+
+    def update(self, usage: Any) -> None:
+        for name, attr in (
+            ("input", "input_tokens"),
+            ("output", "output_tokens"),
+            ("cache_read", "cache_read_input_tokens"),
+            ("cache_write", "cache_creation_input_tokens"),
+        ):
+            value = getattr(usage, attr, None)
+            if value is not None:
+                setattr(self, name, value)
+        details = getattr(usage, "output_tokens_details", None)
+        if details is not None:
+            self.thinking = details.thinking_tokens
+
+    def total(self) -> Usage:
+        return Usage(
+            input_tokens=self.input + self.cache_read + self.cache_write,
+            output_tokens=self.output,
+            cache_read_tokens=self.cache_read,
+            cache_write_tokens=self.cache_write,
+            reasoning_tokens=self.thinking,
+        )
+
+
+def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: RawMessageStreamEvent) -> None:
+    if event.type == "message_start":
+        acc.model, acc.response_id = event.message.model, event.message.id
+        usage.update(event.message.usage)
+    elif event.type == "content_block_start":
+        block = event.content_block
+        if block.type == "text":
+            acc.text(block.text)
+        elif block.type == "tool_use":
+            acc.tool_start(event.index, block.id, block.name)
+    elif event.type == "content_block_delta":
+        delta = event.delta
+        if delta.type == "text_delta":
+            acc.text(delta.text)
+        elif delta.type == "input_json_delta":
+            acc.tool_arguments(event.index, delta.partial_json)
+    elif event.type == "message_delta":
+        acc.finish_reason = event.delta.stop_reason or acc.finish_reason
+        usage.update(event.usage)
+    elif event.type == "message_stop":
+        acc.finished = True

@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
+
+if TYPE_CHECKING:
+    from stevora.llm.streaming import StreamSink
 
 Role = Literal["system", "user", "assistant", "tool"]
 ResponseFormat = Literal["json", "text"]
@@ -191,7 +194,7 @@ class Usage:
 
 @dataclass(slots=True)
 class LlmRequest:
-    """Everything an adapter needs for one non-streaming call."""
+    """Everything an adapter needs for one call (streamed or not: the adapter's setting)."""
 
     model: str
     messages: list[Message]
@@ -204,6 +207,8 @@ class LlmRequest:
     output_schema: dict[str, Any] | None = None
     tool_choice: ToolChoice = "auto"
     """Only meaningful with `tools`; adapters leave it out of requests that carry none."""
+    sink: StreamSink | None = field(default=None, repr=False, compare=False)
+    """Hears a streamed answer's first token and text deltas; not part of the stored request."""
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -7,13 +7,16 @@ between servers is data, not code: a `ServerCapabilities` per provider (docs/pro
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any, Literal
 
 import httpx2
 import openai
 import structlog
+from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion
+from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
@@ -26,6 +29,7 @@ from stevora.llm.provider import (
     provider_error_for_status,
     timeout_error,
 )
+from stevora.llm.streaming import StreamAccumulator
 from stevora.settings import OPENAI_CAPABILITIES, ServerCapabilities
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
@@ -56,7 +60,7 @@ def http_client() -> httpx2.AsyncClient:
 
 
 class OpenAIProvider:
-    """`Provider` backed by `openai.AsyncOpenAI().chat.completions.create` (non-streaming)."""
+    """`Provider` backed by `openai.AsyncOpenAI().chat.completions.create` (streamed by default)."""
 
     def __init__(
         self,
@@ -69,8 +73,10 @@ class OpenAIProvider:
         client: openai.AsyncOpenAI | None = None,
         max_tokens_field: MaxTokensField | None = None,
         capabilities: ServerCapabilities | None = None,
+        stream: bool = True,
     ) -> None:
         self.name = name
+        self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
         self.capabilities = capabilities or (
             OPENAI_CAPABILITIES if name == "openai" else ServerCapabilities()
         )
@@ -91,7 +97,11 @@ class OpenAIProvider:
     async def complete(self, request: LlmRequest) -> LlmResponse:
         kwargs = self.build_kwargs(request)
         try:
-            completion = await self._client.chat.completions.create(**kwargs)
+            if self.streams:
+                response, usage_sent = await self._complete_streamed(kwargs, request)
+            else:
+                completion = await self._client.chat.completions.create(**kwargs)
+                response, usage_sent = self.parse_completion(completion), completion.usage is not None
         except openai.APIStatusError as exc:
             message = error_message_from_body(exc.body, exc.message)
             raise provider_error_for_status(
@@ -105,15 +115,50 @@ class OpenAIProvider:
             # Response validation, missing credentials and other client-side failures: a retry
             # would fail the same way.
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=False) from exc
-        response = self.parse_completion(completion)
-        if completion.usage is None and self.capabilities.usage and not self._usage_warned:
+        if not usage_sent and self.capabilities.usage and not self._usage_warned:
             self._usage_warned = True  # once per provider: tokens and cost of its calls read as 0
+            setting = "stream_usage" if self.streams else "usage"
             log.warning(
                 "llm_usage_missing",
                 provider=self.name,
-                hint="set usage: false in STEVORA_COMPAT_CAPABILITIES if this server never sends it",
+                hint=f"set {setting}: false in STEVORA_COMPAT_CAPABILITIES if this server never sends it",
             )
         return response
+
+    async def _complete_streamed(
+        self, kwargs: dict[str, Any], request: LlmRequest
+    ) -> tuple[LlmResponse, bool]:
+        """One streamed call folded into an `LlmResponse`; (response, whether usage arrived)."""
+        extra: dict[str, Any] = {"stream": True}
+        if self.capabilities.stream_usage:  # servers that do not know the option may reject it
+            extra["stream_options"] = {"include_usage": True}
+        stream = await self._client.chat.completions.create(**kwargs, **extra)
+        acc = StreamAccumulator(self.name, request.sink)
+        usage_sent = False
+        try:
+            # The step's timeout bounds the whole answer, as it does a plain one; the SDK's read
+            # timeout alone would only bound the gaps between chunks.
+            async with asyncio.timeout(request.timeout_s), stream:
+                async for chunk in stream:
+                    acc.model, acc.response_id = chunk.model or acc.model, chunk.id or acc.response_id
+                    if chunk.usage is not None:
+                        acc.usage, usage_sent = _usage_of(chunk.usage), True
+                    for choice in chunk.choices[:1]:
+                        _fold_delta(acc, choice.delta)
+                        if choice.finish_reason is not None:
+                            acc.finish_reason, acc.finished = str(choice.finish_reason), True
+        except TimeoutError as exc:
+            raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
+        except (openai.OpenAIError, httpx2.HTTPError, OSError) as exc:
+            # `data: {"error": ...}` after the 200, a dropped connection, a read timeout.
+            raise acc.broken(str(exc) or type(exc).__name__) from exc
+        return acc.response("stop"), usage_sent
+
+    @property
+    def streams(self) -> bool:
+        """Whether calls stream: on by setting, unless a stream would lose the usage (and so the
+        cost) that this server's plain answers carry: it must take `stream_options.include_usage`."""
+        return self.stream and (self.capabilities.stream_usage or not self.capabilities.usage)
 
     @property
     def client(self) -> openai.AsyncOpenAI:
@@ -188,7 +233,7 @@ class OpenAIProvider:
         return LlmResponse(
             text=choice.message.content,
             tool_calls=calls,
-            usage=_usage(completion),
+            usage=_usage_of(completion.usage),
             model=completion.model,
             finish_reason=str(choice.finish_reason or ("tool_calls" if calls else "stop")),
             response_id=completion.id,
@@ -227,8 +272,18 @@ def _message_param(message: Message, tool_call_content: str = "null") -> dict[st
     return {"role": message.role, "content": message.content or ""}
 
 
-def _usage(completion: ChatCompletion) -> Usage:
-    usage = completion.usage
+def _fold_delta(acc: StreamAccumulator, delta: ChoiceDelta) -> None:
+    """One chunk's delta: text, and tool-call fragments keyed by `index` (the first names the call)."""
+    acc.text(delta.content)
+    for fragment in delta.tool_calls or ():
+        function = fragment.function
+        if fragment.id or (function is not None and function.name):
+            acc.tool_start(fragment.index, fragment.id, function.name if function else None)
+        if function is not None:
+            acc.tool_arguments(fragment.index, function.arguments)
+
+
+def _usage_of(usage: CompletionUsage | None) -> Usage:
     if usage is None:  # some compatible servers omit it
         return Usage()
     prompt_details = usage.prompt_tokens_details

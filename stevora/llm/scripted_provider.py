@@ -23,6 +23,7 @@ ScriptItem = LlmResponse | Exception
 
 _RESULT_PREVIEW_CHARS = 200
 _STRING_SEED_CHARS = 60
+_STREAM_PIECE_CHARS = 24  # a delayed answer's text is "streamed" in pieces this long
 
 
 class ScriptedProvider:
@@ -56,20 +57,40 @@ class ScriptedProvider:
     async def complete(self, request: LlmRequest) -> LlmResponse:
         self.requests.append(request)
         self._calls += 1
+        answer = self._next(request)
         if self.latency_s > 0:
-            await asyncio.sleep(self.latency_s)
+            await self._take_time(answer, request)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def _next(self, request: LlmRequest) -> ScriptItem:
         if self._script:
-            item = self._script.popleft()
-            if isinstance(item, Exception):
-                raise item
-            return item
+            return self._script.popleft()
         if self._strict:
-            raise ProviderError(
+            return ProviderError(
                 f"{self.name}: script exhausted after {self._calls - 1} responses",
                 provider=self.name,
                 retryable=False,
             )
         return scripted_response(request, provider=self.name, response_id=f"scripted-{self._calls}")
+
+    async def _take_time(self, answer: ScriptItem, request: LlmRequest) -> None:
+        """`latency_s`, spent like a stream when someone listens: half to the first token, then
+        the text in a few pieces (for the demo's live text). With no latency, nothing is heard."""
+        sink = request.sink
+        if sink is None or isinstance(answer, Exception) or not (answer.text or answer.tool_calls):
+            await asyncio.sleep(self.latency_s)
+            return
+        await asyncio.sleep(self.latency_s / 2)
+        sink.first_token()
+        text = answer.text or ""
+        pieces = [text[i : i + _STREAM_PIECE_CHARS] for i in range(0, len(text), _STREAM_PIECE_CHARS)]
+        for piece in pieces:
+            sink.text(piece)
+            await asyncio.sleep(self.latency_s / 2 / len(pieces))
+        if not pieces:
+            await asyncio.sleep(self.latency_s / 2)
 
     async def aclose(self) -> None:
         return None

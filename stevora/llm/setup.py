@@ -26,12 +26,20 @@ class FallbackRouter(ProviderRouter):
 
 def build_router(settings: Settings) -> ProviderRouter:
     router: ProviderRouter = FallbackRouter() if settings.scripted_fallback else ProviderRouter()
-    retries, timeout_s = settings.provider_max_retries, settings.provider_timeout_s
+    retries, timeout_s, stream = (
+        settings.provider_max_retries,
+        settings.provider_timeout_s,
+        settings.llm_stream,
+    )
     if settings.openai_api_key:
         router.register(
             "openai",
             OpenAIProvider(
-                settings.openai_api_key, settings.openai_base_url, max_retries=retries, timeout_s=timeout_s
+                settings.openai_api_key,
+                settings.openai_base_url,
+                max_retries=retries,
+                timeout_s=timeout_s,
+                stream=stream,
             ),
         )
     if settings.anthropic_api_key:
@@ -42,6 +50,7 @@ def build_router(settings: Settings) -> ProviderRouter:
                 settings.anthropic_base_url,
                 max_retries=retries,
                 timeout_s=timeout_s,
+                stream=stream,
             ),
         )
     for name, base_url in settings.compat_base_urls.items():
@@ -53,6 +62,7 @@ def build_router(settings: Settings) -> ProviderRouter:
             max_retries=retries,
             timeout_s=timeout_s,
             capabilities=settings.compat_capabilities.get(name),
+            stream=stream,
         )
         router.register(name, provider)
     for name in settings.compat_capabilities.keys() - settings.compat_base_urls.keys():

@@ -74,7 +74,9 @@ class ModelCallObservation:
 
     def first_token(self) -> None:
         """Streaming calls: the first token arrived (time to first token)."""
-        metrics.first_token(self.provider, self.model, time.perf_counter() - self.started)
+        seconds = time.perf_counter() - self.started
+        metrics.first_token(self.provider, self.model, seconds)
+        tracing.chat_first_token(self.span, seconds)
 
 
 @contextmanager

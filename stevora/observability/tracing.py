@@ -189,6 +189,14 @@ def chat_span(
         yield span
 
 
+def chat_first_token(span: Span | None, seconds: float) -> None:
+    """A streamed call's time to first token, on its `chat` span (and as a span event)."""
+    if span is None:
+        return
+    span.set_attribute("stevora.llm.time_to_first_token_ms", round(seconds * 1000, 3))
+    span.add_event("gen_ai.first_token")
+
+
 def chat_answered(span: Span | None, response: Any) -> None:
     """Response attributes of a `chat` span (`response` is an `LlmResponse`)."""
     if span is None:

@@ -35,6 +35,7 @@ from stevora.llm.messages import (
     tool_choice_of,
 )
 from stevora.llm.scripted_provider import scripted_response
+from stevora.testing.fake_stream import StreamDefaults, StreamScript, write_stream
 
 Kind = Literal["openai", "anthropic"]
 ROUTES: dict[str, Kind] = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
@@ -54,6 +55,7 @@ class FakeResponse:
     error_message: str | None = None
     error_type: str | None = None
     disconnect: bool = False
+    stream: StreamScript | None = None  # timing and faults when the request asks for a stream
 
 
 Responder = Callable[[dict[str, Any]], "FakeResponse | dict[str, Any]"]
@@ -575,8 +577,11 @@ class FakeLLMServer:
         validate: bool = True,
         require_auth: bool = True,
         openai_dialect: Literal["openai", "llamacpp"] = "openai",
+        stream: StreamDefaults | None = None,
     ) -> None:
         self.responder = responder
+        # How answers to `"stream": true` requests are timed (settable per test).
+        self.stream = stream or StreamDefaults()
         # "llamacpp": the OpenAI route also answers like llama-cpp-python's server does to what it
         # cannot take (a 500 whose body is a validation message; see `validate_llamacpp`).
         self.openai_dialect = openai_dialect
@@ -584,6 +589,8 @@ class FakeLLMServer:
         self.validate = validate
         self.require_auth = require_auth
         self.requests: list[RecordedRequest] = []
+        # Per request, the client's port: the same one again means a kept-alive connection reused.
+        self.client_ports: list[int] = []
         self._lock = threading.Lock()
         self._closing = threading.Event()
         # One FIFO for both APIs: (target API or None for either, answer).
@@ -621,6 +628,7 @@ class FakeLLMServer:
     def reset(self) -> None:
         with self._lock:
             self.requests.clear()
+            self.client_ports.clear()
             self._queue.clear()
             self.openai._reset()
             self.anthropic._reset()
@@ -643,9 +651,12 @@ class FakeLLMServer:
     def _script(self, kind: Kind) -> ProviderScript:
         return self.openai if kind == "openai" else self.anthropic
 
-    def _answer(self, kind: Kind, path: str, headers: dict[str, str], body: dict[str, Any]) -> FakeResponse:
+    def _answer(
+        self, kind: Kind, path: str, headers: dict[str, str], body: dict[str, Any], client_port: int = 0
+    ) -> FakeResponse:
         with self._lock:
             self.requests.append(RecordedRequest(path, headers, body))
+            self.client_ports.append(client_port)
         if self.require_auth and not (headers.get("authorization", "").strip() or headers.get("x-api-key")):
             return FakeResponse(status=401, error_message="missing API key", kind=None)
         if self.validate:
@@ -687,6 +698,9 @@ class _HTTPServer(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    # Headers and body leave in two writes: with Nagle on, the body waits for the client's delayed
+    # ACK of the headers (40 ms on Linux loopback), which made every faked call take ~45 ms.
+    disable_nagle_algorithm = True
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -713,7 +727,7 @@ class _Handler(BaseHTTPRequestHandler):
             response = FakeResponse(status=400, error_message="request body is not a JSON object")
         else:
             try:
-                response = fake._answer(kind, path, headers, body)
+                response = fake._answer(kind, path, headers, body, int(self.client_address[1]))
             except Exception as exc:  # a bug in the fake must reach the test, not vanish in a thread
                 response = FakeResponse(status=500, error_message=f"FakeLLMServer failed: {exc!r}")
         wait_s = response.delay_s + fake.latency_s
@@ -730,6 +744,10 @@ class _Handler(BaseHTTPRequestHandler):
             payload = render(response.status, response.error_message or "error", response.error_type)
         request_id_header = "x-request-id" if kind == "openai" else "request-id"
         out_headers.setdefault(request_id_header, f"req_fake{next(_ids)}")
+        if isinstance(body, dict) and body.get("stream") is True and response.body is not None:
+            if response.status == 200:
+                write_stream(self, kind, response, body, fake.stream, fake._closing, out_headers)
+                return
         self._send(response.status, payload, out_headers)
 
     def _send(self, status: int, payload: dict[str, Any], headers: Mapping[str, str]) -> None:

@@ -64,11 +64,13 @@ def build(view: RunView) -> Waterfall | None:
             provider = call["provider"] or "provider ?"
             if provider == "scripted":
                 provider = "scripted (offline)"
+            ttft = call.get("time_to_first_token_ms")
+            first = f" · first token {ttft:.0f} ms" if ttft is not None else ""
             spans.append(
                 (
                     "model",
                     f"round {call['round']}",
-                    f"{call['model']} · {provider}",
+                    f"{call['model']} · {provider}{first}",
                     call["status"],
                     start,
                     end,

@@ -206,10 +206,19 @@ async def interop(
 ) -> AsyncIterator[Interop]:
     configured = settings.model_copy(
         update={
-            "compat_base_urls": {"llamacpp": llama_server, "llamacpp-auto": llama_server},
+            "compat_base_urls": {
+                "llamacpp": llama_server,
+                "llamacpp-auto": llama_server,
+                "llamacpp-stream": llama_server,
+            },
             # Defaults for "llamacpp"; "llamacpp-auto" also sends tool_choice "auto", so the model
             # may choose a tool after the forced first call (llama-cpp-python offers tools only then).
-            "compat_capabilities": {"llamacpp-auto": ServerCapabilities(send_auto=True)},
+            # llama-cpp-python's streams carry no usage (not even with stream_options), so a server
+            # with the defaults is not streamed; "llamacpp-stream" says usage: false, and streams.
+            "compat_capabilities": {
+                "llamacpp-auto": ServerCapabilities(send_auto=True),
+                "llamacpp-stream": ServerCapabilities(usage=False),
+            },
             "model_prices": {MODEL: PRICE},
             "provider_max_retries": 2,  # the SDK default: the 5xx rule must keep it from resending
             "provider_timeout_s": 120.0,

@@ -8,7 +8,6 @@ the last page of a 100,000-event run costs the same as the first. `total` is the
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from typing import Annotated
 
@@ -23,6 +22,7 @@ from stevora.api.schemas.envelope import Page, page
 from stevora.api.schemas.runs import EventOut
 from stevora.db.models import WorkflowEvent, WorkflowRun
 from stevora.errors import NotFoundError, ValidationError
+from stevora.live import delta_sse, deltas_for, drain, live_hub
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-runs", tags=["events"])
@@ -73,7 +73,9 @@ async def list_events(run_id: RunId, auth: Auth, ctx: Ctx, paging: Paging) -> Re
     response_class=StreamingResponse,
     responses={
         200: {
-            "description": "`text/event-stream` of `id: <sequence>`, `event: <eventType>`, `data: <Event>`",
+            "description": "`text/event-stream` of `id: <sequence>`, `event: <eventType>`, `data: <Event>`; "
+            "and, id-less and ephemeral, `event: llm.text.delta` with `data: {runId, stepRunId, round, model, "
+            "provider, text, offset}` while a streamed model call answers",
             "content": {"text/event-stream": {"schema": {"type": "string"}}},
         },
         **errors(404),
@@ -89,7 +91,10 @@ async def stream_events(
 ) -> Response:
     """Sends every event after `Last-Event-ID` (or `?after=`, or from the start), then polls for
     new ones; a `: keep-alive` comment every 15 s; ends once the run is terminal and all its
-    events are sent. Reconnect with `Last-Event-ID` to resume without gaps or repeats."""
+    events are sent. Reconnect with `Last-Event-ID` to resume without gaps or repeats.
+
+    Between stored events, streamed model calls' text arrives live as `event: llm.text.delta`
+    messages with no `id:` line (ephemeral: they may be missed; the stored events are the truth)."""
     start = after or 0
     if last_event_id:
         if not last_event_id.strip().isdigit():
@@ -113,23 +118,27 @@ def format_sse(event: EventOut) -> str:
 async def _stream(ctx: ApiContext, workspace_id: str, run_id: str, last: int) -> AsyncIterator[str]:
     rt = ctx.rt
     idle_s = 0.0
-    while True:
-        try:
-            status, seq = await _run_progress(rt, workspace_id, run_id)
-        except NotFoundError:  # the run (or its workspace) was deleted while streaming
-            return
-        while last < seq:
-            batch = await events_between(rt, run_id, last, min(seq, last + _BATCH))
-            if not batch:  # cannot happen (events commit with the counter); never spin on it
-                break
-            for event in batch:
-                yield format_sse(event)
-            last = batch[-1].sequence
-            idle_s = 0.0
-        if status in TERMINAL and last >= seq:
-            return
-        if idle_s >= ctx.sse_keepalive_s:
-            yield ": keep-alive\n\n"
-            idle_s = 0.0
-        await asyncio.sleep(ctx.sse_poll_s)
-        idle_s += ctx.sse_poll_s
+    async with live_hub(rt).subscribe(run_id) as deltas:
+        while True:
+            try:
+                status, seq = await _run_progress(rt, workspace_id, run_id)
+            except NotFoundError:  # the run (or its workspace) was deleted while streaming
+                return
+            for delta in drain(deltas):  # published before the events read next
+                yield delta_sse(delta)
+            while last < seq:
+                batch = await events_between(rt, run_id, last, min(seq, last + _BATCH))
+                if not batch:  # cannot happen (events commit with the counter); never spin on it
+                    break
+                for event in batch:
+                    yield format_sse(event)
+                last = batch[-1].sequence
+                idle_s = 0.0
+            if status in TERMINAL and last >= seq:
+                return
+            if idle_s >= ctx.sse_keepalive_s:
+                yield ": keep-alive\n\n"
+                idle_s = 0.0
+            async for delta in deltas_for(deltas, ctx.sse_poll_s):  # instead of sleeping
+                yield delta_sse(delta)
+            idle_s += ctx.sse_poll_s

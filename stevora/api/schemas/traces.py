@@ -28,6 +28,11 @@ class LlmCallOut(ApiOut):
     cache_write_tokens: int
     cost_usd: float
     duration_ms: float
+    time_to_first_token_ms: float | None = Field(
+        default=None,
+        description="Streamed calls: milliseconds from the start of the call to its first content or "
+        "tool-call delta; null for calls that did not stream.",
+    )
     finish_reason: str | None
     error: dict[str, Any] | None
     created_at: Timestamp

@@ -13,6 +13,7 @@ import structlog
 from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound, LlmCallRecord
 from stevora.definitions import LlmStep
+from stevora.engine.live_text import LiveText
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import ProviderError, ProviderNotFound, StevoraError
@@ -95,22 +96,35 @@ class ModelCaller:
                 ),
             }
             started = time.perf_counter()
+            request.sink = live = LiveText(
+                self.rt.pool,
+                run_id=self.ex.run_id,
+                step_run_id=self.ex.step_run_id,
+                round_=st.next_round,
+                model=model,
+                provider=provider.name,
+                started=started,
+            )
             try:
                 with observe.model_call(
                     provider.name, model, self.ex.step_run_id, st.next_round, request.messages
                 ) as obs:
-                    async with self._limit(provider.name, model):
-                        response = await provider.complete(request)
+                    live.observation = obs
+                    try:
+                        async with self._limit(provider.name, model):
+                            response = await provider.complete(request)
+                    finally:
+                        await live.aclose()  # its last text deltas go out before its checkpoint
                     obs.answered(response)
             except ProviderError as exc:
                 last_error = exc
                 await self._record_failed_call(
-                    st, provider, model, stored_request, exc, time.perf_counter() - started
+                    st, provider, model, stored_request, exc, time.perf_counter() - started, live
                 )
                 continue
             self._model_index = index
             return await self._record_call(
-                st, provider, model, stored_request, response, time.perf_counter() - started
+                st, provider, model, stored_request, response, time.perf_counter() - started, live
             )
         assert last_error is not None
         raise last_error
@@ -133,6 +147,7 @@ class ModelCaller:
         stored_request: dict[str, Any],
         response: LlmResponse,
         elapsed_s: float,
+        live: LiveText,
     ) -> CommittedRound:
         usage = response.usage
         cost = self.rt.pricing.cost_usd(provider.name, response.model or model, usage)
@@ -160,6 +175,7 @@ class ModelCaller:
             cache_write_tokens=usage.cache_write_tokens,
             cost_usd=cost or 0.0,
             duration_ms=elapsed_s * 1000,
+            time_to_first_token_ms=live.time_to_first_token_ms,
         )
         payload = {
             "llmCallId": rec.id,
@@ -170,11 +186,12 @@ class ModelCaller:
             "outputTokens": usage.output_tokens,
             "costUsd": rec.cost_usd,
             "durationMs": round(rec.duration_ms, 3),
+            "timeToFirstTokenMs": _ms(rec.time_to_first_token_ms),
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
         }
         committed_at = await checkpoints.record_llm_call(
-            self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
+            self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )
         self.rt.faults.reached("llm_call_committed", rec.round)
         st.next_round += 1
@@ -203,6 +220,7 @@ class ModelCaller:
         stored_request: dict[str, Any],
         exc: ProviderError,
         elapsed_s: float,
+        live: LiveText,
     ) -> None:
         self.log.warning("llm_call_failed", model=model, provider=provider.name, error=exc.message)
         rec = LlmCallRecord(
@@ -215,6 +233,7 @@ class ModelCaller:
             request=stored_request,
             error={**exc.to_dict(), "retryable": exc.retryable},
             duration_ms=elapsed_s * 1000,
+            time_to_first_token_ms=live.time_to_first_token_ms,
         )
         payload = {
             "llmCallId": rec.id,
@@ -225,8 +244,12 @@ class ModelCaller:
             "durationMs": round(rec.duration_ms, 3),
         }
         await checkpoints.record_llm_call(
-            self.rt.pool, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
+            self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
         )
+
+
+def _ms(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
 
 
 def _tool_choice_json(choice: Any) -> Any:

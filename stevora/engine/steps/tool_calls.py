@@ -59,4 +59,4 @@ async def record_outcome(
     if state_updates:
         payload["stateKeys"] = sorted(state_updates)
     event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
-    await checkpoints.record_tool_trace(rt.pool, ex.run_id, ex.owner, rec, event, payload, state_updates)
+    await checkpoints.record_tool_trace(rt.committer, ex.run_id, ex.owner, rec, event, payload, state_updates)

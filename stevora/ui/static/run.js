@@ -1,5 +1,6 @@
 // Live run page: listen to the run's events (SSE, cookie-authenticated) and, on each one,
 // re-fetch the server-rendered body and swap it in. Open <details> stay open across swaps.
+// A streamed model call's text (llm.text.delta) is shown as it grows under its running step.
 (function () {
   "use strict";
   var root = document.getElementById("run-live");
@@ -50,7 +51,42 @@
       root.dataset.status = header.dataset.runStatus;
       document.title = document.title.replace(/ · [A-Z]+ · /, " · " + root.dataset.status + " · ");
     }
+    showLive();
     if (isTerminal()) stop();
+  }
+
+  // Live text of streamed model calls, by step run: {round, parts: {offset: text}}. Deltas are
+  // ephemeral; the call's stored LLM_CALL_COMPLETED / _FAILED ends its live text (the re-render
+  // then shows the stored answer in its place).
+  var live = {};
+
+  function showLive() {
+    root.querySelectorAll("[data-live-step]").forEach(function (box) {
+      var entry = live[box.dataset.liveStep];
+      var text = "";
+      if (entry) {
+        Object.keys(entry.parts).map(Number).sort(function (a, b) { return a - b; })
+          .forEach(function (offset) { text += entry.parts[offset]; });
+      }
+      box.querySelector(".message-text").textContent = text;
+      box.hidden = text === "";
+    });
+  }
+
+  function onDelta(event) {
+    var delta;
+    try { delta = JSON.parse(event.data); } catch (e) { return; }
+    var entry = live[delta.stepRunId];
+    if (!entry || entry.round !== delta.round) entry = live[delta.stepRunId] = { round: delta.round, parts: {} };
+    entry.parts[delta.offset] = delta.text;
+    showLive();
+  }
+
+  function endLive(event) {
+    var stored;
+    try { stored = JSON.parse(event.data); } catch (e) { return; }
+    var entry = live[stored.stepRunId];
+    if (entry && stored.payload && entry.round === stored.payload.round) delete live[stored.stepRunId];
   }
 
   function refresh() {
@@ -83,8 +119,10 @@
   function start() {
     var url = root.dataset.stream + "?after=" + encodeURIComponent(root.dataset.lastSeq || "0");
     source = new EventSource(url);
+    source.addEventListener("llm.text.delta", onDelta);
     (root.dataset.eventTypes || "").split(",").forEach(function (type) {
       if (type) source.addEventListener(type, function (event) {
+        if (type === "LLM_CALL_COMPLETED" || type === "LLM_CALL_FAILED") endLive(event);
         if (event.lastEventId) root.dataset.lastSeq = event.lastEventId;
         root.dataset.eventsSeen = String((Number(root.dataset.eventsSeen) || 0) + 1);
         schedule();

@@ -14,11 +14,13 @@ from typing import Any
 import asyncpg
 import pytest
 
+from stevora.db import checkpoint_sql, checkpoints
 from stevora.db.checkpoints import LlmCallRecord, ToolTraceRecord
 from stevora.db.group_commit import GroupCommitter
 from stevora.errors import LeaseLost
 from stevora.settings import Settings
 from tests.conftest import Harness, create_definition
+from tests.integration.engine.test_db_outage import CommitThenDrop, kill_the_next_writer
 
 OWNER = "group-commit-test"
 REPO_ROOT = str(Path(__file__).resolve().parents[3])
@@ -60,6 +62,13 @@ async def leased_runs(harness: Harness, workspace_id: str, n: int) -> list[async
     )
 
 
+async def leased(
+    harness: Harness, workspace_id: str, n: int
+) -> tuple[list[asyncpg.Record], asyncpg.Pool, list[str]]:
+    anchors = await leased_runs(harness, workspace_id, n)
+    return anchors, harness.rt.pool, [a["workflow_run_id"] for a in anchors]
+
+
 def trace(anchor: asyncpg.Record | dict[str, Any], sequence: int) -> ToolTraceRecord:
     return ToolTraceRecord(
         step_run_id=anchor["step_run_id"],
@@ -79,112 +88,177 @@ def trace(anchor: asyncpg.Record | dict[str, Any], sequence: int) -> ToolTraceRe
     )
 
 
+def committer(pool: Any, **kw: Any) -> GroupCommitter:
+    return GroupCommitter(pool, **kw)
+
+
+async def record_trace(
+    gc: GroupCommitter, anchor: Any, sequence: int, payload: dict[str, Any] | None = None, **kw: Any
+) -> None:
+    await checkpoints.record_tool_trace(
+        gc,
+        anchor["workflow_run_id"],
+        OWNER,
+        trace(anchor, sequence),
+        "TOOL_CALL_COMPLETED",
+        payload or {},
+        **kw,
+    )
+
+
+async def event_seqs(pool: asyncpg.Pool, ids: list[str]) -> dict[str, int]:
+    return dict(await pool.fetch("SELECT id, event_seq FROM workflow_runs WHERE id = ANY($1::text[])", ids))
+
+
+async def traces_of(pool: asyncpg.Pool, ids: list[str], sequence: int) -> list[asyncpg.Record]:
+    """Each trace row at `sequence` with its event (a trace without its event has event_seq NULL)."""
+    return await pool.fetch(
+        "SELECT t.workflow_run_id, t.child_run_id, e.sequence AS event_seq, e.payload FROM tool_trace t "
+        "LEFT JOIN workflow_events e ON e.workflow_run_id = t.workflow_run_id "
+        "AND e.payload->>'traceSeq' = t.sequence::text "
+        "WHERE t.sequence = $2 AND t.workflow_run_id = ANY($1::text[])",
+        ids,
+        sequence,
+    )
+
+
 async def test_concurrent_checkpoints_share_one_statement_each_fenced_by_its_own_lease(
     harness: Harness, workspace_id: str
 ) -> None:
-    anchors = await leased_runs(harness, workspace_id, 4)
-    pool = harness.rt.pool
-    lost = anchors[3]["workflow_run_id"]
+    anchors, pool, ids = await leased(harness, workspace_id, 4)
+    lost = ids[3]
     await pool.execute("UPDATE workflow_runs SET lease_owner = 'someone-else' WHERE id = $1", lost)
-    seq_before = dict(await pool.fetch("SELECT id, event_seq FROM workflow_runs WHERE id = ANY($1::text[])",
-                                       [a["workflow_run_id"] for a in anchors]))  # fmt: skip
-    gc = GroupCommitter(pool)
+    seq_before = await event_seqs(pool, ids)
+    gc = committer(pool)
     results = await asyncio.gather(
-        *(gc.record_tool_trace(a["workflow_run_id"], OWNER, trace(a, 100), "TOOL_CALL_COMPLETED", {"k": 1})
-          for a in anchors),
-        return_exceptions=True,
-    )  # fmt: skip
-    assert gc.batches == 1
-    for a, result in zip(anchors[:3], results[:3], strict=True):
-        assert result == seq_before[a["workflow_run_id"]] + 1
-    assert isinstance(results[3], LeaseLost)
-    rows = await pool.fetch(
-        "SELECT t.workflow_run_id, e.sequence, e.payload FROM tool_trace t JOIN workflow_events e "
-        "ON e.workflow_run_id = t.workflow_run_id AND e.event_type = 'TOOL_CALL_COMPLETED' "
-        "WHERE t.sequence = 100 AND t.workflow_run_id = ANY($1::text[])",
-        [a["workflow_run_id"] for a in anchors],
+        *(record_trace(gc, a, 100, {"traceSeq": 100}) for a in anchors), return_exceptions=True
     )
-    assert {r["workflow_run_id"] for r in rows} == {a["workflow_run_id"] for a in anchors[:3]}
-    assert all(r["payload"] == {"k": 1} for r in rows)
-    assert await pool.fetchval("SELECT event_seq FROM workflow_runs WHERE id = $1", lost) == seq_before[lost]
+    assert gc.batches == 1 and gc.rows == 3
+    assert results[:3] == [None, None, None]
+    assert isinstance(results[3], LeaseLost)  # only the caller whose lease is gone
+    rows = await traces_of(pool, ids, 100)
+    assert {r["workflow_run_id"] for r in rows} == set(ids[:3])
+    for r in rows:
+        assert r["event_seq"] == seq_before[r["workflow_run_id"]] + 1 and r["payload"] == {"traceSeq": 100}
+    assert (await event_seqs(pool, [lost]))[lost] == seq_before[lost]
 
 
-async def test_concurrent_model_calls_share_one_statement_and_add_each_runs_cost_and_tokens(
+async def test_concurrent_model_calls_share_one_statement_add_each_runs_cost_and_return_its_commit_time(
     harness: Harness, workspace_id: str
 ) -> None:
-    anchors = await leased_runs(harness, workspace_id, 3)
-    pool = harness.rt.pool
-    ids = [a["workflow_run_id"] for a in anchors]
+    anchors, pool, ids = await leased(harness, workspace_id, 3)
     before = {
         r["id"]: r for r in await pool.fetch("SELECT * FROM workflow_runs WHERE id = ANY($1::text[])", ids)
     }
     await pool.execute("UPDATE workflow_runs SET lease_owner = 'someone-else' WHERE id = $1", ids[2])
-    gc = GroupCommitter(pool)
-
-    def call(anchor: asyncpg.Record, k: int) -> LlmCallRecord:
-        return LlmCallRecord(
-            step_run_id=anchor["step_run_id"], step_name="agent", round=50, provider="scripted", model="m",
+    gc = committer(pool)
+    recs = [
+        LlmCallRecord(
+            step_run_id=a["step_run_id"], step_name="agent", round=50, provider="scripted", model="m",
             status="completed", request={"messages": []}, duration_ms=1.0, response={"text": "hi"},
-            input_tokens=10 * k, output_tokens=k, cost_usd=0.001 * k,
-        )  # fmt: skip
-
+            finish_reason="stop", input_tokens=10 * (k + 1), output_tokens=k + 1, cache_read_tokens=3,
+            cache_write_tokens=4, cost_usd=0.001 * (k + 1),
+        )
+        for k, a in enumerate(anchors)
+    ]  # fmt: skip
     results = await asyncio.gather(
-        *(gc.record_llm_call(a["workflow_run_id"], OWNER, call(a, k + 1), "LLM_CALL_COMPLETED", {"k": k})
-          for k, a in enumerate(anchors)),
+        *(
+            checkpoints.record_llm_call(gc, a["workflow_run_id"], OWNER, rec, "LLM_CALL_COMPLETED", {"k": k})
+            for k, (a, rec) in enumerate(zip(anchors, recs, strict=True))
+        ),
         return_exceptions=True,
-    )  # fmt: skip
+    )
     assert gc.batches == 1
     assert isinstance(results[2], LeaseLost)
     after = {
         r["id"]: r for r in await pool.fetch("SELECT * FROM workflow_runs WHERE id = ANY($1::text[])", ids)
     }
     for k, run_id in enumerate(ids[:2]):
-        assert results[k] == before[run_id]["event_seq"] + 1
+        assert after[run_id]["event_seq"] == before[run_id]["event_seq"] + 1
         assert after[run_id]["total_input_tokens"] == before[run_id]["total_input_tokens"] + 10 * (k + 1)
         assert after[run_id]["total_output_tokens"] == before[run_id]["total_output_tokens"] + k + 1
         assert after[run_id]["total_cost_cents"] == pytest.approx(
             before[run_id]["total_cost_cents"] + 0.1 * (k + 1)
         )
+        row = await pool.fetchrow("SELECT * FROM llm_calls WHERE id = $1", recs[k].id)
+        assert results[k] == row["created_at"]  # the tool-output timeout counts from it
+        assert (row["finish_reason"], row["cache_read_tokens"], row["cache_write_tokens"]) == ("stop", 3, 4)
+        assert (row["request"], row["response"], row["step_name"], row["workflow_run_id"]) == (
+            {"messages": []},
+            {"text": "hi"},
+            "agent",
+            run_id,
+        )
     assert after[ids[2]]["event_seq"] == before[ids[2]]["event_seq"]
-    stored = await pool.fetch(
-        "SELECT workflow_run_id FROM llm_calls WHERE round = 50 AND workflow_run_id = ANY($1::text[])", ids
+    assert await pool.fetchval("SELECT count(*) FROM llm_calls WHERE id = $1", recs[2].id) == 0
+
+
+async def test_tool_state_updates_merge_into_each_runs_state_in_the_batch(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors, pool, ids = await leased(harness, workspace_id, 3)
+    await pool.execute(
+        'UPDATE workflow_runs SET state = \'{"keep": 1, "n": 0}\' WHERE id = ANY($1::text[])', ids
     )
-    assert {r["workflow_run_id"] for r in stored} == set(ids[:2])
+    gc = committer(pool)
+    await asyncio.gather(
+        record_trace(gc, anchors[0], 400, state_updates={"n": 1, "seen": ["a"]}),
+        record_trace(gc, anchors[1], 400, state_updates={"n": 2}),
+        record_trace(gc, anchors[2], 400),  # no updates: state untouched
+    )
+    assert gc.batches == 1
+    states = dict(await pool.fetch("SELECT id, state FROM workflow_runs WHERE id = ANY($1::text[])", ids))
+    assert states[ids[0]] == {"keep": 1, "n": 1, "seen": ["a"]}
+    assert states[ids[1]] == {"keep": 1, "n": 2}
+    assert states[ids[2]] == {"keep": 1, "n": 0}
+
+
+async def test_child_run_id_is_written(harness: Harness, workspace_id: str) -> None:
+    anchors = await leased_runs(harness, workspace_id, 2)
+    gc = committer(harness.rt.pool)
+    recs = [trace(a, 450) for a in anchors]
+    recs[0].child_run_id = "run_child"
+    await asyncio.gather(
+        *(
+            checkpoints.record_tool_trace(gc, a["workflow_run_id"], OWNER, rec, "TOOL_CALL_COMPLETED", {})
+            for a, rec in zip(anchors, recs, strict=True)
+        )
+    )
+    stored = dict(
+        await harness.rt.pool.fetch(
+            "SELECT id, child_run_id FROM tool_trace WHERE sequence = 450 AND workflow_run_id = ANY($1::text[])",
+            [a["workflow_run_id"] for a in anchors],
+        )
+    )
+    assert stored == {recs[0].id: "run_child", recs[1].id: None}
 
 
 async def test_two_checkpoints_of_one_run_go_in_successive_batches_with_gap_free_sequences(
     harness: Harness, workspace_id: str
 ) -> None:
     (anchor,) = await leased_runs(harness, workspace_id, 1)
-    gc = GroupCommitter(harness.rt.pool)
+    gc = committer(harness.rt.pool)
     run_id = anchor["workflow_run_id"]
-    seqs = await asyncio.gather(
-        *(
-            gc.record_tool_trace(run_id, OWNER, trace(anchor, 200 + i), "TOOL_CALL_COMPLETED", {})
-            for i in range(3)
-        )
-    )
+    before = (await event_seqs(harness.rt.pool, [run_id]))[run_id]
+    await asyncio.gather(*(record_trace(gc, anchor, 200 + i) for i in range(3)))
     assert gc.batches == 3
-    assert sorted(seqs) == list(range(seqs[0], seqs[0] + 3))
+    events = await harness.rt.pool.fetch(
+        "SELECT sequence FROM workflow_events WHERE workflow_run_id = $1 AND sequence > $2 ORDER BY sequence",
+        run_id,
+        before,
+    )
+    assert [e["sequence"] for e in events] == [before + 1, before + 2, before + 3]
     await gc.drain()
-    assert not gc._flushers
+    assert gc._flusher is None
 
 
 async def test_a_duplicate_row_fails_only_its_own_caller(harness: Harness, workspace_id: str) -> None:
     anchors = await leased_runs(harness, workspace_id, 3)
-    gc = GroupCommitter(harness.rt.pool)
-    await gc.record_tool_trace(
-        anchors[0]["workflow_run_id"], OWNER, trace(anchors[0], 300), "TOOL_CALL_COMPLETED", {}
-    )
-    results = await asyncio.gather(
-        *(
-            gc.record_tool_trace(a["workflow_run_id"], OWNER, trace(a, 300), "TOOL_CALL_COMPLETED", {})
-            for a in anchors
-        ),
-        return_exceptions=True,
-    )
+    gc = committer(harness.rt.pool)
+    await record_trace(gc, anchors[0], 300)
+    results = await asyncio.gather(*(record_trace(gc, a, 300) for a in anchors), return_exceptions=True)
     assert isinstance(results[0], asyncpg.UniqueViolationError)
-    assert all(isinstance(r, int) for r in results[1:])
+    assert results[1:] == [None, None]
     count = await harness.rt.pool.fetchval(
         "SELECT count(*) FROM tool_trace WHERE sequence = 300 AND workflow_run_id = ANY($1::text[])",
         [a["workflow_run_id"] for a in anchors],
@@ -192,10 +266,100 @@ async def test_a_duplicate_row_fails_only_its_own_caller(harness: Harness, works
     assert count == 3
 
 
+async def test_a_lone_caller_sends_one_single_row_statement_per_checkpoint(
+    harness: Harness, workspace_id: str
+) -> None:
+    (anchor,) = await leased_runs(harness, workspace_id, 1)
+    pool = CountingPool(harness.rt.pool)
+    gc = committer(pool)
+    for i in range(5):
+        await record_trace(gc, anchor, 500 + i)
+    assert gc.batches == 5 and gc.rows == 5
+    assert pool.statements == [checkpoint_sql.TOOL_TRACE.single_sql] * 5
+
+
+async def test_with_group_commit_off_each_caller_sends_its_own_statement(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors = await leased_runs(harness, workspace_id, 4)
+    pool = CountingPool(harness.rt.pool)
+    gc = committer(pool, enabled=False)
+    await asyncio.gather(*(record_trace(gc, a, 550) for a in anchors))
+    assert gc.batches == 4
+    assert pool.statements == [checkpoint_sql.TOOL_TRACE.single_sql] * 4
+
+
+async def test_a_batch_whose_connection_is_killed_in_flight_is_retried_and_nothing_doubles(
+    harness: Harness, workspace_id: str, database_url: str
+) -> None:
+    anchors, pool, ids = await leased(harness, workspace_id, 4)
+    seq_before = await event_seqs(pool, ids)
+    gc = committer(pool)
+    # The batch blocks on one run's row lock, and its backend is terminated while it waits.
+    killer = await kill_the_next_writer(database_url, ids[0])
+    results = await asyncio.gather(
+        *(record_trace(gc, a, 600, {"traceSeq": 600}) for a in anchors), return_exceptions=True
+    )
+    assert await killer == 1
+    assert results == [None] * 4
+    assert gc.batches == 1  # the killed try did not commit; the retry was one batch again
+    rows = await traces_of(pool, ids, 600)
+    assert sorted(r["workflow_run_id"] for r in rows) == sorted(ids)
+    for r in rows:
+        assert r["event_seq"] == seq_before[r["workflow_run_id"]] + 1
+    assert await event_seqs(pool, ids) == {i: seq_before[i] + 1 for i in ids}
+
+
+async def test_a_batch_that_committed_but_lost_its_connection_is_found_recorded_row_by_row(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors, pool, ids = await leased(harness, workspace_id, 3)
+    seq_before = await event_seqs(pool, ids)
+    tokens_sql = "SELECT id, total_input_tokens FROM workflow_runs WHERE id = ANY($1::text[])"
+    tokens_before = dict(await pool.fetch(tokens_sql, ids))
+    dropping = CommitThenDrop(pool)
+    gc = committer(dropping)
+    recs = [
+        LlmCallRecord(step_run_id=a["step_run_id"], step_name="agent", round=60, provider="scripted", model="m",
+                      status="completed", request={}, duration_ms=1.0, input_tokens=5)
+        for a in anchors
+    ]  # fmt: skip
+    results = await asyncio.gather(
+        *(
+            checkpoints.record_llm_call(gc, a["workflow_run_id"], OWNER, rec, "LLM_CALL_COMPLETED", {})
+            for a, rec in zip(anchors, recs, strict=True)
+        )
+    )
+    # try 1 (committed, reported lost), the retried batch (unique violation), then each row alone
+    assert dropping.calls == 2 + 3
+    stored = {r["id"]: r["created_at"] for r in await pool.fetch("SELECT id, created_at FROM llm_calls WHERE round = 60 "
+                                                                 "AND workflow_run_id = ANY($1::text[])", ids)}  # fmt: skip
+    assert results == [stored[rec.id] for rec in recs]  # each caller gets its row's commit time
+    assert await event_seqs(pool, ids) == {i: seq_before[i] + 1 for i in ids}
+    # written once: the retries added nothing
+    assert dict(await pool.fetch(tokens_sql, ids)) == {i: tokens_before[i] + 5 for i in ids}
+
+
+class CountingPool:
+    """The pool, recording each checkpoint statement sent."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self.pool = pool
+        self.statements: list[str] = []
+
+    async def fetch(self, sql: str, *args: Any) -> Any:
+        self.statements.append(sql)
+        return await self.pool.fetch(sql, *args)
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self.pool.fetchval(sql, *args)
+
+
 _WRITER = textwrap.dedent(
     """
     import asyncio, json, sys
     from stevora.db.database import create_pool
+    from stevora.db import checkpoints
     from stevora.db.group_commit import GroupCommitter
     from tests.integration.db.test_group_commit import trace
 
@@ -207,7 +371,9 @@ _WRITER = textwrap.dedent(
             seq = 1000
             while True:
                 seq += 1
-                await gc.record_tool_trace(anchor["workflow_run_id"], owner, trace(anchor, seq), "TOOL_CALL_COMPLETED", {})
+                await checkpoints.record_tool_trace(
+                    gc, anchor["workflow_run_id"], owner, trace(anchor, seq), "TOOL_CALL_COMPLETED", {}
+                )
                 print(json.dumps([anchor["llm_call_id"], seq]), flush=True)
 
         await asyncio.gather(*(writer(a) for a in anchors))
@@ -265,3 +431,70 @@ async def test_sigkill_mid_batch_never_acknowledges_an_uncommitted_row(
     for row in check:
         assert row["event_seq"] == row["top"]
         assert row["traces"] == row["events"]
+
+
+async def test_concurrent_tool_loops_share_the_runtimes_batches_and_keep_every_semantic(
+    harness: Harness, workspace_id: str
+) -> None:
+    """Through the engine: runs in flight together go through `rt.committer` in shared statements,
+    and each run keeps its own gap-free events, one trace per call and its own state updates."""
+
+    async def tally(input: dict[str, Any], ctx: Any) -> dict[str, Any]:
+        ctx.update_state({"rounds": [*ctx.state.get("rounds", []), ctx.round]})
+        return {"ok": True}
+
+    harness.tools.register("tally", tally)
+    step = {"type": "llm", "name": "agent", "model": "scripted:rounds=3", "maxToolRounds": 3,
+            "messages": [{"role": "user", "content": "tally"}], "tools": ["tally"]}  # fmt: skip
+    def_id = await create_definition(harness.rt, workspace_id, {"name": "t", "version": "1", "steps": [step]})
+    committer = harness.rt.committer
+    batches_before, rows_before = committer.batches, committer.rows
+    from stevora.engine import commands
+
+    created = await asyncio.gather(*(commands.create_run(harness.rt, workspace_id, def_id) for _ in range(8)))
+    for run_id in (run["id"] for run, _ in created):
+        row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED")
+        assert row["status"] == "COMPLETED", row["error"]
+        assert row["state"]["rounds"] == [1, 2, 3]  # each run's own updates, each once
+        events = await harness.events(run_id)
+        assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+        traces = await harness.rt.pool.fetch(
+            "SELECT round FROM tool_trace WHERE workflow_run_id = $1", run_id
+        )
+        assert sorted(t["round"] for t in traces) == [1, 2, 3]
+    rows = committer.rows - rows_before
+    assert rows == 8 * (3 + 4)  # three tool calls and four model calls per run
+    assert committer.batches - batches_before < rows  # some statements carried several runs' rows
+
+
+async def test_cancelling_the_first_caller_of_a_batch_never_strands_the_others(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The heartbeat cancels a run's task when its lease is revoked; the other runs whose rows
+    share that caller's batch must still be written and woken."""
+    anchors, pool, ids = await leased(harness, workspace_id, 3)
+    gc = committer(pool)
+    tasks = [asyncio.create_task(record_trace(gc, a, 700)) for a in anchors]
+    for _ in range(3):  # the first caller has queued, waited its loop turn and handed the batch on
+        await asyncio.sleep(0)
+    tasks[0].cancel()
+    await asyncio.wait_for(asyncio.gather(*tasks[1:]), 10)
+    rows = await traces_of(pool, ids, 700)
+    assert set(ids[1:]) <= {r["workflow_run_id"] for r in rows}
+    await asyncio.gather(tasks[0], return_exceptions=True)
+    await gc.drain()
+    assert not gc._in_flight and not any(gc._queues.values())
+
+
+async def test_a_lone_caller_cancelled_before_sending_writes_nothing_and_leaves_the_committer_usable(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors, pool, ids = await leased(harness, workspace_id, 1)
+    gc = committer(pool)
+    task = asyncio.create_task(record_trace(gc, anchors[0], 710))
+    await asyncio.sleep(0)  # it is waiting its loop turn
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert await traces_of(pool, ids, 710) == []
+    await record_trace(gc, anchors[0], 711)  # nothing left "in flight"
+    assert len(await traces_of(pool, ids, 711)) == 1

@@ -16,6 +16,7 @@ import pytest
 from stevora.db import checkpoints, transitions
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.database import asyncpg_dsn
+from stevora.db.group_commit import GroupCommitter
 from stevora.db.transient import is_transient, retry_transient
 from stevora.engine import commands
 from stevora.events import EventType
@@ -219,19 +220,22 @@ def test_a_terminated_idle_connection_counts_as_a_lost_connection() -> None:
 
 
 class CommitThenDrop:
-    """A pool whose first `fetchval` commits and then reports a lost connection: the outcome a
+    """A pool whose first `fetch` commits and then reports a lost connection: the outcome a
     client sees when the connection dies during COMMIT."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self.pool = pool
         self.calls = 0
 
-    async def fetchval(self, sql: str, *args: Any) -> Any:
+    async def fetch(self, sql: str, *args: Any) -> Any:
         self.calls += 1
-        value = await self.pool.fetchval(sql, *args)
+        value = await self.pool.fetch(sql, *args)
         if self.calls == 1:
             raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
         return value
+
+    async def fetchval(self, sql: str, *args: Any) -> Any:
+        return await self.pool.fetchval(sql, *args)
 
 
 async def _running_run_with_llm_call(harness: Harness, workspace_id: str) -> tuple[str, str, str]:
@@ -286,7 +290,7 @@ async def test_a_checkpoint_whose_commit_outcome_was_unknown_is_not_written_twic
     pool = CommitThenDrop(harness.rt.pool)
 
     await checkpoints.record_tool_trace(
-        pool,  # type: ignore[arg-type]
+        GroupCommitter(pool),  # type: ignore[arg-type]
         run_id,
         "test-owner",
         _trace(step_run_id, llm_id),
@@ -314,12 +318,12 @@ async def test_a_duplicate_checkpoint_on_a_first_try_is_still_an_error(
     run_id, step_run_id, llm_id = await _running_run_with_llm_call(harness, workspace_id)
     rec = _trace(step_run_id, llm_id)
     await checkpoints.record_tool_trace(
-        harness.rt.pool, run_id, "test-owner", rec, EventType.TOOL_CALL_COMPLETED, {}
+        harness.rt.committer, run_id, "test-owner", rec, EventType.TOOL_CALL_COMPLETED, {}
     )
     again = _trace(step_run_id, llm_id)
     with pytest.raises(asyncpg.UniqueViolationError):
         await checkpoints.record_tool_trace(
-            harness.rt.pool, run_id, "test-owner", again, EventType.TOOL_CALL_COMPLETED, {}
+            harness.rt.committer, run_id, "test-owner", again, EventType.TOOL_CALL_COMPLETED, {}
         )
 
 

@@ -1,0 +1,158 @@
+"""The checkpoint statements, generated from one column list per table (see `checkpoints.py`).
+
+Each checkpoint is one data-modifying CTE over an input relation `i` of one row per run:
+(1) `UPDATE workflow_runs ... FROM i` bumps the event sequence of the runs whose lease the row's
+owner still holds (`lease_owner = i.owner AND status = 'RUNNING'`), (2) inserts the trace rows
+joined on the runs it bumped, (3) inserts their events. A row whose fence fails is not written
+and is missing from the result: only that caller gets LeaseLost.
+
+Each comes in two shapes generated from the same column list: one row with its parameters in
+place (a lone checkpoint: the statement the single-row path always sent) or `unnest(...)` over one
+array per column (a group commit batch). Adding a column to a trace table is one line below.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from operator import attrgetter
+from typing import Any
+
+# (column, PostgreSQL type) of the trace table, in the order of the record's attributes of the
+# same names (`LlmCallRecord`, `ToolTraceRecord`); `workflow_run_id` comes from the run.
+LLM_CALL_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "text"),
+    ("step_run_id", "text"),
+    ("step_name", "text"),
+    ("round", "int"),
+    ("provider", "text"),
+    ("model", "text"),
+    ("status", "text"),
+    ("request", "jsonb"),
+    ("response", "jsonb"),
+    ("error", "jsonb"),
+    ("finish_reason", "text"),
+    ("input_tokens", "int"),
+    ("output_tokens", "int"),
+    ("cache_read_tokens", "int"),
+    ("cache_write_tokens", "int"),
+    ("cost_usd", "float8"),
+    ("duration_ms", "float8"),
+    ("time_to_first_token_ms", "float8"),
+)
+
+TOOL_TRACE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("id", "text"),
+    ("step_run_id", "text"),
+    ("llm_call_id", "text"),
+    ("round", "int"),
+    ("sequence", "int"),
+    ("tool_call_id", "text"),
+    ("tool_name", "text"),
+    ("input_json", "jsonb"),
+    ("output_json", "jsonb"),
+    ("status", "text"),
+    ("error", "text"),
+    ("error_code", "text"),
+    ("result_text", "text"),
+    ("duration_ms", "float8"),
+    ("idempotency_key", "text"),
+    ("child_run_id", "text"),
+)
+
+_RUN_COLUMNS = (("run_id", "text"), ("owner", "text"))
+_EVENT_COLUMNS = (("event_id", "text"), ("event_type", "text"), ("payload", "jsonb"))
+
+# What each checkpoint adds to its run besides the event sequence ({col}: the row's value).
+_LLM_RUN_SET = """,
+           total_cost_cents = w.total_cost_cents + {cost_usd} * 100,
+           total_input_tokens = w.total_input_tokens + {input_tokens},
+           total_output_tokens = w.total_output_tokens + {output_tokens}"""
+# A tool's `ctx.update_state(...)` lands in the same statement as its trace row: never twice,
+# never for a call that is not recorded as completed.
+_TOOL_RUN_SET = """,
+           state = CASE WHEN {state_updates} IS NULL THEN w.state
+                        ELSE COALESCE(w.state, '{{}}'::jsonb) || {state_updates} END"""
+
+# One row: parameters in place (the shape the single-row statement always had).
+_SINGLE = """WITH r AS (
+    UPDATE workflow_runs w
+       SET event_seq = w.event_seq + 1{run_set}
+     WHERE w.id = {run_id} AND w.lease_owner = {owner} AND w.status = 'RUNNING'
+ RETURNING w.id, w.event_seq
+), c AS (
+    INSERT INTO {table} ({table_columns})
+    SELECT {values} FROM r
+    RETURNING id
+)
+INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+SELECT {event_id}, {run_id}, {step_run_id}, r.event_seq, {event_type}, {payload} FROM r, c
+RETURNING workflow_run_id, created_at
+"""
+
+# A batch: `i` is one row per run, from one array per column.
+_BATCH = """WITH i AS (
+    SELECT * FROM unnest({arrays}) AS i({names})
+), r AS (
+    UPDATE workflow_runs w
+       SET event_seq = w.event_seq + 1{run_set}
+      FROM i
+     WHERE w.id = i.run_id AND w.lease_owner = i.owner AND w.status = 'RUNNING'
+ RETURNING w.id, w.event_seq
+), c AS (
+    INSERT INTO {table} ({table_columns})
+    SELECT {values} FROM i JOIN r ON r.id = i.run_id
+    RETURNING id
+)
+INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
+  FROM i JOIN r ON r.id = i.run_id JOIN c ON c.id = i.id
+RETURNING workflow_run_id, created_at
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class CheckpointKind:
+    """One kind of checkpoint: its statement in both shapes and how a row's values are laid out."""
+
+    name: str
+    single_sql: str  # one row, parameters in place
+    batch_sql: str  # unnest(...) of one array per column
+    record_values: attrgetter[Any]  # record -> its table columns' values, in column order
+
+    def row(self, run_id: str, owner: str, rec: Any, event: tuple[Any, ...], *extra: Any) -> tuple[Any, ...]:
+        """The statement's parameters for one checkpoint: run, record columns, event, extras."""
+        return (run_id, owner, *self.record_values(rec), *event, *extra)
+
+
+def _kind(
+    name: str,
+    table: str,
+    columns: tuple[tuple[str, str], ...],
+    run_set: str,
+    extra: tuple[tuple[str, str], ...] = (),
+) -> CheckpointKind:
+    inputs = (*_RUN_COLUMNS, *columns, *_EVENT_COLUMNS, *extra)
+    table_columns = ", ".join(["workflow_run_id", *(c for c, _ in columns)])
+
+    def render(template: str, ref: dict[str, str], **more: str) -> str:
+        values = ", ".join([ref["run_id"], *(ref[c] for c, _ in columns)])
+        return template.format(
+            run_set=run_set.format(**ref),
+            table=table,
+            table_columns=table_columns,
+            values=values,
+            **ref,
+            **more,
+        )
+
+    params = {c: f"${n}::{t}" for n, (c, t) in enumerate(inputs, 1)}
+    arrays = ", ".join(f"${n}::{t}[]" for n, (_, t) in enumerate(inputs, 1))
+    batch_ref = {c: f"i.{c}" for c, _ in inputs}
+    batch = render(_BATCH, batch_ref, arrays=arrays, names=", ".join(c for c, _ in inputs))
+    return CheckpointKind(name, render(_SINGLE, params), batch, attrgetter(*(c for c, _ in columns)))
+
+
+LLM_CALL = _kind("llm_call", "llm_calls", LLM_CALL_COLUMNS, _LLM_RUN_SET)
+TOOL_TRACE = _kind(
+    "tool_trace", "tool_trace", TOOL_TRACE_COLUMNS, _TOOL_RUN_SET, (("state_updates", "jsonb"),)
+)

@@ -1,0 +1,101 @@
+"""Streamed model answers: the accumulator both SDK adapters feed, and the sink that hears deltas.
+
+A stream is folded into the same `LlmResponse` a non-streamed call returns (text, tool calls with
+their argument fragments joined, usage, finish reason, response model and id), so everything after
+the provider call — the stored row, the checkpoint, the transcript — cannot tell the difference.
+
+A stream that breaks after the 200 (an error event, a dropped connection, a stream that ends
+before its final chunk) is a *retryable* `ProviderError`: the SDKs retry only before the 200
+arrives, so the engine's fallback chain and step retries take over from there.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from stevora.errors import ProviderError
+from stevora.llm.messages import LlmResponse, ToolCall, Usage
+
+
+class StreamSink(Protocol):
+    """Who hears a streamed call as it happens (the engine: TTFT and live text deltas)."""
+
+    def first_token(self) -> None:
+        """The first content or tool-call delta arrived."""
+
+    def text(self, piece: str) -> None:
+        """A piece of the answer's text, in order."""
+
+
+@dataclass
+class _PartialCall:
+    id: str = ""
+    name: str = ""
+    arguments: list[str] = field(default_factory=list)
+
+
+class StreamAccumulator:
+    """Collects one streamed answer; `response()` gives the `LlmResponse` it adds up to."""
+
+    def __init__(self, provider: str, sink: StreamSink | None = None) -> None:
+        self.provider = provider
+        self._sink = sink
+        self._texts: list[str] = []
+        self._calls: dict[int, _PartialCall] = {}
+        self._first_seen = False
+        self.usage = Usage()
+        self.model = ""
+        self.response_id: str | None = None
+        self.finish_reason: str | None = None
+        self.finished = False  # the stream's own end marker arrived (not just EOF)
+
+    def _first(self) -> None:
+        if not self._first_seen:
+            self._first_seen = True
+            if self._sink is not None:
+                self._sink.first_token()
+
+    def text(self, piece: str | None) -> None:
+        if not piece:
+            return  # the first delta is often "" (and a role-only delta carries None)
+        self._first()
+        self._texts.append(piece)
+        if self._sink is not None:
+            self._sink.text(piece)
+
+    def tool_start(self, index: int, call_id: str | None, name: str | None) -> None:
+        self._first()
+        call = self._calls.setdefault(index, _PartialCall())
+        call.id = call_id or call.id
+        call.name = name or call.name
+
+    def tool_arguments(self, index: int, piece: str | None) -> None:
+        if piece:
+            self._first()
+            self._calls.setdefault(index, _PartialCall()).arguments.append(piece)
+
+    def broken(self, detail: str) -> ProviderError:
+        """The error for a stream that failed after the 200: retryable, the SDKs will not resend."""
+        return ProviderError(
+            f"{self.provider} stream broke after the answer began: {detail}",
+            provider=self.provider,
+            retryable=True,
+        )
+
+    def response(self, finish_reason_if_missing: str) -> LlmResponse:
+        if not self.finished:
+            raise self.broken("the stream ended before its final event")
+        calls = [
+            ToolCall(id=c.id, name=c.name, arguments="".join(c.arguments))
+            for _, c in sorted(self._calls.items())
+        ]
+        return LlmResponse(
+            text="".join(self._texts) if self._texts else None,
+            tool_calls=calls,
+            usage=self.usage,
+            model=self.model,
+            finish_reason=self.finish_reason or finish_reason_if_missing,
+            response_id=self.response_id,
+            provider=self.provider,
+        )

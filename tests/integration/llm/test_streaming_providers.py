@@ -1,0 +1,196 @@
+"""Streamed calls through the real SDKs against the fake's SSE streams (strict validation on):
+the same answer streamed and not streamed gives the same `LlmResponse`; the sink hears the first
+token and the text in pieces; a stream that breaks after the 200 is a retryable error the SDK did
+not resend; `stream_options` goes only to servers whose capability says they take it."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import pytest
+
+from stevora.errors import ProviderError
+from stevora.llm.anthropic_provider import AnthropicProvider
+from stevora.llm.messages import LlmRequest, LlmResponse, Message
+from stevora.llm.openai_provider import OpenAIProvider
+from stevora.llm.setup import build_router
+from stevora.settings import ServerCapabilities, Settings
+from stevora.testing.fake_llm import (
+    FakeLLMServer,
+    FakeResponse,
+    anthropic_text,
+    anthropic_tool_use,
+    openai_text,
+    openai_tool_calls,
+)
+from stevora.testing.fake_stream import StreamDefaults, streamed
+
+Make = Callable[..., OpenAIProvider | AnthropicProvider]
+TEXT = "Refunds are possible within thirty days of delivery."
+
+
+class Sink:
+    def __init__(self) -> None:
+        self.started = time.perf_counter()
+        self.first_tokens: list[float] = []
+        self.pieces: list[str] = []
+
+    def first_token(self) -> None:
+        self.first_tokens.append(time.perf_counter() - self.started)
+
+    def text(self, piece: str) -> None:
+        self.pieces.append(piece)
+
+
+def _request(sink: Sink | None = None) -> LlmRequest:
+    return LlmRequest(model="m", messages=[Message.user("Can I get a refund?")], sink=sink)
+
+
+ANSWERS = {
+    "openai-text": lambda: openai_text(TEXT, usage={"prompt_tokens": 42, "completion_tokens": 17}),
+    "openai-tools": lambda: openai_tool_calls(
+        [("call_1", "search_kb", '{"query": "refunds", "limit": 3}'), ("call_2", "get_customer", "{}")],
+        text="Let me look.",
+        usage={"prompt_tokens": 50, "completion_tokens": 20, "prompt_tokens_details": {"cached_tokens": 8}},
+    ),
+    "anthropic-text": lambda: anthropic_text(
+        TEXT, usage={"input_tokens": 30, "output_tokens": 12, "cache_read_input_tokens": 5}
+    ),
+    "anthropic-tools": lambda: anthropic_tool_use(
+        [("toolu_1", "search_kb", {"query": "refunds", "limit": 3}), ("toolu_2", "get_customer", {})],
+        text="Let me look.",
+        usage={"input_tokens": 60, "output_tokens": 25, "cache_creation_input_tokens": 7},
+    ),
+}
+
+
+def _provider(
+    kind: str, make_openai: Make, make_anthropic: Make, *, stream: bool
+) -> OpenAIProvider | AnthropicProvider:
+    provider = make_openai() if kind.startswith("openai") else make_anthropic()
+    provider.stream = stream
+    return provider
+
+
+@pytest.mark.parametrize("kind", sorted(ANSWERS))
+async def test_a_streamed_answer_equals_the_same_answer_not_streamed(
+    kind: str, fake_llm: FakeLLMServer, make_openai: Make, make_anthropic: Make
+) -> None:
+    answer: FakeResponse = ANSWERS[kind]()
+    fake_llm.enqueue(answer, answer)  # the very same body, once each way
+    plain = await _provider(kind, make_openai, make_anthropic, stream=False).complete(_request())
+    sink = Sink()
+    live = await _provider(kind, make_openai, make_anthropic, stream=True).complete(_request(sink))
+
+    assert [r.json.get("stream") for r in fake_llm.requests] == [None, True]
+    assert live == plain
+    assert isinstance(live, LlmResponse) and live.usage.total_tokens > 0
+    assert len(sink.first_tokens) == 1
+    assert "".join(sink.pieces) == (plain.text or "")
+    assert len(sink.pieces) > 1  # the fake cut the text, the adapter passed every piece on
+
+
+@pytest.mark.parametrize("kind", ["openai-tools", "anthropic-tools"])
+async def test_time_to_first_token_is_the_servers_first_token_delay(
+    kind: str, fake_llm: FakeLLMServer, make_openai: Make, make_anthropic: Make
+) -> None:
+    fake_llm.enqueue(streamed(ANSWERS[kind](), first_token_s=0.3, chunk_delay_s=0.05))
+    sink = Sink()
+    response = await _provider(kind, make_openai, make_anthropic, stream=True).complete(_request(sink))
+
+    assert response.tool_calls
+    assert 0.3 <= sink.first_tokens[0] < 0.3 + 0.5
+    assert time.perf_counter() - sink.started >= 0.3 + 0.05  # later chunks came after their delay
+
+
+@pytest.mark.parametrize("kind", ["openai-text", "anthropic-text"])
+@pytest.mark.parametrize("fault", ["error_after", "drop_after"])
+async def test_a_stream_that_breaks_after_the_200_is_retryable_and_not_resent_by_the_sdk(
+    kind: str, fault: str, fake_llm: FakeLLMServer, make_openai: Make, make_anthropic: Make
+) -> None:
+    fake_llm.enqueue(streamed(ANSWERS[kind](), **{fault: 2}))
+    provider = make_openai(max_retries=2) if kind.startswith("openai") else make_anthropic(max_retries=2)
+    sink = Sink()
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete(_request(sink))
+
+    assert caught.value.retryable
+    assert "stream broke" in caught.value.message
+    assert len(fake_llm.requests) == 1  # the SDKs retry only before the 200
+    assert len(sink.pieces) == 2  # what arrived before the break was heard
+
+
+async def test_stream_options_go_only_to_servers_that_take_them() -> None:
+    with FakeLLMServer(stream=StreamDefaults(chunks=2)) as fake:
+        fake.openai.enqueue(*(openai_text("hi") for _ in range(3)))
+        plain_server = OpenAIProvider("k", fake.openai_base_url, name="llamacpp", max_retries=0)
+        usage_streams = OpenAIProvider(
+            "k", fake.openai_base_url, name="vllm", max_retries=0,
+            capabilities=ServerCapabilities(stream_usage=True),
+        )  # fmt: skip
+        no_usage = OpenAIProvider(
+            "k",
+            fake.openai_base_url,
+            name="bare",
+            max_retries=0,
+            capabilities=ServerCapabilities(usage=False),
+        )
+        answers = [await p.complete(_request()) for p in (plain_server, usage_streams, no_usage)]
+        for provider in (plain_server, usage_streams, no_usage):
+            await provider.aclose()
+        sent = [r.json for r in fake.requests]
+
+    # A server whose streams carry no usage is not streamed: its plain answers carry the cost.
+    assert "stream" not in sent[0] and answers[0].usage.total_tokens == 15
+    assert sent[1]["stream"] is True and sent[1]["stream_options"] == {"include_usage": True}
+    assert answers[1].usage.total_tokens == 15
+    assert sent[2]["stream"] is True and "stream_options" not in sent[2]
+    assert [a.text for a in answers] == ["hi", "hi", "hi"]
+
+
+async def test_stevora_llm_stream_false_turns_streaming_off_for_every_sdk_provider(
+    settings: Settings,
+) -> None:
+    keys = {
+        "openai_api_key": "k",
+        "anthropic_api_key": "k",
+        "compat_base_urls": {"local": "http://127.0.0.1:9/v1"},
+    }
+    on = build_router(settings.model_copy(update=keys))
+    off = build_router(settings.model_copy(update={**keys, "llm_stream": False}))
+    for name in ("openai", "anthropic", "local"):
+        assert on.get(name).stream is True
+        assert off.get(name).stream is False
+    await on.aclose()
+    await off.aclose()
+
+
+@pytest.mark.parametrize("kind", ["openai-text", "anthropic-text"])
+async def test_the_requests_timeout_bounds_the_whole_stream_not_just_the_gaps(
+    kind: str, fake_llm: FakeLLMServer, make_openai: Make, make_anthropic: Make
+) -> None:
+    # Every gap (0.15 s) is far below the SDK's read timeout; the answer as a whole takes ~0.9 s.
+    fake_llm.enqueue(streamed(ANSWERS[kind](), chunk_delay_s=0.15, chunks=6))
+    provider = _provider(kind, make_openai, make_anthropic, stream=True)
+    request = _request(Sink())
+    request.timeout_s = 0.5
+    started = time.perf_counter()
+    with pytest.raises(ProviderError) as caught:
+        await provider.complete(request)
+
+    assert caught.value.retryable and "no complete answer within 0.5 s" in caught.value.message
+    assert time.perf_counter() - started < 0.5 + 0.3
+
+
+@pytest.mark.parametrize("kind", ["openai-tools", "anthropic-tools"])
+async def test_back_to_back_streams_reuse_the_pooled_connection_without_retries(
+    kind: str, fake_llm: FakeLLMServer, make_openai: Make, make_anthropic: Make
+) -> None:
+    # A stream that ends properly leaves the keep-alive connection usable (SDK retries are off).
+    provider = _provider(kind, make_openai, make_anthropic, stream=True)
+    for _ in range(10):
+        fake_llm.enqueue(ANSWERS[kind]())
+        assert (await provider.complete(_request())).tool_calls
+    assert len(fake_llm.requests) == 10
+    assert len(set(fake_llm.client_ports)) == 1  # one kept-alive connection
