@@ -11,7 +11,7 @@ the window closes when the RunPool goes idle). Printed:
 * rounds/s per (rounds per run, concurrency): median [min-max] over repeats, with the worker
   process's CPU and the PostgreSQL backends' CPU per round, and the load average
 * per-round overhead p50/p99 at concurrency 1, round 1 vs the last round
-* the per-run fixed cost (create, claim, step transitions, completion + webhooks outbox) in ms
+* the per-run fixed cost (claim + start, step transitions, completion + webhooks outbox) in ms
   of worker and database CPU, from the two round counts (cost = fixed + rounds x per-round),
   and each phase's wall time at concurrency 1
 * a bare asyncpg transaction (trace row + event row) for scale
@@ -38,8 +38,7 @@ import asyncpg
 
 from bench.common import bench_database_url, median, pct
 from bench.harness import Level, LoopBench
-from stevora.db import checkpoints, runs
-from stevora.engine import endings
+from stevora.db import checkpoints, runs, transitions
 from stevora.engine.driver import RunDriver
 from stevora.ids import new_id
 
@@ -100,15 +99,12 @@ async def bare_transactions(pool: asyncpg.Pool, anchor: asyncpg.Record, n: int) 
 # -- phase clock: wall time of each fixed-cost step at concurrency 1 ------------------------------
 
 PHASES: list[tuple[str, Any, str]] = [
-    ("claim", runs, "claim"),
-    ("read run + step (every driver pass)", runs, "get_run"),
-    ("read run + step (every driver pass)", runs, "get_step_run"),
-    ("start: step run + RUNNING", RunDriver, "_start"),
-    ("begin step", RunDriver, "_begin"),
-    ("load committed rounds", checkpoints, "load_rounds"),
-    ("complete step", RunDriver, "_complete_step"),
-    ("complete run + webhooks outbox", RunDriver, "_advance"),
-    ("  of which webhooks outbox", endings, "enqueue_webhooks"),
+    ("claim + start (run, first step RUNNING)", transitions, "claim"),
+    ("re-read run + step (after a retry etc.)", runs, "get_run"),
+    ("re-read run + step (after a retry etc.)", runs, "get_step_run"),
+    ("begin step (later steps, retries)", RunDriver, "_begin"),
+    ("load committed rounds (resumed visits)", checkpoints, "load_rounds"),
+    ("complete last step + run + outbox", transitions, "complete_last_step"),
 ]
 
 

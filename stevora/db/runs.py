@@ -181,9 +181,11 @@ async def insert_step_run(
     attempt: int,
     status: StepStatus = StepStatus.PENDING,
 ) -> asyncpg.Record:
+    # A step run inserted RUNNING is started now (the driver starts the next step as it inserts it).
     row = await conn.fetchrow(
-        "INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status) "
-        f"VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING {STEP_COLUMNS}",
+        "INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, "
+        "started_at) VALUES ($1, $2, $3, $4, $5, $6, $7, $8::text, CASE WHEN $8::text = 'RUNNING' THEN now() END) "
+        f"RETURNING {STEP_COLUMNS}",
         new_id("srun"),
         run_id,
         step_name,
@@ -322,13 +324,6 @@ async def cancel_open_steps(conn: asyncpg.Connection, run_id: str) -> list[str]:
 
 # -- leases ------------------------------------------------------------------------------------
 
-_CLAIM_SQL = f"""
-UPDATE workflow_runs SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
-       version = version + 1
-WHERE id = $1 AND {RUNNABLE}
-RETURNING {RUN_COLUMNS}, dispatched_at, trace_context
-"""
-
 _SWEEP_SQL = f"""
 UPDATE workflow_runs SET dispatched_at = now()
 WHERE id IN (
@@ -343,13 +338,8 @@ RETURNING id
 """
 
 
-async def claim(pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float) -> asyncpg.Record | None:
-    """Take the run's lease if it is free and the run has something to do now."""
-    return await pool.fetchrow(_CLAIM_SQL, run_id, owner, lease_s)
-
-
 async def get_claimed(pool: asyncpg.Pool, run_id: str) -> asyncpg.Record | None:
-    """The run with the columns `claim` returns (for a claim whose commit outcome was unknown)."""
+    """The run with the columns `transitions.claim` returns (for a claim whose commit outcome was unknown)."""
     return await pool.fetchrow(
         f"SELECT {RUN_COLUMNS}, dispatched_at, trace_context FROM workflow_runs WHERE id = $1", run_id
     )

@@ -12,11 +12,17 @@ Each arrow is one transaction whose guarded updates are fenced by the lease, and
 writes are in that same transaction. Anything that happened outside the driver (a signal, an
 approval decision, a cancel) is just a row in a new status that the next pass reacts to.
 
+A pass works from the rows the previous transition's statement returned (`Position`) and reads
+the run and its step run only when it has none: at a drive's start without a claimed row, and
+after a transition that does not return them. A run's fixed path is thus claim, start (run and
+first step RUNNING, one statement), the step's checkpoints, and completion (last step and run
+COMPLETED with the webhook outbox, one statement) — see `stevora.db.transitions`.
+
 A lost database connection (restart, failover, `pg_terminate_backend`) is not a step failure:
-the pass is retried with backoff. That is safe because every pass starts by re-reading the run
-and its current step run, so a transition whose COMMIT outcome was unknown is simply seen done
-(or not) on the next read. After a bounded budget the error goes up to the run pool, which hands
-the lease back so the sweep redispatches the run.
+the pass is retried with backoff. That is safe because a retried pass starts by re-reading the
+run and its current step run, so a transition whose COMMIT outcome was unknown is simply seen
+done (or not) on the next read. After a bounded budget the error goes up to the run pool, which
+hands the lease back so the sweep redispatches the run.
 
 The driver knows step types only through `stevora.engine.steps` and writes only through
 `stevora.db` and `stevora.engine.endings`.
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -33,7 +40,7 @@ import asyncpg
 import structlog
 
 from stevora.clock import iso, utcnow
-from stevora.db import runs
+from stevora.db import runs, transitions
 from stevora.db.runs import RELEASE
 from stevora.db.transient import Retrier, is_transient
 from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay_ms
@@ -63,45 +70,78 @@ def delay_until(when: datetime) -> int:
     return max(0, math.ceil((when - utcnow()).total_seconds() * 1000)) + _TIMER_SLACK_MS
 
 
+@dataclass(frozen=True, slots=True)
+class Position:
+    """Where a run stands after a transition this driver committed: the rows its statement returned.
+
+    The next pass takes them instead of re-reading the run and its step run. That is safe because
+    while this driver holds the lease nothing else moves the run without the next write noticing:
+    every write of the driver and of the step's checkpoints is fenced by `lease_owner` and an
+    expected status, and a cancel (releases the lease), a pause (run leaves RUNNING) or a
+    takeover (new owner) all break that fence, so a stale row is never acted on — the write finds
+    zero rows and the pass ends with LeaseLost / InvalidStateTransition instead. The only window
+    is a step starting just after such a change, as wide as it was with a fresh read. Transitions
+    whose effects their rows do not show (a wait, a due check, a retry) return True instead, and
+    the next pass reads again.
+    """
+
+    run: asyncpg.Record
+    step_run: Any = None  # None: read the run's current step run
+    # This driver just started this step run, attempt 1 of a new visit: it has no committed rounds.
+    fresh: bool = False
+
+
+# What a pass returns: False = this worker is done with the run; True = go on, reading the run
+# again; a Position = go on from these rows.
+Next = Position | bool
+
+
 class RunDriver:
     def __init__(self, rt: Runtime, owner: str) -> None:
         self.rt = rt
         self.owner = owner
         self.pool: asyncpg.Pool = rt.pool
 
-    async def drive(self, run_id: str) -> None:
-        """Advance a run this driver has claimed. Returns when the run no longer needs this worker."""
+    async def drive(self, run_id: str, at: Position | None = None) -> None:
+        """Advance a run this driver has claimed (`at`: the rows the claim returned; None reads
+        them). Returns when the run no longer needs this worker."""
         retrier = Retrier("drive", workflow_run_id=run_id)
         while True:
             try:
-                if not await self._step_once(run_id):
+                step = await self._step_once(run_id, at)
+                if step is False:
                     return
+                at = step if isinstance(step, Position) else None
                 retrier.reset()
             except LeaseLost:
                 log.info("lease_lost", workflow_run_id=run_id)
                 return
             except Exception as exc:
+                at = None  # the last write's outcome may be unknown: read again
                 await retrier.pause(exc)  # re-raises unless a lost connection within budget
 
-    async def _step_once(self, run_id: str) -> bool:
-        run = await runs.get_run(self.pool, run_id)
-        if run is None or run["lease_owner"] != self.owner:
-            return False
+    async def _step_once(self, run_id: str, at: Position | None) -> Next:
+        if at is None:
+            run = await runs.get_run(self.pool, run_id)
+            if run is None or run["lease_owner"] != self.owner:
+                return False
+            at = Position(run)
+        run = at.run
         if run["status"] in TERMINAL_RUN_STATUSES or run["status"] == RunStatus.PAUSED:
             await self.release(run_id)
             return False
         definition = await self.rt.definitions.get(run["definition_id"])
         if run["status"] == RunStatus.PENDING:
-            await self._start(run, definition)
-            return True
-        step_run = await runs.get_step_run(self.pool, run["current_step_run_id"])
+            return await self._start(run)
+        step_run = at.step_run
+        if step_run is None:
+            step_run = await runs.get_step_run(self.pool, run["current_step_run_id"])
         assert step_run is not None, f"run {run_id} has no current step run"
         status = step_run["status"]
         if status == StepStatus.PENDING:
-            await self._begin(run, step_run)
-            return True
+            return await self._begin(run, step_run)
         if status == StepStatus.RUNNING:
-            return await self._execute(run, step_run, definition)
+            return await self._execute(run, step_run, definition, fresh=at.fresh)
         if status == StepStatus.WAITING:
             return await self._wake(run, step_run, definition)
         if status == StepStatus.COMPLETED:
@@ -121,65 +161,41 @@ class RunDriver:
 
     # -- transitions ---------------------------------------------------------------------------
 
-    async def _start(self, run: asyncpg.Record, definition: WorkflowDefinitionSpec) -> None:
-        first = definition.steps[0]
-        async with self.pool.acquire() as conn, conn.transaction():
-            step_run = await runs.insert_step_run(
-                conn,
-                run_id=run["id"],
-                step_name=first.name,
-                step_type=first.type,
-                step_index=0,
-                visit=1,
-                attempt=1,
-            )
-            await runs.update_run(
-                conn,
-                run["id"],
-                expect=[RunStatus.PENDING],
-                owner=self.owner,
-                sets={
-                    "status": RunStatus.RUNNING,
-                    "current_step_name": first.name,
-                    "current_step_run_id": step_run["id"],
-                },
-                now_columns=["started_at"],
-                events=[Event(EventType.WORKFLOW_STARTED, {})],
-            )
+    async def _start(self, run: asyncpg.Record) -> Position:
+        """PENDING → RUNNING with the first step run started. The claim does this already
+        (`transitions.claim`); this is for a PENDING run leased without it."""
+        run, step_run = await transitions.start(self.pool, run["id"], self.owner, self.rt.settings.lease_s)
         log.info("run_started", workflow_run_id=run["id"])
+        return Position(run, step_run, fresh=True)
 
-    async def _begin(self, run: asyncpg.Record, step_run: asyncpg.Record) -> None:
+    async def _begin(self, run: asyncpg.Record, step_run: asyncpg.Record) -> Position:
         async with self.pool.acquire() as conn, conn.transaction():
-            await runs.update_step(
+            started = await runs.update_step(
                 conn,
                 step_run["id"],
                 expect=[StepStatus.PENDING],
                 sets={"status": StepStatus.RUNNING},
                 now_columns=["started_at"],
             )
-            await runs.update_run(
+            run = await runs.update_run(
                 conn,
                 run["id"],
                 expect=[RunStatus.RUNNING],
                 owner=self.owner,
                 sets={"current_step_name": step_run["step_name"], "next_run_at": None},
-                events=[
-                    Event(
-                        EventType.STEP_STARTED,
-                        {
-                            "stepName": step_run["step_name"],
-                            "stepType": step_run["step_type"],
-                            "attempt": step_run["attempt"],
-                            "visit": step_run["visit"],
-                        },
-                        step_run["id"],
-                    )
-                ],
+                events=[_step_started(step_run)],
             )
+        # Attempt 1 is always a new visit (`next_visit` when it was inserted): nothing committed yet.
+        return Position(run, started, fresh=started["attempt"] == 1)
 
     async def _execute(
-        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
-    ) -> bool:
+        self,
+        run: asyncpg.Record,
+        step_run: asyncpg.Record,
+        definition: WorkflowDefinitionSpec,
+        *,
+        fresh: bool,
+    ) -> Next:
         step = definition.step(step_run["step_name"])
         ex = StepExecution(
             run_id=run["id"],
@@ -193,6 +209,7 @@ class RunDriver:
             input=run["input"] or {},
             state=run["state"] or {},
             started_at=step_run["started_at"],
+            fresh=fresh,
         )
         bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
         self.rt.faults.reached("step_started", ex.step_name)
@@ -215,16 +232,18 @@ class RunDriver:
         if result.status == "completed":
             result = _check_next_step(result, definition, ex.step_name)
         if result.status == "completed":
-            await self._record(run["id"], lambda: self._complete_step(run, step_run, result))
-            return True
+            return await self._record(
+                run["id"], lambda: self._complete_step(run, step_run, result, definition)
+            )
         if result.status == "waiting":
             await self._record(run["id"], lambda: self._wait(run, step_run, step, result))
             return False
         await self._record(run["id"], lambda: self._fail_step(run, step_run, result))
         return True
 
-    async def _record(self, run_id: str, transition: Callable[[], Awaitable[None]]) -> None:
-        """Commit the outcome of an execution, retrying lost connections in place.
+    async def _record(self, run_id: str, transition: Callable[[], Awaitable[Next | None]]) -> Next:
+        """Commit the outcome of an execution, retrying lost connections in place; returns what
+        the transition returns (True when it returns nothing).
 
         Retrying the whole pass instead would run the handler again. If a try died during COMMIT
         and had committed, the retry finds the step no longer RUNNING (InvalidStateTransition):
@@ -232,19 +251,40 @@ class RunDriver:
         retrier = Retrier("record_step_outcome", workflow_run_id=run_id)
         while True:
             try:
-                await transition()
-                return
+                outcome = await transition()
+                return True if outcome is None else outcome
             except InvalidStateTransition:
                 if retrier.failures == 0:
                     raise
-                return
+                return True
             except Exception as exc:
                 await retrier.pause(exc)
 
-    async def _complete_step(self, run: asyncpg.Record, step_run: asyncpg.Record, result: StepResult) -> None:
+    async def _complete_step(
+        self,
+        run: asyncpg.Record,
+        step_run: asyncpg.Record,
+        result: StepResult,
+        definition: WorkflowDefinitionSpec,
+    ) -> Next:
+        """Complete the step and move on in one go: the next step run is inserted (or the run
+        ends) in the transaction that completes this one, and the last step of a run without a
+        parent completes with its run in a single statement."""
         output = dict(result.output or {})
         if result.next_step is not None:
             output["__nextStep"] = result.next_step
+        last = step_run["step_index"] + 1 >= len(definition.steps) and not output.get("__nextStep")
+        if last and run["parent_run_id"] is None:
+            await endings.complete_with_last_step(
+                self.pool,
+                run,
+                step_run["id"],
+                owner=self.owner,
+                output=output,
+                state_updates=result.state_updates,
+            )
+            return False
+        wake: list[str] = []
         async with self.pool.acquire() as conn, conn.transaction():
             done = await runs.update_step(
                 conn,
@@ -253,7 +293,7 @@ class RunDriver:
                 sets={"status": StepStatus.COMPLETED, "output": output},
                 now_columns=["completed_at"],
             )
-            await runs.update_run(
+            run = await runs.update_run(
                 conn,
                 run["id"],
                 expect=[RunStatus.RUNNING],
@@ -261,6 +301,9 @@ class RunDriver:
                 merge_state=result.state_updates,
                 events=[step_completed(done)],
             )
+            more = await self._advance_in(conn, run, done, definition, wake)
+        await self._dispatch(wake)
+        return more
 
     async def _wait(
         self, run: asyncpg.Record, step_run: asyncpg.Record, step: Any, result: StepResult
@@ -376,7 +419,7 @@ class RunDriver:
 
     async def _advance(
         self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
-    ) -> bool:
+    ) -> Next:
         wake: list[str] = []
         async with self.pool.acquire() as conn, conn.transaction():
             more = await self._advance_in(conn, run, step_run, definition, wake)
@@ -390,7 +433,9 @@ class RunDriver:
         step_run: asyncpg.Record,
         definition: WorkflowDefinitionSpec,
         wake: list[str],
-    ) -> bool:
+    ) -> Next:
+        """Insert the step run that comes after `step_run` (or end the run); returns the rows to go
+        on from, or False when the run ended."""
         steps = definition.steps
         index = step_run["step_index"]
         target = (step_run["output"] or {}).get("__nextStep")
@@ -431,6 +476,7 @@ class RunDriver:
             }
             await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake, events=events)
             return False
+        # Inserted RUNNING (what `_begin` would do next, saved a transaction): a new visit, so fresh.
         new = await runs.insert_step_run(
             conn,
             run_id=run["id"],
@@ -439,16 +485,17 @@ class RunDriver:
             step_index=next_index,
             visit=visit,
             attempt=1,
+            status=StepStatus.RUNNING,
         )
-        await runs.update_run(
+        run = await runs.update_run(
             conn,
             run["id"],
             expect=[RunStatus.RUNNING],
             owner=self.owner,
-            sets={"current_step_name": step.name, "current_step_run_id": new["id"]},
-            events=events,
+            sets={"current_step_name": step.name, "current_step_run_id": new["id"], "next_run_at": None},
+            events=[*events, _step_started(new)],
         )
-        return True
+        return Position(run, new, fresh=True)
 
     async def _handle_failure(
         self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
@@ -502,6 +549,19 @@ class RunDriver:
             )
         await dispatch_hint(self.rt.dispatcher, run["id"], delay_ms=delay_ms + _TIMER_SLACK_MS)
         return False
+
+
+def _step_started(step_run: Any) -> Event:
+    return Event(
+        EventType.STEP_STARTED,
+        {
+            "stepName": step_run["step_name"],
+            "stepType": step_run["step_type"],
+            "attempt": step_run["attempt"],
+            "visit": step_run["visit"],
+        },
+        step_run["id"],
+    )
 
 
 def _step_names(definition: WorkflowDefinitionSpec) -> set[str]:

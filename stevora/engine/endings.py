@@ -15,7 +15,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from stevora.db import approvals, runs
+from stevora.db import approvals, runs, transitions
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
 from stevora.engine.steps import awaited
@@ -54,6 +54,26 @@ async def complete_run(
     log.info("run_completed", workflow_run_id=run_id)
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
     await _tell_parent(conn, final, wake)
+    return final
+
+
+async def complete_with_last_step(
+    pool: asyncpg.Pool,
+    run: asyncpg.Record,
+    step_run_id: str,
+    *,
+    owner: str,
+    output: dict[str, Any],
+    state_updates: dict[str, Any] | None,
+) -> asyncpg.Record:
+    """The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED, its events and its
+    webhook outbox rows in one statement (`transitions.complete_last_step`). Only for a run
+    without a parent: a child's ending also answers its parent, which `complete_run` does in the
+    caller's transaction."""
+    assert run["parent_run_id"] is None, "a child run ends through complete_run (it tells its parent)"
+    final = await transitions.complete_last_step(pool, run["id"], step_run_id, owner, output, state_updates)
+    log.info("run_completed", workflow_run_id=run["id"])
+    RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
     return final
 
 

@@ -24,12 +24,11 @@ import socket
 from functools import partial
 from typing import TYPE_CHECKING
 
-import asyncpg
 import structlog
 
-from stevora.db import runs
+from stevora.db import runs, transitions
 from stevora.db.transient import Retrier, retry_transient
-from stevora.engine.driver import RunDriver
+from stevora.engine.driver import Position, RunDriver
 from stevora.engine.hints import dispatch_hint
 from stevora.ids import random_token
 from stevora.observability import hooks as observe
@@ -70,37 +69,46 @@ class RunPool:
             return False
         await self._slots.acquire()
         try:
-            row = await self._claim(run_id)
+            at = await self._claim(run_id)
         except BaseException:
             self._slots.release()
             raise
-        if row is None or run_id in self._tasks:
+        if at is None or run_id in self._tasks:
             self._slots.release()
             return False
-        task = asyncio.create_task(self._run(run_id, row), name=f"run-{run_id}")
+        task = asyncio.create_task(self._run(run_id, at), name=f"run-{run_id}")
         self._tasks[run_id] = task
         self._idle.clear()
         return True
 
-    async def _claim(self, run_id: str) -> asyncpg.Record | None:
+    async def _claim(self, run_id: str) -> Position | None:
+        """The claim, which also starts a PENDING run (`transitions.claim`): the driver goes on
+        from the rows it returns."""
         retrier = Retrier("claim", workflow_run_id=run_id)
         while True:
             try:
-                row = await runs.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
-                if row is None and retrier.failures:
+                claimed = await transitions.claim(
+                    self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s
+                )
+                if claimed is None and retrier.failures:
                     # The failed try may have committed the claim: then the lease is ours already.
                     current = await runs.get_claimed(self.rt.pool, run_id)
                     if current is not None and current["lease_owner"] == self.worker_id:
-                        return current
-                return row
+                        return Position(current)
+                if claimed is None:
+                    return None
+                row, started = claimed
+                if started is not None:
+                    log.info("run_started", workflow_run_id=run_id)
+                return Position(row, started, fresh=started is not None)
             except Exception as exc:
                 await retrier.pause(exc)
 
-    async def _run(self, run_id: str, row: asyncpg.Record) -> None:
+    async def _run(self, run_id: str, at: Position) -> None:
         try:
-            name = (await self.rt.definitions.get(row["definition_id"])).name
-            with observe.run_execution(row, name, self.worker_id):
-                await self.driver.drive(run_id)
+            name = (await self.rt.definitions.get(at.run["definition_id"])).name
+            with observe.run_execution(at.run, name, self.worker_id):
+                await self.driver.drive(run_id, at)
         except asyncio.CancelledError:
             raise
         except Exception:

@@ -68,7 +68,11 @@ LOOP_STEP = {
 
 @pytest.mark.broker
 @pytest.mark.parametrize("broker_setup", ["rabbitmq"], indirect=True)  # crash points are broker-independent
-@pytest.mark.parametrize("fault", ["llm_call_committed:3", "tool_returned:3:0", "tool_committed:3:0"])
+# step_started: killed right after the claim that started the run and its step (nothing committed
+# inside the step yet); the next worker must resume it, not start it again.
+@pytest.mark.parametrize(
+    "fault", ["step_started:agent", "llm_call_committed:3", "tool_returned:3:0", "tool_committed:3:0"]
+)
 async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactly_once(
     broker_setup: BrokerSetup, fault: str
 ) -> None:
@@ -109,6 +113,9 @@ async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactl
     assert reran == ({traces[2]["idempotency_key"]} if fault.startswith("tool_returned") else set())
     types = await assert_gap_free(setup, run["id"])
     assert types.count("TOOL_CALL_COMPLETED") == 5 and types.count("LLM_CALL_COMPLETED") == 6
+    # Started once: the resuming worker's claim takes over a RUNNING run, it does not start it again.
+    assert types.count("WORKFLOW_STARTED") == 1 and types.count("STEP_STARTED") == 1
+    assert await pool.fetchval("SELECT count(*) FROM step_runs WHERE workflow_run_id = $1", run["id"]) == 1
 
 
 @pytest.mark.broker

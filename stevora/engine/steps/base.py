@@ -32,6 +32,9 @@ class StepExecution:
     input: dict[str, Any]
     state: dict[str, Any]
     started_at: datetime | None
+    # Started by this very pass as attempt 1 of a new visit: no rounds or traces can exist yet,
+    # so a step that resumes from checkpoints (llm) need not load them.
+    fresh: bool = False
 
 
 @dataclass(frozen=True, slots=True)

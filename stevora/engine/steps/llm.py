@@ -70,7 +70,11 @@ class LlmStepRun:
 
     async def run(self) -> StepResult:
         prompt = render_prompt(self.step, self.ex.input, self.ex.state)
-        rounds = await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
+        rounds = (
+            []
+            if self.ex.fresh
+            else await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
+        )
         st = rebuild(rounds, prompt)
         while True:
             last = st.rounds[-1] if st.rounds else None

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from stevora.db.runs import claim
+from stevora.db.transitions import claim
 from stevora.engine import commands
 from stevora.engine.run_pool import RunPool
 from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError

@@ -13,7 +13,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from stevora.db import checkpoints, runs
+from stevora.db import checkpoints, transitions
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.database import asyncpg_dsn
 from stevora.db.group_commit import GroupCommitter
@@ -330,7 +330,7 @@ async def test_a_duplicate_checkpoint_on_a_first_try_is_still_an_error(
 async def test_a_claim_whose_commit_outcome_was_unknown_still_starts_the_run(
     harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real_claim = runs.claim
+    real_claim = transitions.claim
     tries: list[int] = []
 
     async def claim_then_drop(pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float) -> Any:
@@ -340,7 +340,7 @@ async def test_a_claim_whose_commit_outcome_was_unknown_still_starts_the_run(
             raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
         return row
 
-    monkeypatch.setattr(runs, "claim", claim_then_drop)
+    monkeypatch.setattr(transitions, "claim", claim_then_drop)
     harness.tasks.register("fine", lambda ctx: {"ok": True})
     def_id = await create_definition(harness.rt, workspace_id, one_task_workflow("fine"))
     run, _ = await commands.create_run(harness.rt, workspace_id, def_id)

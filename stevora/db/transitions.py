@@ -1,0 +1,196 @@
+"""The two fixed transitions of every run, each as one statement (data-modifying CTEs).
+
+A run's fixed cost used to be four transactions (start, begin the first step, complete the last
+step, complete the run) of 4 to 6 round trips each. The first two and the last two always follow
+each other, so each pair is now one statement, which is its own transaction: one round trip and
+one commit instead of five or six. They keep every guard of the separate writes in `runs`:
+
+* the run's write is fenced by `lease_owner` and its expected status, the step's by its expected
+  status; zero rows back means nothing was written, and the caller gets `LeaseLost` or
+  `InvalidStateTransition` exactly as from `runs.update_run` / `runs.update_step`;
+* the events take their sequences from the `event_seq` the same statement increments, so they
+  stay gap-free and in commit order;
+* the completion writes the webhook outbox rows in the same statement as the run's ending.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from stevora.clock import iso, utcnow
+from stevora.db.outbox import deliveries_sql
+from stevora.db.runs import RUN_COLUMNS, RUNNABLE, STEP_COLUMNS
+from stevora.errors import InvalidStateTransition, LeaseLost
+from stevora.events import EventType, WebhookEvent
+from stevora.ids import new_id
+from stevora.statuses import RunStatus, StepStatus
+
+
+def _qualified(columns: str, alias: str) -> str:
+    return ", ".join(f"{alias}.{c.strip()}" for c in columns.split(","))
+
+
+_STEP_FIELDS = [c.strip() for c in STEP_COLUMNS.split(",")]
+_STEP_AS = ", ".join(f"s.{c} AS s_{c}" for c in _STEP_FIELDS)
+_PENDING = "w.status = 'PENDING'"
+
+
+# The claim (the lease, taken if the run is free and has something to do now) that also starts
+# a PENDING run: run → RUNNING, its first step run (the definition's first step) inserted
+# RUNNING, WORKFLOW_STARTED then STEP_STARTED — what used to be a claim and two transactions
+# (`_start`, `_begin`). SET sees the row as it was, so `w.status = 'PENDING'` picks the branch;
+# `started` tells the other sub-statements which branch was taken (they cannot see the update).
+def _claim_sql(fence: str) -> str:
+    return f"""
+WITH c AS (
+    UPDATE workflow_runs w SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
+           version = w.version + 1,
+           status = CASE WHEN {_PENDING} THEN 'RUNNING' ELSE w.status END,
+           current_step_name = CASE WHEN {_PENDING} THEN d.steps->0->>'name' ELSE w.current_step_name END,
+           current_step_run_id = CASE WHEN {_PENDING} THEN $4 ELSE w.current_step_run_id END,
+           started_at = CASE WHEN {_PENDING} THEN now() ELSE w.started_at END,
+           next_run_at = CASE WHEN {_PENDING} THEN NULL ELSE w.next_run_at END,
+           updated_at = CASE WHEN {_PENDING} THEN now() ELSE w.updated_at END,
+           event_seq = w.event_seq + CASE WHEN {_PENDING} THEN 2 ELSE 0 END
+    FROM workflow_definitions d
+    WHERE w.id = $1 AND {fence} AND d.id = w.definition_id
+    RETURNING {_qualified(RUN_COLUMNS, "w")}, w.dispatched_at, w.trace_context, w.event_seq,
+              w.current_step_run_id IS NOT DISTINCT FROM $4 AS started, d.steps->0->>'type' AS first_step_type
+), s AS (
+    INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, started_at)
+    SELECT $4, c.id, c.current_step_name, c.first_step_type, 0, 1, 1, 'RUNNING', now() FROM c WHERE c.started
+    RETURNING {STEP_COLUMNS}
+), e AS (
+    INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+    SELECT $5, c.id, NULL, c.event_seq - 1, '{EventType.WORKFLOW_STARTED}', '{{}}'::jsonb FROM c WHERE c.started
+    UNION ALL
+    SELECT $6, s.workflow_run_id, s.id, c.event_seq, '{EventType.STEP_STARTED}',
+           jsonb_build_object('stepName', s.step_name, 'stepType', s.step_type, 'attempt', 1, 'visit', 1)
+    FROM c, s
+)
+SELECT c.*, {_STEP_AS} FROM c LEFT JOIN s ON true
+"""
+
+
+_CLAIM_SQL = _claim_sql(RUNNABLE)
+# A PENDING run whose lease this worker holds already (claimed by a worker that did not start
+# runs in its claim): the same start, fenced by the lease instead of taking it.
+_START_SQL = _claim_sql(f"{_PENDING} AND w.lease_owner = $2")
+
+
+async def claim(
+    pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
+) -> tuple[asyncpg.Record, dict[str, Any] | None] | None:
+    """Take the run's lease if it is free and the run has something to do now; a PENDING run is
+    started by the same statement. Returns (run row, its first step run row if this claim
+    started it), or None when the run is not ours to take."""
+    return await _claim(_CLAIM_SQL, pool, run_id, owner, lease_s)
+
+
+async def start(
+    pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
+) -> tuple[asyncpg.Record, dict[str, Any]]:
+    """Start a PENDING run this worker holds the lease of; returns (run row, first step run row)."""
+    claimed = await _claim(_START_SQL, pool, run_id, owner, lease_s)
+    if claimed is None or claimed[1] is None:
+        raise LeaseLost(f"run {run_id} is no longer leased by this worker in status ['PENDING']")
+    return claimed[0], claimed[1]
+
+
+async def _claim(
+    sql: str, pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
+) -> tuple[asyncpg.Record, dict[str, Any] | None] | None:
+    row = await pool.fetchrow(sql, run_id, owner, lease_s, new_id("srun"), new_id("evt"), new_id("evt"))
+    if row is None:
+        return None
+    return row, ({c: row[f"s_{c}"] for c in _STEP_FIELDS} if row["started"] else None)
+
+
+# The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED (lease released, output = the
+# final state) with STEP_COMPLETED, WORKFLOW_COMPLETED and the webhook outbox rows. `guard` locks
+# both rows and checks both guards first: the sub-statements of one statement do not see each
+# other's writes, so without it a lost lease could still complete the step (or a step that is no
+# longer RUNNING could still complete the run). With both rows locked by the guard, the two
+# updates cannot miss.
+_MERGED_STATE = (
+    "CASE WHEN $5::jsonb IS NULL THEN w.state ELSE COALESCE(w.state, '{}'::jsonb) || $5::jsonb END"
+)
+_COMPLETE_SQL = f"""
+WITH guard AS (
+    SELECT w.id FROM workflow_runs w JOIN step_runs st ON st.workflow_run_id = w.id
+    WHERE w.id = $1 AND w.status = 'RUNNING' AND w.lease_owner = $3 AND st.id = $2 AND st.status = 'RUNNING'
+    FOR UPDATE OF w, st
+), s AS (
+    UPDATE step_runs st SET status = 'COMPLETED', output = $4, updated_at = now(), completed_at = now()
+    FROM guard WHERE st.id = $2 AND st.status = 'RUNNING'
+    RETURNING st.step_name, st.started_at, st.completed_at
+), r AS (
+    UPDATE workflow_runs w SET version = version + 1, updated_at = now(), event_seq = event_seq + 2,
+           status = 'COMPLETED', current_step_name = NULL, next_run_at = NULL, lease_owner = NULL,
+           lease_expires_at = NULL, completed_at = now(), state = {_MERGED_STATE}, output = {_MERGED_STATE}
+    FROM s WHERE w.id = $1 AND w.status = 'RUNNING' AND w.lease_owner = $3
+    RETURNING {_qualified(RUN_COLUMNS, "w")}, w.event_seq, w.total_cost_cents,
+              s.step_name AS s_step_name,
+              GREATEST(0, floor(extract(epoch FROM s.completed_at - s.started_at) * 1000))::int AS s_duration_ms
+), e AS (
+    INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+    SELECT $6, r.id, $2, r.event_seq - 1, '{EventType.STEP_COMPLETED}',
+           jsonb_build_object('stepName', r.s_step_name, 'durationMs', COALESCE(r.s_duration_ms, 0)) FROM r
+    UNION ALL
+    SELECT $7, r.id, NULL, r.event_seq, '{EventType.WORKFLOW_COMPLETED}', '{{}}'::jsonb FROM r
+), o AS (
+    {
+    deliveries_sql(
+        workspace="r.workspace_id",
+        event="$8::text",
+        event_id="$9::text",
+        created_at="$10::text",
+        data=(
+            "jsonb_build_object('workflowRunId', r.id, 'status', "
+            f"'{RunStatus.COMPLETED}', 'output', r.state, 'totalCostCents', r.total_cost_cents)"
+        ),
+        source="r",
+    )
+}
+)
+SELECT * FROM r
+"""
+
+
+async def complete_last_step(
+    pool: asyncpg.Pool,
+    run_id: str,
+    step_run_id: str,
+    owner: str,
+    output: dict[str, Any],
+    state_updates: dict[str, Any] | None,
+) -> asyncpg.Record:
+    """Complete the run's last step and the run in one statement; returns the final run row.
+
+    Raises InvalidStateTransition when the step is no longer RUNNING (as `runs.update_step`
+    would, checked first), else LeaseLost when the run is not RUNNING under this lease."""
+    row = await pool.fetchrow(
+        _COMPLETE_SQL,
+        run_id,
+        step_run_id,
+        owner,
+        output,
+        state_updates or None,
+        new_id("evt"),
+        new_id("evt"),
+        str(WebhookEvent.WORKFLOW_COMPLETED),
+        new_id("whevt"),
+        iso(utcnow()),
+    )
+    if row is not None:
+        return row
+    # Nothing was written; say which guard failed, in the order the separate writes checked them.
+    status = await pool.fetchval("SELECT status FROM step_runs WHERE id = $1", step_run_id)
+    if status != StepStatus.RUNNING:
+        raise InvalidStateTransition(
+            f"Step run {step_run_id} is not in an allowed status (RUNNING)",
+            details={"stepRunId": step_run_id, "expectedStatus": [StepStatus.RUNNING]},
+        )
+    raise LeaseLost(f"run {run_id} is no longer leased by this worker in status ['RUNNING']")
