@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import os
 import random
+import uuid
 from typing import Any
 
 import asyncpg
@@ -36,10 +37,14 @@ async def _db() -> asyncpg.Pool:
 
 async def record_execution(key: str, kind: str) -> None:
     pool = await _db()
+    # The execution's own id: when the insert committed but its answer was lost in an outage, the
+    # retry finds the row instead of counting this execution twice.
+    execution_id = uuid.uuid4().hex
     await retry_transient(
         lambda: pool.execute(
-            "INSERT INTO chaos_effects (idempotency_key, kind, executions) VALUES ($1, $2, 1) "
-            "ON CONFLICT (idempotency_key) DO UPDATE SET executions = chaos_effects.executions + 1",
+            "INSERT INTO chaos_executions (execution_id, idempotency_key, kind) VALUES ($1, $2, $3) "
+            "ON CONFLICT (execution_id) DO NOTHING",
+            execution_id,
             key,
             kind,
         ),

@@ -250,8 +250,13 @@ class Stack:
         self.pg.start()
         await asyncio.to_thread(upgrade_head, self.db_url)
         conn = await asyncpg.connect(self.db_url.replace("+asyncpg", ""))
+        # One row per real execution (its own id, so a counting insert retried through an outage
+        # is not a second execution); the view gives executions per idempotency key.
         await conn.execute(
-            "CREATE TABLE chaos_effects (idempotency_key text PRIMARY KEY, kind text NOT NULL, executions int NOT NULL)"
+            "CREATE TABLE chaos_executions (execution_id text PRIMARY KEY, idempotency_key text NOT NULL, "
+            "kind text NOT NULL);"
+            "CREATE VIEW chaos_effects AS SELECT idempotency_key, min(kind) AS kind, count(*)::int AS executions "
+            "FROM chaos_executions GROUP BY idempotency_key"
         )
         await conn.close()
         if self.broker == "redis":
