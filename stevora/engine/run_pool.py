@@ -12,8 +12,9 @@ missing from its result was cancelled, paused or taken over, and its task is can
 
 Database outages: the claim, the heartbeat and the release retry lost connections with backoff
 (`stevora.db.transient`), so a PostgreSQL restart of a few seconds costs a few seconds, not a
-whole lease. A driver that still fails after its retry budget hands the lease back and
-redispatches the run.
+whole lease. A driver that still fails after its retry budget (or hits a bug) hands the lease
+back and redispatches the run with a delay that doubles with each consecutive crash of that run
+(0.5 s up to 30 s), so a run that crashes the driver every time cannot spin a worker.
 """
 
 from __future__ import annotations
@@ -38,6 +39,15 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("stevora.worker")
 
+CRASH_BACKOFF_FIRST_MS = 500
+CRASH_BACKOFF_MAX_MS = 30_000
+_CRASH_MEMORY = 10_000  # runs whose crash count is remembered; beyond that the counts start over
+
+
+def crash_backoff_ms(crashes: int) -> int:
+    """Delay before redispatching a run whose driver crashed `crashes` times in a row."""
+    return int(min(CRASH_BACKOFF_FIRST_MS * 2 ** min(crashes - 1, 16), CRASH_BACKOFF_MAX_MS))
+
 
 def new_worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{random_token(6)}"
@@ -53,6 +63,7 @@ class RunPool:
         self._heartbeat: asyncio.Task[None] | None = None
         self._idle = asyncio.Event()
         self._idle.set()
+        self._crashes: dict[str, int] = {}  # run id -> consecutive driver crashes in this process
 
     @property
     def active_run_ids(self) -> list[str]:
@@ -109,15 +120,22 @@ class RunPool:
             name = (await self.rt.definitions.get(at.run["definition_id"])).name
             with observe.run_execution(at.run, name, self.worker_id):
                 await self.driver.drive(run_id, at)
+            self._crashes.pop(run_id, None)
         except asyncio.CancelledError:
             raise
         except Exception:
             # The database stayed away past the retry budget, or a bug: hand the lease back and
-            # redispatch so the run does not wait out its lease.
-            log.exception("run_driver_crashed", workflow_run_id=run_id)
+            # redispatch so the run does not wait out its lease — later each time it crashes again.
+            if len(self._crashes) >= _CRASH_MEMORY:
+                self._crashes.clear()
+            crashes = self._crashes[run_id] = self._crashes.get(run_id, 0) + 1
+            delay_ms = crash_backoff_ms(crashes)
+            log.exception(
+                "run_driver_crashed", workflow_run_id=run_id, crashes=crashes, redispatch_in_ms=delay_ms
+            )
             try:
                 await retry_transient(lambda: self.driver.release(run_id), "release", workflow_run_id=run_id)
-                await dispatch_hint(self.rt.dispatcher, run_id)
+                await dispatch_hint(self.rt.dispatcher, run_id, delay_ms=delay_ms)
             except Exception:
                 log.warning("lease_release_failed", workflow_run_id=run_id, exc_info=True)
         finally:
