@@ -11,6 +11,12 @@ the message and moves to its error-consuming state (2); the socket's EOF is only
 turn of the event loop. A task that acquires that connection in between gets
 `InternalClientError: cannot switch to state N; another operation (2) is in progress` — the
 connection is dead, not shared. It is retried like any other lost connection.
+
+Two more errors are retried the same way: a deadlock and a serialization failure. PostgreSQL
+rolled the transaction back and says to run it again; they say nothing about the statement
+either. Failing the pass instead would hand the run back with a completed handler's outcome
+unrecorded, and the handler would run again on redispatch (the chaos suite saw three executions
+of one task: a child run's ending deadlocked twice while telling its parent).
 """
 
 from __future__ import annotations
@@ -43,7 +49,8 @@ _DEAD_CONNECTION_MARKERS = (
 
 
 def is_transient(exc: BaseException) -> bool:
-    """True for errors that mean the database connection was lost or the server is unavailable."""
+    """True for errors that mean the database connection was lost, the server is unavailable, or
+    PostgreSQL rolled the transaction back asking for it to be run again."""
     if isinstance(
         exc,
         asyncpg.PostgresConnectionError  # class 08: ConnectionDoesNotExist, ConnectionFailure, ...
@@ -51,6 +58,8 @@ def is_transient(exc: BaseException) -> bool:
         | asyncpg.CrashShutdownError
         | asyncpg.CannotConnectNowError
         | asyncpg.TooManyConnectionsError
+        | asyncpg.DeadlockDetectedError  # 40P01: rolled back, run it again
+        | asyncpg.SerializationError  # 40001: the same
         | OSError,  # connection refused or reset while the server restarts
     ):
         return True

@@ -26,6 +26,8 @@ import asyncpg
 
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"), reverse=True)), None)
 
+ARTIFACTS = Path(__file__).resolve().parents[3] / "test-artifacts"
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -86,7 +88,18 @@ class PrivatePostgres:
         try:
             self._run("pg_ctl", "stop", "-w", "-m", "immediate", "-D", str(self.data))
         finally:
+            self._keep_log_with_errors()
             shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _keep_log_with_errors(self) -> None:
+        """The server log names both statements of a deadlock (the client only gets a hint):
+        keep it under test-artifacts/ when it has one."""
+        log = self.dir / "pg.log"
+        text = log.read_text(errors="replace") if log.exists() else ""
+        if "deadlock detected" in text:
+            kept = ARTIFACTS / f"{self.dir.name}.log"
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            kept.write_text(text)
 
     async def terminate_backends(self) -> int:
         conn = await asyncpg.connect(f"postgresql://postgres@127.0.0.1:{self.port}/postgres")

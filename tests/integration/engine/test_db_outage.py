@@ -347,3 +347,39 @@ async def test_a_claim_whose_commit_outcome_was_unknown_still_starts_the_run(
     row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED", timeout_s=3)
     assert row["status"] == "COMPLETED"
     assert len(tries) == 2
+
+
+@pytest.mark.parametrize("error", [asyncpg.DeadlockDetectedError, asyncpg.SerializationError])
+async def test_a_deadlock_while_recording_an_outcome_is_retried_not_the_handler(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch, error: type[Exception]
+) -> None:
+    """PostgreSQL rolled the outcome's transaction back and asks for it to be run again: the
+    driver does so in place. Failing the pass instead handed the run back and ran the handler again
+    (the chaos suite saw a child run's task executed three times)."""
+    from stevora.engine import endings
+
+    real = endings.complete_with_last_step
+    raised: list[str] = []
+
+    async def deadlocking(*args: Any, **kwargs: Any) -> Any:
+        if not raised:
+            raised.append(error.__name__)
+            raise error("deadlock detected")
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(endings, "complete_with_last_step", deadlocking)
+    calls: list[int] = []
+
+    async def handler(ctx: Any) -> dict[str, Any]:
+        calls.append(ctx.attempt)
+        return {"ok": True}
+
+    harness.tasks.register("once", handler)
+    def_id = await create_definition(harness.rt, workspace_id, one_task_workflow("once"))
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id)
+    row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED", timeout_s=10)
+
+    assert raised == [error.__name__]
+    assert row["status"] == "COMPLETED", row["error"]
+    assert calls == [1]
+    assert is_transient(error("x"))
