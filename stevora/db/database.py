@@ -17,6 +17,8 @@ import sqlalchemy.exc
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 
+from stevora.db.transient import DEAD_CONNECTION_MARKERS
+
 # PostgreSQL errors that mean "the server went away or is not accepting connections yet" (class 08
 # connection exceptions, 57P01-57P03 shutdown/startup), as opposed to errors in a statement.
 _UNAVAILABLE_ASYNCPG = (
@@ -125,7 +127,7 @@ def is_connection_error(exc: BaseException) -> bool:
         if isinstance(current, OSError) and not isinstance(current, FileNotFoundError | PermissionError):
             return True  # refused, unreachable, DNS failure on connect
         if isinstance(current, asyncpg.InterfaceError | asyncpg.InternalClientError) and any(
-            m in str(current) for m in _CLOSED_MESSAGES
+            m in str(current) for m in (*_CLOSED_MESSAGES, *DEAD_CONNECTION_MARKERS)
         ):
             return True
         orig = getattr(current, "orig", None)

@@ -210,16 +210,24 @@ async def get_run(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> async
     return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1", run_id)
 
 
+# Row locks on runs are FOR NO KEY UPDATE, the lock an UPDATE that keeps the key takes: it
+# serialises writers of one run but lets foreign-key checks (FOR KEY SHARE) through. With FOR
+# UPDATE, two children of one parent ending at once deadlocked: each had key-share-locked the
+# parent (updating its own row twice in one transaction re-checks its `parent_run_id`), then each
+# waited for the other to upgrade to FOR UPDATE.
+ROW_LOCK = "FOR NO KEY UPDATE"
+
+
 async def lock_run(conn: asyncpg.Connection, run_id: str) -> asyncpg.Record | None:
     """The run, row-locked until the caller's transaction ends (serialises writers of one run)."""
-    return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 FOR UPDATE", run_id)
+    return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 {ROW_LOCK}", run_id)
 
 
 async def get_run_in_workspace(
     conn: asyncpg.Connection, workspace_id: str, run_id: str, *, for_update: bool = False
 ) -> asyncpg.Record | None:
     """The run if it belongs to the workspace (another workspace's run is simply not found)."""
-    lock = " FOR UPDATE" if for_update else ""
+    lock = f" {ROW_LOCK}" if for_update else ""
     return await conn.fetchrow(
         f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1 AND workspace_id = $2{lock}",
         run_id,
@@ -281,7 +289,7 @@ async def active_children(conn: asyncpg.Connection, run_id: str) -> list[str]:
     finished first — and is skipped — or waits for this transaction)."""
     rows = await conn.fetch(
         "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND status = ANY($2::text[]) "
-        "ORDER BY id FOR UPDATE",
+        f"ORDER BY id {ROW_LOCK}",
         run_id,
         list(ACTIVE_RUN_STATUSES),
     )

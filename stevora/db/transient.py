@@ -41,7 +41,7 @@ BACKOFF_CAP_S = 2.0
 # How long one operation keeps retrying before it gives up (then the run goes to the sweep).
 RETRY_BUDGET_S = 20.0
 
-_DEAD_CONNECTION_MARKERS = (
+DEAD_CONNECTION_MARKERS = (
     "another operation (2)",
     "protocol is in an unexpected state",
     "connection is closed",
@@ -64,7 +64,7 @@ def is_transient(exc: BaseException) -> bool:
     ):
         return True
     if isinstance(exc, asyncpg.InterfaceError | asyncpg.InternalClientError):
-        return any(marker in str(exc) for marker in _DEAD_CONNECTION_MARKERS)
+        return any(marker in str(exc) for marker in DEAD_CONNECTION_MARKERS)
     return False
 
 

@@ -121,7 +121,7 @@ _COMPLETE_SQL = f"""
 WITH guard AS (
     SELECT w.id FROM workflow_runs w JOIN step_runs st ON st.workflow_run_id = w.id
     WHERE w.id = $1 AND w.status = 'RUNNING' AND w.lease_owner = $3 AND st.id = $2 AND st.status = 'RUNNING'
-    FOR UPDATE OF w, st
+    FOR NO KEY UPDATE OF w, st
 ), s AS (
     UPDATE step_runs st SET status = 'COMPLETED', output = $4, updated_at = now(), completed_at = now()
     FROM guard WHERE st.id = $2 AND st.status = 'RUNNING'

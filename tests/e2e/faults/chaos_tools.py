@@ -42,11 +42,12 @@ async def record_execution(key: str, kind: str) -> None:
     execution_id = uuid.uuid4().hex
     await retry_transient(
         lambda: pool.execute(
-            "INSERT INTO chaos_executions (execution_id, idempotency_key, kind) VALUES ($1, $2, $3) "
+            "INSERT INTO chaos_executions (execution_id, idempotency_key, kind, pid) VALUES ($1, $2, $3, $4) "
             "ON CONFLICT (execution_id) DO NOTHING",
             execution_id,
             key,
             kind,
+            os.getpid(),
         ),
         "chaos_effect",
     )

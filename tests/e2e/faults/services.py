@@ -74,6 +74,12 @@ class PrivatePostgres:
         options = (
             f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.dir} -c fsync=off "
             "-c full_page_writes=off -c max_connections=200"
+            # Extra server options for a diagnosis, e.g. "-c log_statement=all -c log_line_prefix='%m [%p] '".
+            + (
+                f" {os.environ['STEVORA_CHAOS_PG_OPTIONS']}"
+                if os.environ.get("STEVORA_CHAOS_PG_OPTIONS")
+                else ""
+            )
         )
         self._run(
             "pg_ctl", "start", "-w", "-D", str(self.data), "-l", str(self.dir / "pg.log"), "-o", options

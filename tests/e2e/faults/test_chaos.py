@@ -26,6 +26,7 @@ import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -254,7 +255,7 @@ class Stack:
         # is not a second execution); the view gives executions per idempotency key.
         await conn.execute(
             "CREATE TABLE chaos_executions (execution_id text PRIMARY KEY, idempotency_key text NOT NULL, "
-            "kind text NOT NULL);"
+            "kind text NOT NULL, pid int, at timestamptz NOT NULL DEFAULT clock_timestamp());"
             "CREATE VIEW chaos_effects AS SELECT idempotency_key, min(kind) AS kind, count(*)::int AS executions "
             "FROM chaos_executions GROUP BY idempotency_key"
         )
@@ -492,6 +493,11 @@ async def report_progress(stack: Stack, figures: Figures) -> None:
             print(f"chaos[{stack.broker}] progress unavailable: {exc!r}", flush=True)
 
 
+def _timeline(stack: Stack, what: str) -> None:
+    """The faults with wall-clock times, to read beside a violation's executions (pid@time)."""
+    print(f"chaos[{stack.broker}] {datetime.now(UTC):%H:%M:%S.%f} {what}", flush=True)
+
+
 async def inject_faults(stack: Stack, figures: Figures, profile: Profile) -> None:
     started = time.monotonic()
     schedule = {"broker": 0.25, "postgres": 0.5, "terminate": 0.75}
@@ -513,10 +519,13 @@ async def inject_faults(stack: Stack, figures: Figures, profile: Profile) -> Non
                     await stack.pg.terminate_backends()
                 outage[1] = time.monotonic()
             figures.restarts[fault] += 1
+            _timeline(stack, f"{fault} done")
         live = stack.live_workers
         if live and figures.kills < profile.kills:
-            random.choice(live).kill()
+            victim = random.choice(live)
+            victim.kill()
             figures.kills += 1
+            _timeline(stack, f"killed worker pid {victim.proc.pid}")
             stack.start_worker()
             # Keep two workers most of the time, but let the kills land at random moments.
 
@@ -549,8 +558,11 @@ INVARIANTS: dict[str, str] = {
     "event sequence with a gap": "SELECT r.id FROM workflow_runs r JOIN workflow_events e ON e.workflow_run_id = r.id "
     "GROUP BY r.id, r.event_seq HAVING min(e.sequence) <> 1 OR max(e.sequence) <> count(*) "
     "OR count(DISTINCT e.sequence) <> count(*) OR max(e.sequence) <> r.event_seq",
-    "side effect executed more than twice": "SELECT idempotency_key || ' x' || executions FROM chaos_effects "
-    "WHERE executions > 2",
+    # Which worker processes ran it, and when: to be read beside the kills and outages.
+    "side effect executed more than twice": "SELECT e.idempotency_key || ' x' || e.executions || ' ' || "
+    "(SELECT string_agg(x.pid || '@' || to_char(x.at, 'HH24:MI:SS.MS'), ', ' ORDER BY x.at) "
+    "FROM chaos_executions x WHERE x.idempotency_key = e.idempotency_key) FROM chaos_effects e "
+    "WHERE e.executions > 2",
     "completed tool call without its side effect": "SELECT t.idempotency_key FROM tool_trace t "
     "WHERE t.status = 'completed' AND NOT EXISTS (SELECT 1 FROM chaos_effects c WHERE c.idempotency_key = t.idempotency_key) "
     # calls answered from outside the loop (the API caller, a child run) ran no handler here
