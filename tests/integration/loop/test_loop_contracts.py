@@ -235,6 +235,7 @@ async def test_each_model_call_is_recorded_with_its_request_response_usage_and_c
         "outputTokens": 20,
         "costUsd": first["cost_usd"],
         "durationMs": round(first["duration_ms"], 3),
+        "timeToFirstTokenMs": round(first["time_to_first_token_ms"], 3),  # the SDK providers stream
         "toolCalls": ["check_stock"],
         "finishReason": "tool_calls",
     }
