@@ -211,20 +211,29 @@ async def test_a_call_is_priced_by_the_model_that_answered(
 async def test_a_retried_step_keeps_counting_its_tool_rounds(
     harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
 ) -> None:
-    """Attempt 1's tool round counts against `maxToolRounds` in attempt 2."""
+    """Attempt 1's tool rounds count against `maxToolRounds` in attempt 2."""
     _stock_tool(harness)
     fake.openai.enqueue(
         openai_tool_calls([("call_1", "check_stock", '{"sku": 1}')]),
-        error(503, "overloaded"),
         openai_tool_calls([("call_2", "check_stock", '{"sku": 2}')]),
+        error(503, "overloaded"),  # attempt 1 ends after two tool rounds
+        openai_tool_calls([("call_3", "check_stock", '{"sku": 3}')]),  # round 3: over the limit
+        openai_tool_calls([("call_4", "check_stock", '{"sku": 4}')]),
     )
-    step = llm_step(tools=[STOCK_TOOL], maxToolRounds=1, retry={"maxAttempts": 2, "backoffMs": 100})
+    step = llm_step(tools=[STOCK_TOOL], maxToolRounds=2, retry={"maxAttempts": 2, "backoffMs": 100})
     result = await run_workflow(harness, workspace_id, step)
 
     assert result.status == "FAILED"
     assert result.run["error"]["code"] == "MAX_TOOL_ROUNDS"
     assert [s["status"] for s in result.step_runs] == ["FAILED", "FAILED"]
-    assert len(result.traces) == 1  # the over-limit round's call was not executed
+    assert [(c["round"], c["status"]) for c in result.llm_calls] == [
+        (1, "completed"),
+        (2, "completed"),
+        (3, "failed"),
+        (3, "completed"),
+    ]
+    assert len(result.traces) == 2  # the over-limit round's call was not executed
+    assert len(fake.openai.requests) == 4
 
 
 async def test_a_retried_step_keeps_counting_its_feedback_rounds(
@@ -236,8 +245,10 @@ async def test_a_retried_step_keeps_counting_its_feedback_rounds(
     fake.anthropic.enqueue(
         anthropic_text(bad),
         anthropic_text(bad),  # feedback round 1
-        error(503, "overloaded"),  # feedback round 2 fails: attempt 1 ends
-        anthropic_text(bad),  # feedback round 2, resent by attempt 2: attempts are spent
+        anthropic_text(bad),  # feedback round 2
+        error(503, "overloaded"),  # feedback round 3 fails: attempt 1 ends
+        anthropic_text(bad),  # feedback round 3, resent by attempt 2: attempts are spent
+        anthropic_text(bad),
         anthropic_text(bad),
     )
     step = llm_step(
@@ -247,7 +258,7 @@ async def test_a_retried_step_keeps_counting_its_feedback_rounds(
         guardrails={
             "postChecks": [{"type": "schema_validation"}],
             "onFailure": "retry_with_feedback",
-            "maxFeedbackAttempts": 2,
+            "maxFeedbackAttempts": 3,
         },
         retry={"maxAttempts": 2, "backoffMs": 100},
     )
@@ -259,13 +270,15 @@ async def test_a_retried_step_keeps_counting_its_feedback_rounds(
     assert [(e["round"], e["action"]) for e in guardrail_events] == [
         (1, "retry_with_feedback"),
         (2, "retry_with_feedback"),
-        (2, "retry_with_feedback"),  # attempt 2 re-decides the round its failed call followed
-        (3, "block"),
+        (3, "retry_with_feedback"),
+        (3, "retry_with_feedback"),  # attempt 2 re-decides the round its failed call followed
+        (4, "block"),
     ]
     assert [(c["round"], c["status"], c["request"].get("feedback")) for c in result.llm_calls] == [
         (1, "completed", None),
         (2, "completed", True),
-        (3, "failed", True),
         (3, "completed", True),
+        (4, "failed", True),
+        (4, "completed", True),
     ]
-    assert len(fake.anthropic.requests) == 4
+    assert len(fake.anthropic.requests) == 5
