@@ -119,6 +119,7 @@ def dev(
     try:
         stack.start_backend()
         console.print(f"[bold green]Stevora is running[/bold green] at {stack.url}  (UI: {stack.url}/ui)")
+        console.print(f"API docs: {stack.url}/docs   Prometheus metrics: {stack.url}/metrics")
         console.print(f"API key: [bold]{stack.api_key}[/bold]   data: {Path(settings.data_dir).resolve()}")
         stack.serve(sock)
     finally:

@@ -47,6 +47,11 @@ async def test_sigterm_stops_dev_and_its_embedded_postgres(tmp_path: Path) -> No
     proc = _start(["dev", "--port", str(port), "--data-dir", str(tmp_path / "data")], _env(), log)
     try:
         await _wait_healthy(f"http://127.0.0.1:{port}", proc, log)
+        # The banner says where everything listens, the scrape address included.
+        banner = log.read_text()
+        assert f"http://127.0.0.1:{port}/metrics" in banner and f"http://127.0.0.1:{port}/docs" in banner, (
+            banner
+        )
         pid_file = tmp_path / "data" / "pg" / "postmaster.pid"
         postgres_pid = int(pid_file.read_text().splitlines()[0])
         assert _alive(postgres_pid)
