@@ -170,7 +170,7 @@ class GroupCommitter:
             try:
                 committed = await self._execute(kind, batch)
             except Exception as exc:
-                again = retried or retrier.failures > 0
+                again = retried or retrier.outcome_unknown
                 if len(batch) > 1 and not is_transient(exc):
                     # One row's reason (or a retry's unique violation): each row alone.
                     for item in batch:

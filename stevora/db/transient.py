@@ -48,6 +48,10 @@ DEAD_CONNECTION_MARKERS = (
 )
 
 
+# 40P01 and 40001: PostgreSQL rolled the transaction back and asks for it to be run again.
+_ROLLED_BACK = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+
+
 def is_transient(exc: BaseException) -> bool:
     """True for errors that mean the database connection was lost, the server is unavailable, or
     PostgreSQL rolled the transaction back asking for it to be run again."""
@@ -58,10 +62,10 @@ def is_transient(exc: BaseException) -> bool:
         | asyncpg.CrashShutdownError
         | asyncpg.CannotConnectNowError
         | asyncpg.TooManyConnectionsError
-        | asyncpg.DeadlockDetectedError  # 40P01: rolled back, run it again
-        | asyncpg.SerializationError  # 40001: the same
         | OSError,  # connection refused or reset while the server restarts
     ):
+        return True
+    if isinstance(exc, _ROLLED_BACK):
         return True
     if isinstance(exc, asyncpg.InterfaceError | asyncpg.InternalClientError):
         return any(marker in str(exc) for marker in DEAD_CONNECTION_MARKERS)
@@ -81,10 +85,15 @@ class Retrier:
         self.budget_s = budget_s
         self.context = context
         self.failures = 0
+        # True once a failed try may have committed (the connection died mid-statement): a retry
+        # that then finds its own rows must read them as written. A deadlock or serialization
+        # failure was rolled back for certain, so it does not set this.
+        self.outcome_unknown = False
         self._first_failure: float | None = None
 
     def reset(self) -> None:
         self.failures = 0
+        self.outcome_unknown = False
         self._first_failure = None
 
     async def pause(self, exc: BaseException) -> None:
@@ -96,6 +105,8 @@ class Retrier:
         if self._first_failure is None:
             self._first_failure = now
         self.failures += 1
+        if not isinstance(exc, _ROLLED_BACK):
+            self.outcome_unknown = True
         if now - self._first_failure >= self.budget_s:
             log.warning("db_retry_exhausted", operation=self.what, attempts=self.failures, **self.context)
             raise exc

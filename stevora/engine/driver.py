@@ -254,7 +254,7 @@ class RunDriver:
                 outcome = await transition()
                 return True if outcome is None else outcome
             except InvalidStateTransition:
-                if retrier.failures == 0:
+                if not retrier.outcome_unknown:
                     raise
                 return True
             except Exception as exc:

@@ -101,7 +101,7 @@ class RunPool:
                 claimed = await transitions.claim(
                     self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s
                 )
-                if claimed is None and retrier.failures:
+                if claimed is None and retrier.outcome_unknown:
                     # The failed try may have committed the claim: then the lease is ours already.
                     current = await runs.get_claimed(self.rt.pool, run_id)
                     if current is not None and current["lease_owner"] == self.worker_id:

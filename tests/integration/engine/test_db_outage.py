@@ -383,3 +383,20 @@ async def test_a_deadlock_while_recording_an_outcome_is_retried_not_the_handler(
     assert row["status"] == "COMPLETED", row["error"]
     assert calls == [1]
     assert is_transient(error("x"))
+
+
+async def test_a_retry_after_a_deadlock_knows_nothing_was_written() -> None:
+    """A deadlock was rolled back for certain: a retry that then finds the rows must not read them
+    as its own earlier write (only a lost connection leaves the outcome unknown)."""
+    from stevora.db.transient import Retrier
+
+    rolled_back = Retrier("t")
+    await rolled_back.pause(asyncpg.DeadlockDetectedError("deadlock detected"))
+    await rolled_back.pause(asyncpg.SerializationError("could not serialize"))
+    assert rolled_back.failures == 2 and not rolled_back.outcome_unknown
+
+    lost = Retrier("t")
+    await lost.pause(asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation"))
+    assert lost.outcome_unknown
+    lost.reset()
+    assert not lost.outcome_unknown
