@@ -29,7 +29,8 @@ _UNAVAILABLE_ASYNCPG = (
     asyncpg.exceptions.CannotConnectNowError,
 )
 _UNAVAILABLE = (*_UNAVAILABLE_ASYNCPG, ConnectionError, sqlalchemy.exc.DisconnectionError)
-_CLOSED_MESSAGES = ("connection is closed", "connection was closed", "unexpected connection_lost")
+# Messages of a connection that is gone: the engine's dead-connection markers and two more.
+_CLOSED_MESSAGES = (*DEAD_CONNECTION_MARKERS, "connection was closed", "unexpected connection_lost")
 
 
 # Datetimes go through `default=str` as with the stdlib encoder (orjson would write RFC 3339);
@@ -127,7 +128,7 @@ def is_connection_error(exc: BaseException) -> bool:
         if isinstance(current, OSError) and not isinstance(current, FileNotFoundError | PermissionError):
             return True  # refused, unreachable, DNS failure on connect
         if isinstance(current, asyncpg.InterfaceError | asyncpg.InternalClientError) and any(
-            m in str(current) for m in (*_CLOSED_MESSAGES, *DEAD_CONNECTION_MARKERS)
+            m in str(current) for m in _CLOSED_MESSAGES
         ):
             return True
         orig = getattr(current, "orig", None)

@@ -225,7 +225,7 @@ class RunDriver:
             result = StepResult(status="failed", error=exc.to_dict(), retryable=exc.retryable)
         except Exception as exc:
             if is_transient(exc):
-                raise  # the database went away: retry the pass, it is not this attempt's failure
+                raise  # the database went away (or rolled back a deadlock): retry the pass, not a failed attempt
             # A step type's bug must fail the step, never the worker.
             bound.warning("step_raised", error=repr(exc), exc_info=exc)
             result = StepResult(status="failed", error=exception_error(exc))

@@ -17,8 +17,8 @@ from stevora.db import checkpoints, transitions
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.database import asyncpg_dsn
 from stevora.db.group_commit import GroupCommitter
-from stevora.db.transient import is_transient, retry_transient
-from stevora.engine import commands
+from stevora.db.transient import Retrier, is_transient, retry_transient
+from stevora.engine import commands, endings
 from stevora.events import EventType
 from stevora.ids import new_id
 from tests.conftest import Harness, create_definition
@@ -356,8 +356,6 @@ async def test_a_deadlock_while_recording_an_outcome_is_retried_not_the_handler(
     """PostgreSQL rolled the outcome's transaction back and asks for it to be run again: the
     driver does so in place. Failing the pass instead handed the run back and ran the handler again
     (the chaos suite saw a child run's task executed three times)."""
-    from stevora.engine import endings
-
     real = endings.complete_with_last_step
     raised: list[str] = []
 
@@ -388,8 +386,6 @@ async def test_a_deadlock_while_recording_an_outcome_is_retried_not_the_handler(
 async def test_a_retry_after_a_deadlock_knows_nothing_was_written() -> None:
     """A deadlock was rolled back for certain: a retry that then finds the rows must not read them
     as its own earlier write (only a lost connection leaves the outcome unknown)."""
-    from stevora.db.transient import Retrier
-
     rolled_back = Retrier("t")
     await rolled_back.pause(asyncpg.DeadlockDetectedError("deadlock detected"))
     await rolled_back.pause(asyncpg.SerializationError("could not serialize"))
