@@ -11,9 +11,21 @@ from stevora.statuses import RunStatus, StepStatus
 
 
 class RunCreate(ApiIn):
-    definition_id: str = Field(min_length=1, max_length=40, examples=["wfdef_abc123"])
+    definition_id: str | None = Field(default=None, min_length=1, max_length=40, examples=["wfdef_abc123"])
+    definition: dict[str, Any] | None = Field(
+        default=None,
+        description="Instead of `definitionId`: an ad-hoc definition (the body of `POST "
+        "/v1/workflow-definitions`; `name` defaults to `adhoc`, `version` to a digest of the rest), "
+        "stored on first use and reused after.",
+    )
     input: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+
+    @model_validator(mode="after")
+    def _one_definition(self) -> RunCreate:
+        if (self.definition_id is None) == (self.definition is None):
+            raise ValueError("Give exactly one of definitionId or definition")
+        return self
 
 
 class ToolOutputIn(ApiIn):

@@ -55,6 +55,7 @@ class StepTools:
     # (TOOL_NOT_OFFERED), whatever the worker has registered — the tool boundary.
     kinds: dict[str, ToolKind] = field(default_factory=dict)
     timeouts_ms: dict[str, int] = field(default_factory=dict)
+    expiries_ms: dict[str, int] = field(default_factory=dict)  # client tools' outputsExpireAfterMs
     workflows: dict[str, WorkflowToolDef] = field(default_factory=dict)
     output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # inline outputSchema
     gated: set[str] = field(default_factory=set)  # handler tools that need a person's approval
@@ -69,6 +70,9 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
             tools.kinds[entry.name] = entry.execution
             if entry.timeout_ms is not None:
                 tools.timeouts_ms[entry.name] = entry.timeout_ms
+            expiry_ms = client_expiry_ms(step, entry)
+            if expiry_ms is not None:
+                tools.expiries_ms[entry.name] = expiry_ms
             if entry.output_schema is not None:
                 tools.output_schemas[entry.name] = entry.output_schema
             registered = rt.tools.get(entry.name)
@@ -105,6 +109,22 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
                 if registered.requires_approval:
                     tools.gated.add(registered.name)
     return tools
+
+
+def client_expiry_ms(step: LlmStep, tool: LlmToolDef) -> int | None:
+    """How long a client tool's output may be missing before the run fails with CONTEXT_EXPIRED."""
+    if tool.execution != "client":
+        return None
+    return tool.outputs_expire_after_ms or step.outputs_expire_after_ms
+
+
+def expires_first(step: LlmStep, tool: LlmToolDef | None) -> bool:
+    """Whether a client call's deadline is its expiry (the run fails) rather than its own
+    `timeoutMs` (the call fails and the loop goes on): the earlier one is the deadline."""
+    if tool is None:
+        return False
+    expiry_ms = client_expiry_ms(step, tool)
+    return expiry_ms is not None and (tool.timeout_ms is None or expiry_ms <= tool.timeout_ms)
 
 
 def workflow_input_schema(row: Any) -> dict[str, Any] | None:
@@ -251,9 +271,10 @@ class ToolRunner:
             handed.append(new)
             return None
         if self.tools.kinds[call.name] == CLIENT:
-            timeout_ms = self.tools.timeouts_ms.get(call.name)
-            if timeout_ms is not None:
-                new.deadline_at = last.committed_at + timedelta(milliseconds=timeout_ms)
+            limits = [self.tools.timeouts_ms.get(call.name), self.tools.expiries_ms.get(call.name)]
+            due_ms = [ms for ms in limits if ms is not None]
+            if due_ms:  # the earlier of the call's timeout and its expiry (`on_due` tells which)
+                new.deadline_at = last.committed_at + timedelta(milliseconds=min(due_ms))
             handed.append(new)
             return None
         failure = await self._plan_child(self.tools.workflows[call.name], arguments, new)
