@@ -98,9 +98,12 @@ async def create_run(
     With `definition` instead of `definitionId` the run's definition is given inline (tools and
     all) and stored on first use as `adhoc` (or its `name`) at a version digesting its content.
     With `?wait=N` / `Prefer: wait=N` the answer waits until the run is settled (see `wait`)."""
+    problem = body.definition_problem()
+    if problem is not None:
+        raise ValidationError.from_problems([problem])
     definition_id = body.definition_id
     if definition_id is None:
-        assert body.definition is not None  # the schema requires one of the two
+        assert body.definition is not None  # definition_problem() checked it
         definition_id = await adhoc_definition(ctx.rt, auth.workspace_id, body.definition)
     record, created = await commands.create_run(
         ctx.rt, auth.workspace_id, definition_id, body.input, body.idempotency_key

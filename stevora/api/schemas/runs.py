@@ -21,11 +21,13 @@ class RunCreate(ApiIn):
     input: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
 
-    @model_validator(mode="after")
-    def _one_definition(self) -> RunCreate:
-        if (self.definition_id is None) == (self.definition is None):
-            raise ValueError("Give exactly one of definitionId or definition")
-        return self
+    def definition_problem(self) -> dict[str, str] | None:
+        """Exactly one of `definitionId` and `definition` (checked by the route, to name the field)."""
+        if self.definition_id is None and self.definition is None:
+            return {"path": "definitionId", "message": "Field required (or an ad-hoc `definition`)"}
+        if self.definition_id is not None and self.definition is not None:
+            return {"path": "definition", "message": "Give exactly one of definitionId or definition"}
+        return None
 
 
 class ToolOutputIn(ApiIn):

@@ -28,8 +28,8 @@ from stevora.db import awaited as db_awaited
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound
-from stevora.db.definitions import find_version
-from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef, parse_default_params
+from stevora.db.definitions import find_version, workflow_input_schema
+from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef
 from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
@@ -79,6 +79,11 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
             if entry.requires_approval or (registered is not None and registered.requires_approval):
                 tools.gated.add(entry.name)
             continue
+        registered = rt.tools.get(entry.name)
+        if registered is None and not isinstance(entry, WorkflowToolDef):
+            # A bare name: a registered tool, else a stored workflow of that name (Dagu's form).
+            if await find_version(rt.pool, workspace_id, entry.name, None) is not None:
+                entry = WorkflowToolDef(name=entry.name, workflow=entry.name)
         if isinstance(entry, WorkflowToolDef):
             spec = await _workflow_tool_spec(rt, workspace_id, entry)
             tools.specs.append(spec)
@@ -86,11 +91,10 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
             tools.kinds[entry.name] = "workflow"
             tools.workflows[entry.name] = entry
             continue
-        registered = rt.tools.get(entry.name)
         if registered is None:
             raise StevoraError(
                 f"Step '{step.name}' references tool '{entry.name}', which is not registered in this worker "
-                f"(load its module with `stevora worker --tools MODULE`)",
+                f"(load its module with `stevora worker --tools MODULE`) nor a workflow of this workspace",
                 code="TOOL_NOT_REGISTERED",
                 retryable=False,
             )
@@ -125,15 +129,6 @@ def expires_first(step: LlmStep, tool: LlmToolDef | None) -> bool:
         return False
     expiry_ms = client_expiry_ms(step, tool)
     return expiry_ms is not None and (tool.timeout_ms is None or expiry_ms <= tool.timeout_ms)
-
-
-def workflow_input_schema(row: Any) -> dict[str, Any] | None:
-    """A stored definition's input schema: `input_schema`, else the one `default_params` describes."""
-    if row["input_schema"] is not None:
-        return dict(row["input_schema"])
-    if row["default_params"] is not None:
-        return parse_default_params(row["default_params"])
-    return None
 
 
 async def _workflow_tool_spec(rt: Runtime, workspace_id: str, tool: WorkflowToolDef) -> ToolSpec:
