@@ -40,6 +40,7 @@ from stevora.observability import hooks as observe
 from stevora.tasks import StepResult
 from stevora.tools import ToolContext, ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
 from stevora.tools.invoke import parse_arguments
+from stevora.tools.toolbox import toolbox_tools
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -80,6 +81,14 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
                 tools.gated.add(entry.name)
             continue
         registered = rt.tools.get(entry.name)
+        boxed = [] if registered is not None else toolbox_tools(rt.tools, entry.name)
+        if boxed and not isinstance(entry, WorkflowToolDef):  # a toolbox's prefix: all its tools
+            for member in boxed:
+                tools.specs.append(ToolSpec(member.name, member.description, dict(member.parameters)))
+                tools.kinds[member.name] = "handler"
+                if member.requires_approval:
+                    tools.gated.add(member.name)
+            continue
         if registered is None and not isinstance(entry, WorkflowToolDef):
             # A bare name: a registered tool, else a stored workflow of that name (Dagu's form).
             if await find_version(rt.pool, workspace_id, entry.name, None) is not None:

@@ -38,7 +38,8 @@ async def test_the_documented_client_tool_loop_runs_over_real_http(server_url: s
             requests += 1
             while run.required_action:
                 outputs = [
-                    ToolOutput(c.id, output=TOOLS[c.name](**c.arguments)) for c in run.required_action.tool_calls
+                    ToolOutput(c.id, output=TOOLS[c.name](**c.arguments))
+                    for c in run.required_action.tool_calls
                 ]
                 run = rt.workflows.submit_tool_outputs(run.id, outputs, wait=30)
                 requests += 1
