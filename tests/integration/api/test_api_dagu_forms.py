@@ -72,6 +72,30 @@ async def test_a_bare_name_calls_the_stored_workflow_of_that_name(
     assert "precision" in panel and "operation" in panel
 
 
+async def test_the_tool_panel_shows_a_workflow_tools_derived_schema(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness
+) -> None:
+    """Fails where the panel shows `calculator ()` and "schema is not known"."""
+    register_compute(harness, [])
+    name = new_id("calculator")
+    await defined(client, tenant, {"name": name, **CALCULATOR})
+    step = {**parent_body("x")["steps"][0], "tools": [{"name": "calculator", "workflow": name}]}
+    run_id = await start(
+        client, tenant, await defined(client, tenant, {"name": new_id("p"), "steps": [step]})
+    )
+    await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    client.cookies.set(COOKIE_NAME, tenant.key)
+    try:
+        page = await client.get(f"/ui/runs/{run_id}")
+    finally:
+        client.cookies.delete(COOKIE_NAME)
+    panel = page.text[page.text.index("tools-panel") :]
+    assert "schema is not known" not in panel
+    assert "Do arithmetic on two numbers" in panel
+    signature = panel[panel.index("tool-sig") : panel.index("</div>", panel.index("tool-sig"))]
+    assert "operation" in signature and "precision?" in signature
+
+
 async def test_a_registered_tool_wins_over_a_workflow_of_the_same_name(
     client: httpx.AsyncClient, tenant: Tenant, harness: Harness
 ) -> None:
