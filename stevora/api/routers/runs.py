@@ -196,8 +196,9 @@ async def list_runs(
 )
 async def get_run(run_id: RunId, auth: Auth, ctx: Ctx, request: Request, wait: RequestedWait) -> Response:
     """With `?wait=N` / `Prefer: wait=N`: a long poll, answered once the run is settled."""
-    await load_run(ctx.rt, auth.workspace_id, run_id)  # 404 at once, not after the wait
-    await settle(ctx.rt, request, auth.workspace_id, run_id, wait)
+    if wait is not None:
+        await load_run(ctx.rt, auth.workspace_id, run_id)  # 404 at once, not after the wait
+        await settle(ctx.rt, request, auth.workspace_id, run_id, wait)
     return applied(ok(await run_detail(ctx.rt, auth.workspace_id, run_id)), wait)
 
 
