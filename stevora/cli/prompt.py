@@ -374,7 +374,7 @@ def _tools_in(modules: list[str]) -> list[str]:
         before = set(default_registry.names())
         try:
             (name,) = load_tool_modules([given])
-        except ImportError as exc:  # ModuleNotFoundError included: one line, not a traceback
+        except Exception as exc:  # ModuleNotFoundError, a SyntaxError...: one line, not a traceback
             raise typer.BadParameter(
                 f"cannot import tools module {given!r}: {exc}", param_hint="--tools"
             ) from None
