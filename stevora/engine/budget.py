@@ -183,13 +183,15 @@ def stopped(meter: Meter, limit: str, step_name: str) -> StepResult:
     )
 
 
-async def update_budget(rt: Runtime, workspace_id: str, run_id: str, requested: Budget) -> asyncpg.Record:
+async def update_budget(
+    rt: Runtime, workspace_id: str, run_id: str, requested: Budget
+) -> tuple[asyncpg.Record, bool]:
     """Set the fields `requested` gives on a run's budget (null removes a limit), within the
     server's ceiling; a run waiting for its budget (`onBudgetExceeded: "pause"`) resumes.
 
     Allowed on any run that has not completed or been cancelled: a FAILED run keeps the new budget
     for `retry`. A running step sees new limits when it next starts or resumes, or when it reaches
-    an old limit (it reads them again before it stops)."""
+    an old limit (it reads them again before it stops). Returns the run and whether it resumed."""
     resumed = False
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await runs.get_run_in_workspace(conn, workspace_id, run_id, for_update=True)
@@ -238,4 +240,4 @@ async def update_budget(rt: Runtime, workspace_id: str, run_id: str, requested: 
         )
     if resumed:
         await dispatch_hint(rt.dispatcher, run_id)
-    return row
+    return row, resumed
