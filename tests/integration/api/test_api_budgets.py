@@ -251,3 +251,29 @@ async def _budget_stops(client: httpx.AsyncClient) -> float:
         if sample.name == "stevora_budget_stops_total"
         and sample.labels == {"limit": "tool_calls", "action": "fail"}
     )
+
+
+async def test_a_tool_step_over_budget_in_pause_mode_waits_and_runs_after_a_raise(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Harness
+) -> None:
+    ran = _lookup(harness)
+    definition_id = await define(
+        [
+            {"type": "tool", "name": "first", "tool": "lookup", "input": {}},
+            {"type": "tool", "name": "second", "tool": "lookup", "input": {}},
+        ]
+    )
+    budget = {"maxToolCalls": 1, "onBudgetExceeded": "pause"}
+    run_id = (await _create(client, tenant, definition_id, budget=budget)).json()["data"]["id"]
+    run = await wait_for(client, tenant, run_id, "WAITING", "FAILED", "COMPLETED")
+    assert run["status"] == "WAITING" and len(ran) == 1
+    assert [(s["stepName"], s["status"], s["signalType"]) for s in run["stepRuns"]] == [
+        ("first", "COMPLETED", None),
+        ("second", "WAITING", "budget"),
+    ]
+    raised = await client.post(
+        f"/v1/workflow-runs/{run_id}/budget", json={"maxToolCalls": 2}, headers=tenant.headers
+    )
+    assert raised.status_code == 200, raised.text
+    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    assert run["status"] == "COMPLETED" and len(ran) == 2
