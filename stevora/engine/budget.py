@@ -191,7 +191,9 @@ async def update_budget(
 
     Allowed on any run that has not completed or been cancelled: a FAILED run keeps the new budget
     for `retry`. A running step sees new limits when it next starts or resumes, or when it reaches
-    an old limit (it reads them again before it stops). Returns the run and whether it resumed."""
+    an old limit (it reads them again before it stops). One window is left: a raise that commits
+    between that read and the step's WAITING commit (milliseconds) leaves the run waiting with
+    enough budget; raising again resumes it. Returns the run and whether it resumed."""
     resumed = False
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await runs.get_run_in_workspace(conn, workspace_id, run_id, for_update=True)

@@ -14,6 +14,7 @@ from stevora.engine import commands
 from stevora.engine.budget import update_budget
 from stevora.llm.pricing import Pricing
 from stevora.testing.fake_llm import FakeLLMServer, FakeResponse, error, openai_text, openai_tool_calls
+from stevora.tools import ToolContext
 from tests.conftest import Harness, create_definition
 from tests.integration.loop.conftest import LoopRun, SdkProviders, llm_step, load_run, run_workflow
 from tests.integration.loop.test_loop_basics import assert_trace_event_consistency
@@ -230,3 +231,35 @@ async def test_a_run_without_a_budget_reads_no_usage_and_runs_as_before(
     result = await run_workflow(harness, workspace_id, llm_step(tools=["lookup"]))
     assert result.status == "COMPLETED" and len(ran) == 1
     assert result.run["budget"] is None
+
+
+async def test_a_raise_that_lands_while_the_step_runs_is_seen_when_the_old_limit_is_reached(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    """The step holds the limits it read at its start; reaching one, it reads them again before
+    stopping, and goes on from the committed rows when they were raised meanwhile."""
+    ran: list[int] = []
+
+    @harness.tools.tool
+    async def lookup(ctx: ToolContext) -> str:
+        """Look something up."""
+        ran.append(1)
+        if len(ran) == 1:  # a person raises the budget while the step runs
+            await update_budget(
+                harness.rt, workspace_id, ctx.workflow_run_id, Budget.model_validate({"maxToolCalls": 3})
+            )
+        return "more to look up"
+
+    _runaway(fake, "lookup")
+    result = await _run(harness, workspace_id, _workflow({"maxToolCalls": 2}))
+
+    details = _assert_budget_failure(result, "maxToolCalls")
+    assert len(ran) == 3 and details["max"] == 3
+    assert [t["round"] for t in result.traces] == [1, 2, 3]
+    # Every request the model got pairs each tool call with exactly one result, in order.
+    for request in fake.openai.requests:
+        messages = request.json["messages"]
+        asked = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
+        answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
+        assert asked == answered
+    await assert_trace_event_consistency(harness, result.id)
