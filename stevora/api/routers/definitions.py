@@ -64,6 +64,7 @@ async def store_definition(
             steps=dump["steps"],
             input_schema=spec.input_schema,
             default_params=spec.default_params,
+            budget=dump.get("budget"),
         )
         .on_conflict_do_nothing(constraint="uq_definition_version")
         .returning(*_COLUMNS)

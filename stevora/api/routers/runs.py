@@ -29,9 +29,11 @@ from stevora.api.schemas.runs import (
 )
 from stevora.api.waiting import RequestedWait, applied, settle
 from stevora.db import awaited as db_awaited
+from stevora.db import budgets as db_budgets
 from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
-from stevora.definitions import parse_definition
+from stevora.definitions import Budget, parse_definition
 from stevora.engine import commands
+from stevora.engine.budget import update_budget
 from stevora.engine.steps.awaited import required_action
 from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.runtime import Runtime
@@ -106,7 +108,7 @@ async def create_run(
         assert body.definition is not None  # definition_problem() checked it
         definition_id = await adhoc_definition(ctx.rt, auth.workspace_id, body.definition)
     record, created = await commands.create_run(
-        ctx.rt, auth.workspace_id, definition_id, body.input, body.idempotency_key
+        ctx.rt, auth.workspace_id, definition_id, body.input, body.idempotency_key, body.budget
     )
     status = 201 if created else 200
     if wait is not None:
@@ -221,11 +223,19 @@ async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOu
         ),
     )
     assert definition is not None  # a foreign key guarantees it
+    used = await db_budgets.usage(rt.pool, run_id) if run["budget"] is not None else None
     return RunDetailOut.model_validate(
         {
             **run,
             "step_runs": [step_run_out(s) for s in steps],
             "definition": DefinitionRef.model_validate(definition),
+            "budget_used": None
+            if used is None
+            else {
+                "cost_cents": used["total_cost_cents"],
+                "model_calls": used["model_calls"],
+                "tool_calls": used["tool_calls"],
+            },
         }
     )
 
@@ -295,3 +305,18 @@ async def submit_tool_outputs(
     await commands.submit_tool_outputs(ctx.rt, auth.workspace_id, run_id, items)
     await settle(ctx.rt, request, auth.workspace_id, run_id, wait)
     return applied(ok(await run_detail(ctx.rt, auth.workspace_id, run_id)), wait)
+
+
+@router.post(
+    "/{run_id}/budget",
+    response_model=Envelope[RunDetailOut],
+    responses=errors(400, 404, 409),
+    summary="Change a run's budget",
+)
+async def set_budget(run_id: RunId, body: Budget, auth: Auth, ctx: Ctx) -> Response:
+    """Set the limits the body gives (null removes one; fields left out keep their value), within
+    the server's maximum (above it: 400 naming the field). A run waiting for its budget
+    (`onBudgetExceeded: "pause"`) resumes. Allowed unless the run is COMPLETED or CANCELLED (409);
+    a FAILED run keeps the new budget for `/retry`. The answer is the run as `GET` returns it."""
+    await update_budget(ctx.rt, auth.workspace_id, run_id, body)
+    return ok(await run_detail(ctx.rt, auth.workspace_id, run_id))
