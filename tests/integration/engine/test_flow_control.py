@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import defaultdict
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -63,16 +64,16 @@ async def test_a_key_never_runs_twice_at_once_and_every_run_completes(
     for row in rows:
         by_key[row["concurrency_key"]].append(row)
     assert len(by_key) == 4
-    queued_some = False
     for runs_of_key in by_key.values():
-        for before, after in zip(runs_of_key, runs_of_key[1:], strict=False):
+        for before, after in pairwise(runs_of_key):
             assert after["started"] >= before["ended"]
         assert [r["created_at"] for r in runs_of_key] == sorted(r["created_at"] for r in runs_of_key)
-        queued_some = True
-    assert queued_some
-    assert await harness.rt.pool.fetchval(
-        "SELECT count(*) FROM workflow_runs WHERE id = ANY($1::text[]) AND queued_at IS NOT NULL", ids
-    ) == 0
+    assert (
+        await harness.rt.pool.fetchval(
+            "SELECT count(*) FROM workflow_runs WHERE id = ANY($1::text[]) AND queued_at IS NOT NULL", ids
+        )
+        == 0
+    )
 
 
 async def test_a_queued_run_is_visible_cancellable_and_the_next_starts_when_the_slot_frees(
@@ -121,7 +122,10 @@ async def test_a_key_that_reads_a_missing_input_field_is_refused(harness: Harnes
     with pytest.raises(ValidationError) as err:
         await commands.create_run(harness.rt, workspace_id, def_id, {"customer": "x"})
     assert err.value.details["errors"][0]["path"] == "input.customerId"
-    assert await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE definition_id = $1", def_id) == 0
+    assert (
+        await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE definition_id = $1", def_id)
+        == 0
+    )
 
 
 async def test_under_a_backlog_higher_priority_runs_start_first_and_the_lowest_still_start(
