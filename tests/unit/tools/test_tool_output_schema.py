@@ -7,15 +7,17 @@ Python 3.11's `typing.TypedDict` gets wrong about `NotRequired`.
 
 from __future__ import annotations
 
+import dataclasses
 import typing
 from typing import Any
 
 import pytest
 import typing_extensions
 
-from stevora.tools import ToolContext, ToolRegistry
+from stevora.tools import ToolRegistry
 from stevora.tools.invoke import invoke_tool
 from stevora.tools.schema import compiled_validator
+from tests.unit.tools.test_tool_invoke import CONTEXT
 
 
 class Address(typing.TypedDict):
@@ -43,19 +45,6 @@ class Opaque:
 
 class WithOpaque(typing.TypedDict):
     thing: Opaque
-
-
-def _context() -> ToolContext:
-    return ToolContext(
-        idempotency_key="sr_1:1:0",
-        workflow_run_id="run_1",
-        workspace_id="ws_1",
-        step_run_id="sr_1",
-        step_name="agent",
-        round=1,
-        call_index=0,
-        tool_call_id="call_1",
-    )
 
 
 def _output_schema(registry: ToolRegistry, name: str) -> dict[str, Any]:
@@ -121,15 +110,14 @@ def test_a_return_type_without_a_schema_is_a_registration_error_naming_the_tool(
     assert "fetch_thing" not in registry
 
 
-async def test_a_result_breaking_a_typeddict_schema_is_a_failed_call_that_applies_no_state() -> None:
+async def test_a_result_breaking_a_typeddict_schema_is_a_failed_call() -> None:
     registry = ToolRegistry()
 
     @registry.tool
-    def get_order(order_id: int, ctx: ToolContext) -> Order:
-        ctx.update_state({"order": order_id})
+    def get_order(order_id: int) -> Order:
         return {"id": "not a number", "addresses": []}  # type: ignore[typeddict-item]
 
-    context = _context()
+    context = dataclasses.replace(CONTEXT, _state_updates={})
     outcome = await invoke_tool(
         registry, "get_order", {"order_id": 7}, context=context, declared_schema=None, timeout_s=5,
         max_output_bytes=100_000,
