@@ -130,6 +130,9 @@ class Settings(BaseSettings):
     otel_capture_content: bool = False
     # Workers serve Prometheus metrics on this port (0: no metrics server).
     metrics_port: int = 0
+    # When set, the API's /metrics and the workers' metrics port answer only
+    # `Authorization: Bearer <token>` (401 otherwise). Unset: /metrics is open.
+    metrics_token: str | None = None
     # One log line per HTTP request from the API.
     access_log: bool = False
 
@@ -146,7 +149,7 @@ class Settings(BaseSettings):
     # Test-only crash points (see stevora/faults.py). Never set in production.
     fault_injection: str | None = None
 
-    @field_validator("admin_token", "openai_api_key", "anthropic_api_key", mode="before")
+    @field_validator("admin_token", "metrics_token", "openai_api_key", "anthropic_api_key", mode="before")
     @classmethod
     def _empty_means_unset(cls, value: object) -> object:
         """`docker-compose.yml` passes `ADMIN_TOKEN=""` when the host has none: empty is unset."""
