@@ -67,7 +67,10 @@ class Settings(BaseSettings):
     admin_token: str | None = Field(
         default=None, validation_alias=AliasChoices("ADMIN_TOKEN", "STEVORA_ADMIN_TOKEN")
     )
-    rate_limit_per_minute: int = 6000  # per workspace; 0 disables
+    rate_limit_per_minute: int = 6000  # per workspace, API and UI together; 0 disables
+    # Failed authentications (unknown, revoked or malformed keys, wrong admin tokens; API and UI)
+    # per client address and minute before it gets 429 without a lookup; 0 disables.
+    auth_failures_per_minute: int = Field(default=60, ge=0)
     cors_origins: list[str] = []
 
     # Worker

@@ -18,6 +18,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stevora.api.auth import ApiKeyAuthenticator
+from stevora.api.authlimit import FailedAuthLimiter
 from stevora.api.deps import ApiContext, reject_nul
 from stevora.api.errors import install_error_handlers
 from stevora.api.openapi import install_openapi
@@ -78,7 +79,7 @@ class ApiPrefixAlias:
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     ctx = ApiContext(
         settings=settings,
-        keys=ApiKeyAuthenticator(),
+        keys=ApiKeyAuthenticator(failures=FailedAuthLimiter(settings.auth_failures_per_minute)),
         limiter=RateLimiter(settings.rate_limit_per_minute),
         runtime=runtime,
     )
