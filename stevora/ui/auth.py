@@ -98,7 +98,13 @@ async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:
 
 
 async def current_user(request: Request) -> UiUser | None:
-    return await authenticate(request, request.cookies.get(COOKIE_NAME))
+    raw_key = request.cookies.get(COOKIE_NAME)
+    user = await authenticate(request, raw_key)
+    if raw_key and user is None:
+        # A revoked key's open tab would otherwise spend its address's failed attempts on every
+        # refresh, and then be refused the login page too: `UiRoute` drops the cookie.
+        request.state.stale_key_cookie = True
+    return user
 
 
 async def authenticate(request: Request, raw_key: str | None) -> UiUser | None:
@@ -152,16 +158,20 @@ def throttled(exc: RateLimitError) -> Response:
 
 
 class UiRoute(APIRoute):
-    """A UI route whose `RateLimitError` (from `current_user`) is a plain-text 429 with Retry-After."""
+    """A UI route whose `RateLimitError` (from `current_user`) is a plain-text 429 with Retry-After,
+    and whose answer to a cookie holding a key that is not live also clears that cookie."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def limited(request: Request) -> Response:
             try:
-                return await handler(request)
+                response = await handler(request)
             except RateLimitError as exc:
                 return throttled(exc)
+            if getattr(request.state, "stale_key_cookie", False):
+                clear_key_cookie(response)
+            return response
 
         return limited
 

@@ -148,6 +148,8 @@ async def test_ui_cookies_and_logins_with_bad_keys_are_limited_per_address(
     for _ in range(LIMIT - 1):
         page = await client.get("/ui/runs", headers=_cookie("stv_" + random_token(32)))
         assert page.status_code == 303 and page.headers["location"].startswith("/ui/login")
+        # The dead key's cookie is dropped, so an open tab stops spending the address's attempts.
+        assert f'{ui_auth.COOKIE_NAME}="";' in page.headers["set-cookie"]
     login = await client.post("/ui/login", data={"key": "stv_" + random_token(32), "next": "/ui/runs"})
     assert login.status_code == 401
     assert lookups.ui == LIMIT
