@@ -28,7 +28,7 @@ _COLUMNS = (Workspace.id, Workspace.name, Workspace.slug, Workspace.created_at, 
     "",
     status_code=201,
     response_model=Envelope[WorkspaceOut],
-    responses=errors(400, 401, 409),
+    responses=errors(400, 401, 409, 429),
     summary="Create a workspace",
 )
 async def create_workspace(
