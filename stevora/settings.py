@@ -72,6 +72,8 @@ class Settings(BaseSettings):
     # per client address and minute before it gets 429 without a lookup; 0 disables.
     auth_failures_per_minute: int = Field(default=60, ge=0)
     cors_origins: list[str] = []
+    # Longest `?wait=` / `Prefer: wait=` a run request may hold its answer for (0: never waits).
+    max_request_wait_s: float = Field(default=60.0, ge=0, le=600)
 
     # Worker
     worker_processes: int = 1
