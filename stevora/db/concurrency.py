@@ -11,8 +11,10 @@ Race-freedom: every claim that takes a slot runs in a transaction that first tak
 lock of its workspace (with a workspace limit) and then of its key, always in that order, and
 counts in a statement after the lock, so it sees every slot taken by a claim that held the lock
 before it. A run that finds no slot is marked `queued_at` in the same transaction; the recovery
-sweep leaves queued runs alone, and whoever frees a slot dispatches the head of the queue
-(`next_of`), the sweep's `dispatch_startable` being the backstop.
+sweep leaves queued runs alone. A run that gives a slot up (ends, or waits without holding it)
+dispatches itself after the commit; its claim finds it holds no slot and, under the same locks,
+dispatches the head of its queue (`next_of`): under the locks, so a run queued by a claim that
+counted the ending run as running is seen. The sweep's `dispatch_startable` is the backstop.
 
 Order within a key: priority (higher first), then creation (FIFO). A run may start when the
 slots held plus the pending runs ahead of it are fewer than the limit.
@@ -102,9 +104,10 @@ _W = (
 )
 
 _INSPECT_SQL = f"""
-SELECT w.workspace_id, w.concurrency_key, w.concurrency_limit, w.workspace_limit, {needs_slot("w")} AS needs_slot,
-       {outranked("w")} AS outranked
-FROM workflow_runs w WHERE w.id = $1 AND {_W}
+SELECT w.id, w.workspace_id, w.concurrency_key, w.concurrency_limit, w.workspace_limit,
+       {needs_slot("w")} AS needs_slot, {outranked("w")} AS outranked, {_W} AS runnable,
+       (w.concurrency_key IS NOT NULL OR w.workspace_limit IS NOT NULL) AND NOT {holds("w")} AS frees_slot
+FROM workflow_runs w WHERE w.id = $1
 """
 
 _BEST_SQL = f"""
@@ -117,7 +120,8 @@ LIMIT 1
 
 
 async def inspect(pool: asyncpg.Pool, run_id: str) -> asyncpg.Record | None:
-    """Why a claimable run was refused by the fast path (None: it is not claimable at all)."""
+    """Why the fast path refused a run: `runnable` (else nobody may claim it now), `needs_slot`,
+    `outranked`, and `frees_slot` (it has a key or a workspace limit and holds no slot)."""
     return await pool.fetchrow(_INSPECT_SQL, run_id)
 
 

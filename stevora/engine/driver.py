@@ -341,7 +341,7 @@ class RunDriver:
                 sets={"status": RunStatus.WAITING, "next_run_at": until, **RELEASE},
                 events=events,
             )
-            wait.dispatch_after.extend(await flow.released_by_wait(conn, run))
+            wait.dispatch_after.extend(flow.released_by_wait(run))
         for other in wait.dispatch_after:
             await dispatch_hint(self.rt.dispatcher, other)
         if until is not None:

@@ -4,8 +4,8 @@ Each function runs inside the caller's transaction and writes the run's final st
 and its webhook outbox row together. This is the one place a run ends, so it is also where a
 run's ending is announced to whoever waits for it: a child run started by a workflow tool writes
 its parent's tool result here (stevora.engine.steps.awaited), and a cancelled run cancels its
-active children. Runs that must be dispatched after commit are appended to `wake`: among them the
-runs queued for the slot the ending frees (stevora.db.concurrency).
+active children. Runs that must be dispatched after commit are appended to `wake`: among them a run
+that frees a concurrency slot, whose claim then dispatches the runs queued for it.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from stevora.db import approvals, concurrency, runs, transitions
+from stevora.db import approvals, runs, transitions
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
 from stevora.engine.steps import awaited
@@ -55,7 +55,7 @@ async def complete_run(
     log.info("run_completed", workflow_run_id=run_id)
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
     await _tell_parent(conn, final, wake)
-    wake += await concurrency.next_of(conn, final)
+    wake += _queue_wake(final)
     return final
 
 
@@ -109,7 +109,7 @@ async def fail_run(
     log.info("run_failed", workflow_run_id=run_id, code=error.get("code"))
     RUNS_FINISHED.labels(RunStatus.FAILED).inc()
     await _tell_parent(conn, final, wake)
-    wake += await concurrency.next_of(conn, final)
+    wake += _queue_wake(final)
     return final
 
 
@@ -141,8 +141,14 @@ async def cancel_run(
     RUNS_FINISHED.labels(RunStatus.CANCELLED).inc()
     if tell_parent:
         await _tell_parent(conn, final, wake)
-    wake += await concurrency.next_of(conn, final)
+    wake += _queue_wake(final)
     return final
+
+
+def _queue_wake(final: asyncpg.Record) -> list[str]:
+    # The ended run dispatches itself: its claim, after this commit and under the slot's advisory
+    # locks, dispatches the runs queued for the slot (stevora.engine.flow.claim).
+    return [final["id"]] if needs_queue_wake(final) else []
 
 
 def needs_queue_wake(run: asyncpg.Record) -> bool:

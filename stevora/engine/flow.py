@@ -8,7 +8,9 @@
   is, whatever order the broker delivers in;
 * X needs a slot (a concurrency key, a workspace limit): one transaction takes the advisory
   locks, claims X if a slot is free and X is at the head of its key's queue, else marks X queued.
-  A queued run holds no lease, message or worker: whoever frees a slot dispatches it.
+  A queued run holds no lease, message or worker: whoever frees a slot dispatches it;
+* X gave a slot up (it ended, or waits without holding its slot) and dispatched itself for this:
+  under the same locks, the head of its queue is dispatched.
 """
 
 from __future__ import annotations
@@ -35,35 +37,45 @@ Claimed = tuple[asyncpg.Record, dict[str, Any] | None]
 
 async def claim(
     pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
-) -> tuple[str, Claimed, list[str]] | None:
-    """(the run claimed, what the claim returned, runs to dispatch now), or None when neither X
-    nor a run that outranks it is ours to take."""
+) -> tuple[tuple[str, Claimed] | None, list[str]]:
+    """(the run claimed and what the claim returned, or None when neither X nor a run that
+    outranks it is ours to take; the runs to dispatch now)."""
     claimed = await transitions.claim(pool, run_id, owner, lease_s)
     if claimed is not None:
-        return run_id, claimed, []
+        return (run_id, claimed), []
     why = await concurrency.inspect(pool, run_id)
     if why is None:
-        return None
+        return None, []
+    if not why["runnable"]:
+        # A run that gave its slot up dispatched itself: hand the slot to the head of its queue.
+        return None, (await _release(pool, why) if why["frees_slot"] else [])
     if why["outranked"]:
         better = await concurrency.best_pending(pool, run_id)
         if better is not None:
-            got = await _claim_ignoring_rank(pool, better, owner, lease_s)
+            got, more = await _claim_ignoring_rank(pool, better, owner, lease_s)
             if got is not None:
                 log.info("run_outranked", workflow_run_id=run_id, claimed_instead=better)
-                return better, got[0], [run_id, *got[1]]
-    got = await _claim_ignoring_rank(pool, run_id, owner, lease_s)
-    return None if got is None else (run_id, got[0], got[1])
+                return (better, got), [run_id, *more]
+    got, more = await _claim_ignoring_rank(pool, run_id, owner, lease_s)
+    return (None if got is None else (run_id, got)), more
+
+
+async def _release(pool: asyncpg.Pool, why: asyncpg.Record) -> list[str]:
+    async with pool.acquire() as conn, conn.transaction():
+        await concurrency.lock_slots(
+            conn, why["workspace_id"], why["concurrency_key"], why["workspace_limit"] is not None
+        )
+        return await concurrency.next_of(conn, why)
 
 
 async def _claim_ignoring_rank(
     pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
-) -> tuple[Claimed, list[str]] | None:
+) -> tuple[Claimed | None, list[str]]:
     why = await concurrency.inspect(pool, run_id)
-    if why is None:
-        return None
+    if why is None or not why["runnable"]:
+        return None, []
     if not why["needs_slot"]:
-        claimed = await transitions.claim_plain(pool, run_id, owner, lease_s)
-        return None if claimed is None else (claimed, [])
+        return await transitions.claim_plain(pool, run_id, owner, lease_s), []
     async with pool.acquire() as conn, conn.transaction():
         await concurrency.lock_slots(
             conn, why["workspace_id"], why["concurrency_key"], why["workspace_limit"] is not None
@@ -72,19 +84,20 @@ async def _claim_ignoring_rank(
         if claimed is None:
             await concurrency.mark_queued(conn, run_id)
             log.info("run_queued", workflow_run_id=run_id, concurrency_key=why["concurrency_key"])
-            return None
+            return None, []
         await concurrency.clear_queued(conn, run_id)
         # With a limit above 1, the runs queued behind this one may have a slot too.
-        more = await concurrency.next_of(conn, claimed[0]) if (why["concurrency_limit"] or 1) > 1 else []
+        more = await concurrency.next_of(conn, why) if (why["concurrency_limit"] or 1) > 1 else []
     return claimed, more
 
 
-async def released_by_wait(conn: asyncpg.Connection, run: asyncpg.Record) -> list[str]:
-    """The runs to dispatch when `run` starts waiting, if its key lets a waiting run give its
-    slot up (`holdWhileWaiting: false`); it queues for a slot again when it wakes."""
+def released_by_wait(run: asyncpg.Record) -> list[str]:
+    """What to dispatch when `run` starts waiting: itself, if its key lets a waiting run give its
+    slot up (`holdWhileWaiting: false`), so that its claim hands the slot on (`claim`); it
+    queues for a slot again when it wakes."""
     if run["concurrency_key"] is None or run["concurrency_hold_waiting"]:
         return []
-    return await concurrency.next_of(conn, run)
+    return [run["id"]]
 
 
 def resolve(

@@ -100,7 +100,9 @@ class RunPool:
         retrier = Retrier("claim", workflow_run_id=run_id)
         while True:
             try:
-                got = await flow.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
+                got, others = await flow.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
+                for other in others:
+                    await dispatch_hint(self.rt.dispatcher, other)
                 if got is None and retrier.outcome_unknown:
                     # The failed try may have committed the claim: then the lease is ours already.
                     current = await runs.get_claimed(self.rt.pool, run_id)
@@ -108,9 +110,7 @@ class RunPool:
                         return run_id, Position(current)
                 if got is None:
                     return None
-                run_id, (row, started), others = got
-                for other in others:
-                    await dispatch_hint(self.rt.dispatcher, other)
+                run_id, (row, started) = got
                 if started is not None:
                     log.info("run_started", workflow_run_id=run_id)
                 return run_id, Position(row, started, fresh=started is not None)
