@@ -3,11 +3,13 @@ stored with the definition, rendered on the run and refused at run create when t
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import httpx
 from api_helpers import Tenant
 
+from stevora.ui.auth import COOKIE_NAME
 from tests.conftest import Harness
 
 _STEP = {"type": "task", "name": "t", "handler": "noop"}
@@ -88,3 +90,50 @@ async def test_the_key_is_rendered_on_the_run_and_a_missing_field_is_a_400_stori
     assert missing.status_code == 400, missing.text
     assert [p["path"] for p in missing.json()["error"]["details"]["errors"]] == ["input.customerId"]
     assert await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs") == before
+
+
+async def test_a_queued_run_shows_its_key_and_position_in_the_api_and_the_ui(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness
+) -> None:
+    gate = asyncio.Event()
+
+    async def hold(ctx: Any) -> dict[str, Any]:
+        await gate.wait()
+        return {"status": "completed"}
+
+    harness.tasks.register("hold", hold)
+    body = {
+        "name": "wf",
+        "version": "3",
+        "steps": [{"type": "task", "name": "t", "handler": "hold"}],
+        "concurrency": {"key": "{{input.customerId}}"},
+    }
+    created = await client.post("/v1/workflow-definitions", json=body, headers=tenant.headers)
+    definition_id = created.json()["data"]["id"]
+    ids = []
+    for _ in range(3):
+        run = await client.post(
+            "/v1/workflow-runs",
+            json={"definitionId": definition_id, "input": {"customerId": "acme"}},
+            headers=tenant.headers,
+        )
+        ids.append(run.json()["data"]["id"])
+    last = ids[-1]
+    for _ in range(250):
+        detail = (await client.get(f"/v1/workflow-runs/{last}", headers=tenant.headers)).json()["data"]
+        if detail["queuedAt"] is not None:
+            break
+        await asyncio.sleep(0.02)
+    assert (detail["status"], detail["concurrencyKey"], detail["queuePosition"]) == ("PENDING", "acme", 2)
+
+    client.cookies.set(COOKIE_NAME, tenant.key)
+    try:
+        page = await client.get(f"/ui/runs/{last}")
+        listing = await client.get("/ui/runs")
+    finally:
+        client.cookies.delete(COOKIE_NAME)
+    assert "position 2 in its queue" in page.text
+    assert 'queued · <span class="mono">acme</span>' in listing.text
+    gate.set()
+    for run_id in ids:
+        await harness.wait_for_status(run_id, "COMPLETED")
