@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from stevora.db import concurrency
+from stevora.db import concurrency, runs
 from stevora.engine import commands
 from stevora.errors import ValidationError
 from tests.conftest import Harness, create_definition
@@ -161,3 +161,35 @@ async def test_under_a_backlog_higher_priority_runs_start_first_and_the_lowest_s
     for run_id in ids:
         await harness.wait_for_status(run_id, "COMPLETED", timeout_s=30)
     assert started == [9, 5, 5, 0, 0, 0]
+
+
+async def test_aging_a_long_waiting_low_priority_run_is_no_longer_outranked(
+    harness: Harness, workspace_id: str
+) -> None:
+    def_id = await create_definition(
+        harness.rt,
+        workspace_id,
+        {"name": "aging", "version": "1", "steps": [{"type": "task", "name": "t", "handler": "work"}]},
+    )
+    pool = harness.rt.pool
+    old = await runs.insert_run(
+        pool, workspace_id=workspace_id, definition_id=def_id, input={}, idempotency_key=None
+    )
+    fresh = await runs.insert_run(
+        pool, workspace_id=workspace_id, definition_id=def_id, input={}, idempotency_key=None
+    )
+    await runs.insert_run(
+        pool,
+        workspace_id=workspace_id,
+        definition_id=def_id,
+        input={},
+        idempotency_key=None,
+        flow=runs.FlowColumns(priority=9),
+    )
+    assert old is not None and fresh is not None
+    # Waited 11 minutes at priority 0: effective 11 > 9 (one point per minute).
+    await pool.execute(
+        "UPDATE workflow_runs SET created_at = now() - interval '11 minutes' WHERE id = $1", old["id"]
+    )
+    assert (await concurrency.inspect(pool, fresh["id"]))["outranked"] is True
+    assert (await concurrency.inspect(pool, old["id"]))["outranked"] is False
