@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from stevora.cli import app
+from stevora.cli.output import make_console
 from stevora.cli.remote import runs_app
 from stevora.logging import configure_logging
 from stevora.settings import Settings
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def _settings(**overrides: object) -> Settings:
