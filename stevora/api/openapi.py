@@ -7,8 +7,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
 from fastapi.openapi.utils import get_openapi
+from starlette.responses import Response
 
 from stevora.api.schemas.envelope import ErrorEnvelope
 from stevora.definitions import WorkflowDefinitionSpec
@@ -23,6 +24,7 @@ _DESCRIPTIONS = {
     503: "SERVICE_UNAVAILABLE",
 }
 DEFINITION_SCHEMA = "WorkflowDefinitionInput"
+DOCS_PAGES = ("/docs", "/redoc")  # Swagger UI and ReDoc (stevora.api.app)
 # PostgreSQL text and jsonb cannot hold U+0000; `deps.reject_nul` answers 400 for one anywhere in a
 # request (path, query, body). The document says so on every string a request can carry.
 NO_NUL = "^[^\\u0000]*$"
@@ -116,6 +118,15 @@ def install_openapi(app: FastAPI) -> None:
         return schema
 
     app.openapi = build  # type: ignore[method-assign]
+
+    @app.middleware("http")
+    async def docs_load_nothing_from_elsewhere(request: Request, call_next: Any) -> Response:
+        """ReDoc's bundle shows a logo from cdn.redoc.ly in its sidebar: on the docs pages the
+        browser may load images from this server only (the bundle hides the logo when it fails)."""
+        response: Response = await call_next(request)
+        if request.url.path in DOCS_PAGES:
+            response.headers.setdefault("Content-Security-Policy", "img-src 'self' data:")
+        return response
 
 
 def _inline(entry: dict[str, Any]) -> dict[str, Any]:
