@@ -27,14 +27,16 @@ import structlog
 from stevora.db import awaited as db_awaited
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
+from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.checkpoints import CommittedRound
 from stevora.db.definitions import find_version
 from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef, parse_default_params
+from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.engine.steps.tool_calls import record_outcome
-from stevora.errors import StevoraError
+from stevora.errors import BudgetExceeded, StevoraError
 from stevora.llm.messages import Message, ToolCall, ToolSpec
 from stevora.observability import hooks as observe
 from stevora.tasks import StepResult
@@ -51,7 +53,9 @@ ToolKind = Literal["handler", "client", "workflow"]
 class StepTools:
     specs: list[ToolSpec]
     declared: dict[str, dict[str, Any]]  # schemas declared in the step, validated before a call runs
-    kinds: dict[str, ToolKind] = field(default_factory=dict)  # absent: handler
+    # Every tool the step offers, by its exact name: a call of any other name never runs
+    # (TOOL_NOT_OFFERED), whatever the worker has registered — the tool boundary.
+    kinds: dict[str, ToolKind] = field(default_factory=dict)
     timeouts_ms: dict[str, int] = field(default_factory=dict)
     workflows: dict[str, WorkflowToolDef] = field(default_factory=dict)
     output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # inline outputSchema
@@ -89,6 +93,7 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
                 retryable=False,
             )
         tools.specs.append(ToolSpec(registered.name, registered.description, dict(registered.parameters)))
+        tools.kinds[registered.name] = "handler"
         if registered.requires_approval:
             tools.gated.add(registered.name)
     if step.global_tools:
@@ -98,6 +103,7 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
                 tools.specs.append(
                     ToolSpec(registered.name, registered.description, dict(registered.parameters))
                 )
+                tools.kinds[registered.name] = "handler"
                 if registered.requires_approval:
                     tools.gated.add(registered.name)
     return tools
@@ -152,6 +158,7 @@ class ToolRunner:
         self.tools = tools
         self.log = log
         self.state = dict(ex.state)  # the run's state as this step's tools have left it
+        self.meter: Meter | None = None  # the run's budget, when it has one
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -161,8 +168,13 @@ class ToolRunner:
         missing = [(i, c) for i, c in enumerate(calls) if i not in last.tool_results]
         if not missing:
             return None
-        local = [(i, c) for i, c in missing if self.tools.kinds.get(c.name, "handler") == "handler"]
-        outside = [(i, c) for i, c in missing if self.tools.kinds.get(c.name, "handler") != "handler"]
+        kinds = self.tools.kinds
+        by_index: dict[int, dict[str, Any]] = {}
+        for index, call in missing:
+            if call.name not in kinds:  # never looked up in the registry, never gated, never run
+                by_index[index] = await self._record(last, index, call, self._not_offered(call))
+        local = [(i, c) for i, c in missing if kinds.get(c.name) == "handler"]
+        outside = [(i, c) for i, c in missing if c.name in kinds and kinds[c.name] != "handler"]
         handed: list[NewAwaitedCall] = []
         approved: dict[int, Any] = {}
         if any(c.name in self.tools.gated for _, c in local):
@@ -177,11 +189,20 @@ class ToolRunner:
                 else:
                     outside.append((index, call))
             local = [(i, c) for i, c in local if c.name not in self.tools.gated or i in approved]
+        over_budget = False
+        if self.meter is not None:
+            left = self.meter.tool_calls_left()
+            if left is not None and len(local) + len(outside) > left:
+                # Handler calls run in the model's order up to the limit; nothing is handed over
+                # (a step cannot wait for outputs and for a budget at once). The rest wait, or fail.
+                local, outside, over_budget = local[:left], [], True
         if self.step.parallel_tool_calls and len(local) > 1:
             results = await asyncio.gather(*(self._run_tool(last, i, c, approved.get(i)) for i, c in local))
         else:
             results = [await self._run_tool(last, i, c, approved.get(i)) for i, c in local]
-        by_index = dict(zip((i for i, _ in local), results, strict=True))
+        by_index.update(zip((i for i, _ in local), results, strict=True))
+        if over_budget:
+            raise BudgetExceeded("maxToolCalls")
         for index, call in sorted(outside, key=lambda item: item[0]):
             immediate = await self._hand_over(last, index, call, handed)
             if immediate is not None:
@@ -199,6 +220,16 @@ class ToolRunner:
                     )
                 )
         return None
+
+    def _not_offered(self, call: ToolCall) -> ToolOutcome:
+        arguments, _ = parse_arguments(call.arguments)
+        offered = ", ".join(sorted(self.tools.kinds)) or "none"
+        # repr() so an empty, blank or look-alike name is visible as what it is.
+        return _failed(
+            arguments,
+            "TOOL_NOT_OFFERED",
+            f"Tool {call.name[:80]!r} is not offered in this step (offered: {offered})",
+        )
 
     async def _hand_over(
         self, last: CommittedRound, index: int, call: ToolCall, handed: list[NewAwaitedCall]
@@ -372,5 +403,7 @@ class ToolRunner:
             state_updates=state_updates,
         )
         self.state.update(state_updates or {})
+        if self.meter is not None and outcome.error_code != UNCOUNTED_TOOL_ERROR:
+            self.meter.tool_calls += 1
         self.rt.faults.reached("tool_committed", call_round.round, index)
         return {"status": outcome.status, "text": outcome.result_text}
