@@ -81,7 +81,7 @@ async def test_a_run_waiting_on_an_approval_gated_call_says_so_and_is_approved_f
     call_text = await call.inner_text()
     assert "awaiting approval" in call_text.lower() and "NOT RUN" not in call_text, call_text
     assert "Not recorded yet" not in call_text
-    assert await page.locator("details.signal").count() == 0  # a signal does not apply here
+    assert await page.locator("details[data-key=signal-form]").count() == 0  # a signal does not apply here
     await screenshot(page, "20-run-waiting-for-a-tool-approval")
 
     await call.locator("button:has-text('Approve')").click()
@@ -120,7 +120,7 @@ async def test_client_answered_calls_say_so_and_refused_text_is_kept(
     await harness.wait_for_status(run_id, "WAITING")
     page = await context.new_page()
     await login(page, ui_server.api_key, f"/ui/runs/{run_id}")
-    assert await page.locator("details.signal").count() == 0  # waiting for tool outputs, not a signal
+    assert await page.locator("details[data-key=signal-form]").count() == 0  # waiting for tool outputs, not a signal
 
     first = page.locator("#tool-outputs [data-tool-call-id]").first
     call_id = await first.get_attribute("data-tool-call-id")
