@@ -128,7 +128,7 @@ def _is_stevora(pid: int) -> bool:
         return False
 
 
-def stop_dev(data_dir: Path, *, timeout: float = 30) -> tuple[list[str], bool]:
+def stop_dev(data_dir: Path, *, timeout: float = 60) -> tuple[list[str], bool]:
     """`stevora dev --stop`: stop what runs on this data folder — a `stevora dev` (or `demo`) still
     running is sent SIGTERM (it stops its PostgreSQL on the way out), and an embedded PostgreSQL
     that an earlier process left behind is stopped. Returns (what was done, True if all stopped)."""

@@ -91,7 +91,7 @@ def adopt_left_running(data_dir: str | Path) -> str | None:
     )
 
 
-def stop_postgres(data_dir: str | Path, *, timeout: float = 30) -> int | None:
+def stop_postgres(data_dir: str | Path, *, timeout: float = 60) -> int | None:
     """Stop the server running on `<data_dir>/pg` (a fast shutdown: open sessions are ended, the
     data is kept) and forget its users. Returns the pid stopped, or None if none ran."""
     import os
