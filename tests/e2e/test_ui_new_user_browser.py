@@ -120,7 +120,9 @@ async def test_client_answered_calls_say_so_and_refused_text_is_kept(
     await harness.wait_for_status(run_id, "WAITING")
     page = await context.new_page()
     await login(page, ui_server.api_key, f"/ui/runs/{run_id}")
-    assert await page.locator("details[data-key=signal-form]").count() == 0  # waiting for tool outputs, not a signal
+    assert (
+        await page.locator("details[data-key=signal-form]").count() == 0
+    )  # waiting for tool outputs, not a signal
 
     first = page.locator("#tool-outputs [data-tool-call-id]").first
     call_id = await first.get_attribute("data-tool-call-id")
