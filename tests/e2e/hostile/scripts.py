@@ -146,6 +146,7 @@ LOOK_ALIKES = tuple(sorted({n for name in OFFERED for n in _look_alikes(name)} -
 
 names = st.one_of(
     st.sampled_from(OFFERED),
+    st.just(GATED),  # so that approvals are asked for, and decided, in most runs
     st.sampled_from(OFFERED),
     st.sampled_from(UNOFFERED),
     st.sampled_from(LOOK_ALIKES),

@@ -16,8 +16,15 @@ import pytest
 
 from stevora.api import create_app
 from stevora.engine import commands
+from stevora.ids import new_id
 from stevora.settings import Settings
-from stevora.testing.fake_llm import FakeLLMServer, openai_text, openai_tool_calls
+from stevora.testing.fake_llm import (
+    FakeLLMServer,
+    anthropic_text,
+    anthropic_tool_use,
+    openai_text,
+    openai_tool_calls,
+)
 from stevora.ui.auth import COOKIE_NAME
 from tests.conftest import Harness, create_definition
 from tests.integration.api.api_helpers import Tenant, bootstrap_tenant, make_client
@@ -173,3 +180,31 @@ async def test_the_run_page_shows_deep_arguments_of_a_round_never_run(
     assert result.status == "FAILED" and result.run["error"]["code"] == "MAX_TOOL_ROUNDS"
     assert len(result.traces) == 1
     await _reads_back(client, tenant, result.id)
+
+
+async def test_a_lone_surrogate_in_anthropic_tool_input_is_sent_back_as_a_replacement_character(
+    harness: Harness, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    """The Anthropic wire sends `tool_use.input` back as an object parsed from the stored string."""
+    ran: list[dict[str, Any]] = []
+    _register(harness, ran)
+    fake.anthropic.enqueue(
+        anthropic_tool_use([("toolu_1", "get_order", {"order_id": "o\udfff"})]), anthropic_text("Done.")
+    )
+    ws = await _workspace(harness)
+    result = await _run(harness, ws, model="claude-haiku-4-5")
+
+    assert result.status == "COMPLETED", result.run["error"]
+    assert [s["attempt"] for s in result.step_runs] == [1]
+    assert ran == [{"order_id": f"o{REPLACEMENT}"}]  # the handler sees what its trace shows
+    assert result.traces[0]["input_json"] == {"order_id": f"o{REPLACEMENT}"}
+    sent = fake.anthropic.requests[1].json["messages"][1]["content"][0]
+    assert sent["input"] == {"order_id": f"o{REPLACEMENT}"}
+
+
+async def _workspace(harness: Harness) -> str:
+    ws = new_id("ws")
+    await harness.rt.pool.execute(
+        "INSERT INTO workspaces (id, name, slug) VALUES ($1, 'hostile', $2)", ws, ws.replace("_", "-")
+    )
+    return ws
