@@ -92,6 +92,7 @@ class Script:
     sdk_retries: int
     turns: tuple[Turn, ...]
     decisions: tuple[str, ...]  # for the approval requests, in order (cycled)
+    budget: dict[str, int] | None = None  # the run's maxModelCalls / maxToolCalls (onBudgetExceeded: fail)
 
     @property
     def calls(self) -> int:
@@ -112,8 +113,9 @@ class Script:
             else:
                 names = ",".join(repr(c.name)[:30] for c in t.calls[:6]) + ("..." if len(t.calls) > 6 else "")
                 parts.append(f"[{len(t.calls)}: {names}]" + (" +text" if t.text else ""))
-        return f"{self.wire} maxToolRounds={self.max_tool_rounds} sdkRetries={self.sdk_retries} " + " ".join(
-            parts
+        return (
+            f"{self.wire} maxToolRounds={self.max_tool_rounds} sdkRetries={self.sdk_retries} budget={self.budget} "
+            + " ".join(parts)
         )
 
 
@@ -317,5 +319,9 @@ def scripts(draw: st.DrawFn) -> Script:
         turns=tuple(body),
         decisions=tuple(
             draw(st.lists(st.sampled_from(["approved", "rejected", "edited"]), min_size=1, max_size=4))
+        ),
+        budget=draw(
+            st.none()
+            | st.fixed_dictionaries({"maxModelCalls": st.integers(0, 8), "maxToolCalls": st.integers(0, 40)})
         ),
     )

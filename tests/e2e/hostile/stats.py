@@ -18,6 +18,7 @@ class HostileStats:
     refused: Counter[str] = field(default_factory=Counter)  # by error code
     outcomes: Counter[str] = field(default_factory=Counter)  # COMPLETED / FAILED:<code>
     decisions: Counter[str] = field(default_factory=Counter)
+    budgeted: int = 0  # runs created with a maxModelCalls / maxToolCalls budget
     api_reads: int = 0
     max_run_s: float = 0.0
     violations: int = 0
@@ -30,8 +31,8 @@ class HostileStats:
             f"violations={self.violations}",
             f"  calls refused by code: {dict(self.refused.most_common())}",
             f"  runs by outcome: {dict(self.outcomes.most_common())}",
-            f"  approval decisions: {dict(self.decisions.most_common())}; API/UI reads: {self.api_reads}; "
-            f"slowest run: {self.max_run_s:.1f} s",
+            f"  runs with a budget: {self.budgeted}; approval decisions: {dict(self.decisions.most_common())}",
+            f"  API/UI reads: {self.api_reads}; slowest run: {self.max_run_s:.1f} s",
         ]
 
 

@@ -18,7 +18,9 @@ Invariants after every run:
   code), except the calls of the round past `maxToolRounds`, which the run refuses as a whole
   with `MAX_TOOL_ROUNDS`; every execution has one trace and ran once;
 * the run ended (COMPLETED, or FAILED with an error code) within its budget: at most
-  `maxToolRounds + 1` completed model calls, one failed call per step attempt, `RUN_BUDGET_S`;
+  `maxToolRounds + 1` completed model calls, one failed call per step attempt, the run's
+  `maxModelCalls` / `maxToolCalls` when the script gives it a budget (the calls of a round past
+  `maxToolCalls` are not run: BUDGET_EXCEEDED), and `RUN_BUDGET_S` of wall time;
 * the API and the UI read the run, its steps, events, LLM calls, tool traces and cost, and the
   run list, without an error, and agree with the database;
 * the worker never crashed (no `run_driver_crashed`, no error logged).
@@ -178,7 +180,11 @@ async def _play(env: HostileEnv, script: Script) -> Played:
     started = time.monotonic()
     response = await env.client.post(
         "/v1/workflow-runs",
-        json={"definitionId": definition_id, "input": {"question": "Refund order o_1?"}},
+        json={
+            "definitionId": definition_id,
+            "input": {"question": "Refund order o_1?"},
+            **({"budget": script.budget} if script.budget is not None else {}),
+        },
         headers=env.tenant.headers,
     )
     assert response.status_code == 201, response.text
@@ -284,6 +290,12 @@ async def _check(env: HostileEnv, script: Script, played: Played) -> list[str]:
         if t["status"] == "failed" and not t["error_code"]:
             v.append(f"trace {t['id']} failed without an error code: {t['error']!r}")
     completed = [c for c in calls if c["status"] == "completed"]
+    error_code = (run["error"] or {}).get("code")
+    # A round asking for more tool calls than the budget has left runs its calls up to the limit;
+    # the rest are not traced (the step failed with BUDGET_EXCEEDED).
+    last_tool_call = next(
+        (c["id"] for c in reversed(completed) if (c["response"] or {}).get("toolCalls")), None
+    )
     tool_round = 0
     seen_positions: set[tuple[str, int]] = set()
     calls_in_rounds = 0
@@ -301,6 +313,9 @@ async def _check(env: HostileEnv, script: Script, played: Played) -> list[str]:
             if beyond:
                 if found:
                     v.append(f"call {i} of the round past maxToolRounds was traced ({call['name']!r})")
+                continue
+            if not found and error_code == "BUDGET_EXCEEDED" and c["id"] == last_tool_call:
+                STATS.refused["BUDGET_EXCEEDED (call not run)"] += 1
                 continue
             if len(found) != 1:
                 v.append(f"round {c['round']} call {i} ({call['name'][:40]!r}) has {len(found)} traces")
@@ -341,6 +356,12 @@ async def _check(env: HostileEnv, script: Script, played: Played) -> list[str]:
     failed_calls = len(calls) - len(completed)
     if failed_calls > len(steps):
         v.append(f"{failed_calls} failed model calls in {len(steps)} step attempts")
+    budget = script.budget or {}
+    if "maxModelCalls" in budget and len(calls) > budget["maxModelCalls"]:
+        v.append(f"{len(calls)} model calls, the budget allows {budget['maxModelCalls']}")
+    counted = sum(1 for t in traces if t["error_code"] != "TOOL_NOT_OFFERED")
+    if "maxToolCalls" in budget and counted > budget["maxToolCalls"]:
+        v.append(f"{counted} tool calls, the budget allows {budget['maxToolCalls']}")
     if len(env.fake.requests) > len(calls) * (1 + script.sdk_retries):
         v.append(f"{len(env.fake.requests)} provider requests for {len(calls)} model calls")
 
@@ -356,7 +377,6 @@ async def _check(env: HostileEnv, script: Script, played: Played) -> list[str]:
     if tool_round > script.max_tool_rounds:
         last = [c for c in completed if (c["response"] or {}).get("toolCalls")][-1]
         STATS.refused["MAX_TOOL_ROUNDS (round not run)"] += len(last["response"]["toolCalls"])
-    error_code = (run["error"] or {}).get("code")
     STATS.outcomes[run["status"] + (f":{error_code}" if error_code else "")] += 1
     return v
 
@@ -440,6 +460,7 @@ async def test_a_hostile_model_changes_nothing_it_may_not(env: HostileEnv, scrip
         violations.append(f"worker logged {entry.get('log_level')} {entry.get('event')!r}: {entry}"[:600])
     STATS.runs += 1
     STATS.turns_generated += len(script.turns)
+    STATS.budgeted += script.budget is not None
     STATS.calls_generated += script.calls
     STATS.model_requests += len(env.fake.requests)
     STATS.max_run_s = max(STATS.max_run_s, played.seconds)

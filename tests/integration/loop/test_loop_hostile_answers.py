@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from stevora.api import create_app
+from stevora.definitions.budget import Budget
 from stevora.engine import commands
 from stevora.ids import new_id
 from stevora.settings import Settings
@@ -208,3 +209,40 @@ async def _workspace(harness: Harness) -> str:
         "INSERT INTO workspaces (id, name, slug) VALUES ($1, 'hostile', $2)", ws, ws.replace("_", "-")
     )
     return ws
+
+
+async def test_a_round_of_gated_calls_past_the_tool_budget_stops_the_run(
+    harness: Harness, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    """The calls that wait for approval are handed over only when the whole round fits: with 1 of 2
+    calls left the step stopped with a call left, found the budget unchanged and went on from the
+    same rows, for ever (the run stayed RUNNING)."""
+    ran: list[str] = []
+
+    @harness.tools.tool(requires_approval=True)
+    async def issue_refund(order_id: str, amount: int) -> str:
+        """Refund an order."""
+        ran.append(order_id)
+        return "refunded"
+
+    args = '{"order_id": "o_1", "amount": 5}'
+    fake.openai.enqueue(
+        openai_tool_calls([("call_1", "issue_refund", args), ("call_2", "issue_refund", args)])
+    )
+    ws = await _workspace(harness)
+    spec = {"name": "hostile", "version": "1", "steps": [llm_step(tools=["issue_refund"])]}
+    def_id = await create_definition(harness.rt, ws, spec)
+    run, _ = await commands.create_run(
+        harness.rt, ws, def_id, {"question": "Refund?"}, budget=Budget(max_tool_calls=1)
+    )
+    row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED", timeout_s=10)
+
+    assert row["status"] == "FAILED" and row["error"]["code"] == "BUDGET_EXCEEDED", row["error"]
+    assert row["error"]["details"]["used"]["toolCalls"] == 0
+    assert ran == []
+    assert (
+        await harness.rt.pool.fetchval(
+            "SELECT count(*) FROM approval_requests WHERE workflow_run_id = $1", run["id"]
+        )
+        == 0
+    )
