@@ -60,7 +60,7 @@ from tests.integration.loop.conftest import SdkProviders, llm_step
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 
 FULL = os.environ.get("STEVORA_HOSTILE_FULL") == "1"
-CI_EXAMPLES = 40
+CI_EXAMPLES = 30
 FULL_EXAMPLES = int(os.environ.get("STEVORA_HOSTILE_EXAMPLES", "400"))
 RUN_BUDGET_S = 60.0
 STEP_ATTEMPTS = 3
