@@ -61,7 +61,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
 
 FULL = os.environ.get("STEVORA_HOSTILE_FULL") == "1"
 CI_EXAMPLES = 30
-FULL_EXAMPLES = int(os.environ.get("STEVORA_HOSTILE_EXAMPLES", "400"))
+FULL_EXAMPLES = int(os.environ.get("STEVORA_HOSTILE_EXAMPLES", "200"))
 RUN_BUDGET_S = 60.0
 STEP_ATTEMPTS = 3
 EDITED = {"order_id": "o_edited", "amount": 1}
