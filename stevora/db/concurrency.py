@@ -37,7 +37,7 @@ _ACTIVE = "('PENDING', 'RUNNING', 'WAITING', 'PAUSED')"
 
 def holds(o: str) -> str:
     return (
-        f"({o}.status = 'RUNNING' OR ({o}.status IN ('WAITING', 'PAUSED') AND ({o}.concurrency_hold_waiting "
+        f"({o}.status IN ('RUNNING', 'PAUSED') OR ({o}.status = 'WAITING' AND ({o}.concurrency_hold_waiting "
         f"OR ({o}.lease_owner IS NOT NULL AND {o}.lease_expires_at > now()))))"
     )
 
@@ -144,6 +144,12 @@ async def lock_slots(conn: asyncpg.Connection, workspace_id: str, key: str | Non
             workspace_id,
             key,
         )
+
+
+async def slot_free_now(conn: asyncpg.Connection, run_id: str) -> bool:
+    """Whether the run could take a slot now (call under `lock_slots`)."""
+    free: bool = await conn.fetchval(f"SELECT {slot_free('w')} FROM workflow_runs w WHERE w.id = $1", run_id)
+    return free
 
 
 async def mark_queued(conn: asyncpg.Connection, run_id: str) -> None:

@@ -143,6 +143,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 f"Only a FAILED run can be retried; this run is {run['status']}",
                 details={"workflowRunId": run_id, "status": run["status"]},
             )
+        await flow.take_slot_for_retry(conn, run)
         failed = await runs.get_step_run(conn, run["current_step_run_id"])
         assert failed is not None
         visit = await runs.next_visit(conn, run_id, failed["step_name"])

@@ -23,7 +23,7 @@ import structlog
 from stevora.db import concurrency, transitions
 from stevora.db.runs import FlowColumns
 from stevora.definitions.flow import Concurrency, key_paths
-from stevora.errors import ValidationError
+from stevora.errors import ConflictError, ValidationError
 from stevora.templating import MISSING, lookup, render_template
 
 if TYPE_CHECKING:
@@ -89,6 +89,22 @@ async def _claim_ignoring_rank(
         # With a limit above 1, the runs queued behind this one may have a slot too.
         more = await concurrency.next_of(conn, why) if (why["concurrency_limit"] or 1) > 1 else []
     return claimed, more
+
+
+async def take_slot_for_retry(conn: asyncpg.Connection, run: asyncpg.Record) -> None:
+    """A FAILED run retried goes straight to RUNNING: with a concurrency key (or a workspace
+    limit) only if a slot is free, decided under the slot's locks (held until the retry commits);
+    else a CONFLICT naming the key (retry when a run of the key ends)."""
+    if run["concurrency_key"] is None and run["workspace_limit"] is None:
+        return
+    await concurrency.lock_slots(
+        conn, run["workspace_id"], run["concurrency_key"], run["workspace_limit"] is not None
+    )
+    if not await concurrency.slot_free_now(conn, run["id"]):
+        raise ConflictError(
+            "No free concurrency slot to retry this run in: retry it when a run of its key ends",
+            details={"workflowRunId": run["id"], "concurrencyKey": run["concurrency_key"]},
+        )
 
 
 def released_by_wait(run: asyncpg.Record) -> list[str]:

@@ -13,7 +13,7 @@ import pytest
 
 from stevora.db import concurrency, runs
 from stevora.engine import commands
-from stevora.errors import ValidationError
+from stevora.errors import ConflictError, ValidationError
 from tests.conftest import Harness, create_definition
 
 KEYED = {
@@ -193,3 +193,41 @@ async def test_aging_a_long_waiting_low_priority_run_is_no_longer_outranked(
     )
     assert (await concurrency.inspect(pool, fresh["id"]))["outranked"] is True
     assert (await concurrency.inspect(pool, old["id"]))["outranked"] is False
+
+
+async def test_retrying_a_failed_keyed_run_takes_a_slot_or_is_a_conflict(
+    harness: Harness, workspace_id: str
+) -> None:
+    gate = asyncio.Event()
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        if ctx.workflow_input.get("fail") and ctx.workflow_state.get("retried") is None:
+            raise RuntimeError("boom")
+        await gate.wait()
+        return {"status": "completed"}
+
+    harness.tasks.register("work", work)
+    def_id = await create_definition(
+        harness.rt,
+        workspace_id,
+        {
+            "name": "retry-keyed",
+            "version": "1",
+            "concurrency": {"key": "{{input.customerId}}", "limit": 1},
+            "steps": [{"type": "task", "name": "t", "handler": "work", "retry": {"maxAttempts": 1}}],
+        },
+    )
+    failing, _ = await commands.create_run(
+        harness.rt, workspace_id, def_id, {"customerId": "a", "fail": True}
+    )
+    await harness.wait_for_status(failing["id"], "FAILED")
+    holder, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"customerId": "a"})
+    await harness.wait_for_status(holder["id"], "RUNNING")
+    with pytest.raises(ConflictError) as err:
+        await commands.retry_run(harness.rt, workspace_id, failing["id"])
+    assert err.value.details["concurrencyKey"] == "a"
+    assert (await harness.wait_for_status(failing["id"], "FAILED"))["status"] == "FAILED"
+    gate.set()
+    await harness.wait_for_status(holder["id"], "COMPLETED")
+    retried = await commands.retry_run(harness.rt, workspace_id, failing["id"])
+    assert retried["status"] == "RUNNING"
