@@ -149,6 +149,9 @@ class WorkflowRun(Base):
     # W3C trace context (`traceparent`, `tracestate`) of the span that created the run: every
     # worker execution continues that trace (docs/observability.md). NULL when tracing was off.
     trace_context: Mapped[dict[str, str] | None] = mapped_column(JSONB)
+    # Consecutive driver crashes and lease takeovers; reset when a step ends, waits or retries.
+    # At STEVORA_MAX_RUN_CRASHES the run FAILS with RUN_CRASH_LIMIT (docs/security.md).
+    crash_count: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 

@@ -20,7 +20,7 @@ from stevora.db import approvals, runs
 from stevora.db import awaited as db_awaited
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
-from stevora.engine import endings
+from stevora.engine import endings, limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import awaited
 from stevora.engine.steps.approval import APPROVAL_SIGNAL
@@ -67,6 +67,9 @@ async def create_run(
     input checked against it first: a bad input is a VALIDATION_ERROR naming the field, and
     nothing is written.
     """
+    limits.check_sized(
+        rt.settings, input or {}, "input", rt.settings.max_run_input_bytes, "STEVORA_MAX_RUN_INPUT_BYTES"
+    )
     spec = await rt.definitions.get_in_workspace(workspace_id, definition_id)
     schema = spec.input_json_schema() if spec is not None else None
     if schema is not None:
@@ -156,6 +159,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 "current_step_run_id": new["id"],
                 "current_step_name": failed["step_name"],
                 "next_run_at": None,
+                "crash_count": 0,
                 **RELEASE,
             },
             now_columns=["dispatched_at"],
@@ -190,6 +194,14 @@ async def resume_run(
 ) -> asyncpg.Record:
     """Deliver a signal to a run waiting in an `external_event` step (payload merged into state),
     or un-pause a PAUSED run (no signalType needed)."""
+    if payload:
+        limits.check_sized(
+            rt.settings,
+            payload,
+            "payload",
+            rt.settings.max_signal_payload_bytes,
+            "STEVORA_MAX_SIGNAL_PAYLOAD_BYTES",
+        )
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await _owned_run(conn, workspace_id, run_id)
         if run["status"] == RunStatus.PAUSED and signal_type is None:
@@ -225,6 +237,7 @@ async def resume_run(
                     code="SIGNAL_MISMATCH",
                     details={"expectedSignalType": step_run["signal_type"], "signalType": signal_type},
                 )
+            limits.check_state_merge(rt.settings, run["state"], payload)
             done = await runs.update_step(
                 conn,
                 step_run["id"],
@@ -278,6 +291,8 @@ async def decide_approval(
         raise ValidationError.from_problems(
             [{"path": "editedContent", "message": "editedContent is required when decision is 'edited'"}]
         )
+    if edited_content is not None:
+        limits.check_value(rt.settings, edited_content, "editedContent")
     async with rt.pool.acquire() as conn, conn.transaction():
         approval = await approvals.decide(
             conn, workspace_id, approval_id, decision, edited_content, decided_by
@@ -295,6 +310,11 @@ async def decide_approval(
                 conn, workspace_id, approval, decision, edited_content, decided_by
             )
         else:
+            if decision == "edited":
+                run = await runs.get_run(conn, approval["workflow_run_id"])
+                limits.check_state_merge(
+                    rt.settings, run["state"] if run else None, {approval["content_key"]: edited_content}
+                )
             await _decide_step(conn, workspace_id, approval, decision, edited_content, decided_by)
             resumed = True
     # Dispatch only after commit: a claim that runs earlier still sees the run WAITING.
@@ -517,6 +537,8 @@ def _validated_answers(
                     f"Tool call '{call_id}' was already answered with a different result", details=where
                 )
             raise InvalidToolOutputs(f"Tool call '{call_id}' is not a call this run waits for", details=where)
+        field = f"toolOutputs[{index}].{'output' if item.ok else 'error'}"
+        limits.check_value(rt.settings, item.output if item.ok else item.error, field)
         size = len(json.dumps(item.output if item.ok else item.error, ensure_ascii=False).encode("utf-8"))
         if size > limit:
             raise ToolOutputTooLarge(

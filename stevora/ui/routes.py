@@ -73,11 +73,15 @@ def mount_static(app: FastAPI) -> None:
     app.mount("/ui/static", StaticFiles(directory=str(STATIC_DIR)), name="ui-static")
 
 
+_MAX_INT32 = 2**31 - 1  # page numbers and event sequences end up in integer SQL parameters
+
+
 def _int(value: str | None, default: int) -> int:
-    try:
-        return int(value) if value is not None else default
-    except ValueError:
+    """`value` as a non-negative 32-bit integer; `default` for anything else (`²`, `-1`, 2^40)."""
+    text = (value or "").strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > _MAX_INT32:
         return default
+    return int(text)
 
 
 def build_ui_router() -> APIRouter:

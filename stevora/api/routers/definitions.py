@@ -17,9 +17,11 @@ from stevora.api.schemas.envelope import Envelope, Page, ok, page
 from stevora.db.definitions import find_version
 from stevora.db.models import WorkflowDefinition
 from stevora.definitions import WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
-from stevora.errors import ConflictError, NotFoundError, ValidationError
+from stevora.engine import limits
+from stevora.errors import ConflictError, NotFoundError, PayloadTooLarge, ValidationError
 from stevora.ids import new_id
 from stevora.runtime import Runtime
+from stevora.storable import encoded_size
 
 router = APIRouter(prefix="/workflow-definitions", tags=["workflow-definitions"])
 _COLUMNS = tuple(WorkflowDefinition.__table__.c)
@@ -36,6 +38,12 @@ DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_
 )
 async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]) -> Response:
     """Validated with every problem reported at once; `(name, version)` is unique per workspace."""
+    settings = ctx.settings
+    limits.check_value(settings, body, "")
+    if (size := encoded_size(body)) > settings.max_definition_bytes:
+        raise PayloadTooLarge.field(
+            "body", size, settings.max_definition_bytes, "STEVORA_MAX_DEFINITION_BYTES"
+        )
     spec = parse_definition(body)
     await check_workflow_tools(ctx.rt, auth.workspace_id, spec)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")

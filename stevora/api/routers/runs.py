@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import RowMapping, select
+from sqlalchemy import ColumnElement, RowMapping, Text, case, cast, func, select
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_one, fetch_page
@@ -20,6 +20,7 @@ from stevora.api.schemas.runs import (
     ResumeIn,
     RunCreate,
     RunDetailOut,
+    RunListItemOut,
     RunOut,
     StepRunOut,
     ToolOutputsIn,
@@ -102,7 +103,28 @@ async def create_run(body: RunCreate, auth: Auth, ctx: Ctx) -> Response:
     return ok(RunOut.model_validate(row), 201 if created else 200)
 
 
-@router.get("", response_model=Page[RunOut], summary="List workflow runs")
+_LARGE = ("input", "state", "output")
+
+
+def _list_columns(page_bytes: int, page_size: int) -> list[ColumnElement[Any]]:
+    """The run columns, with each large JSON column replaced by NULL (and flagged) when its text is
+    over its share of the page: the database measures it, so an oversized value never leaves it."""
+    share = max(1, page_bytes // (len(_LARGE) * page_size))
+    columns: list[ColumnElement[Any]] = [c for c in _RUNS.c if c.name not in _LARGE]
+    for name in _LARGE:
+        column = _RUNS.c[name]
+        fits = func.octet_length(cast(column, Text)) <= share
+        columns.append(case((fits, column), else_=None).label(name))
+        columns.append((~fits).label(f"{name}_omitted"))
+    return columns
+
+
+def _list_item(row: Mapping[str, Any]) -> RunListItemOut:
+    omitted = [name for name in _LARGE if row[f"{name}_omitted"]]
+    return RunListItemOut.model_validate({**row, "omitted_fields": omitted})
+
+
+@router.get("", response_model=Page[RunListItemOut], summary="List workflow runs")
 async def list_runs(
     auth: Auth,
     ctx: Ctx,
@@ -119,7 +141,9 @@ async def list_runs(
         ),
     ] = None,
 ) -> Response:
-    """Newest first."""
+    """Newest first. Items leave out an `input`, `state` or `output` whose JSON is over its share of
+    `STEVORA_MAX_LIST_PAGE_BYTES` (a third of the page's bytes per item): it is `null` and named in
+    `omittedFields`."""
     where = [_RUNS.c.workspace_id == auth.workspace_id]
     if status is not None:
         where.append(_RUNS.c.status == status)
@@ -128,9 +152,15 @@ async def list_runs(
     if parent_run_id is not None:
         where.append(_RUNS.c.parent_run_id == parent_run_id)
     rows, total = await fetch_page(
-        ctx.rt, _RUNS, where, [_RUNS.c.created_at.desc(), _RUNS.c.id.desc()], paging.offset, paging.page_size
+        ctx.rt,
+        _RUNS,
+        where,
+        [_RUNS.c.created_at.desc(), _RUNS.c.id.desc()],
+        paging.offset,
+        paging.page_size,
+        columns=_list_columns(ctx.settings.max_list_page_bytes, paging.page_size),
     )
-    data = [RunOut.model_validate(r) for r in await with_required_action(ctx.rt, rows)]
+    data = [_list_item(r) for r in await with_required_action(ctx.rt, rows)]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
 

@@ -88,6 +88,18 @@ class RunOut(ApiOut):
     updated_at: Timestamp
 
 
+class RunListItemOut(RunOut):
+    """A run in a list page: `input`, `state` or `output` too large for the page's share is `null`
+    here and named in `omittedFields`; `GET /v1/workflow-runs/{id}` has it."""
+
+    input: dict[str, Any] | None  # type: ignore[assignment]
+    state: dict[str, Any] | None  # type: ignore[assignment]
+    omitted_fields: list[str] = Field(
+        default_factory=list,
+        description="Large fields left out of this list item (`input`, `state`, `output`); fetch the run.",
+    )
+
+
 class StepRunOut(ApiOut):
     id: str = Field(examples=["srun_aaa111"])
     workflow_run_id: str

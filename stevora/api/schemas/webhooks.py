@@ -20,6 +20,12 @@ def _http_url(value: str) -> str:
         raise ValueError("Invalid URL") from exc
     if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
         raise ValueError("URL must be an absolute http:// or https:// URL")
+    try:
+        port = parts.port  # urlsplit checks the port only when asked
+    except ValueError as exc:
+        raise ValueError("URL port must be a number from 1 to 65535") from exc
+    if port == 0:
+        raise ValueError("URL port must be a number from 1 to 65535")
     return value
 
 
