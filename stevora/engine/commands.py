@@ -136,8 +136,14 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 f"Only a FAILED run can be retried; this run is {run['status']}",
                 details={"workflowRunId": run_id, "status": run["status"]},
             )
-        failed = await runs.get_step_run(conn, run["current_step_run_id"])
-        assert failed is not None
+        failed = (
+            await runs.get_step_run(conn, run["current_step_run_id"]) if run["current_step_run_id"] else None
+        )
+        if failed is None:  # a FAILED run with no step run: nothing to run again
+            raise InvalidStateTransition(
+                "This run failed before any step ran; start a new run instead",
+                details={"workflowRunId": run_id, "status": run["status"]},
+            )
         visit = await runs.next_visit(conn, run_id, failed["step_name"])
         new = await runs.insert_step_run(
             conn,
