@@ -33,6 +33,8 @@ DEFAULT_MAX_JSON_DEPTH = 64
 
 ToolErrorCode = Literal[
     "TOOL_NOT_REGISTERED",
+    # the model named a tool its step does not offer: refused, never looked up or run
+    "TOOL_NOT_OFFERED",
     "INVALID_ARGUMENTS",
     "TOOL_ERROR",
     "TOOL_TIMEOUT",
