@@ -261,7 +261,7 @@ def build_ui_router() -> APIRouter:
             text = form.get("content", "")
             try:
                 edited = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 edited = text
         rt = runtime_of(request)
         try:
