@@ -32,9 +32,21 @@ JSON_TOO_DEEP = "JSON_TOO_DEEP"
 INVALID_UNICODE = "INVALID_UNICODE"
 
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
-# In request bytes: what could be a NaN/Infinity, a number beyond 64 bits or a double's range,
-# or an escaped surrogate. A body without any of these needs no parse (only the bracket count).
-_SUSPECT = re.compile(rb"NaN|Infinity|\d{19}|[eE][+-]?\d{3}|\\u[dD][89a-fA-F]")
+# In request bytes: what could be a number beyond 64 bits or a double's range (NaN and Infinity
+# are looked for as plain substrings). A body without any of these, and not nested too deep,
+# needs no parse. Separate scans: one alternation regex measured three times slower.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+_BIG_EXPONENT = re.compile(rb"[eE][+-]?[0-9]{3}")
+
+
+def _suspect(body: bytes) -> bool:
+    return (
+        b"NaN" in body
+        or b"Infinity" in body
+        or _LONG_DIGITS.search(body) is not None
+        or _BIG_EXPONENT.search(body) is not None
+        or (b"\\u" in body and _SURROGATE_ESCAPE.search(body) is not None)
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +105,17 @@ def _bad_string(value: str) -> bool:
 def problem_in_value(value: Any, *, max_depth: int, root: str = "") -> Problem | None:
     """The first part of `value` that cannot be stored exactly, or None.
 
-    `root` names the field `value` came in (`input`, `payload`, ...) and prefixes the path."""
+    `root` names the field `value` came in (`input`, `payload`, ...) and prefixes the path. The
+    stdlib's C encoder rules the common case out (NaN and Infinity raise, depth and big integers
+    show in the text); the value is walked in Python only to say where a problem is."""
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError):
+        return _walk(value, max_depth, root)
+    return problem_in_dumped(value, text, max_depth=max_depth, root=root)
+
+
+def _walk(value: Any, max_depth: int, root: str) -> Problem | None:
     # Iterative: a value nested deeper than Python's recursion limit must not crash the check.
     stack: list[tuple[Any, str, int]] = [(value, root, 0)]
     while stack:
@@ -166,32 +188,73 @@ def _top_level_key_at_depth(body: bytes, max_depth: int) -> str:
     return "body"
 
 
+# JSON strings (to blank out before counting brackets), and a container holding no other.
+_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_INNERMOST = re.compile(rb"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _depth_exceeds(text: bytes, max_depth: int) -> bool:
+    """Whether JSON text nests deeper than `max_depth`, without parsing it: strings blanked out,
+    then one regex pass per level takes away the innermost containers (C speed, wide or not)."""
+    if text.count(b"[") + text.count(b"{") <= max_depth:
+        return False
+    text = _STRING.sub(b'""', text)
+    for _ in range(max_depth):
+        text = _INNERMOST.sub(b"0", text)
+        if b"[" not in text and b"{" not in text:
+            return False
+    return True
+
+
 def problem_in_body(body: bytes, *, max_depth: int) -> Problem | None:
     """Check a JSON request body; None when it is fine *or not JSON at all* (the route's own
-    validation reports that). Paths are the body's field paths (`input.a[0]`)."""
-    if body.count(b"[") + body.count(b"{") <= max_depth and _SUSPECT.search(body) is None:
+    validation reports that). Paths are the body's field paths (`input.a[0]`).
+
+    A body with nothing suspect (no 19-digit run, `NaN`, `Infinity`, 3-digit exponent or escaped
+    surrogate, and not too deep) is not parsed; one that is gets parsed, and walked only when the
+    parse met an unreadable number, the nesting is too deep or a surrogate escape is lone."""
+    deep = _depth_exceeds(body, max_depth)
+    if not deep and not _suspect(body):
         return None
+    unreadable: list[_Unreadable] = []
+
+    def flag(value: Any) -> Any:
+        if isinstance(value, _Unreadable):
+            unreadable.append(value)
+        return value
+
     try:
-        value = json.loads(body, parse_int=_int, parse_float=_float, parse_constant=_Unreadable)
+        value = json.loads(
+            body,
+            parse_int=lambda t: flag(_int(t)),
+            parse_float=lambda t: flag(_float(t)),
+            parse_constant=lambda t: flag(_Unreadable(t)),
+        )
     except RecursionError:
         return Problem(
             JSON_TOO_DEEP, _top_level_key_at_depth(body, max_depth), f"Nested deeper than {max_depth} levels"
         )
     except ValueError:  # not JSON (or not UTF-8): left to the route
         return None
-    return problem_in_value(value, max_depth=max_depth)
+    if deep or unreadable:
+        return _walk(value, max_depth, "")
+    if _SURROGATE_ESCAPE.search(body) and _bad_string(json.dumps(value, ensure_ascii=False)):
+        return _walk(value, max_depth, "")
+    return None
 
 
-_SUSPECT_TEXT = re.compile(r"\d{19}")
+_SUSPECT_TEXT = re.compile(r"[0-9]{19}")
 
 
 def problem_in_dumped(value: Any, text: str, *, max_depth: int, root: str = "") -> Problem | None:
     """`problem_in_value` for a value whose JSON text (`json.dumps`, NaN refused) is at hand:
     the text rules the common case out cheaply; the value is walked only when it cannot."""
-    shallow = text.count("[") + text.count("{") <= max_depth
-    if shallow and _SUSPECT_TEXT.search(text) is None and not _bad_string(text):
-        return None
-    return problem_in_value(value, max_depth=max_depth, root=root)
+    if _SUSPECT_TEXT.search(text) or _bad_string(text):
+        return _walk(value, max_depth, root)
+    if text.count("[") + text.count("{") > max_depth and _depth_exceeds(text.encode(), max_depth):
+        return _walk(value, max_depth, root)
+    return None
 
 
 def encoded_size(value: Any) -> int:

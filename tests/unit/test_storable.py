@@ -90,3 +90,17 @@ def test_encoded_size_is_the_stored_json_text_in_utf8_bytes() -> None:
     value = {"é": "ü" * 3, "n": [1, 2]}
     assert encoded_size(value) == len(orjson.dumps(value))
     assert encoded_size({"big": 2**70}) == len(b'{"big":1180591620717411303424}')
+
+
+def test_wide_shallow_bodies_and_brackets_inside_strings_are_not_taken_for_depth() -> None:
+    wide = json.dumps({"items": [{"id": i, "tags": ["a", "[[[{{{"]} for i in range(2000)]}).encode()
+    assert problem_in_body(wide, max_depth=DEPTH) is None
+    brackets_in_a_string = json.dumps({"s": "[" * 500 + "{" * 500}).encode()
+    assert problem_in_body(brackets_in_a_string, max_depth=DEPTH) is None
+    assert problem_in_value(json.loads(wide), max_depth=DEPTH) is None
+
+
+def test_an_escaped_quote_before_a_bracket_does_not_hide_depth() -> None:
+    body = b'{"s": "a\\"[", "x": ' + b"[" * 70 + b"]" * 70 + b"}"
+    found = problem_in_body(body, max_depth=DEPTH)
+    assert found is not None and found.code == JSON_TOO_DEEP and found.path.startswith("x[0]")

@@ -30,17 +30,8 @@ LIMITS = {
 
 
 @pytest.fixture(scope="module")
-def settings(database_url: str) -> Settings:
-    return Settings(
-        database_url=database_url,
-        lease_s=5.0,
-        heartbeat_s=1.0,
-        sweep_interval_s=0.5,
-        undispatched_grace_s=1.0,
-        provider_max_retries=0,
-        rate_limit_per_minute=0,
-        **LIMITS,
-    )
+def settings(settings: Settings) -> Settings:
+    return settings.model_copy(update=LIMITS)
 
 
 def raw_run(definition_id: str, input_json: str) -> str:
