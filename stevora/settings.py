@@ -69,6 +69,8 @@ class Settings(BaseSettings):
     )
     rate_limit_per_minute: int = 6000  # per workspace; 0 disables
     cors_origins: list[str] = []
+    # Longest `?wait=` / `Prefer: wait=` a run request may hold its answer for (0: never waits).
+    max_request_wait_s: float = Field(default=60.0, ge=0, le=600)
 
     # Input limits, checked before anything is written (docs/security.md, "Input limits").
     max_request_bytes: int = Field(default=2_097_152, ge=1024)  # any request body, chunked too

@@ -70,9 +70,7 @@ async def create_run(
     input checked against it first: a bad input is a VALIDATION_ERROR naming the field, and
     nothing is written. So is a `budget` above the server's ceiling (`stevora.engine.budget`).
     """
-    limits.check_sized(
-        rt.settings, input or {}, "input", rt.settings.max_run_input_bytes, "STEVORA_MAX_RUN_INPUT_BYTES"
-    )
+    limits.check_run_input(rt.settings, input or {})
     spec = await rt.definitions.get_in_workspace(workspace_id, definition_id)
     run_budget = budget_rules.resolve(rt.settings, spec.budget if spec is not None else None, budget)
     schema = spec.input_json_schema() if spec is not None else None

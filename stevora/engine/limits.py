@@ -33,6 +33,20 @@ def check_sized(settings: Settings, value: Any, field: str, limit: int, setting:
         raise PayloadTooLarge.field(field, size, limit, setting)
 
 
+def check_run_input(settings: Settings, input: Any) -> None:
+    check_sized(settings, input, "input", settings.max_run_input_bytes, "STEVORA_MAX_RUN_INPUT_BYTES")
+
+
+def check_definition(settings: Settings, body: Any, field: str) -> None:
+    """A definition as sent (`field`: `body` for `POST /workflow-definitions`, `definition` inline)."""
+    check_value(settings, body, "" if field == "body" else field)
+    size = encoded_size(body)
+    if size > settings.max_definition_bytes:
+        raise PayloadTooLarge.field(
+            field, size, settings.max_definition_bytes, "STEVORA_MAX_DEFINITION_BYTES"
+        )
+
+
 def merged_state_problem(
     settings: Settings, state: Mapping[str, Any] | None, updates: Mapping[str, Any] | None
 ) -> StateTooLarge | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import select
+from sqlalchemy import RowMapping, select
 from sqlalchemy.dialects.postgresql import insert
 from starlette.responses import Response
 
@@ -18,10 +18,9 @@ from stevora.db.definitions import find_version
 from stevora.db.models import WorkflowDefinition
 from stevora.definitions import WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
 from stevora.engine import limits
-from stevora.errors import ConflictError, NotFoundError, PayloadTooLarge, ValidationError
+from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.ids import new_id
 from stevora.runtime import Runtime
-from stevora.storable import encoded_size
 
 router = APIRouter(prefix="/workflow-definitions", tags=["workflow-definitions"])
 _COLUMNS = tuple(WorkflowDefinition.__table__.c)
@@ -38,20 +37,29 @@ DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_
 )
 async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]) -> Response:
     """Validated with every problem reported at once; `(name, version)` is unique per workspace."""
-    settings = ctx.settings
-    limits.check_value(settings, body, "")
-    if (size := encoded_size(body)) > settings.max_definition_bytes:
-        raise PayloadTooLarge.field(
-            "body", size, settings.max_definition_bytes, "STEVORA_MAX_DEFINITION_BYTES"
-        )
+    limits.check_definition(ctx.settings, body, "body")
     spec = parse_definition(body)
-    await check_workflow_tools(ctx.rt, auth.workspace_id, spec)
+    row, created = await store_definition(ctx.rt, auth.workspace_id, spec)
+    if not created:
+        raise ConflictError(
+            f"Workflow definition '{spec.name}' version '{spec.version}' already exists",
+            details={"name": spec.name, "version": spec.version},
+        )
+    return ok(DefinitionOut.model_validate(row), 201)
+
+
+async def store_definition(
+    rt: Runtime, workspace_id: str, spec: WorkflowDefinitionSpec
+) -> tuple[RowMapping, bool]:
+    """Insert a validated definition; `(row, True)`, or `(the stored row, False)` when its
+    `(name, version)` exists already (the unique index decides, race-safe)."""
+    await check_workflow_tools(rt, workspace_id, spec)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     stmt = (
         insert(WorkflowDefinition)
         .values(
             id=new_id("wfdef"),
-            workspace_id=auth.workspace_id,
+            workspace_id=workspace_id,
             name=spec.name,
             version=spec.version,
             description=spec.description,
@@ -63,13 +71,20 @@ async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any]
         .on_conflict_do_nothing(constraint="uq_definition_version")
         .returning(*_COLUMNS)
     )
-    row = await write_one(ctx.rt, stmt)
-    if row is None:
-        raise ConflictError(
-            f"Workflow definition '{spec.name}' version '{spec.version}' already exists",
-            details={"name": spec.name, "version": spec.version},
-        )
-    return ok(DefinitionOut.model_validate(row), 201)
+    row = await write_one(rt, stmt)
+    if row is not None:
+        return row, True
+    existing = await fetch_one(
+        rt,
+        select(*_COLUMNS).where(
+            WorkflowDefinition.workspace_id == workspace_id,
+            WorkflowDefinition.name == spec.name,
+            WorkflowDefinition.version == spec.version,
+        ),
+    )
+    if existing is None:  # cannot happen (definitions are not deleted); never answer with nothing
+        raise ConflictError(f"Workflow definition '{spec.name}' version '{spec.version}' already exists")
+    return existing, False
 
 
 async def check_workflow_tools(rt: Runtime, workspace_id: str, spec: WorkflowDefinitionSpec) -> None:

@@ -465,3 +465,28 @@ async def test_cancel_pause_retry_and_the_run_page_work_on_a_run_holding_odd_sto
     retried = await client.post(f"/v1/workflow-runs/{failed}/retry", headers=tenant.headers)
     assert retried.status_code == 200, retried.text
     assert retried.json()["data"]["input"]["amount"] == int("7" * 400)
+
+
+async def test_an_inline_definition_is_checked_before_it_is_stored(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness
+) -> None:
+    async def definitions() -> int:
+        count: int = await harness.rt.pool.fetchval(
+            "SELECT count(*) FROM workflow_definitions WHERE workspace_id = $1", tenant.workspace_id
+        )
+        return count
+
+    steps = [{"type": "task", "name": "t", "handler": "ok", "config": {"blob": "x" * 20_000}}]
+    response = await client.post(
+        "/v1/workflow-runs", json={"definition": {"steps": steps}}, headers=tenant.headers
+    )
+    assert problem(response, 413, "PAYLOAD_TOO_LARGE")["path"] == "definition"
+    small = {"steps": [{"type": "task", "name": "t", "handler": "ok"}]}
+    response = await client.post(
+        "/v1/workflow-runs", json={"definition": small, "input": {"blob": "x" * 9000}}, headers=tenant.headers
+    )
+    assert problem(response, 413, "PAYLOAD_TOO_LARGE")["path"] == "input"
+    body = '{"definition": {"steps": [{"type": "task", "name": "t", "handler": "ok", "config": {"n": NaN}}]}}'
+    err = problem(await post_raw(client, tenant, "/v1/workflow-runs", body), 400, "INVALID_NUMBER")
+    assert err["path"] == "definition.steps[0].config.n"
+    assert await definitions() == 0 and await run_count(harness, tenant) == 0
