@@ -490,3 +490,19 @@ async def test_an_inline_definition_is_checked_before_it_is_stored(
     err = problem(await post_raw(client, tenant, "/v1/workflow-runs", body), 400, "INVALID_NUMBER")
     assert err["path"] == "definition.steps[0].config.n"
     assert await definitions() == 0 and await run_count(harness, tenant) == 0
+
+
+async def test_a_handler_output_that_cannot_be_stored_is_a_failed_call_not_a_crash(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Harness
+) -> None:
+    async def odd(input: dict[str, Any]) -> dict[str, Any]:
+        return {"id": 2**70, "name": "ab\ud800"}
+
+    harness.tools.register("odd", odd, parameters={"type": "object", "properties": {}})
+    run_id = await start(client, tenant, await define([agent("odd")]))
+    await harness.wait_for_status(run_id, "COMPLETED")
+    traces = (await client.get(f"/v1/workflow-runs/{run_id}/tool-traces", headers=tenant.headers)).json()[
+        "data"
+    ]
+    assert [(t["status"], t["errorCode"]) for t in traces] == [("failed", "TOOL_OUTPUT_INVALID")]
+    assert "output.id" in traces[0]["error"]
