@@ -230,3 +230,49 @@ async def test_replay_with_recorded_tools_runs_no_handler(
     assert replay.state["seen2"] == 2  # the recorded update_state applied
     lineage = (await client.get(f"/v1/workflow-runs/{replay_id}/lineage", headers=headers)).json()["data"]
     assert lineage["toolCalls"] == {"matched": 3, "unmatched": 1}
+
+
+async def test_forks_of_forks_and_a_fork_before_a_step(
+    harness: Harness, sdk: SdkProviders, fake: FakeLLMServer, api: Any, side_effects: list[int]
+) -> None:
+    origin = await _origin(harness, api, fake)
+    client, headers = api
+    url = f"/v1/workflow-runs/{origin['id']}/fork"
+    first = await client.post(
+        url, json={"at": "agent:3", "edits": {"toolResults": {"call_2": "E2"}}}, headers=headers
+    )
+    assert first.status_code == 201, first.text
+    f1 = first.json()["data"]["id"]
+    await harness.wait_for_status(f1, "COMPLETED")
+    side_effects.clear()
+    sent_before = len(fake.openai.requests)
+    # A fork of the fork at round 4 inherits rounds 1-3 from it, the edited result included.
+    second = await client.post(f"/v1/workflow-runs/{f1}/fork", json={"at": "agent:4"}, headers=headers)
+    assert second.status_code == 201, second.text
+    f2 = second.json()["data"]["id"]
+    await harness.wait_for_status(f2, "COMPLETED")
+    sent = [r.json for r in fake.openai.requests[sent_before:]]
+    assert [_round_of(b) for b in sent] == [4, 5]
+    assert [m["content"] for m in sent[0]["messages"] if m["role"] == "tool"] == [
+        "result 1",
+        "E2",
+        "result 3",
+    ]
+    assert side_effects == [4]
+    # A fork before the `after` step: the llm step is inherited whole, nothing is sent or run.
+    side_effects.clear()
+    sent_before = len(fake.openai.requests)
+    third = await client.post(url, json={"at": "after", "edits": {"state": {"last": 0}}}, headers=headers)
+    assert third.status_code == 201, third.text
+    row = await harness.wait_for_status(third.json()["data"]["id"], "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED", row["error"]
+    assert len(fake.openai.requests) == sent_before and side_effects == []
+    assert row["state"]["last"] == 0 and row["state"]["seen4"] == 4
+    steps = await harness.rt.pool.fetch(
+        "SELECT step_name, inherited_from FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at",
+        row["id"],
+    )
+    assert [(s["step_name"], s["inherited_from"] is not None) for s in steps] == [
+        ("agent", True),
+        ("after", False),
+    ]
