@@ -276,3 +276,29 @@ async def test_forks_of_forks_and_a_fork_before_a_step(
         ("agent", True),
         ("after", False),
     ]
+
+
+async def test_a_fork_that_fails_half_way_leaves_nothing(
+    harness: Harness,
+    sdk: SdkProviders,
+    fake: FakeLLMServer,
+    api: Any,
+    side_effects: list[int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    origin = await _origin(harness, api, fake)
+    client, headers = api
+    from stevora.db import forks as db_forks
+
+    async def crash(*args: Any, **kwargs: Any) -> None:
+        raise RuntimeError("the worker died after copying the model calls")
+
+    monkeypatch.setattr(db_forks, "copy_traces", crash)
+    counts = (
+        "SELECT (SELECT count(*) FROM workflow_runs), (SELECT count(*) FROM llm_calls), "
+        "(SELECT count(*) FROM step_runs), (SELECT count(*) FROM workflow_events)"
+    )
+    before = await harness.rt.pool.fetchrow(counts)
+    got = await client.post(f"/v1/workflow-runs/{origin['id']}/fork", json={"at": "agent:3"}, headers=headers)
+    assert got.status_code == 500
+    assert await harness.rt.pool.fetchrow(counts) == before
