@@ -38,8 +38,9 @@ async def _measure(bench: LoopBench, rounds: int, forks: int) -> None:
     (origin,) = await bench.create_runs(rounds, 1)
     await bench.execute([origin], 1)
     after_origin = await _bytes(bench.rt.pool)
-    at = {"step": "agent", "round": max(2, rounds // 2)}
-    inherited = at["round"] - 1
+    fork_round = max(2, rounds // 2)
+    at = {"step": "agent", "round": fork_round}
+    inherited = fork_round - 1
     timings: list[float] = []
     for _ in range(forks):
         t0 = time.perf_counter()
@@ -50,7 +51,7 @@ async def _measure(bench: LoopBench, rounds: int, forks: int) -> None:
     after_forks = await _bytes(bench.rt.pool)
     per_fork = (after_forks - after_origin) / forks
     print(
-        f"rounds={rounds:>3}  fork at round {at['round']:>2}: create p50 {median(timings):6.2f} ms  "
+        f"rounds={rounds:>3}  fork at round {fork_round:>2}: create p50 {median(timings):6.2f} ms  "
         f"p99 {pct(timings, 99):6.2f} ms  |  per fork {per_fork / 1024:6.1f} KiB = "
         f"{per_fork / max(1, inherited) / 1024:5.2f} KiB per inherited round  "
         f"(origin: {(after_origin - empty) / rounds / 1024:5.2f} KiB per round, page-granular)"
