@@ -302,3 +302,21 @@ async def test_a_fork_that_fails_half_way_leaves_nothing(
     got = await client.post(f"/v1/workflow-runs/{origin['id']}/fork", json={"at": "agent:3"}, headers=headers)
     assert got.status_code == 500
     assert await harness.rt.pool.fetchrow(counts) == before
+
+
+async def test_cost_summary_counts_inherited_calls_once_and_replays_only_when_asked(
+    harness: Harness, sdk: SdkProviders, fake: FakeLLMServer, api: Any, side_effects: list[int]
+) -> None:
+    origin = await _origin(harness, api, fake)
+    client, headers = api
+    fork = await client.post(
+        f"/v1/workflow-runs/{origin['id']}/fork", json={"at": "agent:3"}, headers=headers
+    )
+    await harness.wait_for_status(fork.json()["data"]["id"], "COMPLETED")
+    replay = await client.post(f"/v1/workflow-runs/{origin['id']}/replay", json={}, headers=headers)
+    await harness.wait_for_status(replay.json()["data"]["id"], "COMPLETED")
+    summary = (await client.get("/v1/cost/summary", headers=headers)).json()["data"]
+    # 5 origin calls + the fork's own rounds 3-5 (its rounds 1-2 are the origin's).
+    assert summary["callCount"] == 5 + 3
+    with_replays = (await client.get("/v1/cost/summary?includeReplays=true", headers=headers)).json()["data"]
+    assert with_replays["callCount"] == 5 + 3 + 5
