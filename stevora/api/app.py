@@ -30,6 +30,7 @@ from stevora.api.routers import (
     costs,
     definitions,
     events,
+    forks,
     health,
     runs,
     traces,
@@ -53,7 +54,7 @@ Responses are `{"success": true, "data": ...}` (lists with pages add `meta`); er
 
 def build_v1_router() -> APIRouter:
     v1 = APIRouter(dependencies=[Depends(reject_nul)])
-    for module in (workspaces, api_keys, definitions, runs, events, traces, approvals, webhooks):
+    for module in (workspaces, api_keys, definitions, runs, forks, events, traces, approvals, webhooks):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)
     v1.include_router(costs.router)

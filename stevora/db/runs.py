@@ -62,7 +62,17 @@ _RUN_SETTABLE = frozenset(
     }
 )
 _STEP_SETTABLE = frozenset(
-    {"status", "output", "error", "signal_type", "wait_until", "started_at", "completed_at", "input"}
+    {
+        "status",
+        "output",
+        "error",
+        "signal_type",
+        "wait_until",
+        "started_at",
+        "completed_at",
+        "input",
+        "state_updates",
+    }
 )
 RELEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
 

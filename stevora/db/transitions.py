@@ -126,7 +126,8 @@ WITH guard AS (
     WHERE w.id = $1 AND w.status = 'RUNNING' AND w.lease_owner = $3 AND st.id = $2 AND st.status = 'RUNNING'
     FOR NO KEY UPDATE OF w, st
 ), s AS (
-    UPDATE step_runs st SET status = 'COMPLETED', output = $4, updated_at = now(), completed_at = now()
+    UPDATE step_runs st SET status = 'COMPLETED', output = $4, state_updates = $5::jsonb,
+                        updated_at = now(), completed_at = now()
     FROM guard WHERE st.id = $2 AND st.status = 'RUNNING'
     RETURNING st.step_name, st.started_at, st.completed_at
 ), r AS (

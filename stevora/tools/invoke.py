@@ -44,6 +44,8 @@ ToolErrorCode = Literal[
     "WORKFLOW_NOT_FOUND",
     "WORKFLOW_DEPTH_EXCEEDED",
     "WORKFLOW_RECURSION",
+    # a replay with recorded tools: the origin has no recorded result for this call
+    "TOOL_CALL_NOT_RECORDED",
     "CHILD_RUN_FAILED",
     "CHILD_RUN_CANCELLED",
     "TOOL_OUTPUT_INVALID",
