@@ -21,6 +21,7 @@ from stevora.api.auth import ApiKeyAuthenticator
 from stevora.api.authlimit import FailedAuthLimiter
 from stevora.api.deps import ApiContext, reject_nul
 from stevora.api.errors import install_error_handlers
+from stevora.api.limits import EdgeLimits
 from stevora.api.openapi import install_openapi
 from stevora.api.ratelimit import RateLimiter
 from stevora.api.routers import (
@@ -113,8 +114,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         static_url="/docs-static",
     )
     app.state.ctx = ctx
-    app.add_middleware(ApiPrefixAlias)
     install_error_handlers(app)
+    # Outside the catch-all: an oversize or hostile body is refused before any route reads it.
+    app.add_middleware(EdgeLimits, settings=settings)
+    app.add_middleware(ApiPrefixAlias)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

@@ -169,6 +169,9 @@ class WorkflowRun(Base):
     fork_edits: Mapped[dict[str, Any] | None] = mapped_column(JSONB)  # {"state": ..., "toolResults": ...}
     replay_of: Mapped[str | None] = mapped_column(String(40))
     replay_tools: Mapped[str | None] = mapped_column(String(16))
+    # Consecutive driver crashes and lease takeovers; reset when a step ends, waits or retries.
+    # At STEVORA_MAX_RUN_CRASHES the run FAILS with RUN_CRASH_LIMIT (docs/security.md).
+    crash_count: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 

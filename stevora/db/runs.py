@@ -24,7 +24,7 @@ from stevora.statuses import ACTIVE_RUN_STATUSES, OPEN_STEP_STATUSES, StepStatus
 RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
     "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at, "
-    "parent_run_id, parent_tool_call_id, depth, budget"
+    "parent_run_id, parent_tool_call_id, depth, budget, crash_count"
 )
 STEP_COLUMNS = (
     "id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, input, output, "
@@ -58,6 +58,7 @@ _RUN_SETTABLE = frozenset(
         "lease_expires_at",
         "dispatched_at",
         "budget",
+        "crash_count",
     }
 )
 _STEP_SETTABLE = frozenset(
@@ -116,6 +117,10 @@ async def update_run(
     if owner is not None:
         params.append(owner)
         guard += f" AND lease_owner = ${len(params)}"
+        if "crash_count" not in sets:
+            # A transition of the lease holder is progress: the run's crashes no longer add up
+            # (stevora/engine/poison.py). Free here: the statement writes the row anyway.
+            assignments.append("crash_count = 0")
     row = await conn.fetchrow(
         f"UPDATE workflow_runs SET {', '.join(assignments)} WHERE {guard} "
         f"RETURNING {RUN_COLUMNS}, event_seq, total_cost_cents",

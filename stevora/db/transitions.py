@@ -53,7 +53,10 @@ WITH c AS (
            started_at = CASE WHEN {_PENDING} THEN now() ELSE w.started_at END,
            next_run_at = CASE WHEN {_PENDING} THEN NULL ELSE w.next_run_at END,
            updated_at = CASE WHEN {_PENDING} THEN now() ELSE w.updated_at END,
-           event_seq = w.event_seq + CASE WHEN {_PENDING} THEN 2 ELSE 0 END
+           event_seq = w.event_seq + CASE WHEN {_PENDING} THEN 2 ELSE 0 END,
+           -- Taking over an expired lease: its holder died (or crashed) with the run (poison.py).
+           crash_count = w.crash_count
+               + CASE WHEN w.lease_owner IS NOT NULL AND w.lease_expires_at < now() THEN 1 ELSE 0 END
     FROM workflow_definitions d
     WHERE w.id = $1 AND {fence} AND d.id = w.definition_id
     RETURNING {_qualified(RUN_COLUMNS, "w")}, w.dispatched_at, w.trace_context, w.event_seq,

@@ -422,6 +422,8 @@ class ToolRunner:
                 timeout_s=timeout_ms / 1000,
                 max_output_bytes=self.rt.settings.max_tool_output_bytes,
                 declared_output_schema=self.tools.output_schemas.get(call.name),
+                max_json_depth=self.rt.settings.max_json_depth,
+                max_state_bytes=self.rt.settings.max_state_bytes,
             )
             obs.finished(outcome)
         self.rt.faults.reached("tool_returned", call_round.round, index)
