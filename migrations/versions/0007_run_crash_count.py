@@ -1,7 +1,7 @@
 """workflow_runs.crash_count: consecutive driver crashes and lease takeovers of a run
 
 Revision ID: 0007
-Revises: 0011
+Revises: 0006
 Create Date: 2026-11-26 10:45:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0007"
-down_revision: str | None = "0011"
+down_revision: str | None = "0006"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
