@@ -1,7 +1,7 @@
 """Flow control: concurrency keys, workspace-wide limit, priorities (docs/flow-control.md)
 
 Revision ID: 0010
-Revises: 0009
+Revises: 0011
 Create Date: 2026-11-26 11:30:00
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0010"
-down_revision: str | None = "0009"
+down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

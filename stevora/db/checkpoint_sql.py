@@ -57,6 +57,9 @@ TOOL_TRACE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("duration_ms", "float8"),
     ("idempotency_key", "text"),
     ("child_run_id", "text"),
+    # The call's `update_state`, also merged into the run below: the state-change log that fork
+    # points are recovered from (docs/time-travel.md).
+    ("state_updates", "jsonb"),
 )
 
 _RUN_COLUMNS = (("run_id", "text"), ("owner", "text"))
@@ -153,6 +156,4 @@ def _kind(
 
 
 LLM_CALL = _kind("llm_call", "llm_calls", LLM_CALL_COLUMNS, _LLM_RUN_SET)
-TOOL_TRACE = _kind(
-    "tool_trace", "tool_trace", TOOL_TRACE_COLUMNS, _TOOL_RUN_SET, (("state_updates", "jsonb"),)
-)
+TOOL_TRACE = _kind("tool_trace", "tool_trace", TOOL_TRACE_COLUMNS, _TOOL_RUN_SET)

@@ -69,6 +69,7 @@ class ToolTraceRecord:
     duration_ms: float
     idempotency_key: str
     child_run_id: str | None = None
+    state_updates: dict[str, Any] | None = None  # the call's update_state (the state-change log)
     id: str = field(default_factory=lambda: new_id("tt"))
 
 
@@ -98,7 +99,8 @@ async def record_tool_trace(
     state_updates: dict[str, Any] | None = None,
 ) -> None:
     """Commit the call's trace row and event, and merge `state_updates` into the run's state."""
-    values = TOOL_TRACE.row(run_id, owner, rec, (new_id("evt"), event_type, payload), state_updates or None)
+    rec.state_updates = state_updates or None
+    values = TOOL_TRACE.row(run_id, owner, rec, (new_id("evt"), event_type, payload))
     await committer.write(TOOL_TRACE, run_id, values, f"tool call {rec.idempotency_key}")
 
 

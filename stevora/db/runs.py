@@ -25,7 +25,7 @@ from stevora.statuses import ACTIVE_RUN_STATUSES, OPEN_STEP_STATUSES, StepStatus
 RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
     "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at, "
-    "parent_run_id, parent_tool_call_id, depth, budget, concurrency_key, concurrency_limit, "
+    "parent_run_id, parent_tool_call_id, depth, budget, crash_count, concurrency_key, concurrency_limit, "
     "concurrency_hold_waiting, workspace_limit, priority, queued_at"
 )
 STEP_COLUMNS = (
@@ -60,10 +60,21 @@ _RUN_SETTABLE = frozenset(
         "lease_expires_at",
         "dispatched_at",
         "budget",
+        "crash_count",
     }
 )
 _STEP_SETTABLE = frozenset(
-    {"status", "output", "error", "signal_type", "wait_until", "started_at", "completed_at", "input"}
+    {
+        "status",
+        "output",
+        "error",
+        "signal_type",
+        "wait_until",
+        "started_at",
+        "completed_at",
+        "input",
+        "state_updates",
+    }
 )
 RELEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
 
@@ -119,6 +130,10 @@ async def update_run(
     if owner is not None:
         params.append(owner)
         guard += f" AND lease_owner = ${len(params)}"
+        if "crash_count" not in sets:
+            # A transition of the lease holder is progress: the run's crashes no longer add up
+            # (stevora/engine/poison.py). Free here: the statement writes the row anyway.
+            assignments.append("crash_count = 0")
     row = await conn.fetchrow(
         f"UPDATE workflow_runs SET {', '.join(assignments)} WHERE {guard} "
         f"RETURNING {RUN_COLUMNS}, event_seq, total_cost_cents",

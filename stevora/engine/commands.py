@@ -23,7 +23,7 @@ from stevora.db.runs import RELEASE
 from stevora.definitions import Budget
 from stevora.definitions.flow import Concurrency
 from stevora.engine import budget as budget_rules
-from stevora.engine import endings, flow
+from stevora.engine import endings, flow, limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import awaited
 from stevora.engine.steps.approval import APPROVAL_SIGNAL
@@ -73,6 +73,7 @@ async def create_run(
     input checked against it first: a bad input is a VALIDATION_ERROR naming the field, and
     nothing is written. So is a `budget` above the server's ceiling (`stevora.engine.budget`).
     """
+    limits.check_run_input(rt.settings, input or {})
     spec = await rt.definitions.get_in_workspace(workspace_id, definition_id)
     run_budget = budget_rules.resolve(rt.settings, spec.budget if spec is not None else None, budget)
     schema = spec.input_json_schema() if spec is not None else None
@@ -144,8 +145,14 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 details={"workflowRunId": run_id, "status": run["status"]},
             )
         await flow.take_slot_for_retry(conn, run)
-        failed = await runs.get_step_run(conn, run["current_step_run_id"])
-        assert failed is not None
+        failed = (
+            await runs.get_step_run(conn, run["current_step_run_id"]) if run["current_step_run_id"] else None
+        )
+        if failed is None:  # a FAILED run with no step run: nothing to run again
+            raise InvalidStateTransition(
+                "This run failed before any step ran; start a new run instead",
+                details={"workflowRunId": run_id, "status": run["status"]},
+            )
         visit = await runs.next_visit(conn, run_id, failed["step_name"])
         new = await runs.insert_step_run(
             conn,
@@ -167,6 +174,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 "current_step_run_id": new["id"],
                 "current_step_name": failed["step_name"],
                 "next_run_at": None,
+                "crash_count": 0,
                 **RELEASE,
             },
             now_columns=["dispatched_at"],
@@ -201,6 +209,14 @@ async def resume_run(
 ) -> asyncpg.Record:
     """Deliver a signal to a run waiting in an `external_event` step (payload merged into state),
     or un-pause a PAUSED run (no signalType needed)."""
+    if payload:
+        limits.check_sized(
+            rt.settings,
+            payload,
+            "payload",
+            rt.settings.max_signal_payload_bytes,
+            "STEVORA_MAX_SIGNAL_PAYLOAD_BYTES",
+        )
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await _owned_run(conn, workspace_id, run_id)
         if run["status"] == RunStatus.PAUSED and signal_type is None:
@@ -236,6 +252,7 @@ async def resume_run(
                     code="SIGNAL_MISMATCH",
                     details={"expectedSignalType": step_run["signal_type"], "signalType": signal_type},
                 )
+            limits.check_state_merge(rt.settings, run["state"], payload)
             done = await runs.update_step(
                 conn,
                 step_run["id"],
@@ -289,6 +306,8 @@ async def decide_approval(
         raise ValidationError.from_problems(
             [{"path": "editedContent", "message": "editedContent is required when decision is 'edited'"}]
         )
+    if edited_content is not None:
+        limits.check_value(rt.settings, edited_content, "editedContent")
     async with rt.pool.acquire() as conn, conn.transaction():
         approval = await approvals.decide(
             conn, workspace_id, approval_id, decision, edited_content, decided_by
@@ -306,6 +325,11 @@ async def decide_approval(
                 conn, workspace_id, approval, decision, edited_content, decided_by
             )
         else:
+            if decision == "edited":
+                run = await runs.get_run(conn, approval["workflow_run_id"])
+                limits.check_state_merge(
+                    rt.settings, run["state"] if run else None, {approval["content_key"]: edited_content}
+                )
             await _decide_step(conn, workspace_id, approval, decision, edited_content, decided_by)
             resumed = True
     # Dispatch only after commit: a claim that runs earlier still sees the run WAITING.
@@ -528,6 +552,8 @@ def _validated_answers(
                     f"Tool call '{call_id}' was already answered with a different result", details=where
                 )
             raise InvalidToolOutputs(f"Tool call '{call_id}' is not a call this run waits for", details=where)
+        field = f"toolOutputs[{index}].{'output' if item.ok else 'error'}"
+        limits.check_value(rt.settings, item.output if item.ok else item.error, field)
         size = len(json.dumps(item.output if item.ok else item.error, ensure_ascii=False).encode("utf-8"))
         if size > limit:
             raise ToolOutputTooLarge(

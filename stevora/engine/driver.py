@@ -44,7 +44,7 @@ from stevora.db import runs, transitions
 from stevora.db.runs import RELEASE
 from stevora.db.transient import Retrier, is_transient
 from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay_ms
-from stevora.engine import endings, flow
+from stevora.engine import endings, flow, limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.base import StepExecution, WaitContext
 from stevora.engine.steps.registry import step_type
@@ -231,7 +231,9 @@ class RunDriver:
             bound.warning("step_raised", error=repr(exc), exc_info=exc)
             result = StepResult(status="failed", error=exception_error(exc))
         if result.status == "completed":
-            result = _check_next_step(result, definition, ex.step_name)
+            result = limits.checked_result(
+                self.rt.settings, ex.state, _check_next_step(result, definition, ex.step_name)
+            )
         if result.status == "completed":
             return await self._record(
                 run["id"], lambda: self._complete_step(run, step_run, result, definition)
@@ -291,7 +293,11 @@ class RunDriver:
                 conn,
                 step_run["id"],
                 expect=[StepStatus.RUNNING],
-                sets={"status": StepStatus.COMPLETED, "output": output},
+                sets={
+                    "status": StepStatus.COMPLETED,
+                    "output": output,
+                    "state_updates": result.state_updates,
+                },
                 now_columns=["completed_at"],
             )
             run = await runs.update_run(

@@ -83,10 +83,17 @@ async def cost_summary(
         str | None, Query(alias="from", description="Inclusive start (ISO 8601).", json_schema_extra=_ISO)
     ] = None,
     to: Annotated[str | None, Query(description="Exclusive end (ISO 8601).", json_schema_extra=_ISO)] = None,
+    include_replays: Annotated[
+        bool, Query(alias="includeReplays", description="Count the model calls of replays too.")
+    ] = False,
 ) -> Response:
-    """Totals and a per-model breakdown over calls created in [from, to); omitted = unbounded."""
+    """Totals and a per-model breakdown over calls created in [from, to); omitted = unbounded.
+    A fork's inherited calls are its origin's (counted once, there); replays are left out unless
+    `includeReplays=true` (docs/time-travel.md)."""
     start, end = _parse_instant(from_, "from"), _parse_instant(to, "to")
-    where = [WorkflowRun.workspace_id == auth.workspace_id]
+    where = [WorkflowRun.workspace_id == auth.workspace_id, LlmCall.inherited_from.is_(None)]
+    if not include_replays:
+        where.append(WorkflowRun.replay_of.is_(None))
     if start is not None:
         where.append(LlmCall.created_at >= start)
     if end is not None:

@@ -17,6 +17,7 @@ from stevora.api.schemas.envelope import Envelope, Page, ok, page
 from stevora.db.definitions import find_version
 from stevora.db.models import WorkflowDefinition
 from stevora.definitions import WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
+from stevora.engine import limits
 from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.ids import new_id
 from stevora.runtime import Runtime
@@ -36,6 +37,7 @@ DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_
 )
 async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]) -> Response:
     """Validated with every problem reported at once; `(name, version)` is unique per workspace."""
+    limits.check_definition(ctx.settings, body, "body")
     spec = parse_definition(body)
     row, created = await store_definition(ctx.rt, auth.workspace_id, spec)
     if not created:

@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request
-from sqlalchemy import RowMapping, select
+from sqlalchemy import ColumnElement, RowMapping, Text, case, cast, func, select
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_one, fetch_page
@@ -23,6 +23,7 @@ from stevora.api.schemas.runs import (
     ResumeIn,
     RunCreate,
     RunDetailOut,
+    RunListItemOut,
     RunOut,
     StepRunOut,
     ToolOutputsIn,
@@ -33,7 +34,7 @@ from stevora.db import budgets as db_budgets
 from stevora.db import concurrency
 from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
 from stevora.definitions import Budget, parse_definition
-from stevora.engine import commands
+from stevora.engine import commands, limits
 from stevora.engine.budget import update_budget
 from stevora.engine.steps.awaited import required_action
 from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError, ValidationError
@@ -107,6 +108,9 @@ async def create_run(
     definition_id = body.definition_id
     if definition_id is None:
         assert body.definition is not None  # definition_problem() checked it
+        # Checked before the definition is stored, so a refused request stores nothing.
+        limits.check_definition(ctx.settings, body.definition, "definition")
+        limits.check_run_input(ctx.settings, body.input)
         definition_id = await adhoc_definition(ctx.rt, auth.workspace_id, body.definition)
     record, created = await commands.create_run(
         ctx.rt,
@@ -166,7 +170,28 @@ async def adhoc_definition(rt: Runtime, workspace_id: str, body: dict[str, Any])
     return definition_id
 
 
-@router.get("", response_model=Page[RunOut], summary="List workflow runs")
+_LARGE = ("input", "state", "output")
+
+
+def _list_columns(page_bytes: int, page_size: int) -> list[ColumnElement[Any]]:
+    """The run columns, with each large JSON column replaced by NULL (and flagged) when its text is
+    over its share of the page: the database measures it, so an oversized value never leaves it."""
+    share = max(1, page_bytes // (len(_LARGE) * page_size))
+    columns: list[ColumnElement[Any]] = [c for c in _RUNS.c if c.name not in _LARGE]
+    for name in _LARGE:
+        column = _RUNS.c[name]
+        fits = func.octet_length(cast(column, Text)) <= share
+        columns.append(case((fits, column), else_=None).label(name))
+        columns.append((~fits).label(f"{name}_omitted"))
+    return columns
+
+
+def _list_item(row: Mapping[str, Any]) -> RunListItemOut:
+    omitted = [name for name in _LARGE if row[f"{name}_omitted"]]
+    return RunListItemOut.model_validate({**row, "omitted_fields": omitted})
+
+
+@router.get("", response_model=Page[RunListItemOut], summary="List workflow runs")
 async def list_runs(
     auth: Auth,
     ctx: Ctx,
@@ -183,7 +208,9 @@ async def list_runs(
         ),
     ] = None,
 ) -> Response:
-    """Newest first."""
+    """Newest first. Items leave out an `input`, `state` or `output` whose JSON is over its share of
+    `STEVORA_MAX_LIST_PAGE_BYTES` (a third of the page's bytes per item): it is `null` and named in
+    `omittedFields`."""
     where = [_RUNS.c.workspace_id == auth.workspace_id]
     if status is not None:
         where.append(_RUNS.c.status == status)
@@ -192,9 +219,15 @@ async def list_runs(
     if parent_run_id is not None:
         where.append(_RUNS.c.parent_run_id == parent_run_id)
     rows, total = await fetch_page(
-        ctx.rt, _RUNS, where, [_RUNS.c.created_at.desc(), _RUNS.c.id.desc()], paging.offset, paging.page_size
+        ctx.rt,
+        _RUNS,
+        where,
+        [_RUNS.c.created_at.desc(), _RUNS.c.id.desc()],
+        paging.offset,
+        paging.page_size,
+        columns=_list_columns(ctx.settings.max_list_page_bytes, paging.page_size),
     )
-    data = [RunOut.model_validate(r) for r in await with_required_action(ctx.rt, rows)]
+    data = [_list_item(r) for r in await with_required_action(ctx.rt, rows)]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
 
