@@ -18,11 +18,10 @@ from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import ProviderError, ProviderNotFound, StevoraError
 from stevora.events import EventType
-from stevora.llm.messages import LlmRequest, LlmResponse, ToolSpec, tool_choice_of
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolSpec, tool_choice_of
 from stevora.llm.provider import Provider
-from stevora.llm.transcript import prepare_transcript
+from stevora.llm.transcript import TranscriptRepair
 from stevora.observability import hooks as observe
-from stevora.observability import metrics
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -46,6 +45,9 @@ class ModelCaller:
         self.log = log
         self.timeout_s = step.timeout_ms / 1000 if step.timeout_ms else None
         self._model_index = 0  # index into [model, *fallbackModels] of the model that answered last
+        # The transcript as each provider gets it, kept up to date as the loop appends to it.
+        self._repairs: dict[str, TranscriptRepair] = {}
+        self._observe = observe.ModelCalls(ex.step_run_id)  # metric children bound once per visit
 
     async def call(self, st: LoopState) -> CommittedRound:
         self.rt.faults.reached("llm_call_starting", st.next_round)
@@ -70,7 +72,7 @@ class ModelCaller:
                 continue
             request = LlmRequest(
                 model=model,
-                messages=prepare_transcript(st.transcript, provider_name=provider.name),
+                messages=self._prepared(st, provider.name),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
                 max_tokens=self.step.max_tokens,
@@ -106,12 +108,14 @@ class ModelCaller:
                 started=started,
             )
             try:
-                with observe.model_call(
-                    provider.name, model, self.ex.step_run_id, st.next_round, request.messages
-                ) as obs:
+                with self._observe.call(provider.name, model, st.next_round, request.messages) as obs:
                     live.observation = obs
                     try:
-                        async with self._limit(provider.name, model):
+                        limits = self.rt.llm_limits
+                        if limits and (provider.name in limits or model in limits):
+                            async with self._limit(provider.name, model):
+                                response = await provider.complete(request)
+                        else:  # no concurrency cap configured: nothing to enter
                             response = await provider.complete(request)
                     finally:
                         await live.aclose()  # its last text deltas go out before its checkpoint
@@ -128,6 +132,12 @@ class ModelCaller:
             )
         assert last_error is not None
         raise last_error
+
+    def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
+        repair = self._repairs.get(provider_name)
+        if repair is None:
+            repair = self._repairs[provider_name] = TranscriptRepair(provider_name)
+        return repair.prepare(st.transcript)
 
     @contextlib.asynccontextmanager
     async def _limit(self, provider: str, model: str) -> AsyncIterator[None]:
@@ -152,7 +162,7 @@ class ModelCaller:
         usage = response.usage
         cost = self.rt.pricing.cost_usd(provider.name, response.model or model, usage)
         calls = [c.to_dict() for c in response.tool_calls]
-        metrics.llm_answered(provider.name, model, usage, cost)
+        self._observe.answered(provider.name, model, usage, cost)
         rec = LlmCallRecord(
             step_run_id=self.ex.step_run_id,
             step_name=self.ex.step_name,

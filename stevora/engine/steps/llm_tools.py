@@ -156,6 +156,7 @@ class ToolRunner:
         self.tools = tools
         self.log = log
         self.state = dict(ex.state)  # the run's state as this step's tools have left it
+        self._observe = observe.ToolCalls(ex.step_run_id)  # metric children bound once per visit
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -354,7 +355,7 @@ class ToolRunner:
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments
-        with observe.tool_call(call.name, call.id, self.ex.step_run_id, call_round.round, arguments) as obs:
+        with self._observe.call(call.name, call.id, call_round.round, arguments) as obs:
             outcome = await invoke_tool(
                 self.rt.tools,
                 call.name,
