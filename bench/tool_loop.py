@@ -188,19 +188,16 @@ def print_counts(counted: dict[tuple[int, int], tuple[Counts, Level]], args: arg
             f"{n.selects / r if wakeups else float('nan'):>6.1f} {n.sleeps / r if wakeups else float('nan'):>6.1f}"
         )
     if args.top:
-        (rounds, c), (n, level) = max(
-            ((k, v) for k, v in counted.items() if k[1] == 1),
-            key=lambda kv: kv[0][0],
-            default=((0, 0), (None, None)),
-        )
-        if n is not None and level is not None:
-            print(f"  calls by module, per round ({rounds} rounds, concurrency 1):")
+        for (rounds, c), (n, level) in sorted(counted.items()):
+            if c == 0:
+                continue
+            print(f"  calls by module, per round ({rounds} rounds, concurrency {c}):")
             for line in by_area(n, level.total_rounds):
                 print("    " + line)
-            print(f"  Python functions entered most, per round ({rounds} rounds, concurrency 1):")
+            print(f"  Python functions entered most, per round ({rounds} rounds, concurrency {c}):")
             for line in top_functions(n.by_code, level.total_rounds, args.top):
                 print("    " + line)
-            print(f"  builtin calls by calling function, per round ({rounds} rounds, concurrency 1):")
+            print(f"  builtin calls by calling function, per round ({rounds} rounds, concurrency {c}):")
             for line in top_functions(n.c_by_code, level.total_rounds, args.top):
                 print("    " + line)
 

@@ -3,7 +3,7 @@
 Written singly, each checkpoint is one statement and one commit: at concurrency 32 the worker
 pays one round trip, one protocol exchange and one WAL flush per checkpoint. The `Runtime` owns
 one `GroupCommitter`; callers that arrive while a batch is in flight wait for the next one, and a
-batch is **one** statement over `unnest(...)` arrays (`checkpoint_sql.py`):
+batch is **one** statement over a JSON array of rows (`json_to_recordset`, `checkpoint_sql.py`):
 
 * each row is fenced by *its own* lease: a row whose fence fails is not written, and only that
   caller gets `LeaseLost`;
@@ -203,22 +203,23 @@ class GroupCommitter:
         if len(batch) == 1:
             records = await self.pool.fetch(kind.single_sql, *batch[0].values)
         else:
-            columns = [list(col) for col in zip(*(p.values for p in batch), strict=True)]
+            names = kind.names
+            rows = [dict(zip(names, p.values, strict=True)) for p in batch]
             if self.faults.armed:
-                records = await self._execute_with_faults(kind, columns)
+                records = await self._execute_with_faults(kind, rows)
             else:
-                records = await self.pool.fetch(kind.batch_sql, *columns)
+                records = await self.pool.fetch(kind.batch_sql, rows)
         self.batches += 1
         self.rows += len(records)
         return {rec["workflow_run_id"]: rec["created_at"] for rec in records}
 
     async def _execute_with_faults(
-        self, kind: CheckpointKind, columns: list[list[Any]]
+        self, kind: CheckpointKind, rows: list[dict[str, Any]]
     ) -> list[asyncpg.Record]:
         n = self._multi_row[kind.name] = self._multi_row.get(kind.name, 0) + 1
         self.faults.reached("batch_sending", kind.name, n)
         async with self.pool.acquire() as conn:
-            sent = asyncio.ensure_future(conn.fetch(kind.batch_sql, *columns))
+            sent = asyncio.ensure_future(conn.fetch(kind.batch_sql, rows))
             await asyncio.sleep(0)  # the task runs up to its first wait: the statement is on its way
             self.faults.reached("batch_sent", kind.name, n)
             records: list[asyncpg.Record] = await sent
