@@ -115,9 +115,11 @@ RETURNING workflow_run_id, created_at
 """
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CheckpointKind:
-    """One kind of checkpoint: its statement in both shapes and how a row's values are laid out."""
+    """One kind of checkpoint: its statement in both shapes and how a row's values are laid out.
+    Compared and hashed by identity (there are two, and the group committer keys its queues by
+    them on every checkpoint)."""
 
     name: str
     single_sql: str  # one row, parameters in place

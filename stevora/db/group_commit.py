@@ -110,7 +110,7 @@ class GroupCommitter:
             self._in_flight = False
             self._flush_queued()
             raise
-        if len(queue) == 1 and not any(q for k, q in self._queues.items() if k is not kind):
+        if len(queue) == 1 and self._alone(kind):
             self._queues[kind] = []
             try:
                 await self._write(kind, queue)
@@ -121,6 +121,13 @@ class GroupCommitter:
         self._in_flight = False
         self._flush_queued()
         return await asyncio.shield(done)
+
+    def _alone(self, kind: CheckpointKind) -> bool:
+        """No other kind has rows queued (a loop, not a generator: this runs per checkpoint)."""
+        for k, q in self._queues.items():
+            if q and k is not kind:
+                return False
+        return True
 
     async def drain(self) -> None:
         """Wait until every queued checkpoint is written (before the pool closes)."""
@@ -165,11 +172,13 @@ class GroupCommitter:
     async def _write(self, kind: CheckpointKind, batch: list[_Pending], *, retried: bool = False) -> None:
         """Write `batch` and settle every caller of it, whatever happens. `retried`: an earlier
         try of these rows had an unknown outcome (a unique violation then means "recorded")."""
-        retrier = Retrier(f"record_{kind.name}", rows=len(batch), workflow_run_id=batch[0].run_id)
+        retrier: Retrier | None = None  # made on a first failure: most writes never need one
         while True:
             try:
                 committed = await self._execute(kind, batch)
             except Exception as exc:
+                if retrier is None:
+                    retrier = Retrier(f"record_{kind.name}", rows=len(batch), workflow_run_id=batch[0].run_id)
                 again = retried or retrier.outcome_unknown
                 if len(batch) > 1 and not is_transient(exc):
                     # One row's reason (or a retry's unique violation): each row alone.

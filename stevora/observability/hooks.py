@@ -207,8 +207,9 @@ class ToolCallObservation:
     def finished(self, outcome: ToolOutcome) -> None:
         if self.span is not None:
             tracing.tool_finished(self.span, outcome)
-        self._calls.durations(self.name)[outcome.ok].observe(outcome.duration_ms / 1000)
-        if not outcome.ok:
+        ok = outcome.status == "completed"
+        self._calls.durations(self.name)[ok].observe(outcome.duration_ms / 1000)
+        if not ok:
             metrics.TOOL_CALL_ERRORS.labels(self.name, outcome.error_code or "TOOL_ERROR").inc()
 
 

@@ -48,6 +48,7 @@ class ModelCaller:
         # The transcript as each provider gets it, kept up to date as the loop appends to it.
         self._repairs: dict[str, TranscriptRepair] = {}
         self._observe = observe.ModelCalls(ex.step_run_id)  # metric children bound once per visit
+        self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
 
     async def call(self, st: LoopState) -> CommittedRound:
         self.rt.faults.reached("llm_call_starting", st.next_round)
@@ -60,7 +61,7 @@ class ModelCaller:
         # this execution do not pay for its failures (and its SDK retries) again.
         for index in range(self._model_index, len(candidates)):
             model = candidates[index]
-            provider = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
+            provider = self._provider(index, model)
             if provider is None:
                 self.log.warning("no_provider_for_model", model=model, hint="trying next")
                 # A real provider failure (maybe retryable) outranks a missing fallback provider:
@@ -132,6 +133,15 @@ class ModelCaller:
             )
         assert last_error is not None
         raise last_error
+
+    def _provider(self, index: int, model: str) -> Provider | None:
+        """The provider of candidate `index`, resolved once per step visit."""
+        if index in self._providers:
+            return self._providers[index]
+        found = self._providers[index] = self.rt.providers.resolve(
+            model, self.step.provider if index == 0 else None
+        )
+        return found
 
     def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
         repair = self._repairs.get(provider_name)
