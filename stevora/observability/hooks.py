@@ -79,7 +79,7 @@ class ModelCallObservation:
         self._calls = calls
         self._round = round_
         self._scope: Any = None
-        if tracing.is_on():
+        if tracing._state.tracer is not None:  # tracing on (tracing.is_on(), without the call)
             self._scope = tracing.chat_span(provider, model, calls.step_run_id, round_, messages)
 
     def __enter__(self) -> ModelCallObservation:
@@ -177,7 +177,7 @@ class ToolCallObservation:
         self._calls = calls
         self._round = round_
         self._scope: Any = None
-        if tracing.is_on():
+        if tracing._state.tracer is not None:
             self._scope = tracing.tool_span(name, call_id, calls.step_run_id, round_, arguments)
 
     def __enter__(self) -> ToolCallObservation:

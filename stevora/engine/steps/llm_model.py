@@ -51,7 +51,9 @@ class ModelCaller:
         self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
 
     async def call(self, st: LoopState) -> CommittedRound:
-        self.rt.faults.reached("llm_call_starting", st.next_round)
+        faults = self.rt.faults
+        if faults.armed:
+            faults.reached("llm_call_starting", st.next_round)
         appended, st.pending_append = st.pending_append, []
         is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
         st.transcript.extend(appended)
@@ -213,7 +215,9 @@ class ModelCaller:
         committed_at = await checkpoints.record_llm_call(
             self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )
-        self.rt.faults.reached("llm_call_committed", rec.round)
+        faults = self.rt.faults
+        if faults.armed:
+            faults.reached("llm_call_committed", rec.round)
         st.next_round += 1
         st.cost_usd += rec.cost_usd
         st.usage = st.usage + usage

@@ -29,6 +29,7 @@ async def record_outcome(
     idempotency_key: str,
     state_updates: dict[str, Any] | None,
 ) -> None:
+    ok = outcome.status == "completed"  # `outcome.ok`, read once
     rec = ToolTraceRecord(
         step_run_id=step_run_id,
         llm_call_id=llm_call_id,
@@ -41,7 +42,7 @@ async def record_outcome(
         status=outcome.status,
         error=outcome.error,
         error_code=outcome.error_code,
-        result_text=None if outcome.ok else outcome.result_text,
+        result_text=None if ok else outcome.result_text,
         duration_ms=outcome.duration_ms,
         idempotency_key=idempotency_key,
     )
@@ -54,9 +55,9 @@ async def record_outcome(
         "sequence": sequence,
         "durationMs": round(outcome.duration_ms, 3),
     }
-    if not outcome.ok:
+    if not ok:
         payload.update(error=outcome.error, errorCode=outcome.error_code)
     if state_updates:
         payload["stateKeys"] = sorted(state_updates)
-    event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
+    event = EventType.TOOL_CALL_COMPLETED if ok else EventType.TOOL_CALL_FAILED
     await checkpoints.record_tool_trace(rt.committer, ex.run_id, ex.owner, rec, event, payload, state_updates)
