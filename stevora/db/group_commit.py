@@ -34,16 +34,26 @@ how-many-th such batch of that kind: `batch_sending:<kind>:<n>` (callers queued,
 
 `STEVORA_GROUP_COMMIT=false` turns grouping off: each checkpoint is then written by its own
 caller, concurrently, with the same statement shape and the same retry rules.
+
+Grouping on, one statement is in flight at a time, so the committer keeps one pool connection
+between statements instead of acquiring and releasing one for each (asyncpg's acquire + release
+is about 60 Python calls and a task per statement, more than the rest of a lone checkpoint's
+client side). It is given back after `HOLD_IDLE_S` without a checkpoint, by `drain()`, and at
+once after any error that is not a plain statement error (a lost connection, a cancelled
+statement: terminated first, so no half-finished protocol state is ever reused). A pool of one
+connection is never held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
 from operator import attrgetter
 from typing import Any
 
 import asyncpg
+import structlog
 
 from stevora.db.checkpoint_sql import CheckpointKind
 from stevora.db.transient import Retrier, is_transient
@@ -51,6 +61,8 @@ from stevora.errors import LeaseLost
 from stevora.faults import FaultPlan
 
 ALREADY_RECORDED: Any = object()  # a retry found the row written by the try before
+log = structlog.get_logger("stevora.db")
+HOLD_IDLE_S = 0.25  # a kept connection goes back to the pool after this long without a checkpoint
 
 
 @dataclass(slots=True)
@@ -87,6 +99,12 @@ class GroupCommitter:
         self.batches = 0  # statements that committed (for tests and benchmarks)
         self.rows = 0
         self._multi_row: dict[str, int] = {}  # batches of several rows sent, per kind (fault points)
+        # The kept connection (see the module docstring); only a real pool of 2+ connections.
+        self._hold = enabled and isinstance(pool, asyncpg.Pool) and pool.get_max_size() > 1
+        self._conn: Any = None
+        self._conn_used = False  # a statement went out since the last idle check
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
 
     async def write(self, kind: CheckpointKind, run_id: str, values: tuple[Any, ...], what: str) -> Any:
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -134,9 +152,76 @@ class GroupCommitter:
         return True
 
     async def drain(self) -> None:
-        """Wait until every queued checkpoint is written (before the pool closes)."""
+        """Wait until every queued checkpoint is written and the kept connection is back in the
+        pool (before the pool closes)."""
         while self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
+        if not self._in_flight:
+            self._give_back(terminate=False)
+        while self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
+
+    # -- the kept connection ----------------------------------------------------------------------
+
+    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """One statement: on the kept connection when grouping (one statement in flight at a
+        time), else on a connection of the pool's."""
+        if not self._hold:
+            return await self.pool.fetch(sql, *args)  # type: ignore[no-any-return]
+        conn = self._conn
+        statement = None
+        if conn is not None:
+            try:
+                statement = conn.fetch(sql, *args)
+            except asyncpg.InterfaceError:
+                # The server closed it while it was kept, and asyncpg gave it back to the pool
+                # (a released connection refuses calls before sending anything): take another.
+                self._conn = conn = None
+        if conn is None:
+            conn = self._conn = await self.pool.acquire()
+            if self._idle_timer is None:
+                self._idle_timer = asyncio.get_running_loop().call_later(HOLD_IDLE_S, self._idle_check)
+        self._conn_used = True
+        try:
+            if statement is None:
+                statement = conn.fetch(sql, *args)
+            return await statement  # type: ignore[no-any-return]
+        except BaseException as exc:
+            if not isinstance(exc, asyncpg.PostgresError) or is_transient(exc):
+                # A lost connection, a cancelled statement, anything not a plain statement error:
+                # never reuse it (a plain error, e.g. a unique violation, leaves it idle and fine).
+                self._give_back(terminate=True)
+            raise
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        if self._conn is None:
+            return
+        if self._conn_used or self._in_flight:
+            self._conn_used = False
+            self._idle_timer = asyncio.get_running_loop().call_later(HOLD_IDLE_S, self._idle_check)
+            return
+        self._give_back(terminate=False)
+
+    def _give_back(self, *, terminate: bool) -> None:
+        conn, self._conn = self._conn, None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if conn is None:
+            return
+        if terminate:
+            # A connection the server closed is already back in the pool (asyncpg releases it).
+            with contextlib.suppress(asyncpg.InterfaceError):
+                conn.terminate()
+        task = asyncio.ensure_future(self.pool.release(conn))
+        self._releasing.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Task[None]) -> None:
+        self._releasing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("group_commit_release_failed", error=repr(task.exception()))
 
     def _flush_queued(self) -> None:
         if any(self._queues.values()):
@@ -214,14 +299,14 @@ class GroupCommitter:
     async def _execute(self, kind: CheckpointKind, batch: list[_Pending]) -> dict[str, Any]:
         """One statement for the batch; returns run id -> commit timestamp of each row written."""
         if len(batch) == 1:
-            records = await self.pool.fetch(kind.single_sql, *batch[0].values)
+            records = await self._fetch(kind.single_sql, *batch[0].values)
         else:
             names = kind.names
             rows = [dict(zip(names, p.values, strict=True)) for p in batch]
             if self.faults.armed:
                 records = await self._execute_with_faults(kind, rows)
             else:
-                records = await self.pool.fetch(kind.batch_sql, rows)
+                records = await self._fetch(kind.batch_sql, rows)
         self.batches += 1
         self.rows += len(records)
         return {rec["workflow_run_id"]: rec["created_at"] for rec in records}
