@@ -47,7 +47,11 @@ def _encode(value: Any) -> bytes:
 
 
 def _dumps(value: Any) -> str:
-    return _encode(value).decode()
+    # `_encode(value).decode()`, inlined: asyncpg calls this for every json/jsonb parameter.
+    try:
+        return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS).decode()
+    except orjson.JSONEncodeError:
+        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
 
 
 async def _init_connection(conn: asyncpg.Connection) -> None:

@@ -12,9 +12,11 @@ batch is **one** statement over a JSON array of rows (`json_to_recordset`, `chec
   the server has it, never `off`), so no caller goes on from a row that is not durable;
 * no timer: a batch leaves as soon as the previous one is back; a caller that finds nothing in
   flight waits one turn of the event loop (callers of that same turn join it) and, still alone,
-  sends its single-row statement from its own task, so concurrency 1 pays what it always paid;
-  batches grow only when callers queue up, and are sent by a flusher task that no caller's
-  cancellation (a revoked lease cancels that run's task) can interrupt;
+  sends its single-row statement from its own task, so concurrency 1 pays what it always paid
+  (after `CALM_WRITES` lone checkpoints in a row that nobody joined, it skips that turn until a
+  caller arrives while a statement is in flight again); batches grow only when callers queue
+  up, and are sent by a flusher task that no caller's cancellation (a revoked lease cancels
+  that run's task) can interrupt;
 * two checkpoints of one run never share a batch (the run's event sequence is bumped once per
   row), the second waits for the next one;
 * a lost connection retries the batch in place (same rows, same ids): the try whose outcome was
@@ -62,7 +64,10 @@ from stevora.faults import FaultPlan
 
 ALREADY_RECORDED: Any = object()  # a retry found the row written by the try before
 log = structlog.get_logger("stevora.db")
-HOLD_IDLE_S = 0.25  # a kept connection goes back to the pool after this long without a checkpoint
+HOLD_IDLE_S = 0.25
+# After this many lone checkpoints in a row that no other caller joined, a lone caller sends at
+# once instead of first waiting one loop turn for company.
+CALM_WRITES = 16  # a kept connection goes back to the pool after this long without a checkpoint
 
 
 @dataclass(slots=True)
@@ -96,6 +101,7 @@ class GroupCommitter:
         self._queues: dict[CheckpointKind, list[_Pending]] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._in_flight = False  # a statement is on the wire (a lone caller's or the flusher's)
+        self._calm = 0  # lone checkpoints in a row that nobody joined (see `write`)
         self.batches = 0  # statements that committed (for tests and benchmarks)
         self.rows = 0
         self._multi_row: dict[str, int] = {}  # batches of several rows sent, per kind (fault points)
@@ -115,6 +121,7 @@ class GroupCommitter:
         queue = self._queues.setdefault(kind, [])
         queue.append(item)
         if self._in_flight:
+            self._calm = 0  # callers meet: wait a turn for company again
             # The flusher task sends queued rows; this caller only waits for its own future, so
             # cancelling it (a revoked lease) cancels that future, never the batch others share
             # (the flusher does not settle a cancelled future). No `shield`: it cost a task-like
@@ -125,20 +132,25 @@ class GroupCommitter:
         # one single-row statement. Rows of several callers go to the flusher task instead, so
         # that cancelling one caller (a revoked lease) can never cancel the others' statement.
         self._in_flight = True
-        try:
-            await asyncio.sleep(0)
-        except BaseException:
-            queue.remove(item)  # cancelled before anything was sent
-            self._in_flight = False
-            self._flush_queued()
-            raise
+        if self._calm < CALM_WRITES:
+            try:
+                await asyncio.sleep(0)
+            except BaseException:
+                queue.remove(item)  # cancelled before anything was sent
+                self._in_flight = False
+                self._flush_queued()
+                raise
+        # else: the last CALM_WRITES checkpoints all went alone, nobody arriving while they were
+        # in flight (one run, or runs that never overlap): the turn would only cost a wake-up.
+        # A caller that does arrive meanwhile is queued for the next statement and resets this.
         if len(queue) == 1 and self._alone(kind):
             self._queues[kind] = []
             try:
                 await self._write(kind, queue)
             finally:
                 self._in_flight = False
-                self._flush_queued()
+                # Calm when nobody queued up behind this statement.
+                self._calm = 0 if self._flush_queued() else self._calm + 1
             return done.result()
         self._in_flight = False
         self._flush_queued()
@@ -223,10 +235,13 @@ class GroupCommitter:
         if not task.cancelled() and task.exception() is not None:
             log.warning("group_commit_release_failed", error=repr(task.exception()))
 
-    def _flush_queued(self) -> None:
+    def _flush_queued(self) -> bool:
+        """Start the flusher for queued rows, if any (returns whether there were)."""
         if any(self._queues.values()):
             self._in_flight = True
             self._flusher = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
+            return True
+        return False
 
     async def _flush_all(self) -> None:
         try:

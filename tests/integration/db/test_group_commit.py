@@ -558,3 +558,25 @@ async def test_grouping_off_or_a_pool_of_one_keeps_no_connection(harness: Harnes
         assert await single.fetchval("SELECT 1") == 1  # the one connection is free
     finally:
         await single.close()
+
+
+async def test_after_calm_lone_checkpoints_a_caller_sends_at_once_and_company_still_batches(
+    harness: Harness, workspace_id: str
+) -> None:
+    """Lone checkpoints stop waiting a loop turn for company once nobody has joined for a while;
+    callers that then arrive together still share statements, each row written once."""
+    anchors, pool, ids = await leased(harness, workspace_id, 4)
+    gc = committer(pool)
+    for i in range(group_commit.CALM_WRITES):
+        await record_trace(gc, anchors[0], 800 + i)
+    assert gc._calm == group_commit.CALM_WRITES
+    task = asyncio.create_task(record_trace(gc, anchors[0], 850))
+    await asyncio.sleep(0)  # one turn: a calm lone caller has already sent its statement
+    assert gc._in_flight and not any(gc._queues.values())
+    await task
+    batches = gc.batches
+    await asyncio.gather(*(record_trace(gc, a, 860) for a in anchors))
+    assert gc.batches - batches == 2  # the first went alone at once, the other three together
+    assert gc._calm == 0  # they met: the next lone caller waits its turn again
+    assert sorted(r["workflow_run_id"] for r in await traces_of(pool, ids, 860)) == sorted(ids)
+    await gc.drain()
