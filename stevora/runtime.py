@@ -34,7 +34,7 @@ class DefinitionCache:
         found = self._cache.get(definition_id)
         if found is None:
             row = await self.pool.fetchrow(
-                "SELECT workspace_id, name, version, description, steps, input_schema, default_params "
+                "SELECT workspace_id, name, version, description, steps, input_schema, default_params, budget "
                 "FROM workflow_definitions WHERE id = $1",
                 definition_id,
             )
@@ -48,6 +48,7 @@ class DefinitionCache:
                     "steps": row["steps"],
                     "inputSchema": row["input_schema"],
                     "defaultParams": row["default_params"],
+                    "budget": row["budget"],
                 }
             )
             found = self._cache[definition_id] = (row["workspace_id"], spec)

@@ -50,6 +50,7 @@ async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any]
             steps=dump["steps"],
             input_schema=spec.input_schema,
             default_params=spec.default_params,
+            budget=dump.get("budget"),
         )
         .on_conflict_do_nothing(constraint="uq_definition_version")
         .returning(*_COLUMNS)

@@ -13,10 +13,11 @@ import structlog
 from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound, LlmCallRecord
 from stevora.definitions import LlmStep
+from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
-from stevora.errors import ProviderError, ProviderNotFound, StevoraError
+from stevora.errors import BudgetExceeded, ProviderError, ProviderNotFound, StevoraError
 from stevora.events import EventType
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolSpec, tool_choice_of
 from stevora.llm.provider import Provider
@@ -49,6 +50,7 @@ class ModelCaller:
         self._repairs: dict[str, TranscriptRepair] = {}
         self._observe = observe.ModelCalls(ex.step_run_id)  # metric children bound once per visit
         self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
+        self.meter: Meter | None = None  # the run's budget, when it has one
 
     async def call(self, st: LoopState) -> CommittedRound:
         faults = self.rt.faults
@@ -62,6 +64,10 @@ class ModelCaller:
         # Stay on the model that answered last: once the primary has failed over, later rounds of
         # this execution do not pay for its failures (and its SDK retries) again.
         for index in range(self._model_index, len(candidates)):
+            if self.meter is not None:
+                limit = self.meter.model_call_refused()
+                if limit is not None:
+                    raise BudgetExceeded(limit)
             model = candidates[index]
             provider = self._provider(index, model)
             if provider is None:
@@ -221,6 +227,9 @@ class ModelCaller:
         st.next_round += 1
         st.cost_usd += rec.cost_usd
         st.usage = st.usage + usage
+        if self.meter is not None:  # as the checkpoint just added to the run's totals
+            self.meter.model_calls += 1
+            self.meter.cost_cents += rec.cost_usd * 100
         return CommittedRound(
             llm_call_id=rec.id,
             step_run_id=rec.step_run_id,
@@ -270,6 +279,8 @@ class ModelCaller:
         await checkpoints.record_llm_call(
             self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
         )
+        if self.meter is not None:
+            self.meter.model_calls += 1
 
 
 def _ms(value: float | None) -> float | None:
