@@ -100,30 +100,23 @@ class Probe:
     # -- function calls -------------------------------------------------------------------------
 
     def _hook(self, frame: FrameType, event: str, arg: Any) -> None:
+        if event != "call" and event != "c_call":
+            return
+        code = frame.f_code
+        if code in self._skip:
+            return
+        counts = self.counts
         if event == "call":
-            code = frame.f_code
-            if code in self._skip:
-                return
-            counts = self.counts
             counts.py += 1
             counts.by_code[code] += 1
-            own = self._own.get(code)
-            if own is None:
-                own = self._own[code] = _is_own(code)
-            if own:
-                counts.own += 1
-        elif event == "c_call":
-            code = frame.f_code
-            if code in self._skip:
-                return
-            counts = self.counts
+        else:
             counts.c += 1
             counts.c_by_code[code] += 1
-            own = self._own.get(code)
-            if own is None:
-                own = self._own[code] = _is_own(code)
-            if own:
-                counts.own += 1
+        own = self._own.get(code)
+        if own is None:
+            own = self._own[code] = _is_own(code)
+        if own:
+            counts.own += 1
 
     # -- statements -----------------------------------------------------------------------------
 

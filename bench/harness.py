@@ -63,7 +63,7 @@ class TimedProvider(ScriptedProvider):
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         first = request.messages[0]  # the prompt (the bench's definitions have no system prompt)
-        tag = (
+        tag = str(
             first.content
             if first.role == "user"
             else next(m.content for m in request.messages if m.role == "user")

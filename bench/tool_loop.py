@@ -212,7 +212,7 @@ def print_growth(timed: Level | None, counted: tuple[Counts, Level] | None, roun
         print(f"    wall ms p50 ({timed.runs} runs): {ms}")
     if counted is not None:
         per_run = getattr(counted[1], "call_counts", {})
-        by_k: dict[int, list[int]] = defaultdict(list)
+        by_k: dict[int, list[float]] = defaultdict(list)
         for stamps in per_run.values():
             for k in range(1, len(stamps)):
                 by_k[k].append(stamps[k] - stamps[k - 1])
