@@ -136,6 +136,13 @@ class MaxToolRoundsExceeded(StepError):
     retryable = False
 
 
+class ContextExpired(StepError):
+    """A run waited longer than `outputsExpireAfterMs` for client tool outputs nobody sent."""
+
+    code = "CONTEXT_EXPIRED"
+    retryable = False
+
+
 class GuardrailFailed(StepError):
     code = "GUARDRAIL_FAILED"
     retryable = False

@@ -33,9 +33,8 @@ from stevora.client import (
 )
 from stevora.client.operations import Decision
 
-# soft_wrap: long lines (ids, commands to copy) are left whole for the terminal to wrap.
-console = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+console = output.make_console()
+err = output.make_console(stderr=True)
 
 keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 definitions_app = typer.Typer(help="Manage workflow definitions.", no_args_is_help=True)
@@ -95,18 +94,67 @@ def connect(url: str, api_key: str | None) -> Iterator[AgentRuntime]:
         raise typer.Exit(1) from None
 
 
-def load_spec(path: Path) -> dict[str, Any]:
-    """A definition from a JSON or YAML file."""
+def load_specs(path: Path) -> list[dict[str, Any]]:
+    """The definitions in a JSON file (one) or a YAML file (one per `---` document, in order)."""
     try:
         text = path.read_text()
-        spec = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        if path.suffix.lower() == ".json":
+            specs = [json.loads(text)]
+        else:  # empty documents (a leading or trailing `---`) are skipped
+            specs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise typer.BadParameter(f"cannot read {path}: {exc}") from None
-    if not isinstance(spec, dict):
-        raise typer.BadParameter(f"{path} must hold one workflow definition (an object)")
-    if isinstance(spec.get("version"), int | float):  # YAML reads `version: 1.0` as a number
-        spec["version"] = str(spec["version"])
-    return spec
+    if not specs:
+        raise typer.BadParameter(f"{path} holds no workflow definition")
+    for number, spec in enumerate(specs, 1):
+        if not isinstance(spec, dict):
+            where = f"document {number} of {path}" if len(specs) > 1 else str(path)
+            raise typer.BadParameter(f"{where} must be a workflow definition (an object)")
+        if isinstance(spec.get("version"), int | float):  # YAML reads `version: 1.0` as a number
+            spec["version"] = str(spec["version"])
+    return specs
+
+
+def apply_order(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The file's definitions, each after the ones of the same file it calls as tools (the server
+    checks that a workflow tool names a stored definition); otherwise in file order."""
+    names = {spec.get("name") for spec in specs}
+    ordered: list[dict[str, Any]] = []
+    visiting: set[int] = set()
+
+    def calls(spec: dict[str, Any]) -> list[str]:
+        found = []
+        for step in spec.get("steps") or []:
+            for tool in (step.get("tools") or []) if isinstance(step, dict) else []:
+                name = (
+                    tool
+                    if isinstance(tool, str)
+                    else (tool.get("workflow") if isinstance(tool, dict) else None)
+                )
+                if isinstance(name, str) and name in names and name != spec.get("name"):
+                    found.append(name)
+        return found
+
+    def visit(spec: dict[str, Any]) -> None:
+        if any(spec is done for done in ordered) or id(spec) in visiting:
+            return  # placed already, or a cycle (left to the server to report)
+        visiting.add(id(spec))
+        for name in calls(spec):
+            for other in specs:
+                if other.get("name") == name:
+                    visit(other)
+        ordered.append(spec)
+
+    for spec in specs:
+        visit(spec)
+    return ordered
+
+
+def apply_file(rt: AgentRuntime, path: Path) -> list[WorkflowDefinition]:
+    """Apply every definition in the file; returned in file order (the first is the file's main one)."""
+    specs = load_specs(path)
+    applied = {id(spec): rt.definitions.apply(spec) for spec in apply_order(specs)}
+    return [applied[id(spec)] for spec in specs]
 
 
 def parse_inputs(pairs: list[str], as_json: str | None) -> dict[str, Any]:
@@ -133,26 +181,28 @@ def parse_inputs(pairs: list[str], as_json: str | None) -> dict[str, Any]:
 def resolve_definition(rt: AgentRuntime, target: str, version: str | None) -> WorkflowDefinition:
     """A file is applied; `wfdef_...` is fetched; anything else is a name (newest version)."""
     path = Path(target)
-    if path.is_file():
-        return rt.definitions.apply(load_spec(path))
+    if path.is_file():  # several definitions (`---`): all are applied, the first one runs
+        return apply_file(rt, path)[0]
     if target.startswith("wfdef_"):
         return rt.definitions.get(target)
     return rt.definitions.find(target, version)
 
 
-def watch(rt: AgentRuntime, run: WorkflowRun) -> WorkflowRun:
-    """Print the run's progress live until it ends; returns the finished run."""
+def watch(rt: AgentRuntime, run: WorkflowRun, to: Console | None = None) -> WorkflowRun:
+    """Print the run's progress live (on `to`, stdout by default) until it ends; returns the
+    finished run."""
+    out = to or console
     progress = render.Progress()
     try:
         for event in rt.workflows.stream(run.id):
             line = progress.line(event)
             if line:
-                console.print(line)
+                out.print(line)
     except KeyboardInterrupt:
         err.print(f"stopped watching; the run continues: stevora runs show {run.id}")
         raise typer.Exit(130) from None
     final = rt.workflows.get(run.id)
-    console.print(progress.summary(final))
+    out.print(progress.summary(final))
     return final
 
 
@@ -177,16 +227,23 @@ def keys_create(
 
 @definitions_app.command("apply")
 def definitions_apply(
-    file: Annotated[Path, typer.Argument(help="Definition as JSON or YAML.", exists=True, dir_okay=False)],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Definition as JSON or YAML (several YAML documents separated by `---`).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
-    """Create a definition from a file (unchanged re-applies are no-ops); prints its id."""
-    spec = load_spec(file)
+    """Create the definitions in a file (unchanged re-applies are no-ops); prints each id."""
     with connect(url, api_key) as rt:
-        definition = rt.definitions.apply(spec)
-    err.print(f"{escape(definition.name)} v{escape(definition.version)}:")
-    print(definition.id)
+        definitions = apply_file(rt, file)
+    for definition in definitions:
+        err.print(f"{escape(definition.name)} v{escape(definition.version)}:")
+        print(definition.id)
 
 
 @app.command("run")
@@ -199,6 +256,12 @@ def run_command(
     watch_run: Annotated[
         bool, typer.Option("--watch", "-w", help="Follow the run live until it ends.")
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the run as JSON (the API's field names); with --watch, once it has ended."
+        ),
+    ] = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
@@ -208,11 +271,17 @@ def run_command(
         definition = resolve_definition(rt, target, version)
         run = rt.workflows.create(definition.id, inputs, idempotency_key=idempotency_key)
         reused = "" if run.created is not False else " (existing run for this idempotency key)"
-        console.print(f"Run [bold]{run.id}[/bold] of {escape(definition.name)} v{escape(definition.version)}"
-                      f" {render.status(run.status)}{reused}")  # fmt: skip
+        line = (f"Run [bold]{run.id}[/bold] of {escape(definition.name)} v{escape(definition.version)}"
+                f" {render.status(run.status)}{reused}")  # fmt: skip
+        # With --json, stdout holds only the JSON document; the progress lines go to stderr.
+        (err if as_json else console).print(line)
         if not watch_run:
+            if as_json:
+                output.emit(run)
             return
-        final = watch(rt, run)
+        final = watch(rt, run, err if as_json else console)
+    if as_json:
+        output.emit(final)
     if final.status != "COMPLETED":
         raise typer.Exit(1)
 
@@ -303,6 +372,7 @@ def approve(
         str | None, typer.Option("--edit", help="Approve with this content instead (JSON, else text).")
     ] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who decided (recorded).")] = None,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
@@ -324,6 +394,9 @@ def approve(
                 raise typer.Exit(1)
             approval_id = pending[0].id
         decided = rt.approvals.decide(approval_id, decision, edited_content=edited, decided_by=by)
+    if as_json:
+        output.emit(decided)
+        return
     console.print(
         f"{decision} {decided.id} ({escape(decided.step_name)}); run {decided.workflow_run_id} continues"
     )
@@ -354,20 +427,24 @@ def parse_tool_outputs(outputs: list[str], errors: list[str]) -> list[ToolOutput
 @runs_app.command("tool-outputs")
 def runs_tool_outputs(
     run_id: Annotated[str, typer.Argument(help="Run id (wfrun_...) waiting for tool outputs.")],
-    output: Annotated[
+    outputs: Annotated[
         list[str] | None,
         typer.Option("--output", "-o", help="CALL_ID=JSON: a call's result (not JSON: sent as a string)."),
     ] = None,
-    error: Annotated[
+    errors: Annotated[
         list[str] | None, typer.Option("--error", "-e", help="CALL_ID=MESSAGE: the call failed.")
     ] = None,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
     """Answer client-executed tool calls of a waiting run; it resumes when none is pending."""
-    items = parse_tool_outputs(output or [], error or [])
+    items = parse_tool_outputs(outputs or [], errors or [])
     with connect(url, api_key) as rt:
         run = rt.workflows.submit_tool_outputs(run_id, items)
+    if as_json:
+        output.emit(run)
+        return
     answered = ", ".join(i.tool_call_id for i in items)
     console.print(f"Answered {escape(answered)}; run {run.id} {render.status(run.status)}")
     pending = render.pending_tool_calls(run)

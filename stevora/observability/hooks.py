@@ -8,7 +8,7 @@ The engine calls these in a line or two; everything else about observability liv
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
@@ -66,13 +66,14 @@ class ModelCallObservation:
 
     Class-based, not a generator: this runs on every model call. With tracing off it sets the
     structlog `round` (one context-variable write), times the call and observes the histogram
-    child `ModelCalls` bound for the step visit; the span exists only with tracing on."""
+    child `ModelCalls` bound for the step visit; the span exists only with tracing on. The span
+    names the model; `model` here is the metric label (bounded: `metrics.model_label`)."""
 
     __slots__ = ("_calls", "_round", "_scope", "_token", "model", "provider", "span", "started", "status")
 
     def __init__(self, calls: ModelCalls, provider: str, model: str, round_: int, messages: Any) -> None:
         self.provider = provider
-        self.model = model
+        self.model = calls.label(provider, model)  # the metric label, not the step's string
         self.span: Span | None = None
         self.started = 0.0
         self.status = "error"
@@ -116,49 +117,67 @@ class ModelCallObservation:
 
 
 class ModelCalls:
-    """The observation points of one step visit's model calls: the metric children of each
-    (provider, model) are looked up once per visit, not per call."""
+    """The observation points of one step visit's model calls: the metric label and children of
+    each (provider, model) are looked up once per visit, not per call. `known_name` is
+    `Pricing.known_name`: the label is the price list's name or `other` (`metrics.model_label`)."""
 
-    __slots__ = ("_durations", "_tokens", "step_run_id")
+    __slots__ = ("_durations", "_known_name", "_labels", "_tokens", "step_run_id")
 
-    def __init__(self, step_run_id: str) -> None:
+    def __init__(self, step_run_id: str, known_name: Callable[[str, str], str | None] | None = None) -> None:
         self.step_run_id = step_run_id
-        self._durations: dict[tuple[str, str], tuple[Any, Any]] = {}  # (error, ok) children
-        self._tokens: dict[tuple[str, str], tuple[Any, Any]] = {}  # (input, output) children
+        self._known_name = known_name
+        self._labels: dict[tuple[str, str], str] = {}  # (provider, model) -> model label
+        self._durations: dict[tuple[str, str], tuple[Any, Any]] = {}  # (error, ok) children by label
+        self._tokens: dict[tuple[str, str], tuple[Any, Any]] = {}  # (input, output) children by label
+
+    def label(self, provider: str, model: str) -> str:
+        found = self._labels.get((provider, model))
+        if found is None:
+            known = self._known_name(provider, model) if self._known_name is not None else None
+            found = self._labels[(provider, model)] = metrics.model_label(known)
+        return found
 
     def call(self, provider: str, model: str, round_: int, messages: Any) -> ModelCallObservation:
         """`with calls.call(...) as obs:` around one provider call."""
         return ModelCallObservation(self, provider, model, round_, messages)
 
-    def durations(self, provider: str, model: str) -> tuple[Any, Any]:
-        found = self._durations.get((provider, model))
+    def durations(self, provider: str, label: str) -> tuple[Any, Any]:
+        found = self._durations.get((provider, label))
         if found is None:
-            found = self._durations[(provider, model)] = (
-                metrics.LLM_CALL_DURATION.labels(provider, model, "error"),
-                metrics.LLM_CALL_DURATION.labels(provider, model, "ok"),
+            found = self._durations[(provider, label)] = (
+                metrics.LLM_CALL_DURATION.labels(provider, label, "error"),
+                metrics.LLM_CALL_DURATION.labels(provider, label, "ok"),
             )
         return found
 
     def answered(self, provider: str, model: str, usage: Usage, cost_usd: float | None) -> None:
         """Tokens and cost of an answered call (`metrics.llm_answered`, children bound per visit)."""
-        found = self._tokens.get((provider, model))
+        label = self.label(provider, model)
+        found = self._tokens.get((provider, label))
         if found is None:
-            found = self._tokens[(provider, model)] = (
-                metrics.LLM_TOKENS.labels(provider, model, "input"),
-                metrics.LLM_TOKENS.labels(provider, model, "output"),
+            found = self._tokens[(provider, label)] = (
+                metrics.LLM_TOKENS.labels(provider, label, "input"),
+                metrics.LLM_TOKENS.labels(provider, label, "output"),
             )
         found[0].inc(usage.input_tokens)
         found[1].inc(usage.output_tokens)
         if cost_usd:
-            metrics.LLM_COST.labels(provider, model).inc(cost_usd)
+            metrics.LLM_COST.labels(provider, label).inc(cost_usd)
 
 
 @contextmanager
 def model_call(
-    provider: str, model: str, step_run_id: str, round_: int, messages: Any
+    provider: str,
+    model: str,
+    step_run_id: str,
+    round_: int,
+    messages: Any,
+    *,
+    known_model: str | None = None,
 ) -> Iterator[ModelCallObservation]:
-    """One provider call outside a step visit's `ModelCalls`; call `.answered(response)`."""
-    with ModelCalls(step_run_id).call(provider, model, round_, messages) as obs:
+    """One provider call outside a step visit's `ModelCalls`; call `.answered(response)`. The span
+    names `model`; the metrics name `known_model` (`Pricing.known_name`) or `other`."""
+    with ModelCalls(step_run_id, lambda _p, _m: known_model).call(provider, model, round_, messages) as obs:
         yield obs
 
 
@@ -208,9 +227,11 @@ class ToolCallObservation:
         if self.span is not None:
             tracing.tool_finished(self.span, outcome)
         ok = outcome.status == "completed"
-        self._calls.durations(self.name)[ok].observe(outcome.duration_ms / 1000)
+        # Bounded: the registered handler's name, or `other` when no handler had that name.
+        label = self.name if ok else metrics.tool_label(self.name, outcome.error_code)
+        self._calls.durations(label)[ok].observe(outcome.duration_ms / 1000)
         if not ok:
-            metrics.TOOL_CALL_ERRORS.labels(self.name, outcome.error_code or "TOOL_ERROR").inc()
+            metrics.TOOL_CALL_ERRORS.labels(label, outcome.error_code or "TOOL_ERROR").inc()
 
 
 class ToolCalls:

@@ -7,9 +7,12 @@ page says the same thing the same way, and so the rules can be unit-tested witho
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from markupsafe import Markup, escape
 
 from stevora.clock import iso, utcnow
 from stevora.llm.router import provider_name_for_model
@@ -189,8 +192,23 @@ def error_message(error: Any) -> str:
     return "" if error is None else str(error)
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def inline_code(text: Any) -> Markup:
+    """A description as written in docstrings and definitions: `backticked` spans become <code>,
+    everything else is escaped text."""
+    if text is None:
+        return Markup("")
+    parts = _CODE_SPAN.split(str(text))
+    return Markup("").join(
+        Markup("<code>{}</code>").format(p) if i % 2 else escape(p) for i, p in enumerate(parts)
+    )
+
+
 FILTERS = {
     "duration": duration,
+    "inline_code": inline_code,
     "step_duration_ms": step_duration_ms,
     "usd": usd,
     "cents": cents,

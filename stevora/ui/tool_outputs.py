@@ -22,20 +22,32 @@ if TYPE_CHECKING:
 
 
 async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
-    """`pending_calls` (client calls the run waits for, in the model's order) and `child_runs`
-    (`"<llm call id>:<index>"` → the child run answering that workflow-tool call)."""
+    """`pending_calls` (client calls the run waits for, in the model's order), `child_runs`
+    (`"<llm call id>:<index>"` → the child run answering that workflow-tool call),
+    `client_call_ids` (every call answered, or to be answered, by the client) and
+    `call_approvals` (tool-call id → the pending approval request gating that call)."""
     pending: list[asyncpg.Record] = []
     if run["status"] == RunStatus.WAITING:
         pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
-    children = await rt.pool.fetch(
-        "SELECT llm_call_id, sequence, child_run_id FROM awaited_tool_calls "
-        "WHERE workflow_run_id = $1 AND child_run_id IS NOT NULL",
+    awaited = await rt.pool.fetch(
+        "SELECT llm_call_id, sequence, kind, tool_call_id, child_run_id FROM awaited_tool_calls "
+        "WHERE workflow_run_id = $1",
+        run["id"],
+    )
+    gated = await rt.pool.fetch(
+        "SELECT a.id, c.tool_call_id FROM approval_requests a "
+        "JOIN awaited_tool_calls c ON c.id = a.awaited_tool_call_id "
+        "WHERE a.workflow_run_id = $1 AND a.status = 'PENDING'",
         run["id"],
     )
     return {
         "pending_calls": pending,
         "pending_call_ids": {c["tool_call_id"] for c in pending},
-        "child_runs": {f"{c['llm_call_id']}:{c['sequence']}": c["child_run_id"] for c in children},
+        "child_runs": {
+            f"{c['llm_call_id']}:{c['sequence']}": c["child_run_id"] for c in awaited if c["child_run_id"]
+        },
+        "client_call_ids": {c["tool_call_id"] for c in awaited if c["kind"] == "client"},
+        "call_approvals": {a["tool_call_id"]: a["id"] for a in gated},
     }
 
 

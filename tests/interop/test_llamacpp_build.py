@@ -40,9 +40,11 @@ def test_recorded_build_flags_enable_nothing_beyond_avx2() -> None:
     )
     assert cmake_args["GGML_NATIVE"] == "OFF"  # no -march=native
     assert cmake_args["GGML_AVX2"] == "ON"
-    enabled_beyond = [name for name, value in cmake_args.items() if value == "ON" and name.startswith(
-        tuple(f"GGML_{isa}" for isa in BEYOND_AVX2)
-    )]
+    enabled_beyond = [
+        name
+        for name, value in cmake_args.items()
+        if value == "ON" and name.startswith(tuple(f"GGML_{isa}" for isa in BEYOND_AVX2))
+    ]
     assert enabled_beyond == []
     assert Path(flags["WHEEL"]).parent.name.endswith(flags["FLAGS_KEY"])  # the cache is keyed by the flags
 

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from sqlalchemy import select
 from sqlalchemy.dialects.postgresql import insert
 from starlette.responses import Response
 
 from stevora.api.auth import require_admin_if_configured
+from stevora.api.authlimit import client_address
 from stevora.api.db import fetch_one, write_one
 from stevora.api.deps import Auth, Ctx, admin_token_header
 from stevora.api.openapi import errors
@@ -27,14 +28,19 @@ _COLUMNS = (Workspace.id, Workspace.name, Workspace.slug, Workspace.created_at, 
     "",
     status_code=201,
     response_model=Envelope[WorkspaceOut],
-    responses=errors(400, 401, 409),
+    responses=errors(400, 401, 409, 429),
     summary="Create a workspace",
 )
 async def create_workspace(
-    body: WorkspaceCreate, ctx: Ctx, admin_token: Annotated[str | None, Depends(admin_token_header)]
+    request: Request,
+    body: WorkspaceCreate,
+    ctx: Ctx,
+    admin_token: Annotated[str | None, Depends(admin_token_header)],
 ) -> Response:
     """Open unless the server has ADMIN_TOKEN, then `x-admin-token` must match it."""
-    require_admin_if_configured(ctx.settings.admin_token, admin_token)
+    require_admin_if_configured(
+        ctx.settings.admin_token, admin_token, ctx.keys.failures, client_address(request)
+    )
     stmt = (
         insert(Workspace)
         .values(id=new_id("ws"), name=body.name, slug=body.slug)

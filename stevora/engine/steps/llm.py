@@ -26,7 +26,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound
-from stevora.definitions import LlmStep
+from stevora.definitions import LlmStep, LlmToolDef
 from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited import (
@@ -37,12 +37,13 @@ from stevora.engine.steps.awaited import (
     announce_tool_outputs_required,
     answer,
     request_tool_approval,
+    tool_call_view,
 )
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
-from stevora.engine.steps.llm_tools import StepTools, ToolRunner, resolve_tools
-from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
+from stevora.engine.steps.llm_tools import StepTools, ToolRunner, expires_first, resolve_tools
+from stevora.errors import BudgetExceeded, ContextExpired, LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
 from stevora.llm.messages import Message
@@ -291,10 +292,31 @@ class LlmStepType(StepType):
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
         """A client tool's `timeoutMs` passed: its call fails with TOOL_OUTPUT_TIMEOUT (the model
-        gets an error result and the loop goes on, as after a handler timeout)."""
+        gets an error result and the loop goes on, as after a handler timeout). Its
+        `outputsExpireAfterMs` passed (the earlier of the two): the step, and so the run, fails
+        with CONTEXT_EXPIRED and the calls it waited for are closed unanswered."""
         run = await runs.lock_run(wait.conn, wait.run["id"])
         assert run is not None
         now = utcnow()
+        pending = await db_awaited.pending_for_run(wait.conn, run["id"])
+        step: LlmStep = wait.step
+        inline = {t.name: t for t in step.tools if isinstance(t, LlmToolDef)}
+        lapsed = [
+            c
+            for c in pending
+            if c["kind"] == CLIENT
+            and c["deadline_at"] is not None
+            and c["deadline_at"] <= now
+            and expires_first(step, inline.get(c["tool_name"]))
+        ]
+        if lapsed:
+            await db_awaited.mark_answered(wait.conn, [c["id"] for c in pending if c["kind"] == CLIENT])
+            names = ", ".join(sorted({c["tool_name"] for c in lapsed}))
+            error = ContextExpired(
+                f"No output was submitted for client tool calls ({names}) before {iso(lapsed[0]['deadline_at'])}",
+                details={"toolCalls": [tool_call_view(c) for c in lapsed]},
+            )
+            return StepResult(status="failed", error={**error.to_dict(), "retryable": False}, retryable=False)
         expired = [
             Answer(
                 call,
@@ -303,7 +325,7 @@ class LlmStepType(StepType):
                 error_code="TOOL_OUTPUT_TIMEOUT",
                 answered_by="timeout",
             )
-            for call in await db_awaited.pending_for_run(wait.conn, run["id"])
+            for call in pending
             if call["deadline_at"] is not None and call["deadline_at"] <= now
         ]
         # With nothing expired (an answer came first) this only re-aims the wake-up at the next

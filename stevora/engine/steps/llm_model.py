@@ -48,7 +48,8 @@ class ModelCaller:
         self._model_index = 0  # index into [model, *fallbackModels] of the model that answered last
         # The transcript as each provider gets it, kept up to date as the loop appends to it.
         self._repairs: dict[str, TranscriptRepair] = {}
-        self._observe = observe.ModelCalls(ex.step_run_id)  # metric children bound once per visit
+        # Metric labels and children bound once per visit (the label: the price list's name).
+        self._observe = observe.ModelCalls(ex.step_run_id, rt.pricing.known_name)
         self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
         self.meter: Meter | None = None  # the run's budget, when it has one
 

@@ -99,7 +99,7 @@ async def test_create_validation_and_missing_definition(
     missing = await client.post("/v1/workflow-runs", json={"input": {}}, headers=tenant.headers)
     assert missing.status_code == 400
     assert missing.json()["error"]["details"]["errors"] == [
-        {"path": "definitionId", "message": "Field required"}
+        {"path": "definitionId", "message": "Field required (or an ad-hoc `definition`)"}
     ]
     for body, path in (
         ({"definitionId": "x", "input": [1]}, "input"),
@@ -261,7 +261,7 @@ async def test_resume_delivers_a_signal_and_merges_its_payload(
     await harness.wait_for_status(run["id"], "WAITING")
     url = f"/v1/workflow-runs/{run['id']}/resume"
     no_signal = await client.post(url, json={}, headers=tenant.headers)
-    assert no_signal.status_code == 400
+    assert no_signal.status_code == 409  # a valid body the run's status does not fit
     assert no_signal.json()["error"]["details"]["errors"][0]["path"] == "signalType"
     wrong = await client.post(url, json={"signalType": "refund"}, headers=tenant.headers)
     assert wrong.status_code == 409
