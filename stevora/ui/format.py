@@ -17,6 +17,7 @@ from markupsafe import Markup, escape
 from stevora.clock import iso, utcnow
 from stevora.llm.router import provider_name_for_model
 from stevora.statuses import TERMINAL_RUN_STATUSES
+from stevora.tools.invoke import MAX_ARGUMENT_DEPTH, deeper_than, without_unstorable_chars
 
 # A JSON value longer than this many pretty-printed lines starts collapsed.
 COLLAPSE_LINES = 12
@@ -158,9 +159,13 @@ def _parse_maybe_json(value: Any) -> Any:
         stripped = value.strip()
         if stripped[:1] in ("{", "["):
             try:
-                return json.loads(stripped)
-            except ValueError:
+                parsed = json.loads(stripped)
+            except (ValueError, RecursionError):
                 return value
+            # Nesting a hostile model may send is shown as the string it wrote, not expanded.
+            if deeper_than(parsed, MAX_ARGUMENT_DEPTH):
+                return value
+            return without_unstorable_chars(parsed)  # a page cannot encode a lone surrogate
     return value
 
 
