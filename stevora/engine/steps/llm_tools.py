@@ -185,6 +185,7 @@ class ToolRunner:
         self.tools = tools
         self.log = log
         self.state = dict(ex.state)  # the run's state as this step's tools have left it
+        self._observe = observe.ToolCalls(ex.step_run_id)  # metric children bound once per visit
         self.meter: Meter | None = None  # the run's budget, when it has one
         # A replay with recorded tools answers calls from its origin's results (read on first use).
         self.recorded: RecordedTools | object | None = _UNREAD
@@ -412,7 +413,7 @@ class ToolRunner:
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments
-        with observe.tool_call(call.name, call.id, self.ex.step_run_id, call_round.round, arguments) as obs:
+        with self._observe.call(call.name, call.id, call_round.round, arguments) as obs:
             outcome = await invoke_tool(
                 self.rt.tools,
                 call.name,
