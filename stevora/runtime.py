@@ -34,8 +34,8 @@ class DefinitionCache:
         found = self._cache.get(definition_id)
         if found is None:
             row = await self.pool.fetchrow(
-                "SELECT workspace_id, name, version, description, steps, input_schema, default_params, budget "
-                "FROM workflow_definitions WHERE id = $1",
+                "SELECT workspace_id, name, version, description, steps, input_schema, default_params, budget, "
+                "concurrency, priority FROM workflow_definitions WHERE id = $1",
                 definition_id,
             )
             if row is None:
@@ -49,6 +49,8 @@ class DefinitionCache:
                     "inputSchema": row["input_schema"],
                     "defaultParams": row["default_params"],
                     "budget": row["budget"],
+                    "concurrency": row["concurrency"],
+                    "priority": row["priority"],
                 }
             )
             found = self._cache[definition_id] = (row["workspace_id"], spec)

@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     max_run_cost_cents: float | None = Field(default=None, ge=0, allow_inf_nan=False)
     max_run_model_calls: int | None = Field(default=None, ge=0)
     max_run_tool_calls: int | None = Field(default=None, ge=0)
+    # Flow control (docs/flow-control.md): how many runs of one workspace may be started and
+    # unfinished at once (runs created while it is set queue for a slot). None or 0: no limit.
+    workspace_max_running: int | None = Field(default=None, ge=0)
 
     # Webhooks
     webhook_max_attempts: int = 8

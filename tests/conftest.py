@@ -147,7 +147,8 @@ async def create_definition(rt: Runtime, workspace_id: str, spec: dict[str, Any]
     def_id = new_id("wfdef")
     await rt.pool.execute(
         "INSERT INTO workflow_definitions (id, workspace_id, name, version, description, steps, "
-        "input_schema, default_params, budget) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
+        "input_schema, default_params, budget, concurrency, priority) "
+        "VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         def_id,
         workspace_id,
         parsed.name,
@@ -157,5 +158,7 @@ async def create_definition(rt: Runtime, workspace_id: str, spec: dict[str, Any]
         parsed.input_schema,
         parsed.default_params,
         dump.get("budget"),
+        dump.get("concurrency"),
+        parsed.priority,
     )
     return def_id

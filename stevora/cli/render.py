@@ -79,9 +79,10 @@ def runs_table(page: Page[WorkflowRun]) -> Table:
     table.add_column("Created", no_wrap=True)
     for run in page.data:
         created = run.created_at.astimezone().strftime("%m-%d %H:%M:%S") if run.created_at else "-"
-        table.add_row(
-            run.id, status(run.status), escape(run.current_step_name or ""), usd(run.total_cost_usd), created
-        )
+        # A queued run (waiting for a concurrency slot) shows its key where a step would be.
+        queued = run.queued_at is not None and run.status == "PENDING"
+        step = f"queued · {run.concurrency_key}" if queued else (run.current_step_name or "")
+        table.add_row(run.id, status(run.status), escape(step), usd(run.total_cost_usd), created)
     return table
 
 
@@ -110,6 +111,13 @@ def run_header(run: WorkflowRun) -> Table:
         grid.add_row("Parent", f"{run.parent_run_id} (tool call {escape(run.parent_tool_call_id or '?')})")
     if run.budget:
         grid.add_row("Budget", " · ".join(budget_lines(run)))
+    if run.concurrency_key is not None:
+        grid.add_row("Concurrency", f"key {escape(run.concurrency_key)} (limit {run.concurrency_limit})")
+    if run.queued_at is not None and run.status == "PENDING":
+        place = f", position {run.queue_position}" if run.queue_position else ""
+        grid.add_row("Queued", f"since {when(run.queued_at)}{place}")
+    if run.priority:
+        grid.add_row("Priority", str(run.priority))
     return grid
 
 

@@ -162,6 +162,14 @@ class WorkflowRun(Model):
     budget_used: dict[str, Any] | None = None
     """What it has used of them (`costCents`, `modelCalls`, `toolCalls`); only on `workflows.get`
     and `workflows.set_budget`."""
+    concurrency_key: str | None = None
+    """The run's rendered concurrency key (docs/flow-control.md); None: none."""
+    concurrency_limit: int | None = None
+    priority: int = 0
+    queued_at: datetime | None = None
+    """Since when the run waits for a concurrency slot (None: not queued)."""
+    queue_position: int | None = None
+    """For a queued run, its place in its key's queue (1: next); only on `workflows.get`."""
     created_at: datetime | None = None
     updated_at: datetime | None = None
     step_runs: list[StepRun] | None = None

@@ -98,6 +98,10 @@ class WorkflowDefinition(Base):
     default_params: Mapped[str | None] = mapped_column(Text)
     # The default budget of its runs (`Budget` as camelCase JSON); NULL: none.
     budget: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Flow control defaults of its runs (docs/flow-control.md): `{"key", "limit",
+    # "holdWhileWaiting"}` as camelCase JSON, and a priority. NULL: none.
+    concurrency: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    priority: Mapped[int | None] = mapped_column(Integer)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 
@@ -120,6 +124,23 @@ class WorkflowRun(Base):
             "ix_workflow_runs_forked_from_run_id",
             "forked_from_run_id",
             postgresql_where=text("forked_from_run_id IS NOT NULL"),
+        ),
+        # Flow control (stevora.db.concurrency): a key's slots and queue, and the pending runs of a
+        # raised priority.
+        Index(
+            "ix_runs_concurrency_key",
+            "workspace_id",
+            "concurrency_key",
+            "status",
+            postgresql_where=text(
+                "concurrency_key IS NOT NULL AND status IN ('PENDING', 'RUNNING', 'WAITING', 'PAUSED')"
+            ),
+        ),
+        Index(
+            "ix_runs_pending_priority",
+            "priority",
+            "created_at",
+            postgresql_where=text("status = 'PENDING' AND priority > 0"),
         ),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -172,6 +193,15 @@ class WorkflowRun(Base):
     # Consecutive driver crashes and lease takeovers; reset when a step ends, waits or retries.
     # At STEVORA_MAX_RUN_CRASHES the run FAILS with RUN_CRASH_LIMIT (docs/security.md).
     crash_count: Mapped[int] = mapped_column(Integer, server_default="0")
+    # Flow control (docs/flow-control.md): the rendered concurrency key and its limit, whether a
+    # WAITING/PAUSED run keeps its slot, the workspace-wide limit in force when it was created,
+    # its priority, and since when it has been queued for a slot (PENDING, no slot free).
+    concurrency_key: Mapped[str | None] = mapped_column(Text)
+    concurrency_limit: Mapped[int | None] = mapped_column(Integer)
+    concurrency_hold_waiting: Mapped[bool] = mapped_column(Boolean, server_default=text("true"))
+    workspace_limit: Mapped[int | None] = mapped_column(Integer)
+    priority: Mapped[int] = mapped_column(Integer, server_default="0")
+    queued_at: Mapped[datetime | None] = _ts()
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 

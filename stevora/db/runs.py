@@ -12,6 +12,7 @@ commit, so sequences are gap-free and in commit order.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -24,7 +25,8 @@ from stevora.statuses import ACTIVE_RUN_STATUSES, OPEN_STEP_STATUSES, StepStatus
 RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
     "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at, "
-    "parent_run_id, parent_tool_call_id, depth, budget, crash_count"
+    "parent_run_id, parent_tool_call_id, depth, budget, crash_count, concurrency_key, concurrency_limit, "
+    "concurrency_hold_waiting, workspace_limit, priority, queued_at"
 )
 STEP_COLUMNS = (
     "id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, input, output, "
@@ -75,6 +77,17 @@ _STEP_SETTABLE = frozenset(
     }
 )
 RELEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
+
+
+@dataclass(frozen=True)
+class FlowColumns:
+    """A new run's flow control (stevora.engine.flow.resolve): none by default."""
+
+    concurrency_key: str | None = None
+    concurrency_limit: int | None = None
+    hold_waiting: bool = True
+    workspace_limit: int | None = None
+    priority: int = 0
 
 
 async def update_run(
@@ -267,15 +280,19 @@ async def insert_run(
     depth: int = 1,
     trace_context: dict[str, str] | None = None,
     budget: dict[str, Any] | None = None,
+    flow: FlowColumns | None = None,
 ) -> asyncpg.Record | None:
     """Insert a PENDING run, checking the definition belongs to the workspace in the same statement.
 
     None when the definition is not found or the idempotency key is taken (the caller tells which).
     """
+    flow = flow or FlowColumns()
     return await conn.fetchrow(
         "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
-        "dispatched_at, parent_run_id, parent_tool_call_id, depth, trace_context, budget) "
-        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now(), $6, $7, $8, $9, $10 FROM workflow_definitions d "
+        "dispatched_at, parent_run_id, parent_tool_call_id, depth, trace_context, budget, "
+        "concurrency_key, concurrency_limit, concurrency_hold_waiting, workspace_limit, priority) "
+        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now(), $6, $7, $8, $9, $10, $11, $12, $13, $14, $15 "
+        "FROM workflow_definitions d "
         "WHERE d.id = $3 AND d.workspace_id = $2 "
         "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING "
         f"RETURNING {RUN_COLUMNS}",
@@ -289,6 +306,11 @@ async def insert_run(
         depth,
         trace_context,
         budget,
+        flow.concurrency_key,
+        flow.concurrency_limit,
+        flow.hold_waiting,
+        flow.workspace_limit,
+        flow.priority,
     )
 
 
@@ -354,7 +376,7 @@ _SWEEP_SQL = f"""
 UPDATE workflow_runs SET dispatched_at = now()
 WHERE id IN (
     SELECT id FROM workflow_runs
-    WHERE {RUNNABLE}
+    WHERE {RUNNABLE} AND queued_at IS NULL
       AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => $1))
     ORDER BY next_run_at NULLS FIRST
     LIMIT $2

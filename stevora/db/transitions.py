@@ -20,6 +20,7 @@ from typing import Any
 import asyncpg
 
 from stevora.clock import iso, utcnow
+from stevora.db import concurrency
 from stevora.db.outbox import deliveries_sql
 from stevora.db.runs import RUN_COLUMNS, RUNNABLE, STEP_COLUMNS
 from stevora.errors import InvalidStateTransition, LeaseLost
@@ -77,7 +78,11 @@ SELECT c.*, {_STEP_AS} FROM c LEFT JOIN s ON true
 """
 
 
-_CLAIM_SQL = _claim_sql(RUNNABLE)
+# The claim of a run that needs no slot and is not outranked (stevora.db.concurrency); a run it
+# refuses for those reasons is claimed by stevora.engine.flow with one of the other two.
+_CLAIM_SQL = _claim_sql(f"{RUNNABLE} AND {concurrency.FAST_FENCE}")
+_SLOT_CLAIM_SQL = _claim_sql(f"{RUNNABLE} AND {concurrency.SLOT_FENCE}")
+_PLAIN_CLAIM_SQL = _claim_sql(f"{RUNNABLE} AND {concurrency.PLAIN_FENCE}")
 # A PENDING run whose lease this worker holds already (claimed by a worker that did not start
 # runs in its claim): the same start, fenced by the lease instead of taking it.
 _START_SQL = _claim_sql(f"{_PENDING} AND w.lease_owner = $2")
@@ -92,6 +97,21 @@ async def claim(
     return await _claim(_CLAIM_SQL, pool, run_id, owner, lease_s)
 
 
+async def claim_with_slot(
+    conn: asyncpg.Connection, run_id: str, owner: str, lease_s: float
+) -> tuple[asyncpg.Record, dict[str, Any] | None] | None:
+    """`claim` of a run that needs a slot, if one is free; in the caller's transaction, which
+    holds the slot's advisory locks (stevora.engine.flow)."""
+    return await _claim(_SLOT_CLAIM_SQL, conn, run_id, owner, lease_s)
+
+
+async def claim_plain(
+    pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
+) -> tuple[asyncpg.Record, dict[str, Any] | None] | None:
+    """`claim` of a run that needs no slot, even when a run of higher priority waits."""
+    return await _claim(_PLAIN_CLAIM_SQL, pool, run_id, owner, lease_s)
+
+
 async def start(
     pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
 ) -> tuple[asyncpg.Record, dict[str, Any]]:
@@ -103,7 +123,7 @@ async def start(
 
 
 async def _claim(
-    sql: str, pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
+    sql: str, pool: asyncpg.Pool | asyncpg.Connection, run_id: str, owner: str, lease_s: float
 ) -> tuple[asyncpg.Record, dict[str, Any] | None] | None:
     row = await pool.fetchrow(sql, run_id, owner, lease_s, new_id("srun"), new_id("evt"), new_id("evt"))
     if row is None:

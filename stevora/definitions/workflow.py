@@ -18,6 +18,7 @@ from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from stevora.definitions.budget import Budget
+from stevora.definitions.flow import MAX_PRIORITY, Concurrency, key_paths, schema_lacks
 from stevora.definitions.llm_step import (
     DUPLICATE_TOOL_MESSAGE,
     INLINE_TOOL_TAG,
@@ -83,6 +84,10 @@ class WorkflowDefinitionSpec(CamelModel):
     """Dagu-style `"query max_results=10"`: an input schema written as a parameter list."""
     budget: Budget | None = None
     """The default budget of this workflow's runs (a run's create request may override it)."""
+    concurrency: Concurrency | None = None
+    """A concurrency key and its limit (docs/flow-control.md); a run's create request may override it."""
+    priority: int | None = Field(default=None, ge=0, le=MAX_PRIORITY)
+    """The default priority of this workflow's runs (0 when not given; higher is claimed first)."""
 
     def input_json_schema(self) -> dict[str, Any] | None:
         """`inputSchema`, else the schema `defaultParams` describes, else None."""
@@ -91,6 +96,33 @@ class WorkflowDefinitionSpec(CamelModel):
         if self.default_params is not None:
             return parse_default_params(self.default_params)
         return None
+
+    @model_validator(mode="after")
+    def _check_concurrency_key(self) -> WorkflowDefinitionSpec:
+        # A key that reads a field the input schema does not declare would render the same
+        # (empty) key for every run: refused here, naming the field.
+        schema = self.input_json_schema() if self.concurrency is not None else None
+        if self.concurrency is not None and schema is not None:
+            for path in key_paths(self.concurrency.key):
+                if schema_lacks(schema, path[1:]):
+                    raise PydanticValidationError.from_exception_data(
+                        type(self).__name__,
+                        [
+                            InitErrorDetails(
+                                type=PydanticCustomError(
+                                    "unknown_input_path",
+                                    "{message}",
+                                    {
+                                        "message": f"the concurrency key reads {'.'.join(path)}, "
+                                        "which the input schema does not declare"
+                                    },
+                                ),
+                                loc=("concurrency", "key"),
+                                input=self.concurrency.key,
+                            )
+                        ],
+                    )
+        return self
 
     @model_validator(mode="after")
     def _check_cross_step_rules(self) -> WorkflowDefinitionSpec:

@@ -21,8 +21,9 @@ from stevora.db import awaited as db_awaited
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
 from stevora.definitions import Budget
+from stevora.definitions.flow import Concurrency
 from stevora.engine import budget as budget_rules
-from stevora.engine import endings, limits
+from stevora.engine import endings, flow, limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import awaited
 from stevora.engine.steps.approval import APPROVAL_SIGNAL
@@ -62,6 +63,8 @@ async def create_run(
     input: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
     budget: Budget | None = None,
+    concurrency: Concurrency | None = None,
+    priority: int | None = None,
 ) -> tuple[asyncpg.Record, bool]:
     """Insert a PENDING run and dispatch it. With an idempotency key already used in this
     workspace, return the existing run and `created=False` (race-safe: the unique index decides).
@@ -82,6 +85,7 @@ async def create_run(
                 [_field_problem(problem) for problem in problems],
                 message="Invalid run input: " + "; ".join(problems),
             )
+    run_flow = flow.resolve(rt.settings, spec, input or {}, concurrency, priority)
     async with rt.pool.acquire() as conn:
         # One round trip on the hot path: the definition check is the INSERT's SELECT.
         with tracing.run_created(workspace_id, definition_id) as trace:
@@ -93,6 +97,7 @@ async def create_run(
                 idempotency_key=idempotency_key,
                 trace_context=trace.carrier,
                 budget=run_budget,
+                flow=run_flow,
             )
             trace.created(row["id"] if row is not None else None)
         if row is None:
@@ -139,6 +144,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 f"Only a FAILED run can be retried; this run is {run['status']}",
                 details={"workflowRunId": run_id, "status": run["status"]},
             )
+        await flow.take_slot_for_retry(conn, run)
         failed = (
             await runs.get_step_run(conn, run["current_step_run_id"]) if run["current_step_run_id"] else None
         )

@@ -44,7 +44,7 @@ from stevora.db import runs, transitions
 from stevora.db.runs import RELEASE
 from stevora.db.transient import Retrier, is_transient
 from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay_ms
-from stevora.engine import endings, limits
+from stevora.engine import endings, flow, limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.base import StepExecution, WaitContext
 from stevora.engine.steps.registry import step_type
@@ -277,7 +277,7 @@ class RunDriver:
         if result.next_step is not None:
             output["__nextStep"] = result.next_step
         last = step_run["step_index"] + 1 >= len(definition.steps) and not output.get("__nextStep")
-        if last and run["parent_run_id"] is None:
+        if last and run["parent_run_id"] is None and not endings.needs_queue_wake(run):
             await endings.complete_with_last_step(
                 self.pool,
                 run,
@@ -347,6 +347,7 @@ class RunDriver:
                 sets={"status": RunStatus.WAITING, "next_run_at": until, **RELEASE},
                 events=events,
             )
+            wait.dispatch_after.extend(flow.released_by_wait(run))
         for other in wait.dispatch_after:
             await dispatch_hint(self.rt.dispatcher, other)
         if until is not None:

@@ -4,7 +4,8 @@ Each function runs inside the caller's transaction and writes the run's final st
 and its webhook outbox row together. This is the one place a run ends, so it is also where a
 run's ending is announced to whoever waits for it: a child run started by a workflow tool writes
 its parent's tool result here (stevora.engine.steps.awaited), and a cancelled run cancels its
-active children. Runs that must be dispatched after commit are appended to `wake`.
+active children. Runs that must be dispatched after commit are appended to `wake`: among them a run
+that frees a concurrency slot, whose claim then dispatches the runs queued for it.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ async def complete_run(
     log.info("run_completed", workflow_run_id=run_id)
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
     await _tell_parent(conn, final, wake)
+    wake += _queue_wake(final)
     return final
 
 
@@ -68,9 +70,11 @@ async def complete_with_last_step(
 ) -> asyncpg.Record:
     """The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED, its events and its
     webhook outbox rows in one statement (`transitions.complete_last_step`). Only for a run
-    without a parent: a child's ending also answers its parent, which `complete_run` does in the
+    without a parent and without a concurrency slot: a child's ending also answers its parent,
+    and a slot's ending dispatches the runs queued for it, which `complete_run` does in the
     caller's transaction."""
     assert run["parent_run_id"] is None, "a child run ends through complete_run (it tells its parent)"
+    assert not needs_queue_wake(run), "a run with a slot ends through complete_run (it wakes the queue)"
     final = await transitions.complete_last_step(pool, run["id"], step_run_id, owner, output, state_updates)
     log.info("run_completed", workflow_run_id=run["id"])
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
@@ -106,6 +110,7 @@ async def fail_run(
     log.info("run_failed", workflow_run_id=run_id, code=error.get("code"))
     RUNS_FINISHED.labels(RunStatus.FAILED).inc()
     await _tell_parent(conn, final, wake)
+    wake += _queue_wake(final)
     return final
 
 
@@ -137,7 +142,19 @@ async def cancel_run(
     RUNS_FINISHED.labels(RunStatus.CANCELLED).inc()
     if tell_parent:
         await _tell_parent(conn, final, wake)
+    wake += _queue_wake(final)
     return final
+
+
+def _queue_wake(final: asyncpg.Record) -> list[str]:
+    # The ended run dispatches itself: its claim, after this commit and under the slot's advisory
+    # locks, dispatches the runs queued for the slot (stevora.engine.flow.claim).
+    return [final["id"]] if needs_queue_wake(final) else []
+
+
+def needs_queue_wake(run: asyncpg.Record) -> bool:
+    """Whether the run's ending frees a slot that runs may be queued for."""
+    return run["concurrency_key"] is not None or run["workspace_limit"] is not None
 
 
 async def _tell_parent(conn: asyncpg.Connection, final: asyncpg.Record, wake: list[str]) -> None:

@@ -29,9 +29,9 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from stevora.db import runs, transitions
+from stevora.db import runs
 from stevora.db.transient import Retrier, retry_transient
-from stevora.engine import poison
+from stevora.engine import flow, poison
 from stevora.engine.driver import Position, RunDriver
 from stevora.engine.hints import dispatch_hint
 from stevora.ids import random_token
@@ -83,38 +83,39 @@ class RunPool:
             return False
         await self._slots.acquire()
         try:
-            at = await self._claim(run_id)
+            got = await self._claim(run_id)
         except BaseException:
             self._slots.release()
             raise
-        if at is None or run_id in self._tasks:
+        if got is None or got[0] in self._tasks:
             self._slots.release()
             return False
+        run_id, at = got  # another run when one of a higher priority was claimed instead
         task = asyncio.create_task(self._run(run_id, at), name=f"run-{run_id}")
         self._tasks[run_id] = task
         self._idle.clear()
         return True
 
-    async def _claim(self, run_id: str) -> Position | None:
-        """The claim, which also starts a PENDING run (`transitions.claim`): the driver goes on
-        from the rows it returns."""
+    async def _claim(self, run_id: str) -> tuple[str, Position] | None:
+        """The claim, which also starts a PENDING run (`transitions.claim`, through the flow
+        control of `stevora.engine.flow`): the driver goes on from the rows it returns."""
         retrier = Retrier("claim", workflow_run_id=run_id)
         while True:
             try:
-                claimed = await transitions.claim(
-                    self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s
-                )
-                if claimed is None and retrier.outcome_unknown:
+                got, others = await flow.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
+                for other in others:
+                    await dispatch_hint(self.rt.dispatcher, other)
+                if got is None and retrier.outcome_unknown:
                     # The failed try may have committed the claim: then the lease is ours already.
                     current = await runs.get_claimed(self.rt.pool, run_id)
                     if current is not None and current["lease_owner"] == self.worker_id:
-                        return Position(current)
-                if claimed is None:
+                        return run_id, Position(current)
+                if got is None:
                     return None
-                row, started = claimed
+                run_id, (row, started) = got
                 if started is not None:
                     log.info("run_started", workflow_run_id=run_id)
-                return Position(row, started, fresh=started is not None)
+                return run_id, Position(row, started, fresh=started is not None)
             except Exception as exc:
                 await retrier.pause(exc)
 

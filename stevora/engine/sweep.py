@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from stevora.db import runs
+from stevora.db import concurrency, runs
 from stevora.db.retention import prune_finished_runs
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import awaited
@@ -32,6 +32,8 @@ async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     ids = await runs.mark_due_dispatched(rt.pool, rt.settings.undispatched_grace_s, limit)
     # A child run that ended while its parent could not be told: tell it now.
     ids += await awaited.answer_finished_children(rt.pool)
+    # Queued runs (concurrency slots) the sweep above leaves alone: those a slot is free for now.
+    ids += await concurrency.dispatch_startable(rt.pool, rt.settings.undispatched_grace_s, limit)
     for run_id in ids:
         await dispatch_hint(rt.dispatcher, run_id)
     if ids:

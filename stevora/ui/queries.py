@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from stevora.db import concurrency
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.definitions import find_version, workflow_input_schema
 from stevora.engine.budget import BUDGET_SIGNAL
@@ -31,7 +32,7 @@ _RUNS_JOIN = "workflow_runs r JOIN workflow_definitions d ON d.id = r.definition
 _RUN_LIST_COLUMNS = (
     "r.id, r.status, r.current_step_name, r.created_at, r.started_at, r.completed_at, r.failed_at, "
     "r.cancelled_at, r.total_cost_cents, r.total_input_tokens, r.total_output_tokens, r.definition_id, "
-    "d.name AS definition_name, d.version AS definition_version"
+    "d.name AS definition_name, d.version AS definition_version, r.concurrency_key, r.queued_at"
 )
 
 
@@ -155,6 +156,8 @@ class RunView:
     events_total: int
     # What the run used of its budget (`costCents, modelCalls, toolCalls`), when it has one.
     budget_used: dict[str, Any] | None = None
+    # A queued run's place in its concurrency key's queue (1: next to start).
+    queue_position: int | None = None
 
     @property
     def waiting_for_budget(self) -> bool:
@@ -350,7 +353,17 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
             "modelCalls": len(calls),
             "toolCalls": sum(1 for t in traces if t["error_code"] != UNCOUNTED_TOOL_ERROR),
         }
-    return RunView(run=run, steps=views, events=list(events), events_total=events_total, budget_used=used)
+    position = None
+    if run["queued_at"] is not None and run["status"] == "PENDING":
+        position = await concurrency.queue_position(rt.pool, run_id)
+    return RunView(
+        run=run,
+        steps=views,
+        events=list(events),
+        events_total=events_total,
+        budget_used=used,
+        queue_position=position,
+    )
 
 
 async def run_status(rt: Runtime, workspace_id: str, run_id: str) -> str | None:

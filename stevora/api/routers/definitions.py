@@ -67,6 +67,8 @@ async def store_definition(
             input_schema=spec.input_schema,
             default_params=spec.default_params,
             budget=dump.get("budget"),
+            concurrency=dump.get("concurrency"),
+            priority=spec.priority,
         )
         .on_conflict_do_nothing(constraint="uq_definition_version")
         .returning(*_COLUMNS)

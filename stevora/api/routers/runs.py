@@ -31,6 +31,7 @@ from stevora.api.schemas.runs import (
 from stevora.api.waiting import RequestedWait, applied, settle
 from stevora.db import awaited as db_awaited
 from stevora.db import budgets as db_budgets
+from stevora.db import concurrency
 from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
 from stevora.definitions import Budget, parse_definition
 from stevora.engine import commands, limits
@@ -112,7 +113,14 @@ async def create_run(
         limits.check_run_input(ctx.settings, body.input)
         definition_id = await adhoc_definition(ctx.rt, auth.workspace_id, body.definition)
     record, created = await commands.create_run(
-        ctx.rt, auth.workspace_id, definition_id, body.input, body.idempotency_key, body.budget
+        ctx.rt,
+        auth.workspace_id,
+        definition_id,
+        body.input,
+        body.idempotency_key,
+        body.budget,
+        body.concurrency,
+        body.priority,
     )
     status = 201 if created else 200
     if wait is not None:
@@ -257,9 +265,11 @@ async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOu
     )
     assert definition is not None  # a foreign key guarantees it
     used = await db_budgets.usage(rt.pool, run_id) if run["budget"] is not None else None
+    queued = run["queued_at"] is not None and run["status"] in (RunStatus.PENDING, RunStatus.WAITING)
     return RunDetailOut.model_validate(
         {
             **run,
+            "queue_position": await concurrency.queue_position(rt.pool, run_id) if queued else None,
             "step_runs": [step_run_out(s) for s in steps],
             "definition": DefinitionRef.model_validate(definition),
             "budget_used": None

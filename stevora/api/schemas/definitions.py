@@ -19,5 +19,9 @@ class DefinitionOut(ApiOut):
     input_schema: dict[str, Any] | None = None
     default_params: str | None = None
     budget: dict[str, Any] | None = Field(default=None, description="The default budget of its runs.")
+    concurrency: dict[str, Any] | None = Field(
+        default=None, description="The concurrency key and limit of its runs (docs/flow-control.md)."
+    )
+    priority: int | None = Field(default=None, description="The default priority of its runs.")
     created_at: Timestamp
     updated_at: Timestamp

@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field, model_validator
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Stored, Timestamp
 from stevora.definitions import Budget
+from stevora.definitions.flow import MAX_PRIORITY, Concurrency
 from stevora.statuses import RunStatus, StepStatus
 
 
@@ -25,6 +26,18 @@ class RunCreate(ApiIn):
         default=None,
         description="Overrides the definition's `budget`, field by field (null removes a limit), "
         "within the server's maximum (`STEVORA_MAX_RUN_*`; above it: 400 naming the field).",
+    )
+    concurrency: Concurrency | None = Field(
+        default=None,
+        description="Overrides the definition's `concurrency` (key template, limit, holdWhileWaiting): "
+        "runs with the same rendered key share `limit` slots (docs/flow-control.md).",
+    )
+    priority: int | None = Field(
+        default=None,
+        ge=0,
+        le=MAX_PRIORITY,
+        description="Overrides the definition's `priority` (default 0): higher is claimed first; a "
+        "waiting run gains one point per minute, so none starves.",
     )
 
     def definition_problem(self) -> dict[str, str] | None:
@@ -132,6 +145,18 @@ class RunOut(ApiOut):
         description="The limits this run is held to: maxCostCents, maxModelCalls, maxToolCalls, "
         "onBudgetExceeded. Null: no limit.",
     )
+    concurrency_key: str | None = Field(
+        default=None, description="The run's rendered concurrency key (docs/flow-control.md)."
+    )
+    concurrency_limit: int | None = Field(
+        default=None, description="How many runs of the key may run at once."
+    )
+    priority: int = Field(default=0, description="Higher is claimed first.")
+    queued_at: Timestamp | None = Field(
+        default=None,
+        description="Since when the run waits for a concurrency slot (status PENDING): null when it "
+        "is not queued.",
+    )
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -179,6 +204,10 @@ class RunDetailOut(RunOut):
     definition: DefinitionRef
     budget_used: BudgetUsed | None = Field(
         default=None, description="What the run has used of its budget (null when it has none)."
+    )
+    queue_position: int | None = Field(
+        default=None,
+        description="For a queued run: its place in its concurrency key's queue (1: next to start).",
     )
 
 

@@ -35,6 +35,8 @@ async def test_create_returns_the_stored_definition(client: httpx.AsyncClient, t
         "inputSchema",
         "defaultParams",
         "budget",
+        "concurrency",
+        "priority",
         "createdAt",
         "updatedAt",
     }
