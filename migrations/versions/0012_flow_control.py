@@ -1,6 +1,6 @@
 """Flow control: concurrency keys, workspace-wide limit, priorities (docs/flow-control.md)
 
-Revision ID: 0010
+Revision ID: 0012
 Revises: 0011
 Create Date: 2026-11-26 11:30:00
 """
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-revision: str = "0010"
+revision: str = "0012"
 down_revision: str | None = "0011"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
