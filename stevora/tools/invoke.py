@@ -255,6 +255,18 @@ def schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> list[st
     return _schema_problems(compiled_validator(schema), instance)
 
 
+_FIELD_PATH = re.compile(r"[A-Za-z_$][\w$-]*(\[\d+\]|\.[A-Za-z_$][\w$-]*)*")
+
+
+def field_problem(problem: str, field: str = "input") -> dict[str, str]:
+    """`"customer.id: 1 is not of type 'string'"` → `{"path": "input.customer.id", "message": ...}`
+    (`field` names the request field the checked object came in)."""
+    path, sep, message = problem.partition(": ")
+    if sep and _FIELD_PATH.fullmatch(path):
+        return {"path": f"{field}.{path}", "message": message}
+    return {"path": field, "message": problem}
+
+
 def with_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:
     """`arguments` plus the `default` of every top-level property it leaves out."""
     filled = dict(arguments)

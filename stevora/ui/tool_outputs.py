@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import RedirectResponse, Response
 
 from stevora.db import awaited as db_awaited
-from stevora.engine import commands
+from stevora.engine.steps.awaited.client import ToolOutput, submit_tool_outputs
 from stevora.errors import StevoraError
 from stevora.statuses import RunStatus
 from stevora.ui import auth
@@ -39,7 +39,7 @@ async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
     }
 
 
-def parse_answer(form: dict[str, str]) -> commands.ToolOutput:
+def parse_answer(form: dict[str, str]) -> ToolOutput:
     """The form's answer: `output` as JSON, or `error` as a message. ValueError says what is wrong."""
     call_id = form.get("tool_call_id", "").strip()
     if not call_id:
@@ -48,7 +48,7 @@ def parse_answer(form: dict[str, str]) -> commands.ToolOutput:
         message = form.get("error", "").strip()
         if not message:
             raise ValueError(f"Give an error message for tool call {call_id}.")
-        return commands.ToolOutput(call_id, error=message)
+        return ToolOutput(call_id, error=message)
     text = form.get("output", "")
     try:
         value = json.loads(text)
@@ -57,7 +57,7 @@ def parse_answer(form: dict[str, str]) -> commands.ToolOutput:
             f"The output for tool call {call_id} is not valid JSON ({exc}). Nothing was recorded; "
             'to send text, quote it: "like this".'
         ) from None
-    return commands.ToolOutput(call_id, output=value)
+    return ToolOutput(call_id, output=value)
 
 
 async def record_answer(rt: Runtime, workspace_id: str, run_id: str, form: dict[str, str]) -> Response:
@@ -66,7 +66,7 @@ async def record_answer(rt: Runtime, workspace_id: str, run_id: str, form: dict[
     response = RedirectResponse(f"/ui/runs/{run_id}", status_code=303)
     try:
         item = parse_answer(form)
-        await commands.submit_tool_outputs(rt, workspace_id, run_id, [item])
+        await submit_tool_outputs(rt, workspace_id, run_id, [item])
     except ValueError as exc:
         auth.set_flash(response, str(exc), "error")
         return response

@@ -1,6 +1,6 @@
 """`/v1/approval-requests`: list (pending or decided), get, decide.
 
-A decision resumes the run (`stevora.engine.commands.decide_approval`): `approved` completes the
+A decision resumes the run (`stevora.engine.steps.approval.decide_approval`): `approved` completes the
 step; `edited` replaces `state[contentKey]` with `editedContent` and completes it; `rejected`
 fails the step with APPROVAL_REJECTED (not retried), which fails the run.
 """
@@ -19,7 +19,7 @@ from stevora.api.openapi import errors
 from stevora.api.schemas.approvals import ApprovalOut, DecisionIn
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.db.models import ApprovalRequest
-from stevora.engine import commands
+from stevora.engine.steps.approval import decide_approval
 from stevora.errors import NotFoundError
 
 router = APIRouter(prefix="/approval-requests", tags=["approvals"])
@@ -66,7 +66,7 @@ async def get_approval(approval_id: ApprovalId, auth: Auth, ctx: Ctx) -> Respons
 )
 async def decide(approval_id: ApprovalId, body: DecisionIn, auth: Auth, ctx: Ctx) -> Response:
     """409 INVALID_STATE_TRANSITION when already decided, expired or cancelled."""
-    record = await commands.decide_approval(
+    record = await decide_approval(
         ctx.rt, auth.workspace_id, approval_id, body.decision, body.edited_content, body.decided_by
     )
     row: dict[str, Any] = dict(record)

@@ -1,6 +1,6 @@
 """`/v1/workflow-runs`: create (idempotent), list, get, the cancel / retry / pause / resume
-commands and tool outputs. Mutations go through `stevora.engine.commands`, which owns the guarded
-transitions."""
+commands and tool outputs. Mutations go through `stevora.engine.commands` (the run's lifecycle)
+and `stevora.engine.steps.awaited.client` (tool outputs), which own the guarded transitions."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from stevora.api.schemas.runs import (
 from stevora.db import awaited as db_awaited
 from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
 from stevora.engine import commands
-from stevora.engine.steps.awaited import required_action
+from stevora.engine.steps.awaited import client as tool_outputs
 from stevora.errors import NotFoundError
 from stevora.runtime import Runtime
 from stevora.statuses import RunStatus
@@ -59,7 +59,7 @@ async def with_required_action(rt: Runtime, rows: Sequence[Mapping[Any, Any]]) -
     by_run: dict[str, list[Any]] = {}
     for call in await db_awaited.pending_client_calls(rt.pool, waiting) if waiting else []:
         by_run.setdefault(call["workflow_run_id"], []).append(call)
-    return [{**r, "required_action": required_action(by_run.get(r["id"], []))} for r in rows]
+    return [{**r, "required_action": tool_outputs.required_action(by_run.get(r["id"], []))} for r in rows]
 
 
 async def run_out(rt: Runtime, workspace_id: str, run_id: str) -> RunOut:
@@ -230,6 +230,8 @@ async def submit_tool_outputs(run_id: RunId, body: ToolOutputsIn, auth: Auth, ct
     last pending call is answered the run resumes and the model gets every result. Resubmitting
     exactly what was recorded answers 200 (safe to retry after a lost response). The answer is the
     run as `GET` returns it."""
-    items = [commands.ToolOutput(i.tool_call_id, output=i.output, error=i.error) for i in body.tool_outputs]
-    await commands.submit_tool_outputs(ctx.rt, auth.workspace_id, run_id, items)
+    items = [
+        tool_outputs.ToolOutput(i.tool_call_id, output=i.output, error=i.error) for i in body.tool_outputs
+    ]
+    await tool_outputs.submit_tool_outputs(ctx.rt, auth.workspace_id, run_id, items)
     return ok(await run_detail(ctx.rt, auth.workspace_id, run_id))

@@ -20,21 +20,11 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from stevora.clock import iso, utcnow
-from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
-from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep
-from stevora.engine.steps.awaited import (
-    APPROVAL,
-    CLIENT,
-    WORKFLOW,
-    Answer,
-    announce_tool_outputs_required,
-    answer,
-    request_tool_approval,
-)
+from stevora.engine.steps.awaited.client import expire_overdue
+from stevora.engine.steps.awaited.kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
@@ -43,7 +33,6 @@ from stevora.errors import LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
 from stevora.llm.messages import Message
-from stevora.observability import tracing
 from stevora.statuses import RunStatus
 from stevora.tasks import StepResult
 
@@ -220,59 +209,12 @@ class LlmStepType(StepType):
             )
 
     async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
-        """Record the calls handed over (and start a child run for each workflow call), in the
-        transaction that makes the step WAITING."""
-        calls: list[NewAwaitedCall] = result.awaiting or []
-        run = wait.run
-        inserted = await db_awaited.insert(wait.conn, run["id"], calls)
-        children = []
-        for call in calls:
-            if call.kind != WORKFLOW or call.id not in inserted:
-                continue  # a replayed round: its child run exists already
-            assert call.child_definition_id is not None
-            child = await runs.insert_run(
-                wait.conn,
-                workspace_id=run["workspace_id"],
-                definition_id=call.child_definition_id,
-                input=call.child_input or {},
-                idempotency_key=None,
-                parent_run_id=run["id"],
-                parent_tool_call_id=call.tool_call_id,
-                depth=run["depth"] + 1,
-                trace_context=tracing.current_carrier(),  # the child run joins its parent's trace
-            )
-            assert child is not None  # the definition was read from this workspace
-            await db_awaited.set_child(wait.conn, call.id, child["id"])
-            wait.dispatch_after.append(child["id"])
-            children.append({"toolCallId": call.tool_call_id, "childRunId": child["id"]})
-        if children and result.pause_details is not None:
-            result.pause_details["childRuns"] = children
-        if any(call.kind == CLIENT for call in calls):
-            await announce_tool_outputs_required(wait.conn, run)
-        return [
-            await request_tool_approval(wait, call)
-            for call in calls
-            if call.kind == APPROVAL and call.id in inserted
-        ]
+        """Record the calls handed over (client, workflow, approval-gated), in the transaction that
+        makes the step WAITING."""
+        return await hand_over(wait, result)
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
-        """A client tool's `timeoutMs` passed: its call fails with TOOL_OUTPUT_TIMEOUT (the model
-        gets an error result and the loop goes on, as after a handler timeout)."""
-        run = await runs.lock_run(wait.conn, wait.run["id"])
-        assert run is not None
-        now = utcnow()
-        expired = [
-            Answer(
-                call,
-                ok=False,
-                error=f"No output was submitted for client tool '{call['tool_name']}' before {iso(call['deadline_at'])}",
-                error_code="TOOL_OUTPUT_TIMEOUT",
-                answered_by="timeout",
-            )
-            for call in await db_awaited.pending_for_run(wait.conn, run["id"])
-            if call["deadline_at"] is not None and call["deadline_at"] <= now
-        ]
-        # With nothing expired (an answer came first) this only re-aims the wake-up at the next
-        # deadline, so the driver hands the run back instead of waking it again at once.
-        await answer(wait.conn, run, expired, reason="tool_output_timeout", owner=wait.owner)
+        """A client tool's `timeoutMs` passed (`awaited.client.expire_overdue`); the driver looks
+        again."""
+        await expire_overdue(wait)
         return None

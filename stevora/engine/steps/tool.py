@@ -21,7 +21,8 @@ from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
-from stevora.engine.steps.awaited import APPROVAL, request_tool_approval
+from stevora.engine.steps.awaited import APPROVAL
+from stevora.engine.steps.awaited.kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext
 from stevora.engine.steps.tool_calls import record_outcome
 from stevora.events import Event
@@ -100,9 +101,7 @@ class ToolStepType(StepType):
         )
 
     async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
-        calls: list[NewAwaitedCall] = result.awaiting or []
-        inserted = await db_awaited.insert(wait.conn, wait.run["id"], calls)
-        return [await request_tool_approval(wait, call) for call in calls if call.id in inserted]
+        return await hand_over(wait, result)
 
     async def _call(
         self, rt: Runtime, ex: StepExecution, step: ToolStep, arguments: dict[str, Any]

@@ -1,0 +1,39 @@
+"""The awaited kinds by name, and handing a waiting step's calls over to them.
+
+A new kind of awaited call is one module (what it writes when handed over, what its due wait
+means, how it is answered) registered here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+from stevora.db import awaited as db_awaited
+from stevora.db.awaited import NewAwaitedCall
+from stevora.engine.steps import approval
+from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, client, workflow
+from stevora.engine.steps.base import WaitContext
+from stevora.events import Event
+from stevora.tasks import StepResult
+
+HandOver = Callable[[WaitContext, StepResult, list[NewAwaitedCall], set[str]], Awaitable[list[Event]]]
+
+# In the order their rows and webhooks are written.
+HANDED_OVER: dict[str, HandOver] = {
+    WORKFLOW: workflow.on_handed_over,
+    CLIENT: client.on_handed_over,
+    APPROVAL: approval.on_tool_calls_handed_over,
+}
+
+
+async def hand_over(wait: WaitContext, result: StepResult) -> list[Event]:
+    """Record the calls a waiting step hands over (`result.awaiting`) and let each kind write what
+    its calls need, in the transaction that makes the step WAITING; returns the events to write."""
+    calls: list[NewAwaitedCall] = result.awaiting or []
+    inserted = await db_awaited.insert(wait.conn, wait.run["id"], calls)
+    events: list[Event] = []
+    for kind, on_handed_over in HANDED_OVER.items():
+        mine = [call for call in calls if call.kind == kind]
+        if mine:
+            events += await on_handed_over(wait, result, mine, inserted)
+    return events
