@@ -309,7 +309,7 @@ class RunDriver:
         self, run: asyncpg.Record, step_run: asyncpg.Record, step: Any, result: StepResult
     ) -> None:
         until = result.wait_until
-        reason = result.pause_reason or ("external_event" if result.signal_type else "wait")
+        reason = result.pause_reason or "wait"
         async with self.pool.acquire() as conn, conn.transaction():
             await runs.update_step(
                 conn,
@@ -318,19 +318,18 @@ class RunDriver:
                 sets={"status": StepStatus.WAITING, "wait_until": until, "signal_type": result.signal_type},
             )
             wait = WaitContext(conn, self.rt, run, step_run, step, self.owner)
-            events = await step_type(step_run["step_type"]).on_waiting(wait, result)
-            events.append(
-                Event(
-                    EventType.WORKFLOW_PAUSED,
-                    {
-                        "reason": reason,
-                        "signalType": result.signal_type,
-                        "stepName": step_run["step_name"],
-                        "waitUntil": iso(until),
-                        **(result.pause_details or {}),
-                    },
-                    step_run["id"],
-                )
+            plan = await step_type(step_run["step_type"]).on_waiting(wait, result)
+            paused = Event(
+                EventType.WORKFLOW_PAUSED,
+                {
+                    "reason": reason,
+                    "signalType": result.signal_type,
+                    "stepName": step_run["step_name"],
+                    "waitUntil": iso(until),
+                    **(result.pause_details or {}),
+                    **plan.pause_details,
+                },
+                step_run["id"],
             )
             await runs.update_run(
                 conn,
@@ -338,9 +337,9 @@ class RunDriver:
                 expect=[RunStatus.RUNNING],
                 owner=self.owner,
                 sets={"status": RunStatus.WAITING, "next_run_at": until, **RELEASE},
-                events=events,
+                events=[*plan.events, paused],
             )
-        for other in wait.dispatch_after:
+        for other in plan.dispatch:
             await dispatch_hint(self.rt.dispatcher, other)
         if until is not None:
             await dispatch_hint(self.rt.dispatcher, run["id"], delay_ms=delay_until(until))

@@ -26,7 +26,7 @@ from stevora.db.runs import RELEASE
 from stevora.definitions import ApprovalStep
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.awaited import Answer, answer
-from stevora.engine.steps.base import StepExecution, StepType, WaitContext
+from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.errors import InvalidStateTransition, NotFoundError, ValidationError
 from stevora.events import Event, EventType, WebhookEvent, step_completed, step_failed
 from stevora.statuses import RunStatus, StepStatus
@@ -60,7 +60,7 @@ class ApprovalStepType(StepType):
             status="waiting", signal_type=APPROVAL_SIGNAL, wait_until=until, pause_reason="approval"
         )
 
-    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
         step: ApprovalStep = wait.step
         content = (wait.run["state"] or {}).get(step.content_key)
         approval_id = await open_request(
@@ -71,13 +71,12 @@ class ApprovalStepType(StepType):
             expires_at=result.wait_until,
         )
         payload = {"approvalRequestId": approval_id, "stepName": step.name, "contentKey": step.content_key}
-        return [
-            Event(
-                EventType.APPROVAL_REQUESTED,
-                {**payload, "expiresAt": iso(result.wait_until)},
-                wait.step_run["id"],
-            )
-        ]
+        requested = Event(
+            EventType.APPROVAL_REQUESTED,
+            {**payload, "expiresAt": iso(result.wait_until)},
+            wait.step_run["id"],
+        )
+        return WaitPlan(events=(requested,))
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
         await approvals.expire_for_step(wait.conn, wait.step_run["id"])
@@ -152,10 +151,10 @@ async def request_tool_approval(wait: WaitContext, call: NewAwaitedCall) -> Even
 
 
 async def on_tool_calls_handed_over(
-    wait: WaitContext, result: StepResult, calls: list[NewAwaitedCall], inserted: set[str]
-) -> list[Event]:
+    wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]
+) -> WaitPlan:
     """An approval request for each approval-gated call recorded just now."""
-    return [await request_tool_approval(wait, call) for call in calls if call.id in inserted]
+    return WaitPlan(events=tuple([await request_tool_approval(wait, c) for c in calls if c.id in inserted]))
 
 
 async def decide_approval(

@@ -25,7 +25,7 @@ from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep
 from stevora.engine.steps.awaited.client import expire_overdue
 from stevora.engine.steps.awaited.kinds import hand_over
-from stevora.engine.steps.base import StepExecution, StepType, WaitContext
+from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
 from stevora.engine.steps.llm_tools import StepTools, ToolRunner, resolve_tools
@@ -208,7 +208,7 @@ class LlmStepType(StepType):
                 retryable=exc.retryable,
             )
 
-    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
         """Record the calls handed over (client, workflow, approval-gated), in the transaction that
         makes the step WAITING."""
         return await hand_over(wait, result)

@@ -23,9 +23,8 @@ from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
 from stevora.engine.steps.awaited import APPROVAL
 from stevora.engine.steps.awaited.kinds import hand_over
-from stevora.engine.steps.base import StepExecution, StepType, WaitContext
+from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.tool_calls import record_outcome
-from stevora.events import Event
 from stevora.observability import hooks as observe
 from stevora.tasks import StepResult
 from stevora.templating import MissingTemplatePath, render_typed
@@ -100,7 +99,7 @@ class ToolStepType(StepType):
             awaiting=[call],
         )
 
-    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
         return await hand_over(wait, result)
 
     async def _call(

@@ -23,22 +23,19 @@ from stevora.db.awaited import NewAwaitedCall
 from stevora.db.outbox import enqueue_webhooks
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.awaited import Answer, answer, tool_call_view
-from stevora.engine.steps.base import WaitContext
+from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.errors import InvalidStateTransition, InvalidToolOutputs, NotFoundError, ToolOutputTooLarge
-from stevora.events import Event, WebhookEvent
+from stevora.events import WebhookEvent
 from stevora.statuses import RunStatus
-from stevora.tasks import StepResult
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
 
 
-async def on_handed_over(
-    wait: WaitContext, result: StepResult, calls: list[NewAwaitedCall], inserted: set[str]
-) -> list[Event]:
+async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]) -> WaitPlan:
     """Announce the run's pending client calls (`workflow.tool_outputs_required`)."""
     await announce_tool_outputs_required(wait.conn, wait.run)
-    return []
+    return WaitPlan()
 
 
 async def expire_overdue(wait: WaitContext) -> None:

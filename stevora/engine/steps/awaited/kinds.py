@@ -12,11 +12,10 @@ from stevora.db import awaited as db_awaited
 from stevora.db.awaited import NewAwaitedCall
 from stevora.engine.steps import approval
 from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, client, workflow
-from stevora.engine.steps.base import WaitContext
-from stevora.events import Event
+from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.tasks import StepResult
 
-HandOver = Callable[[WaitContext, StepResult, list[NewAwaitedCall], set[str]], Awaitable[list[Event]]]
+HandOver = Callable[[WaitContext, list[NewAwaitedCall], set[str]], Awaitable[WaitPlan]]
 
 # In the order their rows and webhooks are written.
 HANDED_OVER: dict[str, HandOver] = {
@@ -26,14 +25,15 @@ HANDED_OVER: dict[str, HandOver] = {
 }
 
 
-async def hand_over(wait: WaitContext, result: StepResult) -> list[Event]:
+async def hand_over(wait: WaitContext, result: StepResult) -> WaitPlan:
     """Record the calls a waiting step hands over (`result.awaiting`) and let each kind write what
-    its calls need, in the transaction that makes the step WAITING; returns the events to write."""
+    its calls need, in the transaction that makes the step WAITING; returns what to write and
+    dispatch with the wait."""
     calls: list[NewAwaitedCall] = result.awaiting or []
     inserted = await db_awaited.insert(wait.conn, wait.run["id"], calls)
-    events: list[Event] = []
+    plan = WaitPlan()
     for kind, on_handed_over in HANDED_OVER.items():
         mine = [call for call in calls if call.kind == kind]
         if mine:
-            events += await on_handed_over(wait, result, mine, inserted)
-    return events
+            plan += await on_handed_over(wait, mine, inserted)
+    return plan

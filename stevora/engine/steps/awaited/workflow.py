@@ -17,19 +17,16 @@ from stevora.db import awaited as db_awaited
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.engine.steps.awaited import WORKFLOW, Answer, answer
-from stevora.engine.steps.base import WaitContext
-from stevora.events import Event
+from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.observability import tracing
 from stevora.statuses import RunStatus
-from stevora.tasks import StepResult
 
 
-async def on_handed_over(
-    wait: WaitContext, result: StepResult, calls: list[NewAwaitedCall], inserted: set[str]
-) -> list[Event]:
+async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]) -> WaitPlan:
     """Start a child run for each workflow call recorded just now."""
     run = wait.run
     children = []
+    started: list[str] = []
     for call in calls:
         if call.id not in inserted:
             continue  # a replayed round: its child run exists already
@@ -47,11 +44,9 @@ async def on_handed_over(
         )
         assert child is not None  # the definition was read from this workspace
         await db_awaited.set_child(wait.conn, call.id, child["id"])
-        wait.dispatch_after.append(child["id"])
+        started.append(child["id"])
         children.append({"toolCallId": call.tool_call_id, "childRunId": child["id"]})
-    if children and result.pause_details is not None:
-        result.pause_details["childRuns"] = children
-    return []
+    return WaitPlan(pause_details={"childRuns": children} if children else {}, dispatch=tuple(started))
 
 
 async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wake: list[str]) -> None:
