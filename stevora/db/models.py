@@ -29,7 +29,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from stevora.statuses import ApprovalStatus, RunStatus, StepStatus, values
+from stevora.statuses import ApprovalStatus, AwaitedKind, AwaitedStatus, RunStatus, StepStatus, values
 
 RUN_STATUSES = values(RunStatus)
 STEP_STATUSES = values(StepStatus)
@@ -278,15 +278,19 @@ class AwaitedToolCall(Base):
 
     __tablename__ = "awaited_tool_calls"
     __table_args__ = (
-        CheckConstraint("kind IN ('client', 'workflow', 'approval')", name="kind"),
-        CheckConstraint("status IN ('pending', 'approved', 'answered')", name="status"),
+        CheckConstraint(_in("kind", values(AwaitedKind)), name="kind"),
+        CheckConstraint(_in("status", values(AwaitedStatus)), name="status"),
         # One wait per (model call, tool-call index): a replayed round never creates a second
         # one (nor a second child run); a `tool` step's call has one per step run.
         UniqueConstraint("llm_call_id", "sequence", name="uq_awaited_tool_call"),
         Index(
             "uq_awaited_tool_step", "step_run_id", unique=True, postgresql_where=text("llm_call_id IS NULL")
         ),
-        Index("ix_awaited_pending", "workflow_run_id", postgresql_where=text("status = 'pending'")),
+        Index(
+            "ix_awaited_pending",
+            "workflow_run_id",
+            postgresql_where=text(f"status = '{AwaitedStatus.PENDING}'"),
+        ),
         Index("ix_awaited_child", "child_run_id", postgresql_where=text("child_run_id IS NOT NULL")),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -303,7 +307,7 @@ class AwaitedToolCall(Base):
     parameters: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     approved_arguments: Mapped[Any] = mapped_column(JSONB, nullable=True)
     kind: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16), server_default="pending")
+    status: Mapped[str] = mapped_column(String(16), server_default=AwaitedStatus.PENDING.value)
     deadline_at: Mapped[datetime | None] = _ts()
     child_run_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()

@@ -24,7 +24,7 @@ from stevora.errors import InvalidStateTransition, NotFoundError, ValidationErro
 from stevora.events import Event, EventType
 from stevora.observability import tracing
 from stevora.observability.metrics import RUNS_CREATED
-from stevora.statuses import RunStatus
+from stevora.statuses import PauseReason, ResumeReason, RunStatus
 from stevora.tools import field_problem, schema_problems, with_defaults
 
 if TYPE_CHECKING:
@@ -137,7 +137,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
             events=[
                 Event(
                     EventType.WORKFLOW_RESUMED,
-                    {"reason": "retry", "stepName": failed["step_name"]},
+                    {"reason": ResumeReason.RETRY, "stepName": failed["step_name"]},
                     new["id"],
                 )
             ],
@@ -155,7 +155,7 @@ async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
             run_id,
             expect=[RunStatus.RUNNING],
             sets={"status": RunStatus.PAUSED},
-            events=[Event(EventType.WORKFLOW_PAUSED, {"reason": "manual"})],
+            events=[Event(EventType.WORKFLOW_PAUSED, {"reason": PauseReason.MANUAL})],
         )
     return row
 
@@ -174,7 +174,7 @@ async def resume_run(
                 expect=[RunStatus.PAUSED],
                 sets={"status": RunStatus.RUNNING, **RELEASE},
                 now_columns=["dispatched_at"],
-                events=[Event(EventType.WORKFLOW_RESUMED, {"reason": "manual"})],
+                events=[Event(EventType.WORKFLOW_RESUMED, {"reason": ResumeReason.MANUAL})],
             )
         else:
             if signal_type is None:

@@ -51,7 +51,7 @@ from stevora.engine.steps.registry import step_type
 from stevora.errors import InvalidStateTransition, LeaseLost, StevoraError
 from stevora.events import Event, EventType, step_completed, step_failed
 from stevora.observability import hooks as observe
-from stevora.statuses import TERMINAL_RUN_STATUSES, RunStatus, StepStatus
+from stevora.statuses import TERMINAL_RUN_STATUSES, PauseReason, ResumeReason, RunStatus, StepStatus
 from stevora.tasks import StepResult, exception_error
 
 if TYPE_CHECKING:
@@ -309,7 +309,7 @@ class RunDriver:
         self, run: asyncpg.Record, step_run: asyncpg.Record, step: Any, result: StepResult
     ) -> None:
         until = result.wait_until
-        reason = result.pause_reason or "wait"
+        reason = result.pause_reason or PauseReason.WAIT
         async with self.pool.acquire() as conn, conn.transaction():
             await runs.update_step(
                 conn,
@@ -392,7 +392,7 @@ class RunDriver:
                     step_completed(done),
                     Event(
                         EventType.WORKFLOW_RESUMED,
-                        {"reason": "timer", "stepName": step_run["step_name"]},
+                        {"reason": ResumeReason.TIMER, "stepName": step_run["step_name"]},
                         step_run["id"],
                     ),
                 ]

@@ -29,7 +29,7 @@ from stevora.engine.steps.awaited import Answer, answer
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.errors import InvalidStateTransition, NotFoundError, ValidationError
 from stevora.events import Event, EventType, WebhookEvent, step_completed, step_failed
-from stevora.statuses import RunStatus, StepStatus
+from stevora.statuses import AnsweredBy, AwaitedStatus, PauseReason, ResumeReason, RunStatus, StepStatus
 from stevora.tasks import StepResult
 from stevora.tools import field_problem, schema_problems
 
@@ -57,7 +57,7 @@ class ApprovalStepType(StepType):
             )
         until = utcnow() + timedelta(milliseconds=step.timeout_ms) if step.timeout_ms else None
         return StepResult(
-            status="waiting", signal_type=APPROVAL_SIGNAL, wait_until=until, pause_reason="approval"
+            status="waiting", signal_type=APPROVAL_SIGNAL, wait_until=until, pause_reason=PauseReason.APPROVAL
         )
 
     async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
@@ -248,7 +248,7 @@ async def _decide_step(
     events.append(
         Event(
             EventType.WORKFLOW_RESUMED,
-            {"reason": "approval", "signalType": APPROVAL_SIGNAL, "decision": decision},
+            {"reason": ResumeReason.APPROVAL, "signalType": APPROVAL_SIGNAL, "decision": decision},
             step_run_id,
         )
     )
@@ -281,7 +281,12 @@ async def _decide_tool_call(
     run resumed (the caller dispatches it after commit)."""
     call = await db_awaited.get(conn, approval["awaited_tool_call_id"])
     run = await runs.lock_run(conn, approval["workflow_run_id"])
-    if call is None or run is None or run["status"] != RunStatus.WAITING or call["status"] != "pending":
+    if (
+        call is None
+        or run is None
+        or run["status"] != RunStatus.WAITING
+        or call["status"] != AwaitedStatus.PENDING
+    ):
         raise InvalidStateTransition(
             "The tool call of this approval request is no longer waiting for a decision",
             details={"approvalRequestId": approval["id"]},
@@ -302,15 +307,20 @@ async def _decide_tool_call(
             ok=False,
             error=f"A person declined this call to '{call['tool_name']}'{by}",
             error_code="APPROVAL_REJECTED",
-            answered_by="person",
+            answered_by=AnsweredBy.PERSON,
         )
-        resumed = await answer(conn, run, [declined], reason="approval", events_before=before)
+        resumed = await answer(conn, run, [declined], reason=ResumeReason.APPROVAL, events_before=before)
     else:
         arguments = call["arguments"] if decision == "approved" else edited_content
         if decision == "edited":
             _check_edited_arguments(call, edited_content)
         resumed = await answer(
-            conn, run, [], reason="approval", approved={call["id"]: arguments}, events_before=before
+            conn,
+            run,
+            [],
+            reason=ResumeReason.APPROVAL,
+            approved={call["id"]: arguments},
+            events_before=before,
         )
     await enqueue_webhooks(
         conn, workspace_id, WebhookEvent.APPROVAL_DECIDED, {**decided, "workflowRunId": run["id"]}

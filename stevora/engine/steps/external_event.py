@@ -20,7 +20,7 @@ from stevora.definitions import ExternalEventStep
 from stevora.engine.steps.base import StepExecution, StepType
 from stevora.errors import ConflictError, InvalidStateTransition
 from stevora.events import Event, EventType, step_completed
-from stevora.statuses import RunStatus, StepStatus
+from stevora.statuses import PauseReason, ResumeReason, RunStatus, StepStatus
 from stevora.tasks import StepResult
 
 if TYPE_CHECKING:
@@ -34,7 +34,10 @@ class ExternalEventStepType(StepType):
     async def execute(self, rt: Runtime, ex: StepExecution, step: ExternalEventStep) -> StepResult:
         until = utcnow() + timedelta(milliseconds=step.timeout_ms) if step.timeout_ms else None
         return StepResult(
-            status="waiting", signal_type=step.signal_type, wait_until=until, pause_reason="external_event"
+            status="waiting",
+            signal_type=step.signal_type,
+            wait_until=until,
+            pause_reason=PauseReason.EXTERNAL_EVENT,
         )
 
 
@@ -50,7 +53,7 @@ async def deliver_signal(
         run["status"] != RunStatus.WAITING
         or step_run is None
         or step_run["status"] != StepStatus.WAITING
-        or step_run["step_type"] != "external_event"
+        or step_run["step_type"] != ExternalEventStepType.name
     ):
         raise InvalidStateTransition(
             "Workflow run is not waiting for an external event",
@@ -84,7 +87,7 @@ async def deliver_signal(
             Event(
                 EventType.WORKFLOW_RESUMED,
                 {
-                    "reason": "signal",
+                    "reason": ResumeReason.SIGNAL,
                     "signalType": signal_type,
                     "payloadKeys": sorted((payload or {}).keys()),
                 },

@@ -30,13 +30,14 @@ from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound
 from stevora.db.definitions import find_version
 from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef, parse_default_params
-from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, tool_call_view
+from stevora.engine.steps.awaited import tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.engine.steps.tool_calls import record_outcome
 from stevora.errors import StevoraError
 from stevora.llm.messages import Message, ToolCall, ToolSpec
 from stevora.observability import hooks as observe
+from stevora.statuses import AwaitedKind, AwaitedStatus, PauseReason
 from stevora.tasks import StepResult
 from stevora.tools import ToolContext, ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
 from stevora.tools.invoke import parse_arguments
@@ -169,7 +170,7 @@ class ToolRunner:
             decided = {
                 row["sequence"]: row
                 for row in await db_awaited.for_step_run(self.rt.pool, [last.step_run_id])
-                if row["llm_call_id"] == last.llm_call_id and row["status"] == "approved"
+                if row["llm_call_id"] == last.llm_call_id and row["status"] == AwaitedStatus.APPROVED
             }
             for index, call in [(i, c) for i, c in local if c.name in self.tools.gated]:
                 if index in decided:
@@ -224,14 +225,14 @@ class ToolRunner:
             tool_call_id=call.id,
             tool_name=call.name,
             arguments=arguments,
-            kind=CLIENT,
+            kind=AwaitedKind.CLIENT,
         )
         if call.name in self.tools.gated:
-            new.kind = APPROVAL
+            new.kind = AwaitedKind.APPROVAL
             new.parameters = schema if schema is not None else self._registered_parameters(call.name)
             handed.append(new)
             return None
-        if self.tools.kinds[call.name] == CLIENT:
+        if self.tools.kinds[call.name] == "client":
             timeout_ms = self.tools.timeouts_ms.get(call.name)
             if timeout_ms is not None:
                 new.deadline_at = last.committed_at + timedelta(milliseconds=timeout_ms)
@@ -275,7 +276,7 @@ class ToolRunner:
                     "INVALID_ARGUMENTS",
                     f"Invalid input for workflow '{tool.workflow}': {'; '.join(problems)}",
                 )
-        new.kind = WORKFLOW
+        new.kind = AwaitedKind.WORKFLOW
         new.child_definition_id = row["id"]
         new.child_input = child_input
         return None
@@ -285,9 +286,9 @@ class ToolRunner:
         return dict(registered.parameters) if registered is not None else None
 
     def _waiting(self, handed: list[NewAwaitedCall]) -> StepResult:
-        client = [c for c in handed if c.kind == CLIENT]
-        children = [c for c in handed if c.kind == WORKFLOW]
-        gated = [c for c in handed if c.kind == APPROVAL]
+        client = [c for c in handed if c.kind == AwaitedKind.CLIENT]
+        children = [c for c in handed if c.kind == AwaitedKind.WORKFLOW]
+        gated = [c for c in handed if c.kind == AwaitedKind.APPROVAL]
         deadlines = [c.deadline_at for c in client if c.deadline_at is not None]
         details: dict[str, Any] = {}
         if client:
@@ -308,7 +309,11 @@ class ToolRunner:
             ]
         if gated:
             details["approvalCalls"] = [{"id": c.tool_call_id, "name": c.tool_name} for c in gated]
-        reason = "tool_outputs" if client else ("tool_approval" if gated else "child_runs")
+        reason = (
+            PauseReason.TOOL_OUTPUTS
+            if client
+            else (PauseReason.TOOL_APPROVAL if gated else PauseReason.CHILD_RUNS)
+        )
         return StepResult(
             status="waiting",
             wait_until=min(deadlines) if deadlines else None,

@@ -20,6 +20,7 @@ import structlog
 from stevora.definitions import TaskStep
 from stevora.engine.steps.base import StepExecution, StepType
 from stevora.errors import StevoraError
+from stevora.statuses import PauseReason
 from stevora.tasks import StepContext, StepResult, exception_error
 
 if TYPE_CHECKING:
@@ -94,4 +95,6 @@ def _paused_for(result: StepResult) -> StepResult:
     """A handler that returns `waiting` pauses the run for a signal (with `signalType`) or a timer."""
     if result.status != "waiting" or result.pause_reason is not None:
         return result
-    return dataclasses.replace(result, pause_reason="external_event" if result.signal_type else "wait")
+    return dataclasses.replace(
+        result, pause_reason=PauseReason.EXTERNAL_EVENT if result.signal_type else PauseReason.WAIT
+    )

@@ -21,11 +21,11 @@ from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
-from stevora.engine.steps.awaited import APPROVAL
 from stevora.engine.steps.awaited.kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.tool_calls import record_outcome
 from stevora.observability import hooks as observe
+from stevora.statuses import AwaitedKind, AwaitedStatus, PauseReason
 from stevora.tasks import StepResult
 from stevora.templating import MissingTemplatePath, render_typed
 from stevora.tools import ToolContext, invoke_tool, schema_problems
@@ -71,7 +71,7 @@ class ToolStepType(StepType):
             decision = [
                 row
                 for row in await db_awaited.for_step_run(rt.pool, [ex.step_run_id])
-                if row["status"] == "approved"
+                if row["status"] == AwaitedStatus.APPROVED
             ]
             if not decision:
                 return self._wait_for_approval(ex, step, arguments, registered.parameters)
@@ -89,12 +89,12 @@ class ToolStepType(StepType):
             tool_call_id=f"step:{step.name}",
             tool_name=step.tool,
             arguments=arguments,
-            kind=APPROVAL,
+            kind=AwaitedKind.APPROVAL,
             parameters=dict(parameters),
         )
         return StepResult(
             status="waiting",
-            pause_reason="tool_approval",
+            pause_reason=PauseReason.TOOL_APPROVAL,
             pause_details={"approvalCalls": [{"id": call.tool_call_id, "name": step.tool}]},
             awaiting=[call],
         )

@@ -34,11 +34,7 @@ from stevora.db import checkpoints, runs
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.runs import RELEASE
 from stevora.events import Event, EventType
-from stevora.statuses import RunStatus, StepStatus
-
-CLIENT = "client"
-WORKFLOW = "workflow"
-APPROVAL = "approval"
+from stevora.statuses import AnsweredBy, ResumeReason, RunStatus, StepStatus
 
 
 @dataclass(slots=True)
@@ -51,7 +47,7 @@ class Answer:
     error: str | None = None
     error_code: str | None = None
     model_error: dict[str, Any] | None = None  # what the model is told instead of {"error": error}
-    answered_by: str = CLIENT  # client | workflow | timeout
+    answered_by: AnsweredBy = AnsweredBy.CLIENT
 
 
 def idempotency_key(call: Mapping[str, Any]) -> str:
@@ -72,7 +68,7 @@ async def answer(
     run: asyncpg.Record,
     answers: list[Answer],
     *,
-    reason: str,
+    reason: ResumeReason,
     owner: str | None = None,
     approved: Mapping[str, Any] | None = None,
     events_before: Sequence[Event] = (),

@@ -26,7 +26,7 @@ from stevora.engine.steps.awaited import Answer, answer, tool_call_view
 from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.errors import InvalidStateTransition, InvalidToolOutputs, NotFoundError, ToolOutputTooLarge
 from stevora.events import WebhookEvent
-from stevora.statuses import RunStatus
+from stevora.statuses import AnsweredBy, AwaitedStatus, ResumeReason, RunStatus
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -50,14 +50,14 @@ async def expire_overdue(wait: WaitContext) -> None:
             ok=False,
             error=f"No output was submitted for client tool '{call['tool_name']}' before {iso(call['deadline_at'])}",
             error_code="TOOL_OUTPUT_TIMEOUT",
-            answered_by="timeout",
+            answered_by=AnsweredBy.TIMEOUT,
         )
         for call in await db_awaited.pending_for_run(wait.conn, run["id"])
         if call["deadline_at"] is not None and call["deadline_at"] <= now
     ]
     # With nothing expired (an answer came first) this only re-aims the wake-up at the next
     # deadline, so the driver hands the run back instead of waking it again at once.
-    await answer(wait.conn, run, expired, reason="tool_output_timeout", owner=wait.owner)
+    await answer(wait.conn, run, expired, reason=ResumeReason.TOOL_OUTPUT_TIMEOUT, owner=wait.owner)
 
 
 def required_action(client_calls: list[asyncpg.Record]) -> dict[str, Any] | None:
@@ -121,10 +121,10 @@ async def submit_tool_outputs(
         if run is None:
             raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
         calls = await db_awaited.client_calls_with_results(conn, run_id)
-        pending = {c["tool_call_id"]: c for c in calls if c["status"] == "pending"}
+        pending = {c["tool_call_id"]: c for c in calls if c["status"] == AwaitedStatus.PENDING}
         answered: dict[str, asyncpg.Record] = {}
         for c in calls:  # newest round first: a reused id means its latest call
-            if c["status"] == "answered":
+            if c["status"] == AwaitedStatus.ANSWERED:
                 answered.setdefault(c["tool_call_id"], c)
         if all(i.tool_call_id in answered and _same_as_recorded(i, answered[i.tool_call_id]) for i in items):
             return run
@@ -135,7 +135,7 @@ async def submit_tool_outputs(
             )
         answers = _validated_answers(rt, items, pending, answered)
         if answers:
-            resumed = await answer(conn, run, answers, reason="tool_outputs")
+            resumed = await answer(conn, run, answers, reason=ResumeReason.TOOL_OUTPUTS)
     if resumed:
         await dispatch_hint(rt.dispatcher, run_id)
     return run

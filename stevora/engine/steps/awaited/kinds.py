@@ -11,17 +11,18 @@ from collections.abc import Awaitable, Callable
 from stevora.db import awaited as db_awaited
 from stevora.db.awaited import NewAwaitedCall
 from stevora.engine.steps import approval
-from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, client, workflow
+from stevora.engine.steps.awaited import client, workflow
 from stevora.engine.steps.base import WaitContext, WaitPlan
+from stevora.statuses import AwaitedKind
 from stevora.tasks import StepResult
 
 HandOver = Callable[[WaitContext, list[NewAwaitedCall], set[str]], Awaitable[WaitPlan]]
 
 # In the order their rows and webhooks are written.
-HANDED_OVER: dict[str, HandOver] = {
-    WORKFLOW: workflow.on_handed_over,
-    CLIENT: client.on_handed_over,
-    APPROVAL: approval.on_tool_calls_handed_over,
+HANDED_OVER: dict[AwaitedKind, HandOver] = {
+    AwaitedKind.WORKFLOW: workflow.on_handed_over,
+    AwaitedKind.CLIENT: client.on_handed_over,
+    AwaitedKind.APPROVAL: approval.on_tool_calls_handed_over,
 }
 
 

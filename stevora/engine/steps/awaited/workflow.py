@@ -16,10 +16,10 @@ import asyncpg
 from stevora.db import awaited as db_awaited
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
-from stevora.engine.steps.awaited import WORKFLOW, Answer, answer
+from stevora.engine.steps.awaited import Answer, answer
 from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.observability import tracing
-from stevora.statuses import RunStatus
+from stevora.statuses import AnsweredBy, AwaitedStatus, ResumeReason, RunStatus
 
 
 async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]) -> WaitPlan:
@@ -54,19 +54,19 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wak
     started `child`, and wake the parent when it has nothing else pending. A parent that is not
     WAITING (cancelled, or not yet waiting) is left alone; the sweep retries the latter."""
     call = await db_awaited.for_child(conn, child["id"])
-    if call is None or call["status"] != "pending":
+    if call is None or call["status"] != AwaitedStatus.PENDING:
         return
     parent = await runs.lock_run(conn, call["workflow_run_id"])
     if parent is None or parent["status"] != RunStatus.WAITING:
         return
     result = await _child_result(conn, child, call)
-    if await answer(conn, parent, [result], reason="child_run"):
+    if await answer(conn, parent, [result], reason=ResumeReason.CHILD_RUN):
         wake.append(parent["id"])
 
 
 async def _child_result(conn: asyncpg.Connection, child: asyncpg.Record, call: asyncpg.Record) -> Answer:
     if child["status"] == RunStatus.COMPLETED:
-        return Answer(call, ok=True, output=child["output"], answered_by=WORKFLOW)
+        return Answer(call, ok=True, output=child["output"], answered_by=AnsweredBy.WORKFLOW)
     name = await conn.fetchval("SELECT name FROM workflow_definitions WHERE id = $1", child["definition_id"])
     error = child["error"] or {}
     code = error.get("code") or child["status"]
@@ -78,7 +78,7 @@ async def _child_result(conn: asyncpg.Connection, child: asyncpg.Record, call: a
         error=text,
         error_code="CHILD_RUN_CANCELLED" if child["status"] == RunStatus.CANCELLED else "CHILD_RUN_FAILED",
         model_error={"error": text, "childRunId": child["id"]},
-        answered_by=WORKFLOW,
+        answered_by=AnsweredBy.WORKFLOW,
     )
 
 
