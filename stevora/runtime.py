@@ -10,6 +10,7 @@ from typing import Any
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from stevora.db import definitions as db_definitions
 from stevora.db.database import create_engine, create_pool, session_factory
 from stevora.db.group_commit import GroupCommitter
 from stevora.definitions import WorkflowDefinitionSpec, parse_definition
@@ -33,11 +34,7 @@ class DefinitionCache:
     async def _load(self, definition_id: str) -> tuple[str, WorkflowDefinitionSpec] | None:
         found = self._cache.get(definition_id)
         if found is None:
-            row = await self.pool.fetchrow(
-                "SELECT workspace_id, name, version, description, steps, input_schema, default_params "
-                "FROM workflow_definitions WHERE id = $1",
-                definition_id,
-            )
+            row = await db_definitions.get(self.pool, definition_id)
             if row is None:
                 return None
             spec = parse_definition(

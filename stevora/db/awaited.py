@@ -143,6 +143,16 @@ async def mark_answered(conn: asyncpg.Connection, awaited_ids: list[str]) -> Non
     )
 
 
+async def children_of(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> list[asyncpg.Record]:
+    """The child runs started by a run's workflow tool calls, by (model call, index)."""
+    rows: list[asyncpg.Record] = await conn.fetch(
+        "SELECT llm_call_id, sequence, child_run_id FROM awaited_tool_calls "
+        "WHERE workflow_run_id = $1 AND child_run_id IS NOT NULL",
+        run_id,
+    )
+    return rows
+
+
 async def for_child(conn: asyncpg.Connection, child_run_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(
         f"SELECT {_COLUMNS} FROM awaited_tool_calls a WHERE a.child_run_id = $1", child_run_id

@@ -21,6 +21,7 @@ from urllib.parse import quote, unquote, urlsplit
 from fastapi import Request
 from fastapi.responses import RedirectResponse, Response
 
+from stevora.db import pages
 from stevora.errors import StevoraError
 
 if TYPE_CHECKING:
@@ -69,12 +70,7 @@ async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:
     """The UI user of a raw key, or `None` when it is missing, unknown or revoked."""
     if not raw_key or len(raw_key) > _MAX_KEY_CHARS:
         return None
-    row = await rt.pool.fetchrow(
-        "SELECT k.id, k.workspace_id, k.name AS key_name, k.key_prefix, w.name AS workspace_name "
-        "FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id "
-        "WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
-        hash_key(raw_key),
-    )
+    row = await pages.ui_user(rt.pool, hash_key(raw_key))
     if row is None:
         return None
     return UiUser(

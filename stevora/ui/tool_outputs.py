@@ -27,11 +27,7 @@ async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
     pending: list[asyncpg.Record] = []
     if run["status"] == RunStatus.WAITING:
         pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
-    children = await rt.pool.fetch(
-        "SELECT llm_call_id, sequence, child_run_id FROM awaited_tool_calls "
-        "WHERE workflow_run_id = $1 AND child_run_id IS NOT NULL",
-        run["id"],
-    )
+    children = await db_awaited.children_of(rt.pool, run["id"])
     return {
         "pending_calls": pending,
         "pending_call_ids": {c["tool_call_id"] for c in pending},

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncpg
 
 from stevora.db import awaited as db_awaited
+from stevora.db import definitions as db_definitions
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.engine.steps.awaited import Answer, answer
@@ -67,7 +68,7 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wak
 async def _child_result(conn: asyncpg.Connection, child: asyncpg.Record, call: asyncpg.Record) -> Answer:
     if child["status"] == RunStatus.COMPLETED:
         return Answer(call, ok=True, output=child["output"], answered_by=AnsweredBy.WORKFLOW)
-    name = await conn.fetchval("SELECT name FROM workflow_definitions WHERE id = $1", child["definition_id"])
+    name = await db_definitions.name_of(conn, child["definition_id"])
     error = child["error"] or {}
     code = error.get("code") or child["status"]
     message = error.get("message") or ("Run was cancelled" if child["status"] == RunStatus.CANCELLED else "")
