@@ -24,7 +24,7 @@ from stevora.db import checkpoints, runs
 from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep
 from stevora.engine.steps.awaited.client import expire_overdue
-from stevora.engine.steps.awaited.kinds import hand_over
+from stevora.engine.steps.awaited_kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message

@@ -21,7 +21,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
-from stevora.engine.steps.awaited.kinds import hand_over
+from stevora.engine.steps.awaited_kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.tool_calls import record_outcome
 from stevora.observability import hooks as observe

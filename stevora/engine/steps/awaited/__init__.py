@@ -11,7 +11,7 @@ by someone other than the step itself, and the `answer` they all write through.
   resumed step runs it.
 
 The loop hands such calls over by returning a waiting StepResult; its step type's `on_waiting`
-calls `kinds.hand_over`, which records them and lets each kind write what its calls need (child
+calls `awaited_kinds.hand_over`, which records them and lets each kind write what its calls need (child
 runs, webhooks, approval requests) in the transaction that makes the step WAITING, so no worker,
 lease or task is held while they are out. `answer` writes each result's `tool_trace` row and event
 in one transaction (fenced by the run being WAITING and its row lock), exactly once, and resumes
