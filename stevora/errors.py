@@ -95,11 +95,6 @@ class StepError(StevoraError):
     retryable = True
 
 
-class HandlerNotFound(StepError):
-    code = "HANDLER_NOT_REGISTERED"
-    retryable = False
-
-
 class ProviderError(StepError):
     """An LLM provider call failed. 429/5xx/529/timeouts are retryable; 400/401/404 are not."""
 
@@ -128,16 +123,6 @@ class ProviderError(StepError):
 
 class ProviderNotFound(StepError):
     code = "PROVIDER_NOT_FOUND"
-    retryable = False
-
-
-class MaxToolRoundsExceeded(StepError):
-    code = "MAX_TOOL_ROUNDS"
-    retryable = False
-
-
-class GuardrailFailed(StepError):
-    code = "GUARDRAIL_FAILED"
     retryable = False
 
 

@@ -102,8 +102,9 @@ ACTIVE_RUN_STATUSES: tuple[RunStatus, ...] = (
 LEASABLE_RUN_STATUSES: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
 OPEN_STEP_STATUSES: tuple[StepStatus, ...] = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.WAITING)
 
-# Transition tables, exactly as documented (reference §6). The guarded SQL only ever moves rows
-# along these edges; tests assert each transition helper against them.
+# Transition tables, exactly as docs/state-machines.md draws them. The guarded updates only ever
+# move rows along these edges: tests/unit/test_transitions.py checks every `update_run` /
+# `update_step` of the engine against them.
 RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.PENDING: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
     RunStatus.RUNNING: frozenset(

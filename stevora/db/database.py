@@ -2,7 +2,8 @@
 SQLAlchemy async engine for the API's queries.
 
 The engine writes with hand-written SQL on asyncpg because each checkpoint is on the hot path
-(DESIGN §7: SQLAlchemy Core costs ~1.9x a raw asyncpg round trip). Tables are still defined once,
+(measured when the engine was designed: SQLAlchemy Core costs ~1.9x a raw asyncpg round trip;
+docs/architecture.md). Tables are still defined once,
 in stevora.db.models, and only Alembic changes them.
 """
 

@@ -1,6 +1,6 @@
 """Run one tool call the model asked for and turn every outcome into a tool message.
 
-A tool call never raises into the step (§7.2): an unknown tool, bad arguments, a handler
+A tool call never raises into the step (docs/tool-calling.md): an unknown tool, bad arguments, a handler
 exception, a timeout or an oversize result all become a failed `ToolOutcome` whose
 `result_text` is `{"error": ...}`, so the model can recover. Only cancellation propagates.
 This runs once per tool call per round, so schemas are compiled and signatures inspected
@@ -97,7 +97,7 @@ async def invoke_tool(
     if tool is None:
         return failed("TOOL_NOT_REGISTERED", f"Tool '{name}' not registered")
 
-    # Unparseable or non-object arguments reach the handler as {"raw": ...} (§7.2), unvalidated.
+    # Unparseable or non-object arguments reach the handler as {"raw": ...}, unvalidated.
     if is_object:
         try:
             schema = declared_schema if declared_schema is not None else tool.parameters

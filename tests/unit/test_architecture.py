@@ -1,4 +1,4 @@
-"""The layering of DESIGN.md §3 and the step-type seam, checked on every test run."""
+"""The layering of docs/architecture.md and the step-type seam, checked on every test run."""
 
 from __future__ import annotations
 

@@ -11,7 +11,7 @@
 The loop is split by concern: `llm_state` (the transcript rebuilt from rows), `llm_model` (model
 calls and their checkpoints), `llm_tools` (tool calls and theirs); this module drives them and
 decides how the step ends. The whole loop stays inside one worker execution: no broker hop per
-round (DESIGN §7).
+round (docs/architecture.md, "Many slow LLM calls in one worker process").
 """
 
 from __future__ import annotations
