@@ -29,6 +29,8 @@ from stevora.tools.schema import compiled_validator, json_path
 
 ToolErrorCode = Literal[
     "TOOL_NOT_REGISTERED",
+    # the model named a tool its step does not offer: refused, never looked up or run
+    "TOOL_NOT_OFFERED",
     "INVALID_ARGUMENTS",
     "TOOL_ERROR",
     "TOOL_TIMEOUT",

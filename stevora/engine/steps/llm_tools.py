@@ -52,7 +52,9 @@ ToolKind = Literal["handler", "client", "workflow"]
 class StepTools:
     specs: list[ToolSpec]
     declared: dict[str, dict[str, Any]]  # schemas declared in the step, validated before a call runs
-    kinds: dict[str, ToolKind] = field(default_factory=dict)  # absent: handler
+    # Every tool the step offers, by its exact name: a call of any other name never runs
+    # (TOOL_NOT_OFFERED), whatever the worker has registered — the tool boundary.
+    kinds: dict[str, ToolKind] = field(default_factory=dict)
     timeouts_ms: dict[str, int] = field(default_factory=dict)
     workflows: dict[str, WorkflowToolDef] = field(default_factory=dict)
     output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # inline outputSchema
@@ -90,6 +92,7 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
                 retryable=False,
             )
         tools.specs.append(ToolSpec(registered.name, registered.description, dict(registered.parameters)))
+        tools.kinds[registered.name] = "handler"
         if registered.requires_approval:
             tools.gated.add(registered.name)
     if step.global_tools:
@@ -99,6 +102,7 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
                 tools.specs.append(
                     ToolSpec(registered.name, registered.description, dict(registered.parameters))
                 )
+                tools.kinds[registered.name] = "handler"
                 if registered.requires_approval:
                     tools.gated.add(registered.name)
     return tools
@@ -162,8 +166,13 @@ class ToolRunner:
         missing = [(i, c) for i, c in enumerate(calls) if i not in last.tool_results]
         if not missing:
             return None
-        local = [(i, c) for i, c in missing if self.tools.kinds.get(c.name, "handler") == "handler"]
-        outside = [(i, c) for i, c in missing if self.tools.kinds.get(c.name, "handler") != "handler"]
+        kinds = self.tools.kinds
+        by_index: dict[int, dict[str, Any]] = {}
+        for index, call in missing:
+            if call.name not in kinds:  # never looked up in the registry, never gated, never run
+                by_index[index] = await self._record(last, index, call, self._not_offered(call))
+        local = [(i, c) for i, c in missing if kinds.get(c.name) == "handler"]
+        outside = [(i, c) for i, c in missing if c.name in kinds and kinds[c.name] != "handler"]
         handed: list[NewAwaitedCall] = []
         approved: dict[int, Any] = {}
         if any(c.name in self.tools.gated for _, c in local):
@@ -182,7 +191,7 @@ class ToolRunner:
             results = await asyncio.gather(*(self._run_tool(last, i, c, approved.get(i)) for i, c in local))
         else:
             results = [await self._run_tool(last, i, c, approved.get(i)) for i, c in local]
-        by_index = dict(zip((i for i, _ in local), results, strict=True))
+        by_index.update(zip((i for i, _ in local), results, strict=True))
         for index, call in sorted(outside, key=lambda item: item[0]):
             immediate = await self._hand_over(last, index, call, handed)
             if immediate is not None:
@@ -200,6 +209,16 @@ class ToolRunner:
                     )
                 )
         return None
+
+    def _not_offered(self, call: ToolCall) -> ToolOutcome:
+        arguments, _ = parse_arguments(call.arguments)
+        offered = ", ".join(sorted(self.tools.kinds)) or "none"
+        # repr() so an empty, blank or look-alike name is visible as what it is.
+        return _failed(
+            arguments,
+            "TOOL_NOT_OFFERED",
+            f"Tool {call.name[:80]!r} is not offered in this step (offered: {offered})",
+        )
 
     async def _hand_over(
         self, last: CommittedRound, index: int, call: ToolCall, handed: list[NewAwaitedCall]

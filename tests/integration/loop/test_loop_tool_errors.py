@@ -93,9 +93,13 @@ CASES = {
     "unknown_tool_name": Case(
         "drop_tables",
         "{}",
-        "TOOL_NOT_REGISTERED",
-        error_json("Tool 'drop_tables' not registered"),
-        "Tool 'drop_tables' not registered",
+        "TOOL_NOT_OFFERED",
+        error_json(
+            "Tool 'drop_tables' is not offered in this step "
+            "(offered: crm_lookup, dump_logs, find_docs, lookup_order, search_kb, slow_lookup)"
+        ),
+        "Tool 'drop_tables' is not offered in this step "
+        "(offered: crm_lookup, dump_logs, find_docs, lookup_order, search_kb, slow_lookup)",
         {},
     ),
     "schema_invalid_arguments": Case(
@@ -172,7 +176,7 @@ async def test_failed_tool_call_is_traced_and_returned_to_the_model(
     assert trace["output_json"] is None
     assert trace["result_text"] == case.model_sees
     assert (trace["tool_name"], trace["tool_call_id"], trace["sequence"]) == (case.tool, "call_1", 0)
-    if case.code in ("TOOL_NOT_REGISTERED", "INVALID_ARGUMENTS"):
+    if case.code in ("TOOL_NOT_REGISTERED", "TOOL_NOT_OFFERED", "INVALID_ARGUMENTS"):
         assert ran == []  # the handler never ran
     elif case.code == "TOOL_TIMEOUT":
         await asyncio.sleep(0)
