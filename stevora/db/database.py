@@ -139,3 +139,13 @@ def is_connection_error(exc: BaseException) -> bool:
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+async def ping(pool: asyncpg.Pool) -> None:
+    """One round trip (the health check)."""
+    await pool.fetchval("SELECT 1")
+
+
+async def notify(pool: asyncpg.Pool, channel: str, payload: str) -> None:
+    """`pg_notify` outside any transaction: delivered to listeners at once, stored nowhere."""
+    await pool.execute("SELECT pg_notify($1, $2)", channel, payload)

@@ -5,8 +5,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert
 from starlette.responses import Response
 
 from stevora.api.db import fetch_one, fetch_page, write_one
@@ -14,15 +12,13 @@ from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import definition_body, errors
 from stevora.api.schemas.definitions import DefinitionOut
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
+from stevora.db import resources
 from stevora.db.definitions import find_version
-from stevora.db.models import WorkflowDefinition
 from stevora.definitions import WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
 from stevora.errors import ConflictError, NotFoundError, ValidationError
-from stevora.ids import new_id
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-definitions", tags=["workflow-definitions"])
-_COLUMNS = tuple(WorkflowDefinition.__table__.c)
 DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_...).")]
 
 
@@ -39,20 +35,16 @@ async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any]
     spec = parse_definition(body)
     await check_workflow_tools(ctx.rt, auth.workspace_id, spec)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    stmt = (
-        insert(WorkflowDefinition)
-        .values(
-            id=new_id("wfdef"),
-            workspace_id=auth.workspace_id,
-            name=spec.name,
-            version=spec.version,
-            description=spec.description,
-            steps=dump["steps"],
-            input_schema=spec.input_schema,
-            default_params=spec.default_params,
-        )
-        .on_conflict_do_nothing(constraint="uq_definition_version")
-        .returning(*_COLUMNS)
+    stmt = resources.insert_definition(
+        auth.workspace_id,
+        {
+            "name": spec.name,
+            "version": spec.version,
+            "description": spec.description,
+            "steps": dump["steps"],
+            "input_schema": spec.input_schema,
+            "default_params": spec.default_params,
+        },
     )
     row = await write_one(ctx.rt, stmt)
     if row is None:
@@ -91,12 +83,15 @@ async def list_definitions(
     name: Annotated[str | None, Query(max_length=200, description="Only definitions with this name.")] = None,
 ) -> Response:
     """Newest first."""
-    where = [WorkflowDefinition.workspace_id == auth.workspace_id]
-    if name is not None:
-        where.append(WorkflowDefinition.name == name)
-    order = [WorkflowDefinition.created_at.desc(), WorkflowDefinition.id.desc()]
+    where, order = resources.definitions_where(auth.workspace_id, name)
     rows, total = await fetch_page(
-        ctx.rt, WorkflowDefinition, where, order, paging.offset, paging.page_size, columns=_COLUMNS
+        ctx.rt,
+        resources.DEFINITIONS,
+        where,
+        order,
+        paging.offset,
+        paging.page_size,
+        columns=resources.DEFINITION_COLUMNS,
     )
     data = [DefinitionOut.model_validate(r) for r in rows]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
@@ -109,10 +104,7 @@ async def list_definitions(
     summary="Get a definition",
 )
 async def get_definition(definition_id: DefinitionId, auth: Auth, ctx: Ctx) -> Response:
-    stmt = select(*_COLUMNS).where(
-        WorkflowDefinition.id == definition_id, WorkflowDefinition.workspace_id == auth.workspace_id
-    )
-    row = await fetch_one(ctx.rt, stmt)
+    row = await fetch_one(ctx.rt, resources.definition(auth.workspace_id, definition_id))
     if row is None:
         raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
     return ok(DefinitionOut.model_validate(row))

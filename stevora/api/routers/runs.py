@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import RowMapping, select
+from sqlalchemy import RowMapping
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_one, fetch_page
@@ -25,7 +25,7 @@ from stevora.api.schemas.runs import (
     ToolOutputsIn,
 )
 from stevora.db import awaited as db_awaited
-from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
+from stevora.db import resources
 from stevora.engine import commands
 from stevora.engine.steps.awaited import client as tool_outputs
 from stevora.errors import NotFoundError
@@ -34,7 +34,6 @@ from stevora.statuses import RunStatus
 
 router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
 RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
-_RUNS = WorkflowRun.__table__
 _NEW_RUN_DEFAULTS = {
     "total_cost_cents": 0.0,
     "total_input_tokens": 0,
@@ -47,7 +46,7 @@ _NEW_RUN_DEFAULTS = {
 
 async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> RowMapping:
     """The run as stored, or `NotFoundError` (also for another workspace's run)."""
-    row = await fetch_one(rt, select(_RUNS).where(_RUNS.c.id == run_id, _RUNS.c.workspace_id == workspace_id))
+    row = await fetch_one(rt, resources.run(workspace_id, run_id))
     if row is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
     return row
@@ -120,16 +119,8 @@ async def list_runs(
     ] = None,
 ) -> Response:
     """Newest first."""
-    where = [_RUNS.c.workspace_id == auth.workspace_id]
-    if status is not None:
-        where.append(_RUNS.c.status == status)
-    if definition_id is not None:
-        where.append(_RUNS.c.definition_id == definition_id)
-    if parent_run_id is not None:
-        where.append(_RUNS.c.parent_run_id == parent_run_id)
-    rows, total = await fetch_page(
-        ctx.rt, _RUNS, where, [_RUNS.c.created_at.desc(), _RUNS.c.id.desc()], paging.offset, paging.page_size
-    )
+    where, order = resources.runs_where(auth.workspace_id, status, definition_id, parent_run_id)
+    rows, total = await fetch_page(ctx.rt, resources.RUNS, where, order, paging.offset, paging.page_size)
     data = [RunOut.model_validate(r) for r in await with_required_action(ctx.rt, rows)]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
@@ -147,21 +138,8 @@ async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
 async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOut:
     """The run as `GET /workflow-runs/{id}` returns it: with its step runs and `requiredAction`."""
     (run,) = await with_required_action(rt, [await load_run(rt, workspace_id, run_id)])
-    steps_table = StepRun.__table__
-    steps = await fetch_all(
-        rt,
-        select(steps_table)
-        .where(steps_table.c.workflow_run_id == run_id)
-        .order_by(
-            steps_table.c.created_at, steps_table.c.step_index, steps_table.c.attempt, steps_table.c.id
-        ),
-    )
-    definition = await fetch_one(
-        rt,
-        select(WorkflowDefinition.name, WorkflowDefinition.version).where(
-            WorkflowDefinition.id == run["definition_id"]
-        ),
-    )
+    steps = await fetch_all(rt, resources.step_runs(run_id))
+    definition = await fetch_one(rt, resources.definition_ref(run["definition_id"]))
     assert definition is not None  # a foreign key guarantees it
     return RunDetailOut.model_validate(
         {
