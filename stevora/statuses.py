@@ -38,6 +38,14 @@ class ApprovalStatus(StrEnum):
     CANCELLED = "CANCELLED"
 
 
+class ApprovalDecision(StrEnum):
+    """What a person decided on an approval request (`approval_requests.decision`)."""
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EDITED = "edited"  # approved with `editedContent` in place of the content (or the call's arguments)
+
+
 class PauseReason(StrEnum):
     """Why a run stopped running: `WORKFLOW_PAUSED`'s `reason`."""
 

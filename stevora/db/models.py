@@ -29,7 +29,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from stevora.statuses import ApprovalStatus, AwaitedKind, AwaitedStatus, RunStatus, StepStatus, values
+from stevora.statuses import (
+    ApprovalDecision,
+    ApprovalStatus,
+    AwaitedKind,
+    AwaitedStatus,
+    RunStatus,
+    StepStatus,
+    values,
+)
 
 RUN_STATUSES = values(RunStatus)
 STEP_STATUSES = values(StepStatus)
@@ -318,9 +326,7 @@ class ApprovalRequest(Base):
     __tablename__ = "approval_requests"
     __table_args__ = (
         CheckConstraint(_in("status", APPROVAL_STATUSES), name="status"),
-        CheckConstraint(
-            "decision IS NULL OR decision IN ('approved', 'rejected', 'edited')", name="decision"
-        ),
+        CheckConstraint(f"decision IS NULL OR {_in('decision', values(ApprovalDecision))}", name="decision"),
         Index("ix_approvals_workspace_status", "workspace_id", "status"),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)

@@ -29,7 +29,15 @@ from stevora.engine.steps.awaited import Answer, answer
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.errors import InvalidStateTransition, NotFoundError, ValidationError
 from stevora.events import Event, EventType, WebhookEvent, step_completed, step_failed
-from stevora.statuses import AnsweredBy, AwaitedStatus, PauseReason, ResumeReason, RunStatus, StepStatus
+from stevora.statuses import (
+    AnsweredBy,
+    ApprovalDecision,
+    AwaitedStatus,
+    PauseReason,
+    ResumeReason,
+    RunStatus,
+    StepStatus,
+)
 from stevora.tasks import StepResult
 from stevora.tools import field_problem, schema_problems
 
@@ -38,6 +46,7 @@ if TYPE_CHECKING:
 
 APPROVAL_SIGNAL = "approval_decision"
 
+# As the API and the UI pass it (the values of ApprovalDecision).
 Decision = Literal["approved", "rejected", "edited"]
 
 
@@ -172,13 +181,14 @@ async def decide_approval(
     as its arguments (checked against the tool's schema now: a bad edit is a VALIDATION_ERROR and
     nothing is recorded); rejected → the model gets an error result saying a person declined it.
     """
-    if decision == "edited" and edited_content is None:
+    decided = ApprovalDecision(decision)
+    if decided == ApprovalDecision.EDITED and edited_content is None:
         raise ValidationError.from_problems(
             [{"path": "editedContent", "message": "editedContent is required when decision is 'edited'"}]
         )
     async with rt.pool.acquire() as conn, conn.transaction():
         approval = await approvals.decide(
-            conn, workspace_id, approval_id, decision, edited_content, decided_by
+            conn, workspace_id, approval_id, decided, edited_content, decided_by
         )
         if approval is None:
             current = await approvals.status_of(conn, workspace_id, approval_id)
@@ -190,10 +200,10 @@ async def decide_approval(
             )
         if approval["awaited_tool_call_id"] is not None:
             resumed = await _decide_tool_call(
-                conn, workspace_id, approval, decision, edited_content, decided_by
+                conn, workspace_id, approval, decided, edited_content, decided_by
             )
         else:
-            await _decide_step(conn, workspace_id, approval, decision, edited_content, decided_by)
+            await _decide_step(conn, workspace_id, approval, decided, edited_content, decided_by)
             resumed = True
     # Dispatch only after commit: a claim that runs earlier still sees the run WAITING.
     if resumed:
@@ -205,7 +215,7 @@ async def _decide_step(
     conn: asyncpg.Connection,
     workspace_id: str,
     approval: asyncpg.Record,
-    decision: Decision,
+    decision: ApprovalDecision,
     edited_content: Any,
     decided_by: str | None,
 ) -> None:
@@ -219,7 +229,7 @@ async def _decide_step(
         "stepName": approval["step_name"],
     }
     events = [Event(EventType.APPROVAL_DECIDED, decided, step_run_id)]
-    if decision == "rejected":
+    if decision == ApprovalDecision.REJECTED:
         error = {
             "code": "APPROVAL_REJECTED",
             "retryable": False,
@@ -257,7 +267,9 @@ async def _decide_step(
         approval["workflow_run_id"],
         expect=[RunStatus.WAITING],
         sets={"status": RunStatus.RUNNING, "next_run_at": None, **RELEASE},
-        merge_state={approval["content_key"]: edited_content} if decision == "edited" else None,
+        merge_state={approval["content_key"]: edited_content}
+        if decision == ApprovalDecision.EDITED
+        else None,
         now_columns=["dispatched_at"],
         events=events,
     )
@@ -273,7 +285,7 @@ async def _decide_tool_call(
     conn: asyncpg.Connection,
     workspace_id: str,
     approval: asyncpg.Record,
-    decision: Decision,
+    decision: ApprovalDecision,
     edited_content: Any,
     decided_by: str | None,
 ) -> bool:
@@ -300,7 +312,7 @@ async def _decide_tool_call(
         "toolCallId": call["tool_call_id"],
     }
     before = [Event(EventType.APPROVAL_DECIDED, decided, approval["step_run_id"])]
-    if decision == "rejected":
+    if decision == ApprovalDecision.REJECTED:
         by = f" ({decided_by})" if decided_by else ""
         declined = Answer(
             call,
@@ -311,8 +323,8 @@ async def _decide_tool_call(
         )
         resumed = await answer(conn, run, [declined], reason=ResumeReason.APPROVAL, events_before=before)
     else:
-        arguments = call["arguments"] if decision == "approved" else edited_content
-        if decision == "edited":
+        arguments = call["arguments"] if decision == ApprovalDecision.APPROVED else edited_content
+        if decision == ApprovalDecision.EDITED:
             _check_edited_arguments(call, edited_content)
         resumed = await answer(
             conn,
