@@ -126,6 +126,17 @@ class ProviderNotFound(StepError):
     retryable = False
 
 
+class BudgetExceeded(StepError):
+    """A run reached a limit of its budget (`limit`: maxCostCents, maxModelCalls or maxToolCalls)."""
+
+    code = "BUDGET_EXCEEDED"
+    retryable = False
+
+    def __init__(self, limit: str) -> None:
+        super().__init__(f"The run reached its {limit} budget", details={"limit": limit})
+        self.limit = limit
+
+
 class LeaseLost(StevoraError):
     """This worker no longer owns the run (lease expired and taken, or the run was cancelled)."""
 

@@ -38,6 +38,7 @@ class EventType(StrEnum):
     GUARDRAIL_FAILED = "GUARDRAIL_FAILED"
     APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
     APPROVAL_DECIDED = "APPROVAL_DECIDED"
+    BUDGET_UPDATED = "BUDGET_UPDATED"
 
 
 # Events after which a run has ended (the UI stream and the client's watch stop on them).

@@ -51,6 +51,7 @@ class DefinitionCache:
                     "steps": row["steps"],
                     "inputSchema": row["input_schema"],
                     "defaultParams": row["default_params"],
+                    "budget": row["budget"],
                 }
             )
             found = self._cache[definition_id] = (row["workspace_id"], spec)

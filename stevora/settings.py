@@ -112,6 +112,12 @@ class Settings(BaseSettings):
     max_tool_output_bytes: int = 100_000
     # Workflows called as tools: a root run is depth 1; a call that would go deeper fails at once.
     max_workflow_depth: int = Field(default=5, ge=1, le=50)
+    # The ceiling of every run's budget (docs/definitions.md#budgets): a run asking for more is
+    # refused at create (400); a run asking for nothing, or a definition default above it, gets it.
+    # None: no ceiling.
+    max_run_cost_cents: float | None = Field(default=None, ge=0, allow_inf_nan=False)
+    max_run_model_calls: int | None = Field(default=None, ge=0)
+    max_run_tool_calls: int | None = Field(default=None, ge=0)
 
     # Webhooks
     webhook_max_attempts: int = 8

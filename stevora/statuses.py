@@ -56,6 +56,7 @@ class PauseReason(StrEnum):
     TOOL_APPROVAL = "tool_approval"  # approval-gated tool calls (and maybe child runs) are out
     CHILD_RUNS = "child_runs"  # only workflow tool calls are out
     MANUAL = "manual"  # the pause command
+    BUDGET = "budget"  # a limit of the run's budget, with `onBudgetExceeded: "pause"`
 
 
 class ResumeReason(StrEnum):
@@ -69,6 +70,7 @@ class ResumeReason(StrEnum):
     TOOL_OUTPUTS = "tool_outputs"
     CHILD_RUN = "child_run"
     TOOL_OUTPUT_TIMEOUT = "tool_output_timeout"
+    BUDGET = "budget"  # the budget was raised
 
 
 class AwaitedKind(StrEnum):

@@ -147,7 +147,7 @@ async def create_definition(rt: Runtime, workspace_id: str, spec: dict[str, Any]
     def_id = new_id("wfdef")
     await rt.pool.execute(
         "INSERT INTO workflow_definitions (id, workspace_id, name, version, description, steps, "
-        "input_schema, default_params) VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+        "input_schema, default_params, budget) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
         def_id,
         workspace_id,
         parsed.name,
@@ -156,5 +156,6 @@ async def create_definition(rt: Runtime, workspace_id: str, spec: dict[str, Any]
         dump["steps"],
         parsed.input_schema,
         parsed.default_params,
+        dump.get("budget"),
     )
     return def_id

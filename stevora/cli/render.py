@@ -109,7 +109,32 @@ def run_header(run: WorkflowRun) -> Table:
         grid.add_row("Error", f"[red]{escape(error_text(run.error))}[/red]")
     if run.parent_run_id:
         grid.add_row("Parent", f"{run.parent_run_id} (tool call {escape(run.parent_tool_call_id or '?')})")
+    if run.budget:
+        grid.add_row("Budget", " · ".join(budget_lines(run)))
     return grid
+
+
+_BUDGET_LINES = (
+    ("maxCostCents", "costCents", "cost (cents)"),
+    ("maxModelCalls", "modelCalls", "model calls"),
+    ("maxToolCalls", "toolCalls", "tool calls"),
+)
+
+
+def budget_lines(run: WorkflowRun) -> list[str]:
+    """`tool calls 5 / 5` per limit of the run's budget (used / limit), and what a reached one does."""
+    if not run.budget:
+        return ["no budget"]
+    used = run.budget_used or {}
+    lines = []
+    for limit, key, label in _BUDGET_LINES:
+        if limit in run.budget:
+            value = used.get(key)
+            shown = f"{value:g}" if isinstance(value, int | float) else "?"
+            lines.append(f"{label} {shown} / {run.budget[limit]:g}")
+    action = run.budget.get("onBudgetExceeded", "fail")
+    lines.append("when reached: " + ("pause for a raise" if action == "pause" else "fail the step"))
+    return lines
 
 
 def pending_tool_calls(run: WorkflowRun) -> Table | None:
@@ -208,7 +233,13 @@ RESUME_REASONS = (
     ResumeReason.TOOL_OUTPUTS,
     ResumeReason.CHILD_RUN,
     ResumeReason.TOOL_OUTPUT_TIMEOUT,
+    ResumeReason.BUDGET,
 )
+
+
+def _option(limit: Any) -> str:
+    """`maxToolCalls` → `max-tool-calls` (the `runs budget` option that raises it)."""
+    return "".join(f"-{c.lower()}" if c.isupper() else c for c in str(limit))
 
 
 def _answered_by(p: dict[str, Any]) -> str:
@@ -304,6 +335,11 @@ class Progress:
                 return "[magenta]⏸ paused[/magenta]"
             if reason in (PauseReason.TOOL_OUTPUTS, PauseReason.CHILD_RUNS):
                 return _awaited_pause(event.workflow_run_id, p, step)
+            if reason == PauseReason.BUDGET:
+                return (
+                    f"[yellow]⏸[/yellow] {step} reached its {escape(str(p.get('budgetLimit')))} budget — "
+                    f"[bold]stevora runs budget {event.workflow_run_id} --{_option(p.get('budgetLimit'))} N[/bold]"
+                )
             return None  # approvals have their own line
         if kind == "APPROVAL_REQUESTED":
             approval = escape(str(p.get("approvalRequestId")))

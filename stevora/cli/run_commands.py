@@ -1,4 +1,4 @@
-"""`stevora runs cancel | retry | pause | resume | signal` and `runs llm-calls | traces`.
+"""`stevora runs cancel | retry | pause | resume | signal | budget` and `runs llm-calls | traces`.
 
 The commands call the same API routes as the client (`/v1/workflow-runs/{id}/cancel`, ...); the
 reads print a table, or with `--json` the API's JSON.
@@ -85,6 +85,51 @@ def runs_signal(
     body = _payload(payload)
     with connect(url, api_key) as rt:
         _done(f"sent '{escape(signal_type)}' to", rt.workflows.resume(run_id, signal_type, body), as_json)
+
+
+@runs_app.command("budget")
+def runs_budget(
+    run_id: RunId,
+    max_cost_cents: Annotated[
+        float | None,
+        typer.Option("--max-cost-cents", min=0, help="The run's model spend limit, in US cents."),
+    ] = None,
+    max_model_calls: Annotated[
+        int | None, typer.Option("--max-model-calls", min=0, help="Model calls the run may make.")
+    ] = None,
+    max_tool_calls: Annotated[
+        int | None, typer.Option("--max-tool-calls", min=0, help="Tool calls the run may make.")
+    ] = None,
+    on_exceeded: Annotated[
+        str | None,
+        typer.Option("--on-exceeded", help="What a reached limit does: `fail` or `pause`."),
+    ] = None,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Change a run's budget (the limits given; the others stay). A run waiting for its budget
+    resumes; without options, print the budget and what the run has used of it."""
+    if on_exceeded is not None and on_exceeded not in ("fail", "pause"):
+        raise typer.BadParameter("must be 'fail' or 'pause'", param_hint="--on-exceeded")
+    changes = (max_cost_cents, max_model_calls, max_tool_calls, on_exceeded)
+    with connect(url, api_key) as rt:
+        if all(value is None for value in changes):
+            run = rt.workflows.get(run_id)
+        else:
+            run = rt.workflows.set_budget(
+                run_id,
+                max_cost_cents=max_cost_cents,
+                max_model_calls=max_model_calls,
+                max_tool_calls=max_tool_calls,
+                on_budget_exceeded=on_exceeded,
+            )
+    if as_json:
+        output.emit(run)
+        return
+    console.print(f"{run.id}: {render.status(run.status)}")
+    for line in render.budget_lines(run):
+        console.print(line)
 
 
 def _show(items: list[Any], as_json: bool, lines: Callable[[Any], list[str]]) -> None:

@@ -153,6 +153,12 @@ class WorkflowRun(Model):
     """The model's tool-call id in the parent run."""
     required_action: RequiredAction | None = None
     """The client-executed tool calls this run waits for (None when nothing is pending)."""
+    budget: dict[str, Any] | None = None
+    """The limits the run is held to (`maxCostCents`, `maxModelCalls`, `maxToolCalls`,
+    `onBudgetExceeded`); None: no limit."""
+    budget_used: dict[str, Any] | None = None
+    """What it has used of them (`costCents`, `modelCalls`, `toolCalls`); only on `workflows.get`
+    and `workflows.set_budget`."""
     created_at: datetime | None = None
     updated_at: datetime | None = None
     step_runs: list[StepRun] | None = None

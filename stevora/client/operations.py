@@ -209,13 +209,20 @@ def _differences(wanted: Any, stored: Any, path: str = "") -> list[str]:
 
 
 def create_run(
-    definition_id: str, input: Mapping[str, Any] | None = None, *, idempotency_key: str | None = None
+    definition_id: str,
+    input: Mapping[str, Any] | None = None,
+    *,
+    idempotency_key: str | None = None,
+    budget: Mapping[str, Any] | None = None,
 ) -> Op[WorkflowRun]:
     """Start a run of a definition. With `idempotency_key`, a run already created with that key is
-    returned instead (`run.created` tells which)."""
+    returned instead (`run.created` tells which). `budget` (`{"maxToolCalls": 20, ...}`) overrides
+    the definition's, field by field."""
     body: dict[str, Any] = {"definitionId": definition_id, "input": dict(input or {})}
     if idempotency_key is not None:
         body["idempotencyKey"] = idempotency_key
+    if budget is not None:
+        body["budget"] = dict(budget)
     response = yield Request("POST", _path("workflow-runs"), json=body)
     run = parse(WorkflowRun, response)
     run.created = response.status_code == 201
@@ -266,6 +273,26 @@ def retry_run(run_id: str) -> Op[WorkflowRun]:
 def pause_run(run_id: str) -> Op[WorkflowRun]:
     """Pause a RUNNING run after its current step; `resume` continues it."""
     return (yield from _command(run_id, "pause"))
+
+
+def set_run_budget(
+    run_id: str,
+    *,
+    max_cost_cents: float | None = None,
+    max_model_calls: int | None = None,
+    max_tool_calls: int | None = None,
+    on_budget_exceeded: str | None = None,
+) -> Op[WorkflowRun]:
+    """Change a run's budget: the limits given replace the run's (the others stay). A run waiting
+    for its budget (`onBudgetExceeded: "pause"`) resumes. The answer is the run as `get` gives it."""
+    given = {
+        "maxCostCents": max_cost_cents,
+        "maxModelCalls": max_model_calls,
+        "maxToolCalls": max_tool_calls,
+        "onBudgetExceeded": on_budget_exceeded,
+    }
+    body = {key: value for key, value in given.items() if value is not None}
+    return parse(WorkflowRun, (yield Request("POST", _path("workflow-runs", run_id, "budget"), json=body)))
 
 
 def resume_run(

@@ -111,6 +111,7 @@ class Workflows(Namespace[Mode]):
     retry = operation(ops.retry_run)
     pause = operation(ops.pause_run)
     resume = operation(ops.resume_run)
+    set_budget = operation(ops.set_run_budget)
     submit_tool_outputs = operation(ops.submit_tool_outputs)
     events = operation(ops.list_events)
     iter_events = iteration(ops.iter_events)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncpg
 
-_COLUMNS = "id, name, version, description, steps, input_schema, default_params, created_at"
+_COLUMNS = "id, name, version, description, steps, input_schema, default_params, budget, created_at"
 
 
 async def get(conn: asyncpg.Connection | asyncpg.Pool, definition_id: str) -> asyncpg.Record | None:

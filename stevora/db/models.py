@@ -104,6 +104,8 @@ class WorkflowDefinition(Base):
     # becomes the parameters of the workflow when another run's model calls it as a tool.
     input_schema: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     default_params: Mapped[str | None] = mapped_column(Text)
+    # The default budget of its runs (`Budget` as camelCase JSON); NULL: none.
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 
@@ -157,6 +159,9 @@ class WorkflowRun(Base):
     # W3C trace context (`traceparent`, `tracestate`) of the span that created the run: every
     # worker execution continues that trace (docs/observability.md). NULL when tracing was off.
     trace_context: Mapped[dict[str, str] | None] = mapped_column(JSONB)
+    # The limits this run is held to (definition default, create override, server ceiling, later
+    # raises), as camelCase JSON: docs/definitions.md#budgets. NULL: no limit.
+    budget: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 

@@ -24,7 +24,7 @@ from stevora.statuses import ACTIVE_RUN_STATUSES, OPEN_STEP_STATUSES, StepStatus
 RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
     "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at, "
-    "parent_run_id, parent_tool_call_id, depth"
+    "parent_run_id, parent_tool_call_id, depth, budget"
 )
 STEP_COLUMNS = (
     "id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, input, output, "
@@ -57,6 +57,7 @@ _RUN_SETTABLE = frozenset(
         "lease_owner",
         "lease_expires_at",
         "dispatched_at",
+        "budget",
     }
 )
 _STEP_SETTABLE = frozenset(
@@ -250,6 +251,7 @@ async def insert_run(
     parent_tool_call_id: str | None = None,
     depth: int = 1,
     trace_context: dict[str, str] | None = None,
+    budget: dict[str, Any] | None = None,
 ) -> asyncpg.Record | None:
     """Insert a PENDING run, checking the definition belongs to the workspace in the same statement.
 
@@ -257,8 +259,8 @@ async def insert_run(
     """
     return await conn.fetchrow(
         "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
-        "dispatched_at, parent_run_id, parent_tool_call_id, depth, trace_context) "
-        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now(), $6, $7, $8, $9 FROM workflow_definitions d "
+        "dispatched_at, parent_run_id, parent_tool_call_id, depth, trace_context, budget) "
+        "SELECT $1, $2::text, d.id, 'PENDING', $4, $5, now(), $6, $7, $8, $9, $10 FROM workflow_definitions d "
         "WHERE d.id = $3 AND d.workspace_id = $2 "
         "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING "
         f"RETURNING {RUN_COLUMNS}",
@@ -271,6 +273,7 @@ async def insert_run(
         parent_tool_call_id,
         depth,
         trace_context,
+        budget,
     )
 
 

@@ -1,5 +1,6 @@
 """Pydantic models of workflow definitions: camelCase JSON on the wire, snake_case in Python."""
 
+from stevora.definitions.budget import BUDGET_LIMITS, Budget, BudgetAction
 from stevora.definitions.llm_step import (
     GuardrailCheck,
     GuardrailConfig,
@@ -38,9 +39,12 @@ from stevora.definitions.workflow import (
 
 __all__ = [
     "APPROVAL_RETRY_POLICY",
+    "BUDGET_LIMITS",
     "DEFAULT_RETRY_POLICY",
     "STEP_TYPES",
     "ApprovalStep",
+    "Budget",
+    "BudgetAction",
     "CamelModel",
     "ConditionStep",
     "ExternalEventStep",

@@ -17,6 +17,7 @@ from pydantic import AfterValidator, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from stevora.definitions.budget import Budget
 from stevora.definitions.llm_step import (
     DUPLICATE_TOOL_MESSAGE,
     INLINE_TOOL_TAG,
@@ -80,6 +81,8 @@ class WorkflowDefinitionSpec(CamelModel):
         default=None, max_length=2000
     )
     """Dagu-style `"query max_results=10"`: an input schema written as a parameter list."""
+    budget: Budget | None = None
+    """The default budget of this workflow's runs (a run's create request may override it)."""
 
     def input_json_schema(self) -> dict[str, Any] | None:
         """`inputSchema`, else the schema `defaultParams` describes, else None."""
@@ -294,6 +297,7 @@ _KNOWN_FIELDS = _field_names(
         GuardrailCheck,
         GuardrailConfig,
         RetryPolicy,
+        Budget,
     )
 )
 

@@ -17,6 +17,8 @@ import structlog
 
 from stevora.db import runs
 from stevora.db.runs import RELEASE
+from stevora.definitions import Budget
+from stevora.engine import budget as budget_rules
 from stevora.engine import endings
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import external_event
@@ -46,15 +48,17 @@ async def create_run(
     definition_id: str,
     input: dict[str, Any] | None = None,
     idempotency_key: str | None = None,
+    budget: Budget | None = None,
 ) -> tuple[asyncpg.Record, bool]:
     """Insert a PENDING run and dispatch it. With an idempotency key already used in this
     workspace, return the existing run and `created=False` (race-safe: the unique index decides).
 
     A definition with an `inputSchema` (or `defaultParams`) gets its defaults filled in and the
     input checked against it first: a bad input is a VALIDATION_ERROR naming the field, and
-    nothing is written.
+    nothing is written. So is a `budget` above the server's ceiling (`stevora.engine.budget`).
     """
     spec = await rt.definitions.get_in_workspace(workspace_id, definition_id)
+    run_budget = budget_rules.resolve(rt.settings, spec.budget if spec is not None else None, budget)
     schema = spec.input_json_schema() if spec is not None else None
     if schema is not None:
         input = with_defaults(schema, input or {})
@@ -74,6 +78,7 @@ async def create_run(
                 input=input or {},
                 idempotency_key=idempotency_key,
                 trace_context=trace.carrier,
+                budget=run_budget,
             )
             trace.created(row["id"] if row is not None else None)
         if row is None:

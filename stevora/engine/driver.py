@@ -156,6 +156,7 @@ class RunDriver(Advancing, Waiting, Retrying):
             state=run["state"] or {},
             started_at=step_run["started_at"],
             fresh=fresh,
+            budget=run["budget"],
         )
         bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
         self.rt.faults.reached("step_started", ex.step_name)

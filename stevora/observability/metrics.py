@@ -72,6 +72,11 @@ QUEUE_LAG = Histogram(
     buckets=_FAST,
 )
 SWEEP_PICKUPS = Counter("stevora_sweep_pickups", "Runs the recovery sweep dispatched")
+BUDGET_STOPS = Counter(
+    "stevora_budget_stops",
+    "Steps a run's budget stopped, by the limit reached and what followed (fail or pause)",
+    ["limit", "action"],
+)
 WEBHOOK_FAILURES = Counter(
     "stevora_webhook_delivery_failures", "Webhook delivery attempts that failed", ["final"]
 )

@@ -1,5 +1,5 @@
-"""The UI's forms that change things: run commands (cancel, retry, pause, resume, signal) and
-starting a run from a definition page.
+"""The UI's forms that change things: run commands (cancel, retry, pause, resume, signal, budget)
+and starting a run from a definition page.
 
 Every form is a POST with the session's CSRF token (as the approval forms) and calls the same
 engine command the API calls (`stevora.ui.commands`). The answer is a redirect back to the page
@@ -14,8 +14,11 @@ from typing import Any
 
 from fastapi import APIRouter, Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
+from pydantic import ValidationError as PydanticValidationError
 
+from stevora.definitions import Budget, problems_from_pydantic
 from stevora.engine import commands
+from stevora.engine.budget import update_budget
 from stevora.errors import StevoraError, ValidationError
 from stevora.ui import auth, queries
 from stevora.ui.auth import UiUser, runtime_of
@@ -23,7 +26,7 @@ from stevora.ui.forms import checked_form
 from stevora.ui.run_input import input_references, json_object, parse_run_input
 
 Render = Callable[[Request, UiUser | None, str, dict[str, Any], int], Awaitable[Response]]
-RUN_ACTIONS = ("cancel", "retry", "pause", "resume", "signal")
+RUN_ACTIONS = ("cancel", "retry", "pause", "resume", "signal", "budget")
 _DONE = {
     "cancel": "Cancelled the run.",
     "retry": "Retrying the failed step.",
@@ -52,6 +55,9 @@ async def _run_action(request: Request, user: UiUser, run_id: str, action: str, 
         await commands.pause_run(rt, user.workspace_id, run_id)
     elif action == "resume":
         await commands.resume_run(rt, user.workspace_id, run_id, None, None)
+    elif action == "budget":
+        _, resumed = await update_budget(rt, user.workspace_id, run_id, _budget_form(form))
+        return "Saved the budget." + (" The run continues." if resumed else "")
     else:
         signal_type = form.get("signalType", "").strip()
         if not signal_type:
@@ -60,6 +66,31 @@ async def _run_action(request: Request, user: UiUser, run_id: str, action: str, 
         await commands.resume_run(rt, user.workspace_id, run_id, signal_type, payload)
         return f"Sent signal '{signal_type}'; the run continues."
     return _DONE[action]
+
+
+_BUDGET_FIELDS = {"maxCostCents": float, "maxModelCalls": int, "maxToolCalls": int}
+
+
+def _budget_form(form: dict[str, str]) -> Budget:
+    """The budget form's non-empty fields as a `Budget` (an empty field keeps the run's limit)."""
+    given: dict[str, Any] = {}
+    problems: list[dict[str, str]] = []
+    for name, kind in _BUDGET_FIELDS.items():
+        text = form.get(name, "").strip()
+        if not text:
+            continue
+        try:
+            given[name] = kind(text)
+        except ValueError:
+            problems.append(
+                {"path": name, "message": f"'{text[:40]}' is not a {'whole ' if kind is int else ''}number"}
+            )
+    if problems:
+        raise ValidationError.from_problems(problems)
+    try:
+        return Budget.model_validate(given)
+    except PydanticValidationError as exc:
+        raise ValidationError.from_problems(problems_from_pydantic(exc)) from exc
 
 
 async def definition_context(

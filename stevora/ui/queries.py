@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from stevora.db import pages
+from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.pages import RunFilters
+from stevora.engine.budget import BUDGET_SIGNAL
 from stevora.statuses import RunStatus, values
 
 if TYPE_CHECKING:
@@ -106,6 +108,13 @@ class RunView:
     steps: list[StepView]
     events: list[asyncpg.Record]
     events_total: int
+    # What the run used of its budget (`costCents, modelCalls, toolCalls`), when it has one.
+    budget_used: dict[str, Any] | None = None
+
+    @property
+    def waiting_for_budget(self) -> bool:
+        """Whether the run waits for a person to raise its budget (`onBudgetExceeded: "pause"`)."""
+        return any(s.row["status"] == "WAITING" and s.row["signal_type"] == BUDGET_SIGNAL for s in self.steps)
 
     @property
     def waiting_signal(self) -> str | None:
@@ -208,7 +217,15 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
         elif s["step_type"] == "tool":
             view.tool_trace = next(iter(traces_by_step.get(s["id"], [])), None)
         views.append(view)
-    return RunView(run=run, steps=views, events=rows.events, events_total=rows.events_total)
+    used = None
+    if run["budget"] is not None:
+        # The same rule as the engine's (stevora.db.budgets), from the rows this page read anyway.
+        used = {
+            "costCents": run["total_cost_cents"],
+            "modelCalls": len(calls),
+            "toolCalls": sum(1 for t in traces if t["error_code"] != UNCOUNTED_TOOL_ERROR),
+        }
+    return RunView(run=run, steps=views, events=rows.events, events_total=rows.events_total, budget_used=used)
 
 
 async def run_status(rt: Runtime, workspace_id: str, run_id: str) -> str | None:

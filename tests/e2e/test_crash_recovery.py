@@ -223,3 +223,37 @@ async def test_a_lost_message_is_recovered_by_the_sweep(broker_setup: BrokerSetu
         worker.stop()
     assert row["status"] == "COMPLETED"
     await assert_gap_free(setup, run["id"])
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("broker_setup", ["rabbitmq"], indirect=True)
+async def test_a_budget_counts_what_was_used_before_a_worker_was_killed(broker_setup: BrokerSetup) -> None:
+    """Killed right after round 2's tool call committed: the next worker reads the usage back from
+    the committed rows and stops the run at exactly maxToolCalls, not three calls later."""
+    setup = broker_setup
+    spec = {"name": "budgeted-loop", "version": "1", "budget": {"maxToolCalls": 3}, "steps": [LOOP_STEP]}
+    def_id = await create_definition(setup.rt, setup.workspace_id, spec)
+    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault="tool_committed:2:0")
+    second = None
+    try:
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+        assert await first.wait_exit(40) == -9, first.log_tail()
+        assert (
+            await setup.rt.pool.fetchval(
+                "SELECT count(*) FROM tool_trace WHERE workflow_run_id = $1", run["id"]
+            )
+            == 2
+        )
+        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
+        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
+    finally:
+        first.stop()
+        if second:
+            second.stop()
+    assert row["status"] == "FAILED" and row["error"]["code"] == "BUDGET_EXCEEDED", row["error"]
+    assert row["error"]["details"]["used"]["toolCalls"] == 3
+    traces = await setup.rt.pool.fetch(
+        "SELECT round FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"]
+    )
+    assert [t["round"] for t in traces] == [1, 2, 3]
+    await assert_gap_free(setup, run["id"])

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import time
@@ -79,9 +80,43 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def _log_tail(path: Path, lines: int = 30) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
+
+
+def _describe_exit(returncode: int) -> str:
+    """`exited with 1`, or `was killed by SIGILL (signal 4)` — an invalid-opcode trap says SIGILL."""
+    if returncode < 0:
+        try:
+            name = signal.Signals(-returncode).name
+        except ValueError:
+            name = "an unknown signal"
+        return f"was killed by {name} (signal {-returncode})"
+    return f"exited with {returncode}"
+
+
+@dataclass
+class LlamaServer:
+    process: subprocess.Popen[bytes]
+    base_url: str
+    log_path: Path
+
+    def death(self) -> str | None:
+        """None while the server runs; else why it stopped and the tail of its log."""
+        if self.process.poll() is None:
+            return None
+        return (
+            f"llama_cpp.server {_describe_exit(self.process.returncode)}; "
+            f"last lines of {self.log_path}:\n{_log_tail(self.log_path)}"
+        )
+
+
 @pytest.fixture(scope="session")
-def llama_server() -> Iterator[str]:
-    """The server's OpenAI base URL (`http://127.0.0.1:<port>/v1`)."""
+def llama_process() -> Iterator[LlamaServer]:
+    """The running server (its process, base URL and log)."""
     if not _venv_ready():
         subprocess.run(["bash", str(HERE / "install.sh")], check=True, cwd=ROOT)
     python = str(VENV / "bin" / "python")
@@ -92,7 +127,8 @@ def llama_server() -> Iterator[str]:
     model_file = next(Path(package_dir).glob("*.gguf"))
     port = _free_port()
     ARTIFACTS.mkdir(exist_ok=True)
-    log = (ARTIFACTS / "llama-server.log").open("w")
+    log_path = ARTIFACTS / "llama-server.log"
+    log = log_path.open("w")
     command = [
         python, "-m", "llama_cpp.server",
         "--model", str(model_file),
@@ -105,21 +141,22 @@ def llama_server() -> Iterator[str]:
         "--seed", "42",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
-    base_url = f"http://127.0.0.1:{port}/v1"
+    server = LlamaServer(process, f"http://127.0.0.1:{port}/v1", log_path)
     try:
         deadline = time.monotonic() + 120
         while True:
-            if process.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited with {process.returncode}; see {log.name}")
+            died = server.death()
+            if died is not None:
+                pytest.fail(f"{died}", pytrace=False)
             try:
-                if httpx.get(f"{base_url}/models", timeout=2).status_code == 200:
+                if httpx.get(f"{server.base_url}/models", timeout=2).status_code == 200:
                     break
             except httpx.TransportError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError(f"llama_cpp.server did not answer within 120 s; see {log.name}")
+                pytest.fail(f"llama_cpp.server did not answer within 120 s; see {log_path}", pytrace=False)
             time.sleep(0.25)
-        yield base_url
+        yield server
     finally:
         process.terminate()
         try:
@@ -128,6 +165,31 @@ def llama_server() -> Iterator[str]:
             process.kill()
             process.wait()
         log.close()
+
+
+@pytest.fixture(scope="session")
+def llama_server(llama_process: LlamaServer) -> str:
+    """The server's OpenAI base URL (`http://127.0.0.1:<port>/v1`)."""
+    return llama_process.base_url
+
+
+@pytest.fixture(autouse=True)
+def _server_stays_up(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A server that dies during a test fails it naming the signal and the log tail, instead of
+    leaving the test to report a refused connection or a timeout."""
+    if "llama_server" not in request.fixturenames:
+        yield
+        return
+    server: LlamaServer = request.getfixturevalue("llama_process")
+    yield
+    # The process may still be writing its crash; give it a moment to be reaped.
+    for _ in range(20):
+        if server.death() is not None:
+            break
+        time.sleep(0.05)
+    died = server.death()
+    if died is not None:
+        pytest.fail(died, pytrace=False)
 
 
 @dataclass

@@ -44,6 +44,7 @@ async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any]
             "steps": dump["steps"],
             "input_schema": spec.input_schema,
             "default_params": spec.default_params,
+            "budget": dump.get("budget"),
         },
     )
     row = await write_one(ctx.rt, stmt)

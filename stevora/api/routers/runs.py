@@ -25,8 +25,11 @@ from stevora.api.schemas.runs import (
     ToolOutputsIn,
 )
 from stevora.db import awaited as db_awaited
+from stevora.db import budgets as db_budgets
 from stevora.db import resources
+from stevora.definitions import Budget
 from stevora.engine import commands
+from stevora.engine.budget import update_budget
 from stevora.engine.steps.awaited import client as tool_outputs
 from stevora.errors import NotFoundError
 from stevora.runtime import Runtime
@@ -86,7 +89,7 @@ async def create_run(body: RunCreate, auth: Auth, ctx: Ctx) -> Response:
     """201 with a new PENDING run; 200 with the existing run when `idempotencyKey` was used before
     in this workspace (race-safe: the unique index decides)."""
     record, created = await commands.create_run(
-        ctx.rt, auth.workspace_id, body.definition_id, body.input, body.idempotency_key
+        ctx.rt, auth.workspace_id, body.definition_id, body.input, body.idempotency_key, body.budget
     )
     if created:
         # The row as inserted: the columns RUN_COLUMNS leaves out still hold their defaults.
@@ -141,11 +144,19 @@ async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOu
     steps = await fetch_all(rt, resources.step_runs(run_id))
     definition = await fetch_one(rt, resources.definition_ref(run["definition_id"]))
     assert definition is not None  # a foreign key guarantees it
+    used = await db_budgets.usage(rt.pool, run_id) if run["budget"] is not None else None
     return RunDetailOut.model_validate(
         {
             **run,
             "step_runs": [step_run_out(s) for s in steps],
             "definition": DefinitionRef.model_validate(definition),
+            "budget_used": None
+            if used is None
+            else {
+                "cost_cents": used["total_cost_cents"],
+                "model_calls": used["model_calls"],
+                "tool_calls": used["tool_calls"],
+            },
         }
     )
 
@@ -212,4 +223,19 @@ async def submit_tool_outputs(run_id: RunId, body: ToolOutputsIn, auth: Auth, ct
         tool_outputs.ToolOutput(i.tool_call_id, output=i.output, error=i.error) for i in body.tool_outputs
     ]
     await tool_outputs.submit_tool_outputs(ctx.rt, auth.workspace_id, run_id, items)
+    return ok(await run_detail(ctx.rt, auth.workspace_id, run_id))
+
+
+@router.post(
+    "/{run_id}/budget",
+    response_model=Envelope[RunDetailOut],
+    responses=errors(400, 404, 409),
+    summary="Change a run's budget",
+)
+async def set_budget(run_id: RunId, body: Budget, auth: Auth, ctx: Ctx) -> Response:
+    """Set the limits the body gives (null removes one; fields left out keep their value), within
+    the server's maximum (above it: 400 naming the field). A run waiting for its budget
+    (`onBudgetExceeded: "pause"`) resumes. Allowed unless the run is COMPLETED or CANCELLED (409);
+    a FAILED run keeps the new budget for `/retry`. The answer is the run as `GET` returns it."""
+    await update_budget(ctx.rt, auth.workspace_id, run_id, body)
     return ok(await run_detail(ctx.rt, auth.workspace_id, run_id))

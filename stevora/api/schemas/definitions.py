@@ -18,5 +18,6 @@ class DefinitionOut(ApiOut):
     steps: list[dict[str, Any]]
     input_schema: dict[str, Any] | None = None
     default_params: str | None = None
+    budget: dict[str, Any] | None = Field(default=None, description="The default budget of its runs.")
     created_at: Timestamp
     updated_at: Timestamp

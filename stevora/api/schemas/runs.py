@@ -7,6 +7,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
+from stevora.definitions import Budget
 from stevora.statuses import RunStatus, StepStatus
 
 
@@ -14,6 +15,17 @@ class RunCreate(ApiIn):
     definition_id: str = Field(min_length=1, max_length=40, examples=["wfdef_abc123"])
     input: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
+    budget: Budget | None = Field(
+        default=None,
+        description="Overrides the definition's `budget`, field by field (null removes a limit), "
+        "within the server's maximum (`STEVORA_MAX_RUN_*`; above it: 400 naming the field).",
+    )
+
+
+class BudgetUsed(ApiOut):
+    cost_cents: float = Field(description="The run's model spend so far (its totalCostCents).")
+    model_calls: int = Field(description="Model calls made, failed ones included.")
+    tool_calls: int = Field(description="Tool calls made, except calls of tools a step does not offer.")
 
 
 class ToolOutputIn(ApiIn):
@@ -84,6 +96,11 @@ class RunOut(ApiOut):
     required_action: RequiredAction | None = Field(
         default=None, description="The client-executed tool calls this run waits for, in the model's order."
     )
+    budget: dict[str, Any] | None = Field(
+        default=None,
+        description="The limits this run is held to: maxCostCents, maxModelCalls, maxToolCalls, "
+        "onBudgetExceeded. Null: no limit.",
+    )
     created_at: Timestamp
     updated_at: Timestamp
 
@@ -117,6 +134,9 @@ class DefinitionRef(ApiOut):
 class RunDetailOut(RunOut):
     step_runs: list[StepRunOut]
     definition: DefinitionRef
+    budget_used: BudgetUsed | None = Field(
+        default=None, description="What the run has used of its budget (null when it has none)."
+    )
 
 
 class EventOut(ApiOut):

@@ -31,6 +31,8 @@ async def hand_over(wait: WaitContext, result: StepResult) -> WaitPlan:
     its calls need, in the transaction that makes the step WAITING; returns what to write and
     dispatch with the wait."""
     calls: list[NewAwaitedCall] = result.awaiting or []
+    if not calls:  # a step waiting for something else (its run's budget to be raised)
+        return WaitPlan()
     inserted = await db_awaited.insert(wait.conn, wait.run["id"], calls)
     plan = WaitPlan()
     for kind, on_handed_over in HANDED_OVER.items():

@@ -40,6 +40,8 @@ class StepExecution:
     # Started by this very pass as attempt 1 of a new visit: no rounds or traces can exist yet,
     # so a step that resumes from checkpoints (llm) need not load them.
     fresh: bool = False
+    # The run's budget as the driver read it (None: no limit, and nothing is read or checked).
+    budget: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)

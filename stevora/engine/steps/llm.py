@@ -10,8 +10,10 @@
 
 The loop is split by concern: `llm_state` (the transcript rebuilt from rows), `llm_model` (model
 calls and their checkpoints), `llm_tools` (tool calls and theirs); this module drives them and
-decides how the step ends. The whole loop stays inside one worker execution: no broker hop per
-round (docs/architecture.md, "Many slow LLM calls in one worker process").
+decides how the step ends. A run with a budget is checked before each model and tool call
+(`stevora.engine.budget`): a limit reached fails the step or makes it wait. The whole loop stays
+inside one worker execution: no broker hop per round (docs/architecture.md, "Many slow LLM calls
+in one worker process").
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ import structlog
 from stevora.db import checkpoints, runs
 from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep
+from stevora.engine import budget as budget_rules
+from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited.client import expire_overdue
 from stevora.engine.steps.awaited_kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
 from stevora.engine.steps.llm_tools import StepTools, ToolRunner, resolve_tools
-from stevora.errors import LeaseLost, ProviderError
+from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
 from stevora.llm.messages import Message
@@ -45,23 +49,45 @@ log = structlog.get_logger("stevora.llm")
 class LlmStepRun:
     """One execution of an llm step attempt (fresh or resumed)."""
 
-    def __init__(self, rt: Runtime, ex: StepExecution, step: LlmStep, tools: StepTools) -> None:
+    def __init__(
+        self, rt: Runtime, ex: StepExecution, step: LlmStep, tools: StepTools, meter: Meter | None = None
+    ) -> None:
         self.rt = rt
         self.ex = ex
         self.step = step
         self.log = log.bind(workflow_run_id=ex.run_id, step_name=ex.step_name, attempt=ex.attempt)
         self.model = ModelCaller(rt, ex, step, tools.specs, self.log)
         self.tools = ToolRunner(rt, ex, step, tools, self.log)
+        self._meter(meter)
 
     @classmethod
     async def start(cls, rt: Runtime, ex: StepExecution, step: LlmStep) -> LlmStepRun:
-        return cls(rt, ex, step, await resolve_tools(rt, ex.workspace_id, step))
+        # A run with a budget reads its usage once here; each call then checks it in memory.
+        meter = await Meter.read(rt.pool, ex.run_id) if ex.budget is not None else None
+        return cls(rt, ex, step, await resolve_tools(rt, ex.workspace_id, step), meter)
+
+    def _meter(self, meter: Meter | None) -> None:
+        self.model.meter = self.tools.meter = meter
 
     async def run(self) -> StepResult:
+        fresh = self.ex.fresh
+        while True:
+            try:
+                return await self._loop(fresh)
+            except BudgetExceeded as exc:
+                # Read the limits again before stopping: a person may have raised them meanwhile.
+                meter = await Meter.read(self.rt.pool, self.ex.run_id)
+                if meter is not None and meter.still_refused(exc.limit):
+                    return budget_rules.stopped(meter, exc.limit, self.ex.step_name)
+                # Raised: go on from the committed rows, as a resumed step would.
+                self._meter(meter)
+                fresh = False
+
+    async def _loop(self, fresh: bool) -> StepResult:
         prompt = render_prompt(self.step, self.ex.input, self.ex.state)
         rounds = (
             []
-            if self.ex.fresh
+            if fresh
             else await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
         )
         st = rebuild(rounds, prompt)

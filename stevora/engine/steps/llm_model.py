@@ -13,10 +13,11 @@ import structlog
 from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound, LlmCallRecord
 from stevora.definitions import LlmStep
+from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
-from stevora.errors import ProviderError, ProviderNotFound, StevoraError
+from stevora.errors import BudgetExceeded, ProviderError, ProviderNotFound, StevoraError
 from stevora.events import EventType
 from stevora.llm.messages import LlmRequest, LlmResponse, ToolSpec, tool_choice_of
 from stevora.llm.provider import Provider
@@ -46,6 +47,7 @@ class ModelCaller:
         self.log = log
         self.timeout_s = step.timeout_ms / 1000 if step.timeout_ms else None
         self._model_index = 0  # index into [model, *fallbackModels] of the model that answered last
+        self.meter: Meter | None = None  # the run's budget, when it has one
 
     async def call(self, st: LoopState) -> CommittedRound:
         self.rt.faults.reached("llm_call_starting", st.next_round)
@@ -57,6 +59,10 @@ class ModelCaller:
         # Stay on the model that answered last: once the primary has failed over, later rounds of
         # this execution do not pay for its failures (and its SDK retries) again.
         for index in range(self._model_index, len(candidates)):
+            if self.meter is not None:
+                limit = self.meter.model_call_refused()
+                if limit is not None:
+                    raise BudgetExceeded(limit)
             model = candidates[index]
             provider = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
             if provider is None:
@@ -197,6 +203,9 @@ class ModelCaller:
         st.next_round += 1
         st.cost_usd += rec.cost_usd
         st.usage = st.usage + usage
+        if self.meter is not None:  # as the checkpoint just added to the run's totals
+            self.meter.model_calls += 1
+            self.meter.cost_cents += rec.cost_usd * 100
         return CommittedRound(
             llm_call_id=rec.id,
             step_run_id=rec.step_run_id,
@@ -246,6 +255,8 @@ class ModelCaller:
         await checkpoints.record_llm_call(
             self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
         )
+        if self.meter is not None:
+            self.meter.model_calls += 1
 
 
 def _ms(value: float | None) -> float | None:

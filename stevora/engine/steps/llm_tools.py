@@ -27,14 +27,16 @@ import structlog
 from stevora.db import awaited as db_awaited
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
+from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.checkpoints import CommittedRound
 from stevora.db.definitions import find_version
 from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef, parse_default_params
+from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited import tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.engine.steps.tool_calls import record_outcome
-from stevora.errors import StevoraError
+from stevora.errors import BudgetExceeded, StevoraError
 from stevora.llm.messages import Message, ToolCall, ToolSpec
 from stevora.observability import hooks as observe
 from stevora.statuses import AwaitedKind, AwaitedStatus, PauseReason
@@ -157,6 +159,7 @@ class ToolRunner:
         self.tools = tools
         self.log = log
         self.state = dict(ex.state)  # the run's state as this step's tools have left it
+        self.meter: Meter | None = None  # the run's budget, when it has one
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -187,11 +190,20 @@ class ToolRunner:
                 else:
                     outside.append((index, call))
             local = [(i, c) for i, c in local if c.name not in self.tools.gated or i in approved]
+        over_budget = False
+        if self.meter is not None:
+            left = self.meter.tool_calls_left()
+            if left is not None and len(local) + len(outside) > left:
+                # Handler calls run in the model's order up to the limit; nothing is handed over
+                # (a step cannot wait for outputs and for a budget at once). The rest wait, or fail.
+                local, outside, over_budget = local[:left], [], True
         if self.step.parallel_tool_calls and len(local) > 1:
             results = await asyncio.gather(*(self._run_tool(last, i, c, approved.get(i)) for i, c in local))
         else:
             results = [await self._run_tool(last, i, c, approved.get(i)) for i, c in local]
         by_index.update(zip((i for i, _ in local), results, strict=True))
+        if over_budget:
+            raise BudgetExceeded("maxToolCalls")
         for index, call in sorted(outside, key=lambda item: item[0]):
             immediate = await self._hand_over(last, index, call, handed)
             if immediate is not None:
@@ -396,5 +408,7 @@ class ToolRunner:
             state_updates=state_updates,
         )
         self.state.update(state_updates or {})
+        if self.meter is not None and outcome.error_code != UNCOUNTED_TOOL_ERROR:
+            self.meter.tool_calls += 1
         self.rt.faults.reached("tool_committed", call_round.round, index)
         return {"status": outcome.status, "text": outcome.result_text}

@@ -9,7 +9,8 @@ before it runs. The call is traced like any tool call — a `tool_trace` row wit
 its event in one statement, `ctx.update_state(...)` merged in that same statement — under the key
 `<stepRunId>:tool`, so a crash never records it twice and a resumed step reuses the record. The
 result goes to `state[outputKey]` (default: the step name); a failure fails the step under its
-RetryPolicy. An approval-gated tool waits for its decision first, holding no worker.
+RetryPolicy. An approval-gated tool waits for its decision first, holding no worker. The call
+counts against the run's `maxToolCalls` (stevora.engine.budget), checked just before it runs.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
+from stevora.engine import budget as budget_rules
+from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited_kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.tool_calls import record_outcome
@@ -76,6 +79,10 @@ class ToolStepType(StepType):
             if not decision:
                 return self._wait_for_approval(ex, step, arguments, registered.parameters)
             arguments = decision[0]["approved_arguments"]
+        if ex.budget is not None:
+            meter = await Meter.read(rt.pool, ex.run_id)
+            if meter is not None and meter.tool_calls_left() == 0:
+                return budget_rules.stopped(meter, "maxToolCalls", ex.step_name)
         return await self._call(rt, ex, step, arguments)
 
     def _wait_for_approval(

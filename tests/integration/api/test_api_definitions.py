@@ -34,10 +34,11 @@ async def test_create_returns_the_stored_definition(client: httpx.AsyncClient, t
         "steps",
         "inputSchema",
         "defaultParams",
+        "budget",
         "createdAt",
         "updatedAt",
     }
-    assert data["inputSchema"] is None and data["defaultParams"] is None
+    assert data["inputSchema"] is None and data["defaultParams"] is None and data["budget"] is None
     assert data["id"].startswith("wfdef_") and data["workspaceId"] == tenant.workspace_id
     assert data["steps"][0] == {"type": "task", "name": "enrich", "handler": "enrich-lead", "config": {}}
     assert data["steps"][1]["durationMs"] == 10

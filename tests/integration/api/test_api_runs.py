@@ -12,7 +12,7 @@ RUN_FIELDS = {
     "id", "workspaceId", "definitionId", "status", "currentStepName", "input", "state", "output", "error",
     "totalCostCents", "totalInputTokens", "totalOutputTokens", "startedAt", "completedAt", "failedAt",
     "cancelledAt", "nextRunAt", "idempotencyKey", "version", "parentRunId", "parentToolCallId", "requiredAction",
-    "createdAt", "updatedAt",
+    "budget", "createdAt", "updatedAt",
 }  # fmt: skip
 STEP_FIELDS = {
     "id", "workflowRunId", "stepName", "stepType", "stepIndex", "status", "visit", "attempt", "input",
@@ -167,7 +167,7 @@ async def test_get_includes_step_runs_in_order_and_the_definition(
     response = await client.get(f"/v1/workflow-runs/{run['id']}", headers=tenant.headers)
     conforms(response, "GET", "/v1/workflow-runs/{run_id}")
     data = response.json()["data"]
-    assert set(data) == RUN_FIELDS | {"stepRuns", "definition"}
+    assert set(data) == RUN_FIELDS | {"stepRuns", "definition", "budgetUsed"}
     assert data["definition"] == {"name": "two-steps", "version": "1.0.0"}
     assert [s["stepName"] for s in data["stepRuns"]] == ["a", "w"]
     assert all(set(s) == STEP_FIELDS for s in data["stepRuns"])

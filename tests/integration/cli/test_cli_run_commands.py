@@ -1,4 +1,4 @@
-"""`stevora runs cancel|retry|pause|resume|signal|llm-calls|traces`, `--json` on the reads,
+"""`stevora runs cancel|retry|pause|resume|signal|budget|llm-calls|traces`, `--json` on the reads,
 `--version`, the dev key file read by default, and errors as `CODE (HTTP status)`."""
 
 from __future__ import annotations
@@ -134,3 +134,34 @@ async def test_version_key_file_and_error_format(cli: Cli, api_key: str, tmp_pat
     )
     unreachable = await cli("runs", "show", "wfrun_x", "--url", "http://127.0.0.1:1")
     assert unreachable.exit_code == 1 and "CONNECTION_ERROR (no HTTP response)" in unreachable.output
+
+
+async def test_runs_budget_shows_used_and_limits_and_a_raise_resumes_a_paused_run(
+    cli: Cli, harness: Harness, workspace_id: str
+) -> None:
+    @harness.tools.tool
+    async def lookup() -> str:
+        """Look something up."""
+        return "found"
+
+    def_id = await create_definition(harness.rt, workspace_id, {
+        "name": "budgeted", "version": "1",
+        "budget": {"maxToolCalls": 1, "onBudgetExceeded": "pause"},
+        "steps": [{"type": "llm", "name": "agent", "model": "scripted:rounds=3", "maxToolRounds": 3,
+                   "tools": ["lookup"], "messages": [{"role": "user", "content": "go"}]}],
+    })  # fmt: skip
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {})
+    await harness.wait_for_status(run["id"], "WAITING")
+
+    shown = await cli("runs", "budget", run["id"])
+    assert shown.exit_code == 0, shown.output
+    assert "tool calls 1 / 1" in shown.output and "pause for a raise" in shown.output
+    bad = await cli("runs", "budget", run["id"], "--on-exceeded", "explode")
+    assert bad.exit_code == 2 and "--on-exceeded" in bad.output
+    raised = await cli("runs", "budget", run["id"], "--max-tool-calls", "5", "--json")
+    assert raised.exit_code == 0, raised.output
+    assert json.loads(raised.stdout)["budget"] == {"maxToolCalls": 5, "onBudgetExceeded": "pause"}
+    done = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
+    assert done["status"] == "COMPLETED", done["error"]
+    finished = await cli("runs", "budget", run["id"], "--max-tool-calls", "9")
+    assert finished.exit_code == 1 and "INVALID_STATE_TRANSITION (409)" in finished.output

@@ -398,3 +398,36 @@ async def test_apply_twice_with_a_tool_referenced_by_name_returns_the_stored_def
     with pytest.raises(Conflict) as caught:
         await client.definitions.apply(changed)
     assert caught.value.details["differences"] == ["steps[0].tools[1].name"]
+
+
+async def test_a_run_created_with_a_budget_waits_and_set_budget_raises_it(
+    client: AsyncAgentRuntime, harness: Harness
+) -> None:
+    @harness.tools.tool
+    async def lookup() -> str:
+        """Look something up."""
+        return "found"
+
+    definition = await client.definitions.apply({
+        "name": new_id("wf"), "version": "1",
+        "steps": [{"type": "llm", "name": "agent", "model": "scripted:rounds=2", "maxToolRounds": 2,
+                   "tools": ["lookup"], "messages": [{"role": "user", "content": "go"}]}],
+    })  # fmt: skip
+    run = await client.workflows.create(
+        definition.id, budget={"maxModelCalls": 1, "onBudgetExceeded": "pause"}
+    )
+    assert run.budget == {"maxModelCalls": 1, "onBudgetExceeded": "pause"}
+    await harness.wait_for_status(run.id, "WAITING")
+    waiting = await client.workflows.get(run.id)
+    assert waiting.budget_used == {"costCents": 0.0, "modelCalls": 1, "toolCalls": 1}
+
+    with pytest.raises(ValidationFailed):
+        await client.workflows.set_budget(run.id, max_model_calls=-1)
+    raised = await client.workflows.set_budget(run.id, max_model_calls=3)
+    assert raised.budget == {"maxModelCalls": 3, "onBudgetExceeded": "pause"}
+    done = await client.workflows.wait_for_completion(run.id, timeout=10, poll_interval=0.05)
+    assert done.status == "COMPLETED" and done.budget_used == {
+        "costCents": 0.0,
+        "modelCalls": 3,
+        "toolCalls": 2,
+    }

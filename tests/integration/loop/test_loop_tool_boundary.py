@@ -78,9 +78,12 @@ async def test_a_tool_the_step_does_not_offer_never_runs(
     (failed,) = result.events_of("TOOL_CALL_FAILED")
     assert failed["errorCode"] == "TOOL_NOT_OFFERED"
     # No approval was asked for a tool the step never offered.
-    assert await harness.rt.pool.fetchval(
-        "SELECT count(*) FROM approval_requests WHERE workflow_run_id = $1", result.id
-    ) == 0
+    assert (
+        await harness.rt.pool.fetchval(
+            "SELECT count(*) FROM approval_requests WHERE workflow_run_id = $1", result.id
+        )
+        == 0
+    )
     tool_message = openai_messages(fake, 1)[-1]
     assert tool_message["role"] == "tool" and tool_message["tool_call_id"] == "call_1"
     assert "not offered" in json.loads(tool_message["content"])["error"]
@@ -127,7 +130,9 @@ async def test_an_inline_tool_with_a_gated_handler_still_waits_for_approval(
         "version": "1",
         "steps": [
             llm_step(
-                tools=[tool_def("issue_refund", {"order_id": {"type": "string"}, "amount": {"type": "integer"}})]
+                tools=[
+                    tool_def("issue_refund", {"order_id": {"type": "string"}, "amount": {"type": "integer"}})
+                ]
             )
         ],
     }
@@ -136,6 +141,10 @@ async def test_an_inline_tool_with_a_gated_handler_still_waits_for_approval(
     row = await harness.wait_for_status(run["id"], "WAITING")
     assert row["status"] == "WAITING"
     assert ran == []
-    assert await harness.rt.pool.fetchval(
-        "SELECT count(*) FROM approval_requests WHERE workflow_run_id = $1 AND status = 'PENDING'", run["id"]
-    ) == 1
+    assert (
+        await harness.rt.pool.fetchval(
+            "SELECT count(*) FROM approval_requests WHERE workflow_run_id = $1 AND status = 'PENDING'",
+            run["id"],
+        )
+        == 1
+    )

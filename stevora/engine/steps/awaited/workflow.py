@@ -17,6 +17,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db import definitions as db_definitions
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
+from stevora.engine import budget as budget_rules
 from stevora.engine.steps.awaited import Answer, answer
 from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.observability import tracing
@@ -42,6 +43,10 @@ async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserte
             parent_tool_call_id=call.tool_call_id,
             depth=run["depth"] + 1,
             trace_context=tracing.current_carrier(),  # the child run joins its parent's trace
+            # A child run has its own budget: its definition's default within the ceiling.
+            budget=budget_rules.resolve(
+                wait.rt.settings, (await wait.rt.definitions.get(call.child_definition_id)).budget
+            ),
         )
         assert child is not None  # the definition was read from this workspace
         await db_awaited.set_child(wait.conn, call.id, child["id"])

@@ -1,0 +1,37 @@
+"""What a run has used of its budget, derived from the rows the tool loop already commits.
+
+Nothing is counted twice and nothing separately: the spend is `workflow_runs.total_cost_cents`
+(added by each model call's checkpoint), model calls are the run's `llm_calls` rows (completed
+and failed), tool calls its `tool_trace` rows except calls of tools a step did not offer
+(`TOOL_NOT_OFFERED`, refused without running). A crash, a step retry or a resume therefore
+reads exactly what was committed. One statement, read when a step starts or resumes.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+# Refused before anything ran: not a tool call the budget pays for.
+UNCOUNTED_TOOL_ERROR = "TOOL_NOT_OFFERED"
+
+_USAGE_SQL = """
+SELECT r.id, r.budget, r.total_cost_cents,
+       (SELECT count(*) FROM llm_calls c WHERE c.workflow_run_id = r.id) AS model_calls,
+       (SELECT count(*) FROM tool_trace t WHERE t.workflow_run_id = r.id
+           AND t.error_code IS DISTINCT FROM '{uncounted}') AS tool_calls
+  FROM workflow_runs r WHERE {where}
+"""
+_ONE = _USAGE_SQL.format(uncounted=UNCOUNTED_TOOL_ERROR, where="r.id = $1")
+_MANY = _USAGE_SQL.format(uncounted=UNCOUNTED_TOOL_ERROR, where="r.id = ANY($1::text[])")
+
+
+async def usage(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> asyncpg.Record | None:
+    """The run's budget and what it has used: `budget, total_cost_cents, model_calls, tool_calls`."""
+    return await conn.fetchrow(_ONE, run_id)
+
+
+async def usage_of_runs(
+    conn: asyncpg.Connection | asyncpg.Pool, run_ids: list[str]
+) -> dict[str, asyncpg.Record]:
+    """`usage` of several runs in one statement, by run id."""
+    return {r["id"]: r for r in await conn.fetch(_MANY, run_ids)}
