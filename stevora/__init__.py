@@ -11,7 +11,7 @@ from stevora.tasks import (
     registerTaskHandler,
     task_handler,
 )
-from stevora.tools import ToolContext, register_tool, registerTool, tool
+from stevora.tools import Toolbox, ToolContext, register_tool, register_toolbox, registerTool, tool, toolbox
 
 __version__ = "0.1.0"
 
@@ -19,11 +19,14 @@ __all__ = [
     "StepContext",
     "StepResult",
     "ToolContext",
+    "Toolbox",
     "__version__",
     "registerTaskHandler",
     "registerTool",
     "register_task_handler",
     "register_tool",
+    "register_toolbox",
     "task_handler",
     "tool",
+    "toolbox",
 ]

@@ -126,6 +126,13 @@ class ProviderNotFound(StepError):
     retryable = False
 
 
+class ContextExpired(StepError):
+    """A run waited longer than `outputsExpireAfterMs` for client tool outputs nobody sent."""
+
+    code = "CONTEXT_EXPIRED"
+    retryable = False
+
+
 class BudgetExceeded(StepError):
     """A run reached a limit of its budget (`limit`: maxCostCents, maxModelCalls or maxToolCalls)."""
 

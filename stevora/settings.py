@@ -67,8 +67,13 @@ class Settings(BaseSettings):
     admin_token: str | None = Field(
         default=None, validation_alias=AliasChoices("ADMIN_TOKEN", "STEVORA_ADMIN_TOKEN")
     )
-    rate_limit_per_minute: int = 6000  # per workspace; 0 disables
+    rate_limit_per_minute: int = 6000  # per workspace, API and UI together; 0 disables
+    # Failed authentications (unknown, revoked or malformed keys, wrong admin tokens; API and UI)
+    # per client address and minute before it gets 429 without a lookup; 0 disables.
+    auth_failures_per_minute: int = Field(default=60, ge=0)
     cors_origins: list[str] = []
+    # Longest `?wait=` / `Prefer: wait=` a run request may hold its answer for (0: never waits).
+    max_request_wait_s: float = Field(default=60.0, ge=0, le=600)
 
     # Worker
     worker_processes: int = 1
@@ -136,6 +141,9 @@ class Settings(BaseSettings):
     otel_capture_content: bool = False
     # Workers serve Prometheus metrics on this port (0: no metrics server).
     metrics_port: int = 0
+    # When set, the API's /metrics and the workers' metrics port answer only
+    # `Authorization: Bearer <token>` (401 otherwise). Unset: /metrics is open.
+    metrics_token: str | None = None
     # One log line per HTTP request from the API.
     access_log: bool = False
 
@@ -152,7 +160,7 @@ class Settings(BaseSettings):
     # Test-only crash points (see stevora/faults.py). Never set in production.
     fault_injection: str | None = None
 
-    @field_validator("admin_token", "openai_api_key", "anthropic_api_key", mode="before")
+    @field_validator("admin_token", "metrics_token", "openai_api_key", "anthropic_api_key", mode="before")
     @classmethod
     def _empty_means_unset(cls, value: object) -> object:
         """`docker-compose.yml` passes `ADMIN_TOKEN=""` when the host has none: empty is unset."""

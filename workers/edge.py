@@ -45,15 +45,43 @@ def current() -> WorkerState:
     return _state
 
 
-def load_tool_modules(modules: list[str]) -> None:
-    """Import user modules so their register_tool / @tool / register_task_handler calls run.
+def load_tool_modules(modules: list[str]) -> list[str]:
+    """Import user modules so their register_tool / @tool / register_task_handler calls run;
+    returns the module names imported.
 
-    The working directory is importable, as with `uvicorn --app-dir .`."""
+    The working directory is importable, as with `uvicorn --app-dir .`. A file path
+    (`./my_tools.py`) is imported as the module its file name names, from its folder."""
     if modules and os.getcwd() not in sys.path:
         sys.path.insert(0, os.getcwd())
-    for name in modules:
+    names = []
+    for given in modules:
+        name = module_name(given)
         importlib.import_module(name)
         log.info("tool_module_loaded", module=name)
+        names.append(name)
+    return names
+
+
+def module_name(given: str) -> str:
+    """`given` as an importable module name: a `.py` file path puts its folder on `sys.path`."""
+    if not given.endswith(".py") and os.sep not in given and "/" not in given:
+        return given
+    path = os.path.abspath(given)
+    if not os.path.isfile(path):
+        raise ModuleNotFoundError(f"No tools file {given!r} (looked for {path})")
+    folder, file = os.path.split(path)
+    name = file.removesuffix(".py")
+    if not name.isidentifier():
+        raise ModuleNotFoundError(f"Tools file {given!r}: {file!r} is not an importable module name")
+    loaded = sys.modules.get(name)
+    if loaded is not None and os.path.abspath(getattr(loaded, "__file__", "") or "") != path:
+        raise ModuleNotFoundError(
+            f"Tools file {given!r}: a different module named {name!r} is already imported "
+            f"({getattr(loaded, '__file__', None) or 'built in'}); rename the file"
+        )
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    return name
 
 
 class StevoraWorkerMiddleware(dramatiq.Middleware):

@@ -37,7 +37,7 @@ def run_worker_process(settings: Settings, threads: int, serve_metrics: bool = F
     use_uvloop()  # before build_worker: the AsyncIO middleware creates its loop from the policy
     broker, worker = build_worker(settings, threads=threads)
     if serve_metrics:
-        metrics.serve_worker_metrics(settings.host, settings.metrics_port)
+        metrics.serve_worker_metrics(settings.host, settings.metrics_port, settings.metrics_token)
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -61,7 +61,7 @@ def run(settings: Settings, *, processes: int = 1, threads: int = 8) -> int:
         return 0
     # The children write their metrics to a shared directory; this process serves their sum.
     metrics.prepare_worker_processes(processes)
-    metrics.serve_worker_metrics(settings.host, settings.metrics_port)
+    metrics.serve_worker_metrics(settings.host, settings.metrics_port, settings.metrics_token)
     ctx = multiprocessing.get_context("spawn")
     children = [
         ctx.Process(target=run_worker_process, args=(settings, threads), daemon=False)

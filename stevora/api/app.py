@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-from fastapi import APIRouter, Depends, FastAPI
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.middleware.cors import CORSMiddleware
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -21,7 +21,6 @@ from stevora.api.auth import ApiKeyAuthenticator
 from stevora.api.deps import ApiContext, reject_nul
 from stevora.api.errors import install_error_handlers
 from stevora.api.openapi import install_openapi
-from stevora.api.ratelimit import RateLimiter
 from stevora.api.routers import (
     api_keys,
     approvals,
@@ -36,6 +35,8 @@ from stevora.api.routers import (
 )
 from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import DramatiqDispatcher
+from stevora.limits.authlimit import FailedAuthLimiter
+from stevora.limits.ratelimit import RateLimiter
 from stevora.observability import metrics, tracing
 from stevora.runtime import Runtime
 from stevora.settings import Settings
@@ -78,7 +79,7 @@ class ApiPrefixAlias:
 def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     ctx = ApiContext(
         settings=settings,
-        keys=ApiKeyAuthenticator(),
+        keys=ApiKeyAuthenticator(failures=FailedAuthLimiter(settings.auth_failures_per_minute)),
         limiter=RateLimiter(settings.rate_limit_per_minute),
         runtime=runtime,
     )
@@ -133,7 +134,13 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         return RedirectResponse("/ui")
 
     @app.get("/metrics", include_in_schema=False)
-    async def prometheus_metrics() -> Response:
+    async def prometheus_metrics(request: Request) -> Response:
+        if not metrics.authorized(settings.metrics_token, request.headers.get("authorization")):
+            return PlainTextResponse(
+                "Unauthorized: send Authorization: Bearer <STEVORA_METRICS_TOKEN>\n",
+                status_code=401,
+                headers=metrics.UNAUTHORIZED_HEADERS,
+            )
         body, content_type = metrics.exposition()
         return Response(body, media_type=content_type)
 

@@ -8,6 +8,7 @@ this process evicts the entry at once; a key revoked through any other API proce
 everywhere within 0.25 s (the guarantee docs/api/authentication.md states).
 `last_used_at` is written at most once per `TOUCH_INTERVAL_S` (60 s) per key and process, and
 the UPDATE itself skips rows touched in the last minute, so many processes add little load.
+Keys that are not live count as failed attempts of the client's address (`authlimit.py`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from datetime import timedelta
 from stevora.db import resources
 from stevora.errors import AuthError
 from stevora.ids import random_token
+from stevora.limits.authlimit import FailedAuthLimiter
 from stevora.runtime import Runtime
 
 KEY_PREFIX = "stv_"
@@ -64,27 +66,43 @@ class ApiKeyAuthenticator:
         ttl_s: float = KEY_CACHE_TTL_S,
         touch_interval_s: float = TOUCH_INTERVAL_S,
         clock: Callable[[], float] = time.monotonic,
+        failures: FailedAuthLimiter | None = None,
     ) -> None:
         self.ttl_s = ttl_s
         self.touch_interval_s = touch_interval_s
         self.clock = clock
+        # Failed attempts per client address (stevora/limits/authlimit.py); shared with the UI.
+        self.failures = failures if failures is not None else FailedAuthLimiter(0)
         self._cache: dict[str, _Cached] = {}
         self._touched: dict[str, float] = {}
         self._inflight: dict[str, asyncio.Future[_Cached]] = {}
 
-    async def authenticate(self, rt: Runtime, raw_key: str | None) -> Principal:
-        """The principal of a raw `x-api-key` value; `AuthError` when missing, unknown or revoked."""
+    async def authenticate(self, rt: Runtime, raw_key: str | None, address: str = "unknown") -> Principal:
+        """The principal of a raw `x-api-key` value; `AuthError` when missing, unknown or revoked,
+        `RateLimitError` while `address` has used up its failed attempts (no lookup then)."""
         if not raw_key:
             raise AuthError(MISSING_KEY)
+        self.failures.check(address)
         if not raw_key.startswith(KEY_PREFIX) or len(raw_key) > 100:
+            self.failures.take(address)
             raise AuthError(INVALID_KEY)
         digest = hash_key(raw_key)
         now = self.clock()
         entry = self._cache.get(digest)
+        looked_up = False
         if entry is None or entry.expires <= now:
+            # Only the request that queries spends an attempt up front (given back when the key
+            # is good); requests sharing its lookup are counted below if the key is bad.
+            looked_up = digest not in self._inflight
+            if looked_up:
+                self.failures.take(address)
             entry = await self._lookup_once(rt, digest, now)
         if entry.key_id is None or entry.workspace_id is None or entry.revoked:
+            if not looked_up:
+                self.failures.take(address)
             raise AuthError(INVALID_KEY)
+        if looked_up:
+            self.failures.give_back(address)
         if now - self._touched.get(entry.key_id, -self.touch_interval_s) >= self.touch_interval_s:
             self._touched[entry.key_id] = now
             await self._touch(rt, entry.key_id)
@@ -139,11 +157,25 @@ def admin_token_matches(configured: str | None, given: str | None) -> bool:
     )
 
 
-def require_admin_if_configured(configured: str | None, given: str | None) -> None:
+def admin_token_accepted(
+    configured: str | None, given: str, failures: FailedAuthLimiter, address: str
+) -> bool:
+    """`admin_token_matches`, with a wrong token counted as a failed attempt of `address`
+    (`RateLimitError` once its attempts are used up, before comparing)."""
+    failures.check(address)
+    if admin_token_matches(configured, given):
+        return True
+    failures.take(address)
+    return False
+
+
+def require_admin_if_configured(
+    configured: str | None, given: str | None, failures: FailedAuthLimiter, address: str
+) -> None:
     """Workspace creation: open unless ADMIN_TOKEN is set, then `x-admin-token` must match it."""
     if configured is None:
         return
     if not given:
         raise AuthError("Missing x-admin-token header")
-    if not admin_token_matches(configured, given):
+    if not admin_token_accepted(configured, given, failures, address):
         raise AuthError("Invalid admin token")

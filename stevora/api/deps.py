@@ -10,8 +10,9 @@ from fastapi import Depends, Query, Request
 from fastapi.security import APIKeyHeader
 
 from stevora.api.auth import ApiKeyAuthenticator, Principal
-from stevora.api.ratelimit import RateLimiter
 from stevora.errors import StevoraError, ValidationError
+from stevora.limits.authlimit import client_address
+from stevora.limits.ratelimit import RateLimiter
 from stevora.runtime import Runtime
 from stevora.settings import Settings
 
@@ -58,9 +59,12 @@ async def get_ctx(request: Request) -> ApiContext:
 Ctx = Annotated[ApiContext, Depends(get_ctx)]
 
 
-async def authenticated(ctx: Ctx, api_key: Annotated[str | None, Depends(api_key_header)]) -> Principal:
-    """The caller's workspace from `x-api-key`, after the workspace's rate limit."""
-    principal = await ctx.keys.authenticate(ctx.rt, api_key)
+async def authenticated(
+    request: Request, ctx: Ctx, api_key: Annotated[str | None, Depends(api_key_header)]
+) -> Principal:
+    """The caller's workspace from `x-api-key`, after the workspace's rate limit (and the client
+    address's limit on failed attempts)."""
+    principal = await ctx.keys.authenticate(ctx.rt, api_key, client_address(request))
     await ctx.limiter.hit(ctx.rt, principal.workspace_id)
     return principal
 

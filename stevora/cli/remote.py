@@ -95,18 +95,67 @@ def connect(url: str, api_key: str | None) -> Iterator[AgentRuntime]:
         raise typer.Exit(1) from None
 
 
-def load_spec(path: Path) -> dict[str, Any]:
-    """A definition from a JSON or YAML file."""
+def load_specs(path: Path) -> list[dict[str, Any]]:
+    """The definitions in a JSON file (one) or a YAML file (one per `---` document, in order)."""
     try:
         text = path.read_text()
-        spec = json.loads(text) if path.suffix.lower() == ".json" else yaml.safe_load(text)
+        if path.suffix.lower() == ".json":
+            specs = [json.loads(text)]
+        else:  # empty documents (a leading or trailing `---`) are skipped
+            specs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
     except (OSError, ValueError, yaml.YAMLError) as exc:
         raise typer.BadParameter(f"cannot read {path}: {exc}") from None
-    if not isinstance(spec, dict):
-        raise typer.BadParameter(f"{path} must hold one workflow definition (an object)")
-    if isinstance(spec.get("version"), int | float):  # YAML reads `version: 1.0` as a number
-        spec["version"] = str(spec["version"])
-    return spec
+    if not specs:
+        raise typer.BadParameter(f"{path} holds no workflow definition")
+    for number, spec in enumerate(specs, 1):
+        if not isinstance(spec, dict):
+            where = f"document {number} of {path}" if len(specs) > 1 else str(path)
+            raise typer.BadParameter(f"{where} must be a workflow definition (an object)")
+        if isinstance(spec.get("version"), int | float):  # YAML reads `version: 1.0` as a number
+            spec["version"] = str(spec["version"])
+    return specs
+
+
+def apply_order(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The file's definitions, each after the ones of the same file it calls as tools (the server
+    checks that a workflow tool names a stored definition); otherwise in file order."""
+    names = {spec.get("name") for spec in specs}
+    ordered: list[dict[str, Any]] = []
+    visiting: set[int] = set()
+
+    def calls(spec: dict[str, Any]) -> list[str]:
+        found = []
+        for step in spec.get("steps") or []:
+            for tool in (step.get("tools") or []) if isinstance(step, dict) else []:
+                name = (
+                    tool
+                    if isinstance(tool, str)
+                    else (tool.get("workflow") if isinstance(tool, dict) else None)
+                )
+                if isinstance(name, str) and name in names and name != spec.get("name"):
+                    found.append(name)
+        return found
+
+    def visit(spec: dict[str, Any]) -> None:
+        if any(spec is done for done in ordered) or id(spec) in visiting:
+            return  # placed already, or a cycle (left to the server to report)
+        visiting.add(id(spec))
+        for name in calls(spec):
+            for other in specs:
+                if other.get("name") == name:
+                    visit(other)
+        ordered.append(spec)
+
+    for spec in specs:
+        visit(spec)
+    return ordered
+
+
+def apply_file(rt: AgentRuntime, path: Path) -> list[WorkflowDefinition]:
+    """Apply every definition in the file; returned in file order (the first is the file's main one)."""
+    specs = load_specs(path)
+    applied = {id(spec): rt.definitions.apply(spec) for spec in apply_order(specs)}
+    return [applied[id(spec)] for spec in specs]
 
 
 def parse_inputs(pairs: list[str], as_json: str | None) -> dict[str, Any]:
@@ -133,8 +182,8 @@ def parse_inputs(pairs: list[str], as_json: str | None) -> dict[str, Any]:
 def resolve_definition(rt: AgentRuntime, target: str, version: str | None) -> WorkflowDefinition:
     """A file is applied; `wfdef_...` is fetched; anything else is a name (newest version)."""
     path = Path(target)
-    if path.is_file():
-        return rt.definitions.apply(load_spec(path))
+    if path.is_file():  # several definitions (`---`): all are applied, the first one runs
+        return apply_file(rt, path)[0]
     if target.startswith("wfdef_"):
         return rt.definitions.get(target)
     return rt.definitions.find(target, version)
@@ -177,16 +226,23 @@ def keys_create(
 
 @definitions_app.command("apply")
 def definitions_apply(
-    file: Annotated[Path, typer.Argument(help="Definition as JSON or YAML.", exists=True, dir_okay=False)],
+    file: Annotated[
+        Path,
+        typer.Argument(
+            help="Definition as JSON or YAML (several YAML documents separated by `---`).",
+            exists=True,
+            dir_okay=False,
+        ),
+    ],
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
-    """Create a definition from a file (unchanged re-applies are no-ops); prints its id."""
-    spec = load_spec(file)
+    """Create the definitions in a file (unchanged re-applies are no-ops); prints each id."""
     with connect(url, api_key) as rt:
-        definition = rt.definitions.apply(spec)
-    err.print(f"{escape(definition.name)} v{escape(definition.version)}:")
-    print(definition.id)
+        definitions = apply_file(rt, file)
+    for definition in definitions:
+        err.print(f"{escape(definition.name)} v{escape(definition.version)}:")
+        print(definition.id)
 
 
 @app.command("run")

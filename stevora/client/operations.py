@@ -209,29 +209,73 @@ def _differences(wanted: Any, stored: Any, path: str = "") -> list[str]:
 
 
 def create_run(
-    definition_id: str,
+    definition_id: str | Mapping[str, Any],
     input: Mapping[str, Any] | None = None,
     *,
     idempotency_key: str | None = None,
     budget: Mapping[str, Any] | None = None,
+    wait: float | None = None,
 ) -> Op[WorkflowRun]:
-    """Start a run of a definition. With `idempotency_key`, a run already created with that key is
-    returned instead (`run.created` tells which). `budget` (`{"maxToolCalls": 20, ...}`) overrides
-    the definition's, field by field."""
-    body: dict[str, Any] = {"definitionId": definition_id, "input": dict(input or {})}
+    """Start a run of a definition: its id, or an ad-hoc definition as a dict (the body of
+    `definitions.create`, `name` and `version` optional; stored on first use). With
+    `idempotency_key`, a run already created with that key is returned instead (`run.created`
+    tells which). `budget` (`{"maxToolCalls": 20, ...}`) overrides the definition's, field by
+    field. With `wait` (seconds, capped by the server) the answer comes once the run has
+    completed, failed, or requires action (`run.required_action`), else at the bound."""
+    body: dict[str, Any] = {"input": dict(input or {})}
+    if isinstance(definition_id, str):
+        body["definitionId"] = definition_id
+    else:
+        body["definition"] = dict(definition_id)
     if idempotency_key is not None:
         body["idempotencyKey"] = idempotency_key
     if budget is not None:
         body["budget"] = dict(budget)
-    response = yield Request("POST", _path("workflow-runs"), json=body)
+    response = yield Request(
+        "POST", _path("workflow-runs"), params=_wait(wait), json=body, held_s=wait or 0.0
+    )
     run = parse(WorkflowRun, response)
     run.created = response.status_code == 201
     return run
 
 
-def get_run(run_id: str) -> Op[WorkflowRun]:
-    """A run with its `step_runs` and its `definition` (name, version)."""
-    return parse(WorkflowRun, (yield Request("GET", _path("workflow-runs", run_id))))
+def get_run(run_id: str, *, wait: float | None = None) -> Op[WorkflowRun]:
+    """A run with its `step_runs` and its `definition` (name, version). With `wait` (seconds), a
+    long poll: the answer comes once the run is settled (ended, paused, or `required_action`)."""
+    request = Request("GET", _path("workflow-runs", run_id), params=_wait(wait), held_s=wait or 0.0)
+    return parse(WorkflowRun, (yield request))
+
+
+def _wait(wait: float | None) -> dict[str, Any] | None:
+    return {"wait": wait} if wait else None
+
+
+def run_until_action(run_id: str, *, timeout: float = 300.0, wait: float = 30.0) -> Op[WorkflowRun]:
+    """Long-poll the run until it has ended (COMPLETED, FAILED, CANCELLED), is PAUSED, or requires
+    action (`run.required_action`: client tool calls to answer), and return it.
+
+    The client-tool loop without SSE or webhooks::
+
+        run = rt.workflows.run_until_action(rt.workflows.create(definition, input).id)
+        while run.required_action:
+            outputs = [ToolOutput(c.id, output=TOOLS[c.name](**c.arguments))
+                       for c in run.required_action.tool_calls]
+            rt.workflows.submit_tool_outputs(run.id, outputs)
+            run = rt.workflows.run_until_action(run.id)
+
+    Raises `WaitTimeout` (with the last seen run in `.run`) after `timeout` s.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        asked = max(0.0, min(wait, deadline - time.monotonic()))
+        started = time.monotonic()
+        run = yield from get_run(run_id, wait=asked)
+        if run.is_terminal or run.required_action is not None or run.status == "PAUSED":
+            return run
+        if deadline - time.monotonic() <= 0:
+            raise WaitTimeout(run, timeout)
+        if time.monotonic() - started < asked / 2:  # the server waits less (its cap): poll gently
+            yield Sleep(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def list_runs(
@@ -308,7 +352,9 @@ def resume_run(
     return (yield from _command(run_id, "resume", body))
 
 
-def submit_tool_outputs(run_id: str, outputs: Iterable[ToolOutputItem]) -> Op[WorkflowRun]:
+def submit_tool_outputs(
+    run_id: str, outputs: Iterable[ToolOutputItem], *, wait: float | None = None
+) -> Op[WorkflowRun]:
     """Answer some or all of the run's pending client-executed tool calls (`run.required_action`).
 
     Items are `ToolOutput(call_id, output=...)` / `ToolOutput(call_id, error="...")` or the API's
@@ -316,11 +362,13 @@ def submit_tool_outputs(run_id: str, outputs: Iterable[ToolOutputItem]) -> Op[Wo
     the last one is answered. Resending exactly what was recorded is safe (a retry after a lost
     answer). Raises `InvalidToolOutputs` (unknown call, or answered differently; nothing of the
     request is recorded), `ToolOutputTooLarge`, or `InvalidStateTransition` when nothing is pending.
+    With `wait` (seconds) the answer comes once the run is settled again (its next
+    `required_action`, or its end), else at the bound.
     """
     body = tool_outputs_body(outputs)
-    return parse(
-        WorkflowRun, (yield Request("POST", _path("workflow-runs", run_id, "tool-outputs"), json=body))
-    )
+    path = _path("workflow-runs", run_id, "tool-outputs")
+    request = Request("POST", path, params=_wait(wait), json=body, held_s=wait or 0.0)
+    return parse(WorkflowRun, (yield request))
 
 
 def list_events(run_id: str, *, page: int = 1, page_size: int = 20) -> Op[Page[Event]]:

@@ -39,6 +39,8 @@ class Request:
     authenticated: bool = True
     """Send the client's `x-api-key` (off for health checks and admin-token calls)."""
     accept: tuple[int, ...] = ()
+    held_s: float = 0.0
+    """How long the server may hold the answer (`?wait=`): added to the read timeout."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,8 +121,17 @@ class DriverBase:
         if request.authenticated and self.api_key:
             headers["x-api-key"] = self.api_key
         params = {k: v for k, v in (request.params or {}).items() if v is not None}
+        extra: dict[str, Any] = {}
+        timeout = self.http.timeout
+        if request.held_s and timeout.read is not None:
+            extra["timeout"] = httpx.Timeout(
+                connect=timeout.connect,
+                read=timeout.read + request.held_s,
+                write=timeout.write,
+                pool=timeout.pool,
+            )
         return self.http.build_request(
-            request.method, request.path, params=params, headers=headers, json=request.json
+            request.method, request.path, params=params, headers=headers, json=request.json, **extra
         )
 
 

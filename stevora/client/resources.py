@@ -120,6 +120,7 @@ class Workflows(Namespace[Mode]):
     tool_traces = operation(ops.tool_traces)
     cost = operation(ops.run_cost)
     wait_for_completion = operation(ops.wait_for_completion)
+    run_until_action = operation(ops.run_until_action)
 
 
 class Approvals(Namespace[Mode]):

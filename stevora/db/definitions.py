@@ -3,7 +3,11 @@ parsed result), by name (workflows called as tools)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import asyncpg
+
+from stevora.definitions import parse_default_params
 
 _COLUMNS = "id, name, version, description, steps, input_schema, default_params, budget, created_at"
 
@@ -35,3 +39,12 @@ async def find_version(
         workspace_id,
         name,
     )
+
+
+def workflow_input_schema(row: Any) -> dict[str, Any] | None:
+    """A stored definition's input schema: `input_schema`, else the one `default_params` describes."""
+    if row["input_schema"] is not None:
+        return dict(row["input_schema"])
+    if row["default_params"] is not None:
+        return parse_default_params(row["default_params"])
+    return None

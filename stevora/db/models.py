@@ -393,7 +393,7 @@ class WebhookDelivery(Base):
 
 
 class RateLimitBucket(Base):
-    """A workspace's API token bucket, shared by every API process (stevora/api/ratelimit.py)."""
+    """A workspace's API token bucket, shared by every API process (stevora/limits/ratelimit.py)."""
 
     __tablename__ = "rate_limit_buckets"
     workspace_id: Mapped[str] = mapped_column(

@@ -9,13 +9,14 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
-from sqlalchemy import Insert, Select, Update, delete, distinct, func, select, update
+from sqlalchemy import Insert, Select, Update, delete, distinct, exists, func, select, update
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql.dml import ReturningDelete
 
 from stevora.db.models import (
     ApiKey,
     ApprovalRequest,
+    AwaitedToolCall,
     LlmCall,
     StepRun,
     ToolTrace,
@@ -27,7 +28,7 @@ from stevora.db.models import (
     Workspace,
 )
 from stevora.ids import new_id
-from stevora.statuses import ApprovalStatus
+from stevora.statuses import ApprovalStatus, AwaitedKind, AwaitedStatus
 
 # A SELECT of any columns.
 Query: TypeAlias = Select[*tuple[Any, ...]]
@@ -87,6 +88,18 @@ def runs_where(
     if parent_run_id is not None:
         where.append(RUNS.c.parent_run_id == parent_run_id)
     return where, [RUNS.c.created_at.desc(), RUNS.c.id.desc()]
+
+
+def run_settling(workspace_id: str, run_id: str) -> Query:
+    """(status, action: whether a client call is pending) of the workspace's run."""
+    pending_client_call = exists().where(
+        AwaitedToolCall.workflow_run_id == WorkflowRun.id,
+        AwaitedToolCall.status == AwaitedStatus.PENDING,
+        AwaitedToolCall.kind == AwaitedKind.CLIENT,
+    )
+    return select(WorkflowRun.status, pending_client_call.label("action")).where(
+        WorkflowRun.id == run_id, WorkflowRun.workspace_id == workspace_id
+    )
 
 
 def step_runs(run_id: str) -> Query:
@@ -226,6 +239,14 @@ def insert_definition(workspace_id: str, values: dict[str, Any]) -> Insert:
         .values(id=new_id("wfdef"), workspace_id=workspace_id, **values)
         .on_conflict_do_nothing(constraint="uq_definition_version")
         .returning(*DEFINITION_COLUMNS)
+    )
+
+
+def definition_version(workspace_id: str, name: str, version: str) -> Query:
+    return select(*DEFINITION_COLUMNS).where(
+        WorkflowDefinition.workspace_id == workspace_id,
+        WorkflowDefinition.name == name,
+        WorkflowDefinition.version == version,
     )
 
 

@@ -98,6 +98,18 @@ class LlmToolDef(CamelModel):
     """A result that does not match is a failed call (TOOL_OUTPUT_INVALID) returned to the model."""
     requires_approval: bool = False
     """Each call waits for a person to approve, edit or reject it before it runs."""
+    outputs_expire_after_ms: int | None = Field(default=None, ge=1)
+    """Client tools: with no output this long after the model asked, the run fails with
+    CONTEXT_EXPIRED (overrides the step's `outputsExpireAfterMs`)."""
+
+    @model_validator(mode="after")
+    def _expiry_is_for_client_tools(self) -> LlmToolDef:
+        if self.outputs_expire_after_ms is not None and self.execution != "client":
+            raise PydanticCustomError(
+                "expiry_needs_client",
+                'outputsExpireAfterMs applies to client tools only (execution: "client")',
+            )
+        return self
 
 
 class WorkflowToolDef(CamelModel):
@@ -224,6 +236,9 @@ class LlmStep(StepBase):
     output_key: str | None = Field(default=None, min_length=1)
     global_tools: bool = True
     """Offer the worker's global tools (`register_tool(..., global_=True)`) besides `tools`."""
+    outputs_expire_after_ms: int | None = Field(default=None, ge=1)
+    """With a client tool's output still missing this long after the model asked for it, the run
+    fails with CONTEXT_EXPIRED (a call's own, shorter `timeoutMs` fails just that call instead)."""
 
     @field_validator("tools")
     @classmethod

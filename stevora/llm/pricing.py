@@ -41,6 +41,17 @@ class Pricing:
             return (usage.input_tokens * input_per_mtok + usage.output_tokens * output_per_mtok) / 1_000_000
         return _catalog_cost(provider, model, usage)
 
+    def known_name(self, provider: str, model: str) -> str | None:
+        """The name `model` has in the price list — an override's key or the catalogue's own id
+        (`gpt-4o` for `gpt-4o-2024-08-06`) — or `None` when it is not priced. Never the caller's
+        string itself: the catalogue matches by prefix, so any suffix would pass through."""
+        if provider == SCRIPTED_PROVIDER or model.startswith(SCRIPTED_PROVIDER):
+            return None
+        if model.lower() in self._overrides:
+            return model.lower()
+        provider_id = _provider_id(provider)
+        return _catalog_name(provider_id, model) if provider_id is not None else None
+
 
 def cost_usd(provider: str, model: str, usage: Usage) -> float | None:
     """Cost from the bundled price catalogue alone (no overrides)."""
@@ -80,12 +91,16 @@ def _provider_id(provider: str) -> str | None:
 
 
 @lru_cache(maxsize=4096)
-def _is_known(provider_id: str, model: str) -> bool:
+def _catalog_name(provider_id: str, model: str) -> str | None:
     try:
-        data_snapshot.get_snapshot().find_provider_model(model, None, provider_id, None)
+        _provider, found = data_snapshot.get_snapshot().find_provider_model(model, None, provider_id, None)
     except LookupError:
-        return False
-    return True
+        return None
+    return found.id
+
+
+def _is_known(provider_id: str, model: str) -> bool:
+    return _catalog_name(provider_id, model) is not None
 
 
 _DEFAULT = Pricing()

@@ -63,7 +63,7 @@ def step(
 @dataclass
 class ModelCallObservation:
     provider: str
-    model: str
+    model: str  # the metric label (bounded), not necessarily the model the step named
     span: Span | None
     started: float
     status: str = "error"
@@ -81,18 +81,25 @@ class ModelCallObservation:
 
 @contextmanager
 def model_call(
-    provider: str, model: str, step_run_id: str, round_: int, messages: Any
+    provider: str,
+    model: str,
+    step_run_id: str,
+    round_: int,
+    messages: Any,
+    *,
+    known_model: str | None = None,
 ) -> Iterator[ModelCallObservation]:
-    """One provider call; call `.answered(response)` when it returns."""
+    """One provider call; call `.answered(response)` when it returns. The span names `model`;
+    the metrics name `known_model` (`Pricing.known_name`) or `other`, never the step's string."""
     with (
         bound_contextvars(round=round_),
         tracing.chat_span(provider, model, step_run_id, round_, messages) as span,
     ):
-        obs = ModelCallObservation(provider, model, span, time.perf_counter())
+        obs = ModelCallObservation(provider, metrics.model_label(known_model), span, time.perf_counter())
         try:
             yield obs
         finally:
-            metrics.LLM_CALL_DURATION.labels(provider, model, obs.status).observe(
+            metrics.LLM_CALL_DURATION.labels(provider, obs.model, obs.status).observe(
                 time.perf_counter() - obs.started
             )
 
@@ -104,9 +111,10 @@ class ToolCallObservation:
 
     def finished(self, outcome: ToolOutcome) -> None:
         tracing.tool_finished(self.span, outcome)
-        metrics.TOOL_CALL_DURATION.labels(self.name, outcome.status).observe(outcome.duration_ms / 1000)
+        label = metrics.tool_label(self.name, outcome.error_code)
+        metrics.TOOL_CALL_DURATION.labels(label, outcome.status).observe(outcome.duration_ms / 1000)
         if not outcome.ok:
-            metrics.TOOL_CALL_ERRORS.labels(self.name, outcome.error_code or "TOOL_ERROR").inc()
+            metrics.TOOL_CALL_ERRORS.labels(label, outcome.error_code or "TOOL_ERROR").inc()
 
 
 @contextmanager

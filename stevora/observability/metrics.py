@@ -6,15 +6,25 @@ the embedded `stevora dev` process (API and worker in one) then shows both sides
 values to files in `PROMETHEUS_MULTIPROC_DIR` and the parent serves their sum (prometheus-client's
 multiprocess mode; the directory must be set before the children start, which `serve_worker_metrics`
 does). Names and example PromQL: docs/observability.md.
+
+Labels are bounded and never tenant-chosen: a workspace writes model, step, definition and tool
+names, and `/metrics` is read by whoever operates Prometheus (and is often less protected than the
+API). So `model` is the price list's name for a priced model or `other`, `tool` is a handler the
+worker registered or `other`, and nothing else carries a name: statuses, step types, providers
+(configured by the operator) and error codes come from fixed sets.
 """
 
 from __future__ import annotations
 
+import hmac
 import os
+import socket
 import tempfile
+import threading
+from collections.abc import Iterable
 from datetime import datetime
-from typing import TYPE_CHECKING
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -24,9 +34,10 @@ from prometheus_client import (
     Gauge,
     Histogram,
     generate_latest,
+    make_wsgi_app,
     multiprocess,
-    start_http_server,
 )
+from prometheus_client.exposition import ThreadingWSGIServer
 
 from stevora.clock import utcnow
 
@@ -82,6 +93,21 @@ WEBHOOK_FAILURES = Counter(
 )
 
 
+OTHER = "other"
+# A call that named no registered handler: its name came from the model or the definition.
+_UNREGISTERED_TOOL_CODES = frozenset({"TOOL_NOT_REGISTERED", "TOOL_NOT_OFFERED"})
+
+
+def model_label(known_name: str | None) -> str:
+    """The `model` label: the price list's name for the model (`Pricing.known_name`), else `other`."""
+    return known_name or OTHER
+
+
+def tool_label(name: str, error_code: str | None) -> str:
+    """The `tool` label: the registered handler's name; `other` when no handler had that name."""
+    return OTHER if error_code in _UNREGISTERED_TOOL_CODES else name
+
+
 def run_claimed(dispatched_at: datetime | None, next_run_at: datetime | None) -> None:
     """Queue lag of a claimed run: now minus when it was dispatched or became due, whichever is later."""
     since = max((t for t in (dispatched_at, next_run_at) if t is not None), default=None)
@@ -89,7 +115,9 @@ def run_claimed(dispatched_at: datetime | None, next_run_at: datetime | None) ->
         QUEUE_LAG.observe(max(0.0, (utcnow() - since).total_seconds()))
 
 
-def llm_answered(provider: str, model: str, usage: Usage, cost_usd: float | None) -> None:
+def llm_answered(provider: str, known_model: str | None, usage: Usage, cost_usd: float | None) -> None:
+    """Tokens and cost of one answered call; `known_model` as `Pricing.known_name` gives it."""
+    model = model_label(known_model)
     LLM_TOKENS.labels(provider, model, "input").inc(usage.input_tokens)
     LLM_TOKENS.labels(provider, model, "output").inc(usage.output_tokens)
     if cost_usd:
@@ -97,7 +125,8 @@ def llm_answered(provider: str, model: str, usage: Usage, cost_usd: float | None
 
 
 def first_token(provider: str, model: str, seconds: float) -> None:
-    """Hook for streaming model calls: record the time to the first token when it is known."""
+    """Hook for streaming model calls: record the time to the first token when it is known
+    (`model` is already a label: see `model_label`)."""
     LLM_TIME_TO_FIRST_TOKEN.labels(provider, model).observe(seconds)
 
 
@@ -124,11 +153,44 @@ def prepare_worker_processes(processes: int) -> None:
         os.environ["PROMETHEUS_MULTIPROC_DIR"] = tempfile.mkdtemp(prefix="stevora-metrics-")
 
 
-def serve_worker_metrics(host: str, port: int) -> WSGIServer | None:
-    """Serve `/metrics` on `port` from a background thread (0: do nothing). Returns the server."""
+def authorized(token: str | None, authorization: str | None) -> bool:
+    """Whether a request may read `/metrics`: always without a configured `token`
+    (STEVORA_METRICS_TOKEN), else only with `Authorization: Bearer <token>`."""
+    if not token:
+        return True
+    scheme, _, given = (authorization or "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+
+
+UNAUTHORIZED_HEADERS = {"WWW-Authenticate": 'Bearer realm="metrics"'}
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def serve_worker_metrics(host: str, port: int, token: str | None = None) -> WSGIServer | None:
+    """Serve `/metrics` on `port` from a background thread (0: do nothing). Returns the server.
+
+    With `token`, a scrape must send `Authorization: Bearer <token>` (401 otherwise)."""
     if not port:
         return None
-    server, _thread = start_http_server(port, addr=host, registry=_registry())
+    exposition_app = make_wsgi_app(_registry())
+
+    def app(environ: dict[str, Any], start_response: Any) -> Iterable[bytes]:
+        if not authorized(token, environ.get("HTTP_AUTHORIZATION")):
+            start_response(
+                "401 Unauthorized", [*UNAUTHORIZED_HEADERS.items(), ("Content-Type", "text/plain")]
+            )
+            return [b"Unauthorized: send Authorization: Bearer <STEVORA_METRICS_TOKEN>\n"]
+        return exposition_app(environ, start_response)  # type: ignore[no-any-return]
+
+    class Server(ThreadingWSGIServer):
+        address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
+
+    server = make_server(host, port, app, Server, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="stevora-metrics", daemon=True).start()
     return server
 
 

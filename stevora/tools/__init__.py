@@ -24,6 +24,7 @@ from stevora.tools.registry import (
     tool,
 )
 from stevora.tools.schema import schema_from_function
+from stevora.tools.toolbox import Toolbox, register_toolbox, toolbox
 
 __all__ = [
     "RegisteredTool",
@@ -32,13 +33,16 @@ __all__ = [
     "ToolErrorCode",
     "ToolOutcome",
     "ToolRegistry",
+    "Toolbox",
     "default_registry",
     "field_problem",
     "invoke_tool",
     "registerTool",
     "register_tool",
+    "register_toolbox",
     "schema_from_function",
     "schema_problems",
     "tool",
+    "toolbox",
     "with_defaults",
 ]

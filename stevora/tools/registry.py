@@ -212,7 +212,10 @@ class ToolRegistry:
         def decorate(func: F) -> F:
             tool_name = name or func.__name__
             _check_common(tool_name, func, timeout_ms)
-            spec = analyse_function(func)
+            try:
+                spec = analyse_function(func)
+            except TypeError as exc:
+                raise TypeError(f"Tool {tool_name!r}: {exc}") from exc
             compiled_validator(spec.parameters)
             self._tools[tool_name] = RegisteredTool(
                 name=tool_name,

@@ -12,12 +12,15 @@ from __future__ import annotations
 import inspect
 import json
 import re
+import sys
+import types
 import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import pydantic
+import typing_extensions
 from jsonschema import Draft202012Validator
 from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
@@ -142,6 +145,12 @@ def analyse_function(fn: Callable[..., Any]) -> FunctionSpec:
     parameters["required"] = list(parameters.get("required", []))
     if not accepts_var_kwargs:
         parameters["additionalProperties"] = False
+    try:
+        output_schema = output_schema_from_return(hints.get("return"))
+    except TypeError as exc:
+        raise TypeError(
+            f"Cannot build an output schema for tool function {fn_name!r} from its {exc}"
+        ) from exc
     return FunctionSpec(
         description=_first_paragraph(doc),
         parameters=parameters,
@@ -151,19 +160,84 @@ def analyse_function(fn: Callable[..., Any]) -> FunctionSpec:
         accepts_var_kwargs=accepts_var_kwargs,
         converters=converters,
         field_defaults=field_defaults,
-        output_schema=output_schema_from_return(hints.get("return")),
+        output_schema=output_schema,
     )
 
 
 def output_schema_from_return(annotation: Any) -> dict[str, Any] | None:
     """The JSON Schema of a pydantic model or TypedDict return type; None for anything else
-    (a `dict` or `str` return promises no shape worth checking)."""
+    (a `dict` or `str` return promises no shape worth checking).
+
+    Both `typing.TypedDict` and `typing_extensions.TypedDict` count (`typing.is_typeddict` knows
+    only the first before Python 3.12). Raises `TypeError` when no schema can be built."""
     base, _ = _split_annotated(annotation) if annotation is not None else (None, [])
     is_model = isinstance(base, type) and issubclass(base, pydantic.BaseModel)
-    if not (is_model or typing.is_typeddict(base)):
+    if not (is_model or typing_extensions.is_typeddict(base)):
         return None
-    schema: dict[str, Any] = pydantic.TypeAdapter(typing.cast(Any, base)).json_schema(mode="serialization")
+    try:
+        adapter = pydantic.TypeAdapter(typing.cast(Any, _pydantic_compatible(base, frozenset())))
+        schema: dict[str, Any] = adapter.json_schema(mode="serialization")
+    except (pydantic.PydanticUserError, pydantic.PydanticSchemaGenerationError, NameError) as exc:
+        raise TypeError(f"return type {getattr(base, '__name__', base)!r}: {exc}") from exc
     return schema
+
+
+def _pydantic_compatible(tp: Any, seen: frozenset[int]) -> Any:
+    """`tp` with every TypedDict in it rebuilt as a `typing_extensions.TypedDict`.
+
+    Pydantic refuses `typing.TypedDict` before Python 3.12 (its `__required_keys__` and generic
+    bases were incomplete there); a non-generic one means the same as the typing_extensions
+    class with the same fields and required keys. typing_extensions ones are rebuilt too, since
+    their fields may hold a `typing.TypedDict`. Containers (`list[X]`, `X | None`,
+    `Annotated[X, ...]`, `dict[str, X]`) are rebuilt around their converted arguments."""
+    if sys.version_info >= (3, 12):
+        return tp
+    if typing_extensions.is_typeddict(tp):
+        if id(tp) in seen:
+            raise TypeError(f"recursive TypedDict {tp.__name__!r} is not supported before Python 3.12")
+        hints = typing.get_type_hints(tp, include_extras=True)
+        required = getattr(tp, "__required_keys__", frozenset(hints))
+        fields = {}
+        for key, hint in hints.items():
+            # An explicit Required/NotRequired wins: under `from __future__ import annotations`
+            # Python 3.11's typing.TypedDict leaves it out of `__required_keys__`.
+            wrapper, inner = _unwrap_required(hint)
+            inner = _pydantic_compatible(inner, seen | {id(tp)})
+            if wrapper == "required" or (wrapper is None and key in required):
+                fields[key] = typing_extensions.Required[inner]
+            else:
+                fields[key] = typing_extensions.NotRequired[inner]
+        converted = typing_extensions.TypedDict(tp.__name__, fields)  # type: ignore[misc]
+        converted.__doc__ = tp.__doc__
+        return converted
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is None or origin is typing.Literal or not args:
+        return tp
+    if origin is Annotated:
+        return Annotated[(_pydantic_compatible(args[0], seen), *tp.__metadata__)]
+    new_args = tuple(a if a is Ellipsis else _pydantic_compatible(a, seen) for a in args)
+    if new_args == args:
+        return tp
+    if origin is types.UnionType or origin is typing.Union:
+        return typing.Union[new_args]  # noqa: UP007 - a runtime-built union
+    return origin[new_args]
+
+
+def _unwrap_required(hint: Any) -> tuple[str | None, Any]:
+    """`Required[X]` -> ("required", X), `NotRequired[X]` -> ("not_required", X) (either module,
+    also inside `Annotated`); anything else -> (None, hint)."""
+    required = {typing_extensions.Required, getattr(typing, "Required", None)}
+    not_required = {typing_extensions.NotRequired, getattr(typing, "NotRequired", None)}
+    metadata: tuple[Any, ...] = ()
+    if typing.get_origin(hint) is Annotated:
+        hint, metadata = typing.get_args(hint)[0], hint.__metadata__
+    origin = typing.get_origin(hint)
+    if origin not in required and origin not in not_required:
+        return None, Annotated[(hint, *metadata)] if metadata else hint
+    inner = typing.get_args(hint)[0]
+    return ("required" if origin in required else "not_required"), (
+        Annotated[(inner, *metadata)] if metadata else inner
+    )
 
 
 def _split_annotated(annotation: Any) -> tuple[Any, list[Any]]:

@@ -7,6 +7,11 @@ against `api_keys` (SHA-256 hex, not revoked), so revoking a key logs its UI ses
 CSRF: each form carries `HMAC-SHA256(raw key, "stevora-ui-csrf-v1")`. A cross-site page cannot
 read the cookie, so it cannot compute the token; SameSite=Strict and an Origin check are extra
 layers on top.
+
+Limits: the same as the API's, with the same state (the API app's `ApiContext`): a key that is not
+live counts as a failed attempt of the client's address (stevora/limits/authlimit.py), and each
+signed-in request takes a token from the workspace's bucket (stevora/limits/ratelimit.py). Either
+limit reached: 429 with Retry-After (`UiRoute`; the login form says it on the page).
 """
 
 from __future__ import annotations
@@ -14,17 +19,22 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import math
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, unquote, urlsplit
 
 from fastapi import Request
-from fastapi.responses import RedirectResponse, Response
+from fastapi.responses import PlainTextResponse, RedirectResponse, Response
+from fastapi.routing import APIRoute
 
 from stevora.db import pages
-from stevora.errors import StevoraError
+from stevora.errors import RateLimitError, StevoraError
 
 if TYPE_CHECKING:
+    from stevora.limits.authlimit import FailedAuthLimiter
+    from stevora.limits.ratelimit import RateLimiter
     from stevora.runtime import Runtime
 
 COOKIE_NAME = "stevora_key"
@@ -84,7 +94,82 @@ async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:
 
 
 async def current_user(request: Request) -> UiUser | None:
-    return await user_for_key(runtime_of(request), request.cookies.get(COOKIE_NAME))
+    raw_key = request.cookies.get(COOKIE_NAME)
+    user = await authenticate(request, raw_key)
+    if raw_key and user is None:
+        # A revoked key's open tab would otherwise spend its address's failed attempts on every
+        # refresh, and then be refused the login page too: `UiRoute` drops the cookie.
+        request.state.stale_key_cookie = True
+    return user
+
+
+async def authenticate(request: Request, raw_key: str | None) -> UiUser | None:
+    """The user of `raw_key` (`None`: no key, or not a live one), after the client address's limit
+    on failed attempts and then the workspace's rate limit: `RateLimitError` when either is reached."""
+    if not raw_key:
+        return None
+    failures, limiter = _limits(request)
+    address = request.client.host if request.client is not None else "unknown"
+    failures.check(address)
+    failures.take(address)  # before the lookup, so concurrent guesses cannot all pass the check
+    rt = runtime_of(request)
+    user = await user_for_key(rt, raw_key)
+    if user is None:
+        return None
+    failures.give_back(address)
+    await limiter.hit(rt, user.workspace_id)
+    return user
+
+
+def _limits(request: Request) -> tuple[FailedAuthLimiter, RateLimiter]:
+    """The API app's limiters (one state for API and UI); a UI-only app (tests) gets its own."""
+    state = request.app.state
+    ctx = getattr(state, "ctx", None)
+    if ctx is not None:
+        return ctx.keys.failures, ctx.limiter
+    limits: tuple[FailedAuthLimiter, RateLimiter] | None = getattr(state, "ui_limits", None)
+    if limits is None:
+        # Imported here: stevora.api imports this module (its app mounts the UI).
+        from stevora.limits.authlimit import FailedAuthLimiter
+        from stevora.limits.ratelimit import RateLimiter
+
+        settings = runtime_of(request).settings
+        limits = (
+            FailedAuthLimiter(settings.auth_failures_per_minute),
+            RateLimiter(settings.rate_limit_per_minute),
+        )
+        state.ui_limits = limits
+    return limits
+
+
+def retry_after(exc: RateLimitError) -> str:
+    return str(max(1, math.ceil(exc.retry_after_s)))
+
+
+def throttled(exc: RateLimitError) -> Response:
+    seconds = retry_after(exc)
+    return PlainTextResponse(
+        f"{exc.message}; try again in {seconds} s.", status_code=429, headers={"Retry-After": seconds}
+    )
+
+
+class UiRoute(APIRoute):
+    """A UI route whose `RateLimitError` (from `current_user`) is a plain-text 429 with Retry-After,
+    and whose answer to a cookie holding a key that is not live also clears that cookie."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def limited(request: Request) -> Response:
+            try:
+                response = await handler(request)
+            except RateLimitError as exc:
+                return throttled(exc)
+            if getattr(request.state, "stale_key_cookie", False):
+                clear_key_cookie(response)
+            return response
+
+        return limited
 
 
 def safe_next(target: str | None) -> str:

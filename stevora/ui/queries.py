@@ -17,6 +17,7 @@ import asyncpg
 
 from stevora.db import pages
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
+from stevora.db.definitions import find_version, workflow_input_schema
 from stevora.db.pages import RunFilters
 from stevora.engine.budget import BUDGET_SIGNAL
 from stevora.statuses import RunStatus, values
@@ -158,26 +159,67 @@ def _rounds(calls: list[asyncpg.Record], traces: list[asyncpg.Record]) -> list[R
     return rounds
 
 
-def step_tools(
-    rt: Runtime, definition_steps: list[Any], step_name: str, offered: list[str] | None = None
-) -> list[ToolDefView]:
-    """The tool definitions an llm step offers the model; references are looked up in the registry.
-
-    `offered` (the tool names a model call of this step was sent) adds what the definition does not
-    list: the worker's global tools."""
+def _step_entries(
+    definition_steps: list[Any], step_name: str, offered: list[str] | None
+) -> list[dict[str, Any]]:
     spec = next((s for s in definition_steps if isinstance(s, dict) and s.get("name") == step_name), None)
     if spec is None:
         return []
     declared = [{"name": e} if isinstance(e, str) else e for e in spec.get("tools") or []]
     named = {e.get("name") for e in declared}
-    entries = [*declared, *({"name": n} for n in offered or [] if n not in named)]
+    return [*declared, *({"name": n} for n in offered or [] if n not in named)]
+
+
+def _workflow_ref(rt: Runtime, entry: dict[str, Any]) -> tuple[str, str | None] | None:
+    """The stored workflow an entry names: a workflow tool's, or a bare name's that is not a
+    registered tool (resolved as the worker does: a registered tool first, else a workflow)."""
+    if "workflow" in entry:
+        return entry["workflow"], entry.get("version")
+    if "parameters" not in entry and rt.tools.get(entry["name"]) is None:
+        return entry["name"], None
+    return None
+
+
+async def stored_workflows(
+    conn: asyncpg.Connection, rt: Runtime, workspace_id: str, entries: list[dict[str, Any]]
+) -> dict[tuple[str, str | None], asyncpg.Record]:
+    """The stored definitions the entries' workflow tools name, by (name, version)."""
+    found: dict[tuple[str, str | None], asyncpg.Record] = {}
+    for ref in {r for e in entries if (r := _workflow_ref(rt, e)) is not None}:
+        row = await find_version(conn, workspace_id, ref[0], ref[1])
+        if row is not None:
+            found[ref] = row
+    return found
+
+
+def step_tools(
+    rt: Runtime,
+    definition_steps: list[Any],
+    step_name: str,
+    offered: list[str] | None = None,
+    workflows: dict[tuple[str, str | None], asyncpg.Record] | None = None,
+) -> list[ToolDefView]:
+    """The tool definitions an llm step offers the model; references are looked up in the registry,
+    workflow tools (and bare names that are no registered tool) in `workflows` (stored definitions).
+
+    `offered` (the tool names a model call of this step was sent) adds what the definition does not
+    list: the worker's global tools."""
+    workflows = workflows or {}
     out = []
-    for entry in entries:
-        if "workflow" in entry:
+    for entry in _step_entries(definition_steps, step_name, offered):
+        ref = _workflow_ref(rt, entry)
+        row = workflows.get(ref) if ref is not None else None
+        if "workflow" in entry or row is not None:
+            assert ref is not None
             description = (
-                entry.get("description") or f"Runs the '{entry['workflow']}' workflow as a child run"
+                entry.get("description")
+                or (row["description"] if row is not None else None)
+                or f"Runs the '{ref[0]}' workflow as a child run"
             )
-            out.append(ToolDefView(entry["name"], description, entry.get("parameters"), "workflow"))
+            parameters = entry.get("parameters") or (workflow_input_schema(row) if row is not None else None)
+            if parameters is None and row is not None:
+                parameters = {"type": "object", "properties": {}}  # what the model is sent
+            out.append(ToolDefView(entry["name"], description, parameters, "workflow"))
             continue
         if "parameters" in entry:
             out.append(ToolDefView(entry["name"], entry.get("description"), entry["parameters"], "inline"))
@@ -206,14 +248,28 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
     for t in traces:
         traces_by_step.setdefault(t["step_run_id"], []).append(t)
     definition_steps = run["definition_steps"] or []
+    offered_by_step: dict[str, list[str] | None] = {}
+    for s in steps:
+        if s["step_type"] == "llm":
+            step_calls = calls_by_step.get(s["id"], [])
+            offered_by_step[s["id"]] = (step_calls[0]["request"] or {}).get("tools") if step_calls else None
+    entries = [
+        e
+        for s in steps
+        if s["id"] in offered_by_step
+        for e in _step_entries(definition_steps, s["step_name"], offered_by_step[s["id"]])
+    ]
+    workflows = {}
+    if entries:
+        async with rt.pool.acquire() as conn:
+            workflows = await stored_workflows(conn, rt, workspace_id, entries)
     views = []
     for s in steps:
         view = StepView(row=s)
         if s["step_type"] == "llm":
             view.rounds = _rounds(calls_by_step.get(s["id"], []), traces_by_step.get(s["id"], []))
-            step_calls = calls_by_step.get(s["id"], [])
-            offered = (step_calls[0]["request"] or {}).get("tools") if step_calls else None
-            view.tools = step_tools(rt, definition_steps, s["step_name"], offered)
+            offered = offered_by_step[s["id"]]
+            view.tools = step_tools(rt, definition_steps, s["step_name"], offered, workflows)
         elif s["step_type"] == "tool":
             view.tool_trace = next(iter(traces_by_step.get(s["id"], [])), None)
         views.append(view)

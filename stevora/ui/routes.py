@@ -20,7 +20,7 @@ from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
 from stevora.engine.steps.approval import Decision, decide_approval
-from stevora.errors import StevoraError
+from stevora.errors import RateLimitError, StevoraError
 from stevora.statuses import TERMINAL_RUN_STATUSES
 from stevora.ui import auth, queries, waterfall
 from stevora.ui.actions import add_action_routes, definition_context
@@ -82,7 +82,7 @@ def _int(value: str | None, default: int) -> int:
 
 def build_ui_router() -> APIRouter:
     """The /ui routes (pages, fragments, the SSE stream and the decision form)."""
-    router = APIRouter(prefix="/ui", include_in_schema=False)
+    router = APIRouter(prefix="/ui", include_in_schema=False, route_class=auth.UiRoute)
     templates = _templates()
 
     async def render(
@@ -125,7 +125,13 @@ def build_ui_router() -> APIRouter:
         if not auth.same_origin(request):
             return PlainTextResponse("Cross-site login refused", status_code=403)
         raw_key = form.get("key", "").strip()
-        user = await auth.user_for_key(runtime_of(request), raw_key)
+        try:
+            user = await auth.authenticate(request, raw_key)
+        except RateLimitError as exc:
+            context = {"next": target, "error": f"{exc.message}; try again in {auth.retry_after(exc)} s."}
+            response = await render(request, None, "login.html", context, status_code=429)
+            response.headers["Retry-After"] = auth.retry_after(exc)
+            return response
         if user is None:
             context = {"next": target, "error": "That API key is unknown or revoked."}
             return await render(request, None, "login.html", context, status_code=401)

@@ -34,7 +34,7 @@ import structlog
 from stevora.clock import iso, utcnow
 from stevora.db import outbox
 from stevora.observability.metrics import WEBHOOK_FAILURES
-from stevora.webhooks.address import check_webhook_url
+from stevora.webhooks.address import resolve_public
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -86,7 +86,9 @@ class _Outcome:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-async def _post(client: httpx.AsyncClient, row: Any) -> _Outcome:
+async def _post(client: httpx.AsyncClient, row: Any, addresses: list[str] | None = None) -> _Outcome:
+    """POST the delivery; with `addresses`, to those (checked) addresses in turn instead of
+    resolving the URL's host again, keeping the host name in `Host` and the TLS server name."""
     body = json.dumps(row["payload"], separators=(",", ":"), ensure_ascii=False).encode()
     timestamp = int(time.time())
     headers = {
@@ -99,21 +101,53 @@ async def _post(client: httpx.AsyncClient, row: Any) -> _Outcome:
     }
     started = time.perf_counter()
     try:
-        response = await client.post(row["url"], content=body, headers=headers)
+        response = await _send_pinned(client, row["url"], body, headers, addresses)
     except Exception as exc:  # connection refused, timeout, bad URL, TLS: all retryable
         return _Outcome(None, f"{type(exc).__name__}: {exc}"[:_ERROR_CHARS], _ms_since(started))
     error = None if 200 <= response.status_code < 300 else f"HTTP {response.status_code}: {response.text}"
     return _Outcome(response.status_code, error[:_ERROR_CHARS] if error else None, _ms_since(started))
 
 
+async def _send_pinned(
+    client: httpx.AsyncClient, url: str, body: bytes, headers: dict[str, str], addresses: list[str] | None
+) -> httpx.Response:
+    if not addresses:
+        return await client.post(url, content=body, headers=headers)
+    target = httpx.URL(url)
+    if target.host in addresses:  # an IP literal: nothing to resolve
+        return await client.post(target, content=body, headers=headers)
+    pinned_headers = {**headers, "host": target.netloc.decode("ascii")}
+    # httpcore verifies the certificate against the SNI name, so TLS still checks the real host.
+    extensions = {"sni_hostname": target.host} if target.scheme == "https" else {}
+    requests = [
+        client.build_request(
+            "POST",
+            target.copy_with(host=address),
+            content=body,
+            headers=pinned_headers,
+            extensions=extensions,
+        )
+        for address in addresses
+    ]
+    for request in requests[:-1]:
+        try:
+            return await client.send(request)
+        except httpx.ConnectError:
+            continue  # the next checked address, as a resolver-driven client would
+    return await client.send(requests[-1])
+
+
 async def _checked_post(rt: Runtime, client: httpx.AsyncClient, row: Any) -> _Outcome:
-    """`_post` after checking, again, that the URL resolves to a public address: DNS can change
-    after the webhook was created (see `stevora.webhooks.address`)."""
+    """`_post` after checking, again, that the URL resolves to public addresses (DNS can change
+    after the webhook was created), to exactly those addresses: no second resolution in between
+    (see `stevora.webhooks.address`)."""
+    if rt.settings.webhook_allow_private:
+        return await _post(client, row)
     try:
-        await check_webhook_url(row["url"], allow_private=rt.settings.webhook_allow_private)
+        addresses = await resolve_public(row["url"])
     except ValueError as exc:
         return _Outcome(None, str(exc)[:_ERROR_CHARS], 0.0)
-    return await _post(client, row)
+    return await _post(client, row, addresses)
 
 
 def _ms_since(started: float) -> float:
@@ -157,7 +191,13 @@ async def deliver_due(rt: Runtime, *, limit: int = 100, client: httpx.AsyncClien
     if not rows:
         return 0
     owned = client is None
-    http = client or httpx.AsyncClient(timeout=rt.settings.webhook_timeout_s, follow_redirects=False)
+    # No keep-alive: a pooled connection is keyed by the address it was opened to, and one opened
+    # for (and TLS-verified as) one webhook's host must not carry another host's request.
+    http = client or httpx.AsyncClient(
+        timeout=rt.settings.webhook_timeout_s,
+        follow_redirects=False,
+        limits=httpx.Limits(max_keepalive_connections=0),
+    )
     gate = asyncio.Semaphore(CONCURRENCY)
 
     async def one(row: Any) -> None:

@@ -12,7 +12,7 @@ from typing import Any
 
 import asyncpg
 
-from stevora import StepContext, ToolContext, register_task_handler, tool
+from stevora import StepContext, Toolbox, ToolContext, register_task_handler, tool, toolbox
 from stevora.db.database import asyncpg_dsn
 
 _pool: asyncpg.Pool | None = None
@@ -60,3 +60,16 @@ async def remember(note: str, ctx: ToolContext) -> dict[str, Any]:
     executions = await record_effect(ctx.idempotency_key)
     ctx.update_state({"remembered": [*ctx.state.get("remembered", []), ctx.idempotency_key]})
     return {"ok": True, "executions": executions}
+
+
+@toolbox
+class Tally(Toolbox):
+    """A toolbox whose state must survive a worker's death (test_crash_recovery)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def add(self, note: str) -> int:
+        """Count one more; returns the count so far."""
+        self.count += 1
+        return self.count

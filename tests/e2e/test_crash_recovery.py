@@ -119,6 +119,39 @@ async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactl
 
 
 @pytest.mark.broker
+@pytest.mark.parametrize("broker_setup", ["rabbitmq"], indirect=True)
+@pytest.mark.parametrize("fault", ["tool_returned:3:0", "tool_committed:3:0"])
+async def test_a_toolboxs_state_survives_the_worker_killed_mid_loop(
+    broker_setup: BrokerSetup, fault: str
+) -> None:
+    """Issue 22: the run's toolbox instance is its state, not a worker's memory. The resuming
+    worker continues the count where the last committed call left it (1..5), and a call that ran
+    but did not commit runs again from the committed state, not on top of its lost result."""
+    setup = broker_setup
+    step = {**LOOP_STEP, "messages": [{"role": "user", "content": "count five times"}], "tools": ["Tally"]}
+    def_id = await create_definition(
+        setup.rt, setup.workspace_id, {"name": "tally", "version": "1", "steps": [step]}
+    )
+    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
+    second = None
+    try:
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+        assert await first.wait_exit(40) == -9, first.log_tail()
+        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
+        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
+        assert row["status"] == "COMPLETED", row["error"]
+    finally:
+        first.stop()
+        if second:
+            second.stop()
+    traces = await setup.rt.pool.fetch(
+        "SELECT tool_name, output_json FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"]
+    )
+    assert [(t["tool_name"], t["output_json"]) for t in traces] == [("Tally_add", n) for n in range(1, 6)]
+    assert row["state"]["toolbox:Tally"] == {"calls": 5, "attributes": {"count": 5}}
+
+
+@pytest.mark.broker
 async def test_worker_killed_during_a_slow_task_is_finished_by_another_worker(
     broker_setup: BrokerSetup,
 ) -> None:

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends, Path
+from fastapi import APIRouter, Depends, Path, Request
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import Response
 
-from stevora.api.auth import MISSING_KEY, admin_token_matches, hash_key, new_api_key
+from stevora.api.auth import MISSING_KEY, admin_token_accepted, hash_key, new_api_key
 from stevora.api.db import fetch_all, write_one
 from stevora.api.deps import Auth, Ctx, admin_token_header, api_key_header
 from stevora.api.openapi import errors
@@ -23,6 +23,7 @@ from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.workspaces import ApiKeyCreate, ApiKeyCreated, ApiKeyOut
 from stevora.db import resources
 from stevora.errors import AuthError, NotFoundError, ValidationError
+from stevora.limits.authlimit import client_address
 
 router = APIRouter(prefix="/api-keys", tags=["api-keys"])
 KeyId = Annotated[str, Path(description="An API key id (key_...).")]
@@ -36,19 +37,21 @@ KeyId = Annotated[str, Path(description="An API key id (key_...).")]
     summary="Create an API key",
 )
 async def create_api_key(
+    request: Request,
     body: ApiKeyCreate,
     ctx: Ctx,
     api_key: Annotated[str | None, Depends(api_key_header)],
     admin_token: Annotated[str | None, Depends(admin_token_header)],
 ) -> Response:
     if api_key:
-        principal = await ctx.keys.authenticate(ctx.rt, api_key)
+        principal = await ctx.keys.authenticate(ctx.rt, api_key, client_address(request))
         if body.workspace_id is not None and body.workspace_id != principal.workspace_id:
             raise NotFoundError("Workspace not found", details={"workspaceId": body.workspace_id})
         workspace_id, bootstrap = principal.workspace_id, False
     else:
         if admin_token is not None:
-            if not admin_token_matches(ctx.settings.admin_token, admin_token):
+            address = client_address(request)
+            if not admin_token_accepted(ctx.settings.admin_token, admin_token, ctx.keys.failures, address):
                 raise AuthError("Invalid admin token")
         elif ctx.settings.admin_token is not None:
             raise AuthError(MISSING_KEY)

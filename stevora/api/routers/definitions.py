@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
+from sqlalchemy import RowMapping
 from starlette.responses import Response
 
 from stevora.api.db import fetch_one, fetch_page, write_one
@@ -33,10 +34,24 @@ DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_
 async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]) -> Response:
     """Validated with every problem reported at once; `(name, version)` is unique per workspace."""
     spec = parse_definition(body)
-    await check_workflow_tools(ctx.rt, auth.workspace_id, spec)
+    row, created = await store_definition(ctx.rt, auth.workspace_id, spec)
+    if not created:
+        raise ConflictError(
+            f"Workflow definition '{spec.name}' version '{spec.version}' already exists",
+            details={"name": spec.name, "version": spec.version},
+        )
+    return ok(DefinitionOut.model_validate(row), 201)
+
+
+async def store_definition(
+    rt: Runtime, workspace_id: str, spec: WorkflowDefinitionSpec
+) -> tuple[RowMapping, bool]:
+    """Insert a validated definition; `(row, True)`, or `(the stored row, False)` when its
+    `(name, version)` exists already (the unique index decides, race-safe)."""
+    await check_workflow_tools(rt, workspace_id, spec)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     stmt = resources.insert_definition(
-        auth.workspace_id,
+        workspace_id,
         {
             "name": spec.name,
             "version": spec.version,
@@ -47,13 +62,13 @@ async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any]
             "budget": dump.get("budget"),
         },
     )
-    row = await write_one(ctx.rt, stmt)
-    if row is None:
-        raise ConflictError(
-            f"Workflow definition '{spec.name}' version '{spec.version}' already exists",
-            details={"name": spec.name, "version": spec.version},
-        )
-    return ok(DefinitionOut.model_validate(row), 201)
+    row = await write_one(rt, stmt)
+    if row is not None:
+        return row, True
+    existing = await fetch_one(rt, resources.definition_version(workspace_id, spec.name, spec.version))
+    if existing is None:  # cannot happen (definitions are not deleted); never answer with nothing
+        raise ConflictError(f"Workflow definition '{spec.name}' version '{spec.version}' already exists")
+    return existing, False
 
 
 async def check_workflow_tools(rt: Runtime, workspace_id: str, spec: WorkflowDefinitionSpec) -> None:

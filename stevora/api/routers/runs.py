@@ -4,16 +4,19 @@ and `stevora.engine.steps.awaited.client` (tool outputs), which own the guarded 
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Body, Path, Query
+from fastapi import APIRouter, Body, Path, Query, Request
 from sqlalchemy import RowMapping
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_one, fetch_page
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import errors
+from stevora.api.routers.definitions import store_definition
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
 from stevora.api.schemas.runs import (
     DefinitionRef,
@@ -24,14 +27,15 @@ from stevora.api.schemas.runs import (
     StepRunOut,
     ToolOutputsIn,
 )
+from stevora.api.waiting import RequestedWait, applied, settle
 from stevora.db import awaited as db_awaited
 from stevora.db import budgets as db_budgets
 from stevora.db import resources
-from stevora.definitions import Budget
+from stevora.definitions import Budget, parse_definition
 from stevora.engine import commands
 from stevora.engine.budget import update_budget
 from stevora.engine.steps.awaited import client as tool_outputs
-from stevora.errors import NotFoundError
+from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.runtime import Runtime
 from stevora.statuses import RunStatus
 
@@ -45,6 +49,7 @@ _NEW_RUN_DEFAULTS = {
     "failed_at": None,
     "cancelled_at": None,
 }
+ADHOC_NAME = "adhoc"
 
 
 async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> RowMapping:
@@ -85,12 +90,29 @@ def step_run_out(row: Mapping[Any, Any]) -> StepRunOut:
     },
     summary="Start a workflow run",
 )
-async def create_run(body: RunCreate, auth: Auth, ctx: Ctx) -> Response:
+async def create_run(
+    body: RunCreate, auth: Auth, ctx: Ctx, request: Request, wait: RequestedWait
+) -> Response:
     """201 with a new PENDING run; 200 with the existing run when `idempotencyKey` was used before
-    in this workspace (race-safe: the unique index decides)."""
+    in this workspace (race-safe: the unique index decides).
+
+    With `definition` instead of `definitionId` the run's definition is given inline (tools and
+    all) and stored on first use as `adhoc` (or its `name`) at a version digesting its content.
+    With `?wait=N` / `Prefer: wait=N` the answer waits until the run is settled (see `wait`)."""
+    problem = body.definition_problem()
+    if problem is not None:
+        raise ValidationError.from_problems([problem])
+    definition_id = body.definition_id
+    if definition_id is None:
+        assert body.definition is not None  # definition_problem() checked it
+        definition_id = await adhoc_definition(ctx.rt, auth.workspace_id, body.definition)
     record, created = await commands.create_run(
-        ctx.rt, auth.workspace_id, body.definition_id, body.input, body.idempotency_key, body.budget
+        ctx.rt, auth.workspace_id, definition_id, body.input, body.idempotency_key, body.budget
     )
+    status = 201 if created else 200
+    if wait is not None:
+        await settle(ctx.rt, request, auth.workspace_id, record["id"], wait)
+        return applied(ok(await run_out(ctx.rt, auth.workspace_id, record["id"]), status), wait)
     if created:
         # The row as inserted: the columns RUN_COLUMNS leaves out still hold their defaults.
         row: Mapping[Any, Any] = {
@@ -101,7 +123,38 @@ async def create_run(body: RunCreate, auth: Auth, ctx: Ctx) -> Response:
         }
     else:
         row = await load_run(ctx.rt, auth.workspace_id, record["id"])
-    return ok(RunOut.model_validate(row), 201 if created else 200)
+    return ok(RunOut.model_validate(row), status)
+
+
+async def adhoc_definition(rt: Runtime, workspace_id: str, body: dict[str, Any]) -> str:
+    """The id of the stored definition for an inline `definition` (stored now if new).
+
+    Without `version` it is `adhoc-<digest of the content>`, so the same content reuses one stored
+    definition and different content never collides; an explicit `(name, version)` that is stored
+    with other content is a 409 CONFLICT (definitions are immutable)."""
+    data = {"name": ADHOC_NAME, "version": "adhoc", **body}
+    try:
+        spec = parse_definition(data)
+    except ValidationError as exc:
+        problems = (exc.details or {}).get("errors", [])
+        raise ValidationError.from_problems(
+            [{**p, "path": f"definition.{p['path']}" if p["path"] else "definition"} for p in problems]
+        ) from exc
+    if "version" not in body:
+        content = spec.model_dump(by_alias=True, exclude_none=True, mode="json", exclude={"version"})
+        digest = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:16]
+        spec = spec.model_copy(update={"version": f"adhoc-{digest}"})
+    row, created = await store_definition(rt, workspace_id, spec)
+    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    stored = (row["steps"], row["description"], row["input_schema"], row["default_params"])
+    if not created and stored != (dump["steps"], spec.description, spec.input_schema, spec.default_params):
+        raise ConflictError(
+            f"Workflow definition '{spec.name}' version '{spec.version}' exists with other content "
+            "(definitions are immutable: change the version, or leave it out)",
+            details={"name": spec.name, "version": spec.version},
+        )
+    definition_id: str = row["id"]
+    return definition_id
 
 
 @router.get("", response_model=Page[RunOut], summary="List workflow runs")
@@ -134,8 +187,12 @@ async def list_runs(
     responses=errors(404),
     summary="Get a run with its steps",
 )
-async def get_run(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
-    return ok(await run_detail(ctx.rt, auth.workspace_id, run_id))
+async def get_run(run_id: RunId, auth: Auth, ctx: Ctx, request: Request, wait: RequestedWait) -> Response:
+    """With `?wait=N` / `Prefer: wait=N`: a long poll, answered once the run is settled."""
+    if wait is not None:
+        await load_run(ctx.rt, auth.workspace_id, run_id)  # 404 at once, not after the wait
+        await settle(ctx.rt, request, auth.workspace_id, run_id, wait)
+    return applied(ok(await run_detail(ctx.rt, auth.workspace_id, run_id)), wait)
 
 
 async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOut:
@@ -213,17 +270,21 @@ async def resume_run(
     responses=errors(400, 404, 409),
     summary="Submit outputs of client-executed tool calls",
 )
-async def submit_tool_outputs(run_id: RunId, body: ToolOutputsIn, auth: Auth, ctx: Ctx) -> Response:
+async def submit_tool_outputs(
+    run_id: RunId, body: ToolOutputsIn, auth: Auth, ctx: Ctx, request: Request, wait: RequestedWait
+) -> Response:
     """Answer some or all of the calls in the run's `requiredAction`. Each accepted item writes its
     tool trace and `TOOL_CALL_COMPLETED` (or `TOOL_CALL_FAILED` for `error`) exactly once; when the
     last pending call is answered the run resumes and the model gets every result. Resubmitting
     exactly what was recorded answers 200 (safe to retry after a lost response). The answer is the
-    run as `GET` returns it."""
+    run as `GET` returns it; with `?wait=N` / `Prefer: wait=N`, once the run is settled again (its
+    next `requiredAction`, or its end) or at the bound."""
     items = [
         tool_outputs.ToolOutput(i.tool_call_id, output=i.output, error=i.error) for i in body.tool_outputs
     ]
     await tool_outputs.submit_tool_outputs(ctx.rt, auth.workspace_id, run_id, items)
-    return ok(await run_detail(ctx.rt, auth.workspace_id, run_id))
+    await settle(ctx.rt, request, auth.workspace_id, run_id, wait)
+    return applied(ok(await run_detail(ctx.rt, auth.workspace_id, run_id)), wait)
 
 
 @router.post(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import APIRouter, Depends
+from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from stevora.api.auth import require_admin_if_configured
@@ -15,6 +15,7 @@ from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.workspaces import WorkspaceCreate, WorkspaceOut
 from stevora.db import resources
 from stevora.errors import ConflictError, NotFoundError
+from stevora.limits.authlimit import client_address
 
 router = APIRouter(prefix="/workspaces", tags=["workspaces"])
 
@@ -23,14 +24,19 @@ router = APIRouter(prefix="/workspaces", tags=["workspaces"])
     "",
     status_code=201,
     response_model=Envelope[WorkspaceOut],
-    responses=errors(400, 401, 409),
+    responses=errors(400, 401, 409, 429),
     summary="Create a workspace",
 )
 async def create_workspace(
-    body: WorkspaceCreate, ctx: Ctx, admin_token: Annotated[str | None, Depends(admin_token_header)]
+    request: Request,
+    body: WorkspaceCreate,
+    ctx: Ctx,
+    admin_token: Annotated[str | None, Depends(admin_token_header)],
 ) -> Response:
     """Open unless the server has ADMIN_TOKEN, then `x-admin-token` must match it."""
-    require_admin_if_configured(ctx.settings.admin_token, admin_token)
+    require_admin_if_configured(
+        ctx.settings.admin_token, admin_token, ctx.keys.failures, client_address(request)
+    )
     row = await write_one(ctx.rt, resources.insert_workspace(body.name, body.slug))
     if row is None:
         raise ConflictError(

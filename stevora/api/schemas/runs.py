@@ -12,7 +12,13 @@ from stevora.statuses import RunStatus, StepStatus
 
 
 class RunCreate(ApiIn):
-    definition_id: str = Field(min_length=1, max_length=40, examples=["wfdef_abc123"])
+    definition_id: str | None = Field(default=None, min_length=1, max_length=40, examples=["wfdef_abc123"])
+    definition: dict[str, Any] | None = Field(
+        default=None,
+        description="Instead of `definitionId`: an ad-hoc definition (the body of `POST "
+        "/v1/workflow-definitions`; `name` defaults to `adhoc`, `version` to a digest of the rest), "
+        "stored on first use and reused after.",
+    )
     input: dict[str, Any] = Field(default_factory=dict)
     idempotency_key: str | None = Field(default=None, min_length=1, max_length=255)
     budget: Budget | None = Field(
@@ -20,6 +26,14 @@ class RunCreate(ApiIn):
         description="Overrides the definition's `budget`, field by field (null removes a limit), "
         "within the server's maximum (`STEVORA_MAX_RUN_*`; above it: 400 naming the field).",
     )
+
+    def definition_problem(self) -> dict[str, str] | None:
+        """Exactly one of `definitionId` and `definition` (checked by the route, to name the field)."""
+        if self.definition_id is None and self.definition is None:
+            return {"path": "definitionId", "message": "Field required (or an ad-hoc `definition`)"}
+        if self.definition_id is not None and self.definition is not None:
+            return {"path": "definition", "message": "Give exactly one of definitionId or definition"}
+        return None
 
 
 class BudgetUsed(ApiOut):

@@ -3,23 +3,21 @@
 from __future__ import annotations
 
 from typing import Annotated, Any, Literal
-from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, Field
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
 from stevora.events import WebhookEvent
+from stevora.webhooks.address import InvalidUrl, parse_webhook_url
 
 DeliveryStatus = Literal["PENDING", "DELIVERED", "FAILED"]
 
 
 def _http_url(value: str) -> str:
     try:
-        parts = urlsplit(value)
-    except ValueError as exc:
-        raise ValueError("Invalid URL") from exc
-    if parts.scheme not in ("http", "https") or not parts.hostname or any(c.isspace() for c in value):
-        raise ValueError("URL must be an absolute http:// or https:// URL")
+        parse_webhook_url(value)
+    except InvalidUrl as exc:
+        raise ValueError(str(exc)) from None
     return value
 
 

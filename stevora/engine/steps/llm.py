@@ -24,7 +24,7 @@ import structlog
 
 from stevora.db import checkpoints, runs
 from stevora.db.checkpoints import CommittedRound
-from stevora.definitions import LlmStep
+from stevora.definitions import LlmStep, LlmToolDef
 from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited.client import expire_overdue
@@ -32,7 +32,7 @@ from stevora.engine.steps.awaited_kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
-from stevora.engine.steps.llm_tools import StepTools, ToolRunner, resolve_tools
+from stevora.engine.steps.llm_tools import StepTools, ToolRunner, expires_first, resolve_tools
 from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
@@ -240,7 +240,12 @@ class LlmStepType(StepType):
         return await hand_over(wait, result)
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
-        """A client tool's `timeoutMs` passed (`awaited.client.expire_overdue`); the driver looks
-        again."""
-        await expire_overdue(wait)
-        return None
+        """A client tool's `timeoutMs` passed: its call fails with TOOL_OUTPUT_TIMEOUT (the model
+        gets an error result and the loop goes on, as after a handler timeout). Its
+        `outputsExpireAfterMs` passed (the earlier of the two): the step, and so the run, fails
+        with CONTEXT_EXPIRED (`awaited.client.expire_overdue`)."""
+        step: LlmStep = wait.step
+        inline = {t.name: t for t in step.tools if isinstance(t, LlmToolDef)}
+        return await expire_overdue(
+            wait, expires_run=lambda call: expires_first(step, inline.get(call["tool_name"]))
+        )

@@ -113,7 +113,12 @@ class ModelCaller:
             )
             try:
                 with observe.model_call(
-                    provider.name, model, self.ex.step_run_id, st.next_round, request.messages
+                    provider.name,
+                    model,
+                    self.ex.step_run_id,
+                    st.next_round,
+                    request.messages,
+                    known_model=self.rt.pricing.known_name(provider.name, model),
                 ) as obs:
                     live.observation = obs
                     try:
@@ -158,7 +163,7 @@ class ModelCaller:
         usage = response.usage
         cost = self.rt.pricing.cost_usd(provider.name, response.model or model, usage)
         calls = [c.to_dict() for c in response.tool_calls]
-        metrics.llm_answered(provider.name, model, usage, cost)
+        metrics.llm_answered(provider.name, self.rt.pricing.known_name(provider.name, model), usage, cost)
         rec = LlmCallRecord(
             step_run_id=self.ex.step_run_id,
             step_name=self.ex.step_name,

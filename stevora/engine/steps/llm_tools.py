@@ -29,8 +29,8 @@ from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.checkpoints import CommittedRound
-from stevora.db.definitions import find_version
-from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef, parse_default_params
+from stevora.db.definitions import find_version, workflow_input_schema
+from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef
 from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited import tool_call_view
 from stevora.engine.steps.base import StepExecution
@@ -43,6 +43,7 @@ from stevora.statuses import AwaitedKind, AwaitedStatus, PauseReason
 from stevora.tasks import StepResult
 from stevora.tools import ToolContext, ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
 from stevora.tools.invoke import parse_arguments
+from stevora.tools.toolbox import toolbox_tools
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -58,6 +59,7 @@ class StepTools:
     # (TOOL_NOT_OFFERED), whatever the worker has registered — the tool boundary.
     kinds: dict[str, ToolKind] = field(default_factory=dict)
     timeouts_ms: dict[str, int] = field(default_factory=dict)
+    expiries_ms: dict[str, int] = field(default_factory=dict)  # client tools' outputsExpireAfterMs
     workflows: dict[str, WorkflowToolDef] = field(default_factory=dict)
     output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # inline outputSchema
     gated: set[str] = field(default_factory=set)  # handler tools that need a person's approval
@@ -72,12 +74,28 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
             tools.kinds[entry.name] = entry.execution
             if entry.timeout_ms is not None:
                 tools.timeouts_ms[entry.name] = entry.timeout_ms
+            expiry_ms = client_expiry_ms(step, entry)
+            if expiry_ms is not None:
+                tools.expiries_ms[entry.name] = expiry_ms
             if entry.output_schema is not None:
                 tools.output_schemas[entry.name] = entry.output_schema
             registered = rt.tools.get(entry.name)
             if entry.requires_approval or (registered is not None and registered.requires_approval):
                 tools.gated.add(entry.name)
             continue
+        registered = rt.tools.get(entry.name)
+        boxed = [] if registered is not None else toolbox_tools(rt.tools, entry.name)
+        if boxed and not isinstance(entry, WorkflowToolDef):  # a toolbox's prefix: all its tools
+            for member in boxed:
+                tools.specs.append(ToolSpec(member.name, member.description, dict(member.parameters)))
+                tools.kinds[member.name] = "handler"
+                if member.requires_approval:
+                    tools.gated.add(member.name)
+            continue
+        if registered is None and not isinstance(entry, WorkflowToolDef):
+            # A bare name: a registered tool, else a stored workflow of that name (Dagu's form).
+            if await find_version(rt.pool, workspace_id, entry.name, None) is not None:
+                entry = WorkflowToolDef(name=entry.name, workflow=entry.name)
         if isinstance(entry, WorkflowToolDef):
             spec = await _workflow_tool_spec(rt, workspace_id, entry)
             tools.specs.append(spec)
@@ -85,11 +103,10 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
             tools.kinds[entry.name] = "workflow"
             tools.workflows[entry.name] = entry
             continue
-        registered = rt.tools.get(entry.name)
         if registered is None:
             raise StevoraError(
                 f"Step '{step.name}' references tool '{entry.name}', which is not registered in this worker "
-                f"(load its module with `stevora worker --tools MODULE`)",
+                f"(load its module with `stevora worker --tools MODULE`) nor a workflow of this workspace",
                 code="TOOL_NOT_REGISTERED",
                 retryable=False,
             )
@@ -110,13 +127,20 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
     return tools
 
 
-def workflow_input_schema(row: Any) -> dict[str, Any] | None:
-    """A stored definition's input schema: `input_schema`, else the one `default_params` describes."""
-    if row["input_schema"] is not None:
-        return dict(row["input_schema"])
-    if row["default_params"] is not None:
-        return parse_default_params(row["default_params"])
-    return None
+def client_expiry_ms(step: LlmStep, tool: LlmToolDef) -> int | None:
+    """How long a client tool's output may be missing before the run fails with CONTEXT_EXPIRED."""
+    if tool.execution != "client":
+        return None
+    return tool.outputs_expire_after_ms or step.outputs_expire_after_ms
+
+
+def expires_first(step: LlmStep, tool: LlmToolDef | None) -> bool:
+    """Whether a client call's deadline is its expiry (the run fails) rather than its own
+    `timeoutMs` (the call fails and the loop goes on): the earlier one is the deadline."""
+    if tool is None:
+        return False
+    expiry_ms = client_expiry_ms(step, tool)
+    return expiry_ms is not None and (tool.timeout_ms is None or expiry_ms <= tool.timeout_ms)
 
 
 async def _workflow_tool_spec(rt: Runtime, workspace_id: str, tool: WorkflowToolDef) -> ToolSpec:
@@ -264,9 +288,10 @@ class ToolRunner:
             handed.append(new)
             return None
         if self.tools.kinds[call.name] == "client":
-            timeout_ms = self.tools.timeouts_ms.get(call.name)
-            if timeout_ms is not None:
-                new.deadline_at = last.committed_at + timedelta(milliseconds=timeout_ms)
+            limits = [self.tools.timeouts_ms.get(call.name), self.tools.expiries_ms.get(call.name)]
+            due_ms = [ms for ms in limits if ms is not None]
+            if due_ms:  # the earlier of the call's timeout and its expiry (`on_due` tells which)
+                new.deadline_at = last.committed_at + timedelta(milliseconds=min(due_ms))
             handed.append(new)
             return None
         failure = await self._plan_child(self.tools.workflows[call.name], arguments, new)

@@ -4,9 +4,11 @@ schemas, global tools and approval-gated tool calls."""
 from __future__ import annotations
 
 import json
+import typing
 from typing import Any
 
 import httpx
+import typing_extensions
 from api_helpers import DefinitionFactory, Tenant
 from pydantic import BaseModel
 from test_api_tool_outputs import start, wait_for
@@ -188,6 +190,44 @@ async def test_an_output_that_breaks_the_output_schema_is_a_failed_call_returned
     )
     results = [json.loads(m.content) for m in harness.scripted.requests[-1].messages if m.role == "tool"]
     assert all("error" in r for r in results)
+
+
+class Shipment(typing.TypedDict):
+    tracking: str
+    days: int
+
+
+class Invoice(typing_extensions.TypedDict):
+    total_cents: int
+
+
+async def test_a_result_breaking_a_typeddict_return_type_is_recorded_failed_and_applies_no_state(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, harness: Harness
+) -> None:
+    """Both kinds of TypedDict give an output schema on Python 3.11 (pydantic refuses
+    `typing.TypedDict` there, and `typing.is_typeddict` misses `typing_extensions` ones)."""
+
+    @harness.tools.tool
+    async def ship(order: str, ctx: ToolContext) -> Shipment:
+        """Ship an order."""
+        ctx.update_state({"shipped": order})
+        return {"tracking": "T1", "days": "soon"}  # type: ignore[typeddict-item]
+
+    @harness.tools.tool
+    async def invoice(order: str, ctx: ToolContext) -> Invoice:
+        """Invoice an order."""
+        ctx.update_state({"invoiced": order})
+        return {"total": 12}  # type: ignore[typeddict-unknown-key]
+
+    run_id = await start(client, tenant, await define([agent("ship", "invoice")]))
+    done = await wait_for(client, tenant, run_id, "COMPLETED")
+    by_name = {t["toolName"]: t for t in await traces(client, tenant, run_id)}
+    assert by_name["ship"]["status"] == "failed" and by_name["ship"]["errorCode"] == "TOOL_OUTPUT_INVALID"
+    assert "days" in by_name["ship"]["error"]
+    assert by_name["invoice"]["status"] == "failed"
+    assert by_name["invoice"]["errorCode"] == "TOOL_OUTPUT_INVALID"
+    assert "total_cents" in by_name["invoice"]["error"]
+    assert "shipped" not in done["state"] and "invoiced" not in done["state"]
 
 
 async def test_a_global_tool_is_offered_to_every_llm_step_unless_it_opts_out(

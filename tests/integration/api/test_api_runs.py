@@ -99,7 +99,7 @@ async def test_create_validation_and_missing_definition(
     missing = await client.post("/v1/workflow-runs", json={"input": {}}, headers=tenant.headers)
     assert missing.status_code == 400
     assert missing.json()["error"]["details"]["errors"] == [
-        {"path": "definitionId", "message": "Field required"}
+        {"path": "definitionId", "message": "Field required (or an ad-hoc `definition`)"}
     ]
     for body, path in (
         ({"definitionId": "x", "input": [1]}, "input"),

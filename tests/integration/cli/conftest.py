@@ -32,7 +32,9 @@ class Cli:
     url: str
     api_key: str
 
-    async def __call__(self, *args: str, env: dict[str, str | None] | None = None) -> Result:
+    async def __call__(
+        self, *args: str, env: dict[str, str | None] | None = None, input: str | None = None
+    ) -> Result:
         """Run `stevora <args>` with STEVORA_URL / STEVORA_API_KEY pointing at the test server."""
         environ = {
             "STEVORA_URL": self.url,
@@ -40,7 +42,7 @@ class Cli:
             "STEVORA_API_KEY_FILE": "",  # never a developer's .stevora/dev-api-key
             **(env or {}),
         }
-        return await asyncio.to_thread(CliRunner().invoke, app, list(args), env=environ)
+        return await asyncio.to_thread(CliRunner().invoke, app, list(args), env=environ, input=input)
 
 
 @pytest.fixture(autouse=True)

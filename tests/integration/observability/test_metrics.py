@@ -10,7 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from stevora.api import create_app
 from stevora.settings import Settings
-from stevora.testing.fake_llm import FakeLLMServer, openai_text, openai_tool_calls
+from stevora.testing.fake_llm import FakeLLMServer, anthropic_text, openai_text, openai_tool_calls
 from tests.conftest import Harness
 from tests.integration.loop.conftest import SdkProviders, llm_step, run_workflow, tool_def
 
@@ -21,9 +21,13 @@ async def _scrape(client: httpx.AsyncClient) -> Samples:
     response = await client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain")
+    return _parse(response.text)
+
+
+def _parse(text: str) -> Samples:
     return {
         (sample.name, frozenset(sample.labels.items())): sample.value
-        for family in text_string_to_metric_families(response.text)
+        for family in text_string_to_metric_families(text)
         for sample in family.samples
     }
 
@@ -77,3 +81,53 @@ async def test_metrics_after_a_run_show_runs_steps_model_calls_tools_and_queue_l
     assert _value(after, "stevora_runs_in_flight") == 0
     # Unlabelled series exist before their first event, so dashboards show 0 rather than no data.
     assert ("stevora_sweep_pickups_total", frozenset()) in after
+
+
+async def test_metrics_show_no_model_step_definition_or_tool_name_a_tenant_chose(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders, settings: Settings
+) -> None:
+    """Labels are bounded: a model the price list does not know is `other`, a known one by its
+    catalogue name (never the tenant's suffix); step, definition and tool names appear nowhere."""
+    fake.openai.enqueue(openai_text("Hi.", model="gpt-4o-acme-confidential-2"))
+    fake.anthropic.enqueue(anthropic_text("Hi.", model="claude-3-5-sonnet-acme-confidential-1"))
+    steps = [
+        llm_step(name="acme-confidential-step-1", model="gpt-4o-acme-confidential-2"),
+        llm_step(name="acme-confidential-step-2", model="claude-3-5-sonnet-acme-confidential-1"),
+        llm_step(name="acme-confidential-step-3", model="scripted:acme-confidential-3"),
+        {"type": "tool", "name": "acme-confidential-step-4", "tool": "acme_confidential_tool", "input": {}},
+    ]
+    result = await run_workflow(harness, workspace_id, steps)
+    assert result.status == "FAILED"  # the tool step: TOOL_NOT_REGISTERED
+    assert [c["model"] for c in result.llm_calls] == [
+        "gpt-4o-acme-confidential-2",
+        "claude-3-5-sonnet-acme-confidential-1",
+        "scripted:acme-confidential-3",
+    ]  # the run's own records keep the names
+
+    transport = httpx.ASGITransport(app=create_app(settings, runtime=harness.rt))
+    async with httpx.AsyncClient(transport=transport, base_url="http://stevora.test") as client:
+        response = await client.get("/metrics")
+    assert response.status_code == 200
+    assert "acme" not in response.text.lower()
+    samples = _parse(response.text)
+    assert _value(
+        samples, "stevora_llm_call_duration_seconds_count", provider="openai", model="other", status="ok"
+    )
+    anthropic = {"provider": "anthropic", "model": "claude-3-5-sonnet", "status": "ok"}
+    assert _value(samples, "stevora_llm_call_duration_seconds_count", **anthropic)
+
+
+async def test_with_a_metrics_token_the_api_metrics_need_it_as_a_bearer_token(
+    harness: Harness, settings: Settings
+) -> None:
+    guarded = settings.model_copy(update={"metrics_token": "m3trics-s3cret"})
+    transport = httpx.ASGITransport(app=create_app(guarded, runtime=harness.rt))
+    async with httpx.AsyncClient(transport=transport, base_url="http://stevora.test") as client:
+        missing = await client.get("/metrics")
+        wrong = await client.get("/metrics", headers={"Authorization": "Bearer nope"})
+        other_scheme = await client.get("/metrics", headers={"Authorization": "Basic m3trics-s3cret"})
+        right = await client.get("/metrics", headers={"Authorization": "Bearer m3trics-s3cret"})
+    for refused in (missing, wrong, other_scheme):
+        assert refused.status_code == 401 and "stevora_" not in refused.text
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+    assert right.status_code == 200 and "stevora_runs_created_total" in right.text

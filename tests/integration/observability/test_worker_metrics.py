@@ -34,6 +34,23 @@ def test_a_worker_serves_its_metrics_on_the_metrics_port() -> None:
     assert metrics.serve_worker_metrics("127.0.0.1", 0) is None
 
 
+def test_with_a_token_a_workers_metrics_port_needs_it_as_a_bearer_token() -> None:
+    server = metrics.serve_worker_metrics("127.0.0.1", _free_port(), token="w0rker-t0ken")
+    assert server is not None
+    url = f"http://127.0.0.1:{server.server_port}/metrics"
+    try:
+        missing = httpx.get(url)
+        wrong = httpx.get(url, headers={"Authorization": "Bearer nope"})
+        right = httpx.get(url, headers={"Authorization": "Bearer w0rker-t0ken"})
+    finally:
+        server.shutdown()
+        server.server_close()
+    for refused in (missing, wrong):
+        assert refused.status_code == 401 and "stevora_" not in refused.text
+        assert refused.headers["www-authenticate"].startswith("Bearer")
+    assert right.status_code == 200 and "stevora_sweep_pickups_total" in right.text
+
+
 CHILD = """
 from stevora.observability import metrics
 metrics.RUNS_CREATED.inc()

@@ -61,3 +61,15 @@ def test_pricing_never_touches_the_network(monkeypatch: pytest.MonkeyPatch):
     assert (
         cost_usd("anthropic", "claude-3-5-haiku-20241022", Usage(input_tokens=7, output_tokens=8)) is not None
     )
+
+
+def test_known_name_is_the_price_lists_name_never_the_callers_string():
+    pricing = Pricing({"My-Model": (1.0, 2.0)})
+    assert pricing.known_name("openai", "gpt-4o") == "gpt-4o"
+    assert pricing.known_name("openai", "gpt-4o-2024-08-06") == "gpt-4o"
+    # The catalogue matches some families by prefix: the suffix must not come through.
+    assert pricing.known_name("anthropic", "claude-3-5-sonnet-acme-secret") == "claude-3-5-sonnet"
+    assert pricing.known_name("openai", "gpt-4o-acme-secret") is None
+    assert pricing.known_name("ollama", "my-model") == "my-model"
+    assert pricing.known_name("ollama", "llama3.2") is None
+    assert pricing.known_name("scripted", "scripted:acme-secret") is None

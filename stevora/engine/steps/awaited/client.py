@@ -3,7 +3,8 @@
 * Handed over: the step goes WAITING with the calls in its `requiredAction`, and the
   `workflow.tool_outputs_required` webhook lists every pending client call of the run.
 * Due: a client tool's `timeoutMs` passed (`expire_overdue`): its call fails with
-  TOOL_OUTPUT_TIMEOUT, the model gets an error result and the loop goes on.
+  TOOL_OUTPUT_TIMEOUT, the model gets an error result and the loop goes on; or the step's
+  `outputsExpireAfterMs` passed first: the step and the run fail with CONTEXT_EXPIRED.
 * Answered: `submit_tool_outputs` (`POST /v1/workflow-runs/{id}/tool-outputs`, the UI's form, the
   CLI), serialised on the run's row lock, so a call is recorded once.
 """
@@ -11,6 +12,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -24,9 +26,16 @@ from stevora.db.outbox import enqueue_webhooks
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.awaited import Answer, answer, tool_call_view
 from stevora.engine.steps.base import WaitContext, WaitPlan
-from stevora.errors import InvalidStateTransition, InvalidToolOutputs, NotFoundError, ToolOutputTooLarge
+from stevora.errors import (
+    ContextExpired,
+    InvalidStateTransition,
+    InvalidToolOutputs,
+    NotFoundError,
+    ToolOutputTooLarge,
+)
 from stevora.events import WebhookEvent
-from stevora.statuses import AnsweredBy, AwaitedStatus, ResumeReason, RunStatus
+from stevora.statuses import AnsweredBy, AwaitedKind, AwaitedStatus, ResumeReason, RunStatus
+from stevora.tasks import StepResult
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -38,12 +47,36 @@ async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserte
     return WaitPlan()
 
 
-async def expire_overdue(wait: WaitContext) -> None:
+async def expire_overdue(
+    wait: WaitContext, *, expires_run: Callable[[asyncpg.Record], bool] = lambda call: False
+) -> StepResult | None:
     """The step's wait is due: each client call past its `timeoutMs` fails with TOOL_OUTPUT_TIMEOUT
-    (the model gets an error result and the loop goes on, as after a handler timeout)."""
+    (the model gets an error result and the loop goes on, as after a handler timeout). A lapsed
+    call whose deadline is its step's expiry instead (`expires_run`: the `llm` step's
+    `outputsExpireAfterMs` came first) fails the step, and so the run, with CONTEXT_EXPIRED, and
+    the calls it waited for are closed unanswered. None: the step moved (or waits on)."""
     run = await runs.lock_run(wait.conn, wait.run["id"])
     assert run is not None
     now = utcnow()
+    pending = await db_awaited.pending_for_run(wait.conn, run["id"])
+    lapsed = [
+        c
+        for c in pending
+        if c["kind"] == AwaitedKind.CLIENT
+        and c["deadline_at"] is not None
+        and c["deadline_at"] <= now
+        and expires_run(c)
+    ]
+    if lapsed:
+        await db_awaited.mark_answered(
+            wait.conn, [c["id"] for c in pending if c["kind"] == AwaitedKind.CLIENT]
+        )
+        names = ", ".join(sorted({c["tool_name"] for c in lapsed}))
+        error = ContextExpired(
+            f"No output was submitted for client tool calls ({names}) before {iso(lapsed[0]['deadline_at'])}",
+            details={"toolCalls": [tool_call_view(c) for c in lapsed]},
+        )
+        return StepResult(status="failed", error={**error.to_dict(), "retryable": False}, retryable=False)
     expired = [
         Answer(
             call,
@@ -52,12 +85,13 @@ async def expire_overdue(wait: WaitContext) -> None:
             error_code="TOOL_OUTPUT_TIMEOUT",
             answered_by=AnsweredBy.TIMEOUT,
         )
-        for call in await db_awaited.pending_for_run(wait.conn, run["id"])
+        for call in pending
         if call["deadline_at"] is not None and call["deadline_at"] <= now
     ]
     # With nothing expired (an answer came first) this only re-aims the wake-up at the next
     # deadline, so the driver hands the run back instead of waking it again at once.
     await answer(wait.conn, run, expired, reason=ResumeReason.TOOL_OUTPUT_TIMEOUT, owner=wait.owner)
+    return None
 
 
 def required_action(client_calls: list[asyncpg.Record]) -> dict[str, Any] | None:
