@@ -20,8 +20,9 @@ demo: $(BIN)/stevora
 
 ## Embedded stack for development: API + UI on http://127.0.0.1:$(PORT) until Ctrl-C. Writes the
 ## API key to .stevora/dev-api-key, which `stevora` commands run in this folder use by default.
+## Loads the examples' tools, so every example in docs/tool-calling.md runs as documented there.
 dev: $(BIN)/stevora
-	$(BIN)/stevora dev --tools examples.tools --port $(PORT)
+	$(BIN)/stevora dev --tools examples.tools --tools examples.refund_desk --tools examples.toolbox --port $(PORT)
 
 ## Set up and run the whole test suite (PostgreSQL: STEVORA_TEST_DATABASE_URL or embedded).
 test: $(BIN)/stevora

@@ -1,10 +1,11 @@
-"""Tools for `examples/refund-desk.json`: tools that act on the run (loaded with
-`--tools examples.refund_desk`, next to `examples.tools`).
+"""Tools for `examples/refund-desk.json`: tools that act on the run (`make dev` loads this module
+next to `examples.tools`: `--tools examples.tools --tools examples.refund_desk`).
 
 * `lookup_order` runs as a `tool` step (no model), its typed output going to state;
 * `issue_refund` is approval-gated: the model asks, a person approves, edits or rejects;
-  its pydantic return type is its output schema;
-* `remember` is a global tool every llm step is offered; it writes to the run's state.
+  its pydantic return type is its output schema.
+
+The global tool of this example, `remember`, is in `examples/memory.py`.
 """
 
 from __future__ import annotations
@@ -53,10 +54,3 @@ async def issue_refund(orderId: str, amount: int, ctx: ToolContext) -> Refund:
     return Refund(
         orderId=orderId, refunded=amount, currency=str(ctx.state.get("order", {}).get("currency", "EUR"))
     )
-
-
-@tool(global_=True)
-async def remember(fact: str, ctx: ToolContext) -> str:
-    """Keep a fact about this conversation in the run's state."""
-    ctx.update_state({"facts": [*ctx.state.get("facts", []), fact]})
-    return "remembered"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import signal
 import socket
 import threading
@@ -19,7 +20,14 @@ import structlog
 from stevora.db.database import asyncpg_dsn
 from stevora.db.devkeys import dev_key
 from stevora.db.migrate import upgrade_head
-from stevora.embedded import start_embedded_postgres
+from stevora.embedded import (
+    adopt_left_running,
+    forget_dead_users,
+    postgres_pid,
+    process_running,
+    start_embedded_postgres,
+    stop_postgres,
+)
 from stevora.settings import Settings
 
 log = structlog.get_logger("stevora.dev")
@@ -73,12 +81,66 @@ def bind_api_socket(host: str, port: int) -> socket.socket:
 def exit_on_sigterm() -> None:
     """Make SIGTERM (Docker, systemd, supervisors) unwind like Ctrl-C, so `finally` blocks stop the
     embedded PostgreSQL. uvicorn re-raises the signal it caught once it has shut down; with the
-    default handler that would kill the process before our cleanup runs."""
+    default handler that would kill the process before our cleanup runs.
+
+    SIGHUP (the terminal running `make dev` was closed) is handled as SIGTERM. The terminal is gone,
+    so output goes to /dev/null from then on: a write to the dead terminal (a shutdown log line)
+    would fail and could cut the cleanup short."""
 
     def terminate(signum: int, _frame: object) -> None:
         raise SystemExit(128 + signum)
 
+    def hang_up(_signum: int, _frame: object) -> None:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for fd in (1, 2):
+            os.dup2(devnull, fd)
+        os.close(devnull)
+        signal.raise_signal(signal.SIGTERM)  # uvicorn's handler while it serves, else `terminate`
+
     signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGHUP, hang_up)
+
+
+def _is_stevora(pid: int) -> bool:
+    import psutil
+
+    try:
+        return any("stevora" in part for part in psutil.Process(pid).cmdline())
+    except psutil.Error:
+        return False
+
+
+def stop_dev(data_dir: Path, *, timeout: float = 60) -> tuple[list[str], bool]:
+    """`stevora dev --stop`: stop what runs on this data folder — a `stevora dev` (or `demo`) still
+    running is sent SIGTERM (it stops its PostgreSQL on the way out), and an embedded PostgreSQL
+    that an earlier process left behind is stopped. Returns (what was done, True if all stopped)."""
+    done: list[str] = []
+    live, _ = forget_dead_users(data_dir)
+    live = [pid for pid in live if pid != os.getpid()]
+    others = [pid for pid in live if not _is_stevora(pid)]
+    for pid in live:
+        if pid in others:
+            continue
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while process_running(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        done.append(
+            f"stopped stevora (pid {pid})"
+            if not process_running(pid)
+            else f"stevora (pid {pid}) did not exit"
+        )
+    if others:
+        done.append(
+            f"left PostgreSQL running: process {', '.join(map(str, others))} (not stevora) still uses it"
+        )
+        return done, False
+    pg_pid = stop_postgres(data_dir, timeout=timeout)
+    if pg_pid is not None:
+        done.append(f"stopped embedded PostgreSQL (pid {pg_pid}) in {Path(data_dir).resolve() / 'pg'}")
+    if not done:
+        done.append(f"nothing was running on {Path(data_dir).resolve()}")
+    return done, postgres_pid(data_dir) is None
 
 
 class DevStack:
@@ -91,6 +153,7 @@ class DevStack:
         self.worker_threads = worker_threads
         self.settings: Settings | None = None
         self.api_key = ""
+        self.notice: str | None = None  # what start_backend found and did that the user should know
         self._pg: Any = None
         self._broker: Any = None
         self._worker: Any = None
@@ -108,6 +171,9 @@ class DevStack:
         data_dir = Path(self.base_settings.data_dir)
         data_dir.mkdir(parents=True, exist_ok=True)
         started = time.perf_counter()
+        self.notice = adopt_left_running(data_dir)
+        if self.notice:
+            log.warning("dev_postgres_adopted", detail=self.notice)
         self._pg, database_url = start_embedded_postgres(data_dir)
         no_keys = not (self.base_settings.openai_api_key or self.base_settings.anthropic_api_key)
         settings = self.base_settings.model_copy(

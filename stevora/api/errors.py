@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import re
@@ -38,6 +39,7 @@ UNAVAILABLE_MESSAGE = "The database is unavailable; retry shortly"
 RETRY_AFTER_S = 1
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 _LOCATIONS = frozenset({"body", "query", "path", "header", "cookie"})
+_HTTP_METHODS = {"GET", "PUT", "POST", "DELETE", "OPTIONS", "HEAD", "PATCH", "TRACE"}
 _HTTP_CODES = {
     404: "NOT_FOUND",
     405: "METHOD_NOT_ALLOWED",
@@ -93,11 +95,33 @@ async def _request_validation_error(request: Request, exc: Exception) -> Respons
     return error_response(err.http_status, err.code, err.message, err.details)
 
 
+@functools.lru_cache(maxsize=256)
+def _path_pattern(template: str) -> re.Pattern[str]:
+    parts = re.split(r"(\{[^}]+\})", template)
+    return re.compile("".join("[^/]+" if p.startswith("{") else re.escape(p) for p in parts))
+
+
+def _allowed_methods(request: Request, given: str | None) -> str | None:
+    """Every method served at this path. Starlette's 405 names only the methods of the first route
+    that matched the path, so `GET` + `POST /v1/webhooks` (two routes) answered `Allow: POST`; the
+    documented operations of every path template that matches are added."""
+    methods = {m.strip().upper() for m in (given or "").split(",") if m.strip()}
+    for template, item in request.app.openapi().get("paths", {}).items():
+        if _path_pattern(template).fullmatch(request.url.path):
+            methods |= {m.upper() for m in item if m.upper() in _HTTP_METHODS}
+    return ", ".join(sorted(methods)) if methods else None
+
+
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, StarletteHTTPException)
     code = _HTTP_CODES.get(exc.status_code, "HTTP_ERROR" if exc.status_code < 500 else "INTERNAL_ERROR")
     message = "Route not found" if exc.status_code == 404 else str(exc.detail)
-    return error_response(exc.status_code, code, message, headers=dict(exc.headers) if exc.headers else None)
+    headers = dict(exc.headers) if exc.headers else None
+    if exc.status_code == 405:
+        allowed = _allowed_methods(request, (headers or {}).get("Allow"))
+        if allowed:
+            headers = {**(headers or {}), "Allow": allowed}
+    return error_response(exc.status_code, code, message, headers=headers)
 
 
 def install_error_handlers(app: FastAPI) -> None:

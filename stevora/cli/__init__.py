@@ -59,12 +59,18 @@ def _server_stub(name: str, missing: str) -> Callable[[], None]:
     return stub
 
 
-def _register_server_stubs(missing: str) -> None:
+SERVER_INSTALL_HINT = "Needs the server install: pip install 'stevora[server]'."
+
+
+def _register_server_stubs(missing: str, into: typer.Typer | None = None) -> None:
     """Without the server extra, the process commands say what to install instead of vanishing."""
+    from rich.markup import escape
+
     for name in SERVER_COMMANDS:
-        app.command(
+        (into or app).command(
             name,
-            help="Needs the server install: pip install 'stevora[server]'.",
+            # Help text is rich markup: unescaped, `[server]` would read as a style tag and vanish.
+            help=escape(SERVER_INSTALL_HINT),
             context_settings={"allow_extra_args": True, "ignore_unknown_options": True},
         )(_server_stub(name, missing))
 

@@ -33,9 +33,8 @@ from stevora.client import (
 )
 from stevora.client.operations import Decision
 
-# soft_wrap: long lines (ids, commands to copy) are left whole for the terminal to wrap.
-console = Console(highlight=False, soft_wrap=True)
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+console = output.make_console()
+err = output.make_console(stderr=True)
 
 keys_app = typer.Typer(help="Manage API keys.", no_args_is_help=True)
 definitions_app = typer.Typer(help="Manage workflow definitions.", no_args_is_help=True)
@@ -189,19 +188,21 @@ def resolve_definition(rt: AgentRuntime, target: str, version: str | None) -> Wo
     return rt.definitions.find(target, version)
 
 
-def watch(rt: AgentRuntime, run: WorkflowRun) -> WorkflowRun:
-    """Print the run's progress live until it ends; returns the finished run."""
+def watch(rt: AgentRuntime, run: WorkflowRun, to: Console | None = None) -> WorkflowRun:
+    """Print the run's progress live (on `to`, stdout by default) until it ends; returns the
+    finished run."""
+    out = to or console
     progress = render.Progress()
     try:
         for event in rt.workflows.stream(run.id):
             line = progress.line(event)
             if line:
-                console.print(line)
+                out.print(line)
     except KeyboardInterrupt:
         err.print(f"stopped watching; the run continues: stevora runs show {run.id}")
         raise typer.Exit(130) from None
     final = rt.workflows.get(run.id)
-    console.print(progress.summary(final))
+    out.print(progress.summary(final))
     return final
 
 
@@ -255,6 +256,12 @@ def run_command(
     watch_run: Annotated[
         bool, typer.Option("--watch", "-w", help="Follow the run live until it ends.")
     ] = False,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json", help="Print the run as JSON (the API's field names); with --watch, once it has ended."
+        ),
+    ] = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
@@ -264,11 +271,17 @@ def run_command(
         definition = resolve_definition(rt, target, version)
         run = rt.workflows.create(definition.id, inputs, idempotency_key=idempotency_key)
         reused = "" if run.created is not False else " (existing run for this idempotency key)"
-        console.print(f"Run [bold]{run.id}[/bold] of {escape(definition.name)} v{escape(definition.version)}"
-                      f" {render.status(run.status)}{reused}")  # fmt: skip
+        line = (f"Run [bold]{run.id}[/bold] of {escape(definition.name)} v{escape(definition.version)}"
+                f" {render.status(run.status)}{reused}")  # fmt: skip
+        # With --json, stdout holds only the JSON document; the progress lines go to stderr.
+        (err if as_json else console).print(line)
         if not watch_run:
+            if as_json:
+                output.emit(run)
             return
-        final = watch(rt, run)
+        final = watch(rt, run, err if as_json else console)
+    if as_json:
+        output.emit(final)
     if final.status != "COMPLETED":
         raise typer.Exit(1)
 
@@ -359,6 +372,7 @@ def approve(
         str | None, typer.Option("--edit", help="Approve with this content instead (JSON, else text).")
     ] = None,
     by: Annotated[str | None, typer.Option("--by", help="Who decided (recorded).")] = None,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
@@ -380,6 +394,9 @@ def approve(
                 raise typer.Exit(1)
             approval_id = pending[0].id
         decided = rt.approvals.decide(approval_id, decision, edited_content=edited, decided_by=by)
+    if as_json:
+        output.emit(decided)
+        return
     console.print(
         f"{decision} {decided.id} ({escape(decided.step_name)}); run {decided.workflow_run_id} continues"
     )
@@ -410,20 +427,24 @@ def parse_tool_outputs(outputs: list[str], errors: list[str]) -> list[ToolOutput
 @runs_app.command("tool-outputs")
 def runs_tool_outputs(
     run_id: Annotated[str, typer.Argument(help="Run id (wfrun_...) waiting for tool outputs.")],
-    output: Annotated[
+    outputs: Annotated[
         list[str] | None,
         typer.Option("--output", "-o", help="CALL_ID=JSON: a call's result (not JSON: sent as a string)."),
     ] = None,
-    error: Annotated[
+    errors: Annotated[
         list[str] | None, typer.Option("--error", "-e", help="CALL_ID=MESSAGE: the call failed.")
     ] = None,
+    as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
     """Answer client-executed tool calls of a waiting run; it resumes when none is pending."""
-    items = parse_tool_outputs(output or [], error or [])
+    items = parse_tool_outputs(outputs or [], errors or [])
     with connect(url, api_key) as rt:
         run = rt.workflows.submit_tool_outputs(run_id, items)
+    if as_json:
+        output.emit(run)
+        return
     answered = ", ".join(i.tool_call_id for i in items)
     console.print(f"Answered {escape(answered)}; run {run.id} {render.status(run.status)}")
     pending = render.pending_tool_calls(run)

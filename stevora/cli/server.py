@@ -7,14 +7,14 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
 
 from stevora.cli import app
+from stevora.cli.output import make_console
 from stevora.cli.remote import runs_app
 from stevora.logging import configure_logging
 from stevora.settings import Settings
 
-console = Console(stderr=True)
+console = make_console(stderr=True)
 
 
 def _settings(**overrides: object) -> Settings:
@@ -101,11 +101,24 @@ def dev(
     tools: Annotated[
         list[str] | None, typer.Option("--tools", help="Module with your tools / task handlers")
     ] = None,
+    stop: Annotated[
+        bool,
+        typer.Option(
+            "--stop",
+            help="Stop what runs on the data folder (a `stevora dev` still running, or an embedded "
+            "PostgreSQL left behind) and exit",
+        ),
+    ] = False,
 ) -> None:
     """Embedded PostgreSQL + in-process broker and worker + the API, on localhost."""
-    from stevora.devstack import DevStack, PortInUse, bind_api_socket, exit_on_sigterm
+    from stevora.devstack import DevStack, PortInUse, bind_api_socket, exit_on_sigterm, stop_dev
 
     settings = _settings(data_dir=str(data_dir) if data_dir else None)
+    if stop:
+        done, stopped = stop_dev(Path(settings.data_dir))
+        for line in done:
+            console.print(line)
+        raise typer.Exit(0 if stopped else 1)
     if tools:
         settings = settings.model_copy(update={"tool_modules": [*settings.tool_modules, *tools]})
     _importable(settings.tool_modules)
@@ -118,6 +131,8 @@ def dev(
     exit_on_sigterm()
     try:
         stack.start_backend()
+        if stack.notice:
+            console.print(f"[yellow]note:[/yellow] {stack.notice}")
         console.print(f"[bold green]Stevora is running[/bold green] at {stack.url}  (UI: {stack.url}/ui)")
         console.print(f"API docs: {stack.url}/docs   Prometheus metrics: {stack.url}/metrics")
         console.print(f"API key: [bold]{stack.api_key}[/bold]   data: {Path(settings.data_dir).resolve()}")
@@ -135,7 +150,7 @@ def demo(
     """Start the embedded stack, run the example workflows end to end and print their timelines."""
     import os
 
-    from stevora.demo import EXAMPLE_TOOLS, run_demo
+    from stevora.cli.demo import EXAMPLE_TOOLS, run_demo
     from stevora.devstack import DevStack, exit_on_sigterm
 
     settings = _settings(
@@ -153,6 +168,8 @@ def demo(
     exit_on_sigterm()
     try:
         stack.start_backend()
+        if stack.notice:
+            console.print(f"[yellow]note:[/yellow] {stack.notice}")
         stack.start_api_in_thread()
         ok = run_demo(
             stack.url,

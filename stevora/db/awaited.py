@@ -143,11 +143,12 @@ async def mark_answered(conn: asyncpg.Connection, awaited_ids: list[str]) -> Non
     )
 
 
-async def children_of(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> list[asyncpg.Record]:
-    """The child runs started by a run's workflow tool calls, by (model call, index)."""
+async def for_run_page(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> list[asyncpg.Record]:
+    """Every awaited call of a run (model call, index, kind, tool-call id, child run): the run page
+    links child runs and marks client calls with them."""
     rows: list[asyncpg.Record] = await conn.fetch(
-        "SELECT llm_call_id, sequence, child_run_id FROM awaited_tool_calls "
-        "WHERE workflow_run_id = $1 AND child_run_id IS NOT NULL",
+        "SELECT llm_call_id, sequence, kind, tool_call_id, child_run_id FROM awaited_tool_calls "
+        "WHERE workflow_run_id = $1",
         run_id,
     )
     return rows

@@ -10,6 +10,7 @@ in stevora.db.models, and only Alembic changes them.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import asyncpg
@@ -39,12 +40,32 @@ _CLOSED_MESSAGES = (*DEAD_CONNECTION_MARKERS, "connection was closed", "unexpect
 _ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_NON_STR_KEYS
 
 
+# An escaped NUL (`\\u0000`) preceded by an even number of backslashes, i.e. not itself escaped.
+_NUL_ESCAPE = re.compile(rb"(?<!\\)((?:\\\\)*)\\u0000")
+# In a Python str a surrogate pair is one code point already: any surrogate left is a lone one.
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+_UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
+
+
+def storable_text(value: str) -> str:
+    """`value` as PostgreSQL text and jsonb strings can hold it: NUL and lone surrogates (which a
+    model or a tool may produce) replaced by U+FFFD."""
+    return _UNSTORABLE_CHARS.sub("\ufffd", value)
+
+
 def _encode(value: Any) -> bytes:
+    """JSON PostgreSQL accepts, whatever a model or a tool put in a string: jsonb refuses the NUL
+    character and text that is not valid UTF-8 (a lone surrogate), so both become U+FFFD."""
     try:
-        return orjson.dumps(value, default=str, option=_ORJSON_OPTIONS)
+        data = orjson.dumps(value, default=str, option=_ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
-        # What orjson refuses (integers beyond 64 bits, ...) the stdlib encoder still writes.
-        return json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str).encode()
+        # What orjson refuses (integers beyond 64 bits, nesting past 255 levels, lone surrogates)
+        # the stdlib encoder still writes.
+        text = json.dumps(value, separators=(",", ":"), ensure_ascii=False, default=str)
+        data = _LONE_SURROGATE.sub("\ufffd", text).encode()
+    if b"\\u0000" in data:
+        data = _NUL_ESCAPE.sub(rb"\1\\ufffd", data)
+    return data
 
 
 def _dumps(value: Any) -> str:

@@ -170,6 +170,18 @@ async def approvals(db: Reader, workspace_id: str) -> tuple[list[asyncpg.Record]
     return list(pending), list(decided)
 
 
+async def pending_call_approvals(db: Reader, run_id: str) -> list[asyncpg.Record]:
+    """The run's pending approval requests that gate tool calls: (request id, the call's id)."""
+    return list(
+        await db.fetch(
+            "SELECT a.id, c.tool_call_id FROM approval_requests a "
+            "JOIN awaited_tool_calls c ON c.id = a.awaited_tool_call_id "
+            f"WHERE a.workflow_run_id = $1 AND a.status = '{ApprovalStatus.PENDING}'",
+            run_id,
+        )
+    )
+
+
 async def pending_approval_count(db: Reader, workspace_id: str) -> int:
     return await db.fetchval(  # type: ignore[no-any-return]
         f"SELECT count(*) FROM approval_requests WHERE workspace_id = $1 AND status = '{ApprovalStatus.PENDING}'",

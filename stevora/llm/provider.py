@@ -8,7 +8,6 @@ one error type whose `retryable` flag drives step retries and model fallback.
 from __future__ import annotations
 
 import email.utils
-import json
 import math
 import re
 import time
@@ -17,6 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message
+from stevora.tools.invoke import parse_arguments
 
 # The SDKs retry these themselves; once their retries are spent the step may retry again later.
 RETRYABLE_STATUSES: frozenset[int] = frozenset({408, 409, 429})
@@ -156,13 +156,9 @@ def mentions_json(messages: list[Message]) -> bool:
 def parse_tool_input(arguments: str) -> dict[str, Any]:
     """Arguments as an object for APIs that want one (Anthropic `tool_use.input`).
 
-    Mirrors what tool handlers receive: empty -> `{}`, a JSON object -> itself, anything else ->
-    `{"raw": <the original string>}`, so the model sees exactly what it sent.
+    What tool handlers receive (`stevora.tools.invoke.parse_arguments`): empty -> `{}`, a JSON
+    object -> itself (NUL and lone surrogates as U+FFFD, which the SDK can encode), anything else
+    (or an object nested past 64 levels) -> `{"raw": <the original string>}`, so the model sees
+    what it sent.
     """
-    if not arguments.strip():
-        return {}
-    try:
-        parsed = json.loads(arguments)
-    except ValueError:
-        return {"raw": arguments}
-    return parsed if isinstance(parsed, dict) else {"raw": arguments}
+    return parse_arguments(arguments)[0]

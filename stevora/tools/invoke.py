@@ -46,6 +46,12 @@ ToolErrorCode = Literal[
     "APPROVAL_REJECTED",
 ]
 _MAX_PROBLEM_CHARS = 300
+# Arguments nested deeper are treated like unparseable ones (`{"raw": ...}`): their trace is stored
+# and read back as the string the model wrote (JSON encoders and serialisers stop at 255 levels).
+MAX_ARGUMENT_DEPTH = 64
+_UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
+# In the model's JSON text: an escape that decodes to NUL or to a surrogate.
+_ESCAPED_UNSTORABLE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
 
 
 @dataclass(frozen=True)
@@ -195,11 +201,37 @@ def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any], bool]:
         return {}, True
     try:
         parsed = json.loads(raw)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested past the parser's recursion limit
         return {"raw": raw}, False
-    if not isinstance(parsed, dict):
+    if not isinstance(parsed, dict) or deeper_than(parsed, MAX_ARGUMENT_DEPTH):
         return {"raw": raw}, False
+    if _ESCAPED_UNSTORABLE.search(raw):
+        parsed = without_unstorable_chars(parsed)
     return parsed, True
+
+
+def without_unstorable_chars(value: Any) -> Any:
+    """`value` with NUL and lone surrogates in its strings and keys replaced by U+FFFD, as the
+    database keeps them, so a handler sees what its trace shows (for values ≤ 64 levels deep)."""
+    if isinstance(value, str):
+        return _UNSTORABLE_CHARS.sub("\ufffd", value)
+    if isinstance(value, dict):
+        return {without_unstorable_chars(k): without_unstorable_chars(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_unstorable_chars(item) for item in value]
+    return value
+
+
+def deeper_than(value: Any, limit: int) -> bool:
+    """Whether `value` nests more than `limit` containers deep (iterative: any depth is safe)."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > limit:
+            return True
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def _schema_problems(validator: Validator, instance: Any) -> list[str]:

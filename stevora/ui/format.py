@@ -7,13 +7,17 @@ page says the same thing the same way, and so the rules can be unit-tested witho
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from markupsafe import Markup, escape
+
 from stevora.clock import iso, utcnow
 from stevora.llm.router import provider_name_for_model
 from stevora.statuses import TERMINAL_RUN_STATUSES
+from stevora.tools.invoke import MAX_ARGUMENT_DEPTH, deeper_than, without_unstorable_chars
 
 # A JSON value longer than this many pretty-printed lines starts collapsed.
 COLLAPSE_LINES = 12
@@ -155,9 +159,13 @@ def _parse_maybe_json(value: Any) -> Any:
         stripped = value.strip()
         if stripped[:1] in ("{", "["):
             try:
-                return json.loads(stripped)
-            except ValueError:
+                parsed = json.loads(stripped)
+            except (ValueError, RecursionError):
                 return value
+            # Nesting a hostile model may send is shown as the string it wrote, not expanded.
+            if deeper_than(parsed, MAX_ARGUMENT_DEPTH):
+                return value
+            return without_unstorable_chars(parsed)  # a page cannot encode a lone surrogate
     return value
 
 
@@ -189,8 +197,23 @@ def error_message(error: Any) -> str:
     return "" if error is None else str(error)
 
 
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+
+
+def inline_code(text: Any) -> Markup:
+    """A description as written in docstrings and definitions: `backticked` spans become <code>,
+    everything else is escaped text."""
+    if text is None:
+        return Markup("")
+    parts = _CODE_SPAN.split(str(text))
+    return Markup("").join(
+        Markup("<code>{}</code>").format(p) if i % 2 else escape(p) for i, p in enumerate(parts)
+    )
+
+
 FILTERS = {
     "duration": duration,
+    "inline_code": inline_code,
     "step_duration_ms": step_duration_ms,
     "usd": usd,
     "cents": cents,

@@ -8,7 +8,6 @@ calls the model asked for, so a call still running shows up too) and the step's 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -21,6 +20,7 @@ from stevora.db.definitions import find_version, workflow_input_schema
 from stevora.db.pages import RunFilters
 from stevora.engine.budget import BUDGET_SIGNAL
 from stevora.statuses import RunStatus, values
+from stevora.tools.invoke import parse_arguments
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -127,11 +127,11 @@ class RunView:
 
 
 def _arguments(raw: Any) -> Any:
+    """A call's arguments as its trace would hold them: the object, else the model's string (also
+    when it is nested past what the page can render, as a hostile model may send)."""
     if isinstance(raw, str):
-        try:
-            return json.loads(raw)
-        except ValueError:
-            return raw
+        parsed, is_object = parse_arguments(raw)
+        return parsed if is_object else raw
     return raw
 
 

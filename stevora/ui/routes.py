@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from fastapi import APIRouter, FastAPI, Request
-from fastapi.responses import PlainTextResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
@@ -29,7 +29,7 @@ from stevora.ui.format import FILTERS, run_duration_ms
 from stevora.ui.forms import checked_form, read_form
 from stevora.ui.search import datetime_local, filter_query, parse_run_filters
 from stevora.ui.stream import EVENT_TYPES, run_events
-from stevora.ui.tool_outputs import record_answer, run_page_context
+from stevora.ui.tool_outputs import parse_answer, record_answer, run_page_context
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
@@ -69,8 +69,14 @@ def _templates() -> Jinja2Templates:
 
 
 def mount_static(app: FastAPI) -> None:
-    """Serve the UI's CSS and JS at /ui/static."""
+    """Serve the UI's CSS and JS at /ui/static, and its icon at /favicon.ico (where browsers ask
+    for it on every page without a `<link rel="icon">`: the API docs, /metrics, JSON answers)."""
     app.mount("/ui/static", StaticFiles(directory=str(STATIC_DIR)), name="ui-static")
+
+    async def favicon() -> FileResponse:
+        return FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")
+
+    app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
 
 
 def _int(value: str | None, default: int) -> int:
@@ -233,6 +239,17 @@ def build_ui_router() -> APIRouter:
         if isinstance(guarded, Response):
             return guarded
         user, form = guarded
+        try:
+            parse_answer(form)
+        except ValueError as exc:
+            # Refused before anything is recorded: the page again, with the text as typed (a
+            # redirect would lose it) and the reason above it.
+            context = await run_context(request, user, run_id)
+            if context is None:
+                return await not_found(request, user, f"Run {run_id}")
+            context["typed"] = {form.get("tool_call_id", ""): form.get("output", "")}
+            context["flash"] = auth.Flash("error", str(exc), None)
+            return await render(request, user, "run.html", context, status_code=400)
         return await record_answer(runtime_of(request), user.workspace_id, run_id, form)
 
     # -- approvals --------------------------------------------------------------------------
@@ -253,7 +270,10 @@ def build_ui_router() -> APIRouter:
         if isinstance(guarded, Response):
             return guarded
         user, form = guarded
-        response = RedirectResponse("/ui/approvals", status_code=303)
+        # A decision made on a run page goes back to it; otherwise to the inbox.
+        back = form.get("back", "")
+        back = back if back.startswith("/ui/runs/") and auth.safe_next(back) == back else "/ui/approvals"
+        response = RedirectResponse(back, status_code=303)
         decision = DECISIONS.get(form.get("decision", ""))
         if decision is None:
             auth.set_flash(response, "Unknown decision.", "error")

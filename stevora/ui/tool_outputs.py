@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import RedirectResponse, Response
 
 from stevora.db import awaited as db_awaited
+from stevora.db import pages
 from stevora.engine.steps.awaited.client import ToolOutput, submit_tool_outputs
 from stevora.errors import StevoraError
-from stevora.statuses import RunStatus
+from stevora.statuses import AwaitedKind, RunStatus
 from stevora.ui import auth
 
 if TYPE_CHECKING:
@@ -22,16 +23,23 @@ if TYPE_CHECKING:
 
 
 async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
-    """`pending_calls` (client calls the run waits for, in the model's order) and `child_runs`
-    (`"<llm call id>:<index>"` → the child run answering that workflow-tool call)."""
+    """`pending_calls` (client calls the run waits for, in the model's order), `child_runs`
+    (`"<llm call id>:<index>"` → the child run answering that workflow-tool call),
+    `client_call_ids` (every call answered, or to be answered, by the client) and
+    `call_approvals` (tool-call id → the pending approval request gating that call)."""
     pending: list[asyncpg.Record] = []
     if run["status"] == RunStatus.WAITING:
         pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
-    children = await db_awaited.children_of(rt.pool, run["id"])
+    awaited = await db_awaited.for_run_page(rt.pool, run["id"])
+    gated = await pages.pending_call_approvals(rt.pool, run["id"])
     return {
         "pending_calls": pending,
         "pending_call_ids": {c["tool_call_id"] for c in pending},
-        "child_runs": {f"{c['llm_call_id']}:{c['sequence']}": c["child_run_id"] for c in children},
+        "child_runs": {
+            f"{c['llm_call_id']}:{c['sequence']}": c["child_run_id"] for c in awaited if c["child_run_id"]
+        },
+        "client_call_ids": {c["tool_call_id"] for c in awaited if c["kind"] == AwaitedKind.CLIENT},
+        "call_approvals": {a["tool_call_id"]: a["id"] for a in gated},
     }
 
 

@@ -57,6 +57,27 @@ async def list_events(run_id: RunId, auth: Auth, ctx: Ctx, paging: Paging) -> Re
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
 
+# The schema of each server-sent message (OpenAPI describes a `text/event-stream` body message by
+# message, as the object of its fields); `: keep-alive` comments carry no message.
+SSE_MESSAGE = {
+    "type": "object",
+    "properties": {
+        "id": {
+            "type": "string",
+            "pattern": "^[0-9]+$",
+            "description": "The event's `sequence`; absent on `llm.text.delta`.",
+        },
+        "event": {"type": "string", "description": "The event's `eventType`, or `llm.text.delta`."},
+        "data": {
+            "type": "string",
+            "contentMediaType": "application/json",
+            "description": "The `Event` as JSON, or the delta's `{runId, stepRunId, round, model, provider, text, offset}`.",
+        },
+    },
+    "required": ["event", "data"],
+}
+
+
 @router.get(
     "/{run_id}/events/stream",
     response_class=StreamingResponse,
@@ -65,7 +86,7 @@ async def list_events(run_id: RunId, auth: Auth, ctx: Ctx, paging: Paging) -> Re
             "description": "`text/event-stream` of `id: <sequence>`, `event: <eventType>`, `data: <Event>`; "
             "and, id-less and ephemeral, `event: llm.text.delta` with `data: {runId, stepRunId, round, model, "
             "provider, text, offset}` while a streamed model call answers",
-            "content": {"text/event-stream": {"schema": {"type": "string"}}},
+            "content": {"text/event-stream": {"schema": SSE_MESSAGE}},
         },
         **errors(404),
     },

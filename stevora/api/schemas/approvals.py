@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
 from stevora.statuses import ApprovalStatus
@@ -13,6 +13,16 @@ Decision = Literal["approved", "rejected", "edited"]
 
 
 class DecisionIn(ApiIn):
+    # `edited` needs the content it approves instead (not null).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "anyOf": [
+                {"properties": {"decision": {"enum": ["approved", "rejected"]}}},
+                {"required": ["editedContent"], "properties": {"editedContent": {"not": {"type": "null"}}}},
+            ]
+        }
+    )
+
     decision: Decision
     edited_content: Any = Field(default=None, description="Required when decision is 'edited'.")
     decided_by: str | None = Field(default=None, max_length=200)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
 from stevora.definitions import Budget
@@ -43,6 +43,20 @@ class BudgetUsed(ApiOut):
 
 
 class ToolOutputIn(ApiIn):
+    # Exactly one of `output` (any JSON value, null included) or `error` (a message).
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [
+                {"required": ["output"], "properties": {"error": {"type": "null"}}},
+                {
+                    "required": ["error"],
+                    "properties": {"error": {"type": "string"}},
+                    "not": {"required": ["output"]},
+                },
+            ]
+        }
+    )
+
     tool_call_id: str = Field(min_length=1, max_length=200, description="The model's tool-call id.")
     output: Any = Field(default=None, description="The tool's result: any JSON value.")
     error: str | None = Field(
@@ -76,7 +90,10 @@ class RequiredAction(ApiOut):
 
 class ResumeIn(ApiIn):
     signal_type: str | None = Field(
-        default=None, min_length=1, max_length=100, description="Required unless the run is PAUSED."
+        default=None,
+        min_length=1,
+        max_length=100,
+        description="Required unless the run is PAUSED (without it, another status answers 409).",
     )
     payload: dict[str, Any] | None = Field(default=None, description="Shallow-merged into the run's state.")
 

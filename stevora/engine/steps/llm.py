@@ -76,8 +76,13 @@ class LlmStepRun:
                 return await self._loop(fresh)
             except BudgetExceeded as exc:
                 # Read the limits again before stopping: a person may have raised them meanwhile.
+                before = self.tools.meter
                 meter = await Meter.read(self.rt.pool, self.ex.run_id)
-                if meter is not None and meter.still_refused(exc.limit):
+                # Not raised: stop, even with calls left. A round whose approval-gated, client or
+                # workflow calls do not all fit stops with calls left, and going on from the same
+                # rows would stop there again, for ever (found by tests/e2e/hostile).
+                unchanged = before is not None and meter is not None and meter.budget == before.budget
+                if meter is not None and (unchanged or meter.still_refused(exc.limit)):
                     return budget_rules.stopped(meter, exc.limit, self.ex.step_name)
                 # Raised: go on from the committed rows, as a resumed step would.
                 self._meter(meter)

@@ -12,6 +12,7 @@ import structlog
 
 from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound, LlmCallRecord
+from stevora.db.database import storable_text
 from stevora.definitions import LlmStep
 from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
@@ -162,7 +163,18 @@ class ModelCaller:
     ) -> CommittedRound:
         usage = response.usage
         cost = self.rt.pricing.cost_usd(provider.name, response.model or model, usage)
-        calls = [c.to_dict() for c in response.tool_calls]
+        # What the model wrote, as the row keeps it (NUL, lone surrogates → U+FFFD): the transcript
+        # this execution goes on with is the one a resumed execution rebuilds, and the SDK can
+        # encode it for the next request.
+        text = storable_text(response.text) if response.text is not None else None
+        calls = [
+            {
+                "id": storable_text(c.id),
+                "name": storable_text(c.name),
+                "arguments": storable_text(c.arguments),
+            }
+            for c in response.tool_calls
+        ]
         metrics.llm_answered(provider.name, self.rt.pricing.known_name(provider.name, model), usage, cost)
         rec = LlmCallRecord(
             step_run_id=self.ex.step_run_id,
@@ -173,7 +185,7 @@ class ModelCaller:
             status="completed",
             request=stored_request,
             response={
-                "text": response.text,
+                "text": text,
                 "toolCalls": calls,
                 "responseModel": response.model,
                 "responseId": response.response_id,

@@ -29,13 +29,14 @@ from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.checkpoints import CommittedRound
+from stevora.db.database import storable_text
 from stevora.db.definitions import find_version, workflow_input_schema
 from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef
 from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited import tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
-from stevora.engine.steps.tool_calls import record_outcome
+from stevora.engine.steps.tool_calls import TOOL_CALL_ID_WIDTH, column_text, record_outcome
 from stevora.errors import BudgetExceeded, StevoraError
 from stevora.llm.messages import Message, ToolCall, ToolSpec
 from stevora.observability import hooks as observe
@@ -277,8 +278,8 @@ class ToolRunner:
             step_run_id=last.step_run_id,
             round=last.round,
             sequence=index,
-            tool_call_id=call.id,
-            tool_name=call.name,
+            tool_call_id=column_text(call.id, TOOL_CALL_ID_WIDTH),
+            tool_name=call.name,  # offered: a valid tool name
             arguments=arguments,
             kind=AwaitedKind.CLIENT,
         )
@@ -436,4 +437,6 @@ class ToolRunner:
         if self.meter is not None and outcome.error_code != UNCOUNTED_TOOL_ERROR:
             self.meter.tool_calls += 1
         self.rt.faults.reached("tool_committed", call_round.round, index)
-        return {"status": outcome.status, "text": outcome.result_text}
+        # As the trace keeps it (a handler may echo a lone surrogate the model sent): the transcript
+        # this execution goes on with is the one a resumed one rebuilds, and the SDK can encode it.
+        return {"status": outcome.status, "text": storable_text(outcome.result_text)}

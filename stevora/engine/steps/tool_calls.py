@@ -7,12 +7,26 @@ from typing import TYPE_CHECKING, Any
 
 from stevora.db import checkpoints
 from stevora.db.checkpoints import ToolTraceRecord
+from stevora.db.database import storable_text
 from stevora.engine.steps.base import StepExecution
 from stevora.events import EventType
 from stevora.tools import ToolOutcome
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
+
+# The widths of `tool_trace.tool_name` / `tool_call_id` (and `awaited_tool_calls`'). A model may
+# name a tool or a call with anything (no offered tool has a longer name or any other character
+# than [A-Za-z0-9_-]: such a call is refused as TOOL_NOT_OFFERED), and its trace must still be
+# written: the rest past the width is cut, never the trace.
+TOOL_NAME_WIDTH = 64
+TOOL_CALL_ID_WIDTH = 200
+
+
+def column_text(value: str, width: int) -> str:
+    """`value` as a text column holds it: at most `width` characters, the NUL character and lone
+    surrogates (which PostgreSQL text cannot hold) replaced by U+FFFD."""
+    return storable_text(value[:width])
 
 
 async def record_outcome(
@@ -29,6 +43,8 @@ async def record_outcome(
     idempotency_key: str,
     state_updates: dict[str, Any] | None,
 ) -> None:
+    tool_name = column_text(tool_name, TOOL_NAME_WIDTH)
+    tool_call_id = column_text(tool_call_id, TOOL_CALL_ID_WIDTH)
     rec = ToolTraceRecord(
         step_run_id=step_run_id,
         llm_call_id=llm_call_id,

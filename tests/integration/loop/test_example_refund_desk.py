@@ -1,11 +1,12 @@
 """`examples/refund-desk.json` end to end: a tool step, an approval-gated tool, a global tool that
-writes state — with the example's real handlers (`examples/refund_desk.py`)."""
+writes state — with the example's real handlers (`examples/refund_desk.py`, `examples/memory.py`)."""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
+import examples.memory as memory
 import examples.refund_desk as refund_desk
 from stevora.engine import commands
 from stevora.engine.steps.approval import decide_approval
@@ -21,7 +22,7 @@ async def test_the_refund_desk_example_runs_with_a_person_approving_the_refund(
         "type": "object", "properties": {"orderId": {"type": "string"}}, "required": ["orderId"],
     })  # fmt: skip
     harness.tools.tool(requires_approval=True)(refund_desk.issue_refund)
-    harness.tools.tool(global_=True)(refund_desk.remember)
+    harness.tools.tool(global_=True)(memory.remember)
     spec = json.loads((ROOT / "examples" / "refund-desk.json").read_text())
     spec["steps"][1]["model"] = "scripted"
     def_id = await create_definition(harness.rt, workspace_id, spec)

@@ -13,16 +13,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.table import Table
 
+from stevora.cli.output import make_console
 from stevora.client import AgentRuntime, WorkflowRun
 
 # Shipped in the package (a link to the repository's examples/ in a checkout), so a plain
 # `pip install` can run the demo from any directory.
-EXAMPLES = Path(__file__).resolve().parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLE_TOOLS = "stevora.examples.tools"
-console = Console()
+console = make_console()
 
 _STYLE = {"COMPLETED": "green", "FAILED": "red", "CANCELLED": "grey50", "WAITING": "yellow"}
 
