@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import cProfile
+import json
 import os
 import time
 from collections import defaultdict
@@ -24,13 +25,14 @@ from typing import Any
 import asyncpg
 
 from bench.common import new_workspace
+from bench.counts import Probe
 from stevora.engine import commands
 from stevora.engine.inline import InlineDispatcher
 from stevora.engine.run_pool import RunPool
 from stevora.ids import new_id
-from stevora.llm.messages import LlmRequest, LlmResponse
+from stevora.llm.messages import LlmRequest, LlmResponse, ToolCall, Usage
 from stevora.llm.router import ProviderRouter
-from stevora.llm.scripted_provider import ScriptedProvider
+from stevora.llm.scripted_provider import ScriptedProvider, scripted_rounds, synthesize_value
 from stevora.logging import configure_logging
 from stevora.runtime import Runtime
 from stevora.settings import Settings
@@ -39,19 +41,68 @@ from stevora.tools import ToolRegistry
 from tests.conftest import create_definition
 
 CLOCK_TICKS_PER_S = os.sysconf("SC_CLK_TCK")
+MAX_TOOL_ROUNDS = 20  # LlmStep.max_tool_rounds' upper bound
 
 
 class TimedProvider(ScriptedProvider):
-    """The scripted agent, recording when each run's model calls start."""
+    """The scripted agent (`scripted:rounds=N`: one call of every offered tool per round for N
+    rounds, then an answer), recording when each run's model calls start.
+
+    A stand-in as cheap as it can be, so that the counts are Stevora's: it answers from the
+    run's call count (O(1) per call) instead of `scripted_response`'s scan of the whole
+    conversation, with the same answers' shape (tool-call ids, arguments from the prompt)."""
 
     def __init__(self) -> None:
         super().__init__(name="scripted", record_limit=0)
         self.calls: dict[str, list[float]] = defaultdict(list)
+        # While a Probe counts: its call count at each model call, per run (calls per round index).
+        self.probe: Probe | None = None
+        self.call_counts: dict[str, list[int]] = defaultdict(list)
+        self._rounds: dict[str, int] = {}
+        self._arguments: dict[str, list[str]] = {}  # per run (its tag): each tool's arguments
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        tag = next(m.content for m in request.messages if m.role == "user")
-        self.calls[str(tag)].append(time.perf_counter())
-        return await super().complete(request)
+        first = request.messages[0]  # the prompt (the bench's definitions have no system prompt)
+        tag = str(
+            first.content
+            if first.role == "user"
+            else next(m.content for m in request.messages if m.role == "user")
+        )
+        if self.probe is not None and self.probe.active:
+            self.call_counts[str(tag)].append(self.probe.total())
+        stamps = self.calls[str(tag)]
+        stamps.append(time.perf_counter())
+        tools = request.tools
+        rounds = self._rounds.get(request.model)
+        if rounds is None:
+            rounds = self._rounds[request.model] = scripted_rounds(request.model)
+        if len(stamps) > rounds or not tools or request.tool_choice == "none":
+            return LlmResponse(
+                text=f"done after {len(stamps) - 1} rounds",
+                tool_calls=[],
+                usage=Usage(input_tokens=10 * len(stamps), output_tokens=5),
+                model=request.model,
+                finish_reason="stop",
+                response_id=None,
+                provider=self.name,
+            )
+        arguments = self._arguments.get(tag)
+        if arguments is None:
+            arguments = self._arguments[tag] = [
+                json.dumps(synthesize_value(t.parameters, str(tag)), separators=(",", ":")) for t in tools
+            ]
+        prefix = "call_" if len(stamps) == 1 else f"call_r{len(stamps)}_"
+        return LlmResponse(
+            text=None,
+            tool_calls=[
+                ToolCall(f"{prefix}{i}", t.name, arguments[i - 1]) for i, t in enumerate(tools, start=1)
+            ],
+            usage=Usage(input_tokens=10 * len(stamps), output_tokens=5),
+            model=request.model,
+            finish_reason="tool_calls",
+            response_id=None,
+            provider=self.name,
+        )
 
 
 def quiet_json_logging(settings: Settings) -> None:
@@ -115,6 +166,7 @@ class LoopBench:
         self._definitions: dict[int, str] = {}
         self.create_s: list[float] = []  # wall time of each create_run, outside the timed window
         self.profiler: cProfile.Profile | None = None  # enabled inside timed windows only
+        self.probe: Probe | None = None  # counts inside the window when set (bench/counts.py)
 
     @classmethod
     async def start(cls, url: str, *, hot_pool_size: int = 20, group_commit: bool = True) -> LoopBench:
@@ -153,7 +205,7 @@ class LoopBench:
 
     async def definition(self, rounds: int) -> str:
         if rounds not in self._definitions:
-            self._definitions[rounds] = await create_definition(
+            self._definitions[rounds] = def_id = await create_definition(
                 self.rt,
                 self.ws,
                 {
@@ -164,13 +216,19 @@ class LoopBench:
                             "type": "llm",
                             "name": "agent",
                             "model": f"scripted:rounds={rounds}",
-                            "maxToolRounds": rounds,
+                            "maxToolRounds": min(rounds, MAX_TOOL_ROUNDS),
                             "messages": [{"role": "user", "content": "{{input.tag}}"}],
                             "tools": ["noop"],
                         }
                     ],
                 },
             )
+            if rounds > MAX_TOOL_ROUNDS:
+                # Bench only: a definition caps maxToolRounds at 20; longer runs (to show that a
+                # round's cost does not grow with the round number) lift the cap in the worker's
+                # cached copy of the parsed definition, which is what the driver reads.
+                step = (await self.rt.definitions.get(def_id)).steps[0]
+                object.__setattr__(step, "max_tool_rounds", rounds)
         return self._definitions[rounds]
 
     async def create_runs(self, rounds: int, n: int) -> list[str]:
@@ -200,8 +258,14 @@ class LoopBench:
             cpu0, db0, t0 = time.process_time(), backend_cpu_s(before), time.perf_counter()
             if self.profiler is not None:
                 self.profiler.enable()
-            await asyncio.gather(*(pool.submit(r) for r in run_ids))
-            await pool.wait_idle()
+            if self.probe is not None:
+                self.probe.start()
+            try:
+                await asyncio.gather(*(pool.submit(r) for r in run_ids))
+                await pool.wait_idle()
+            finally:
+                if self.probe is not None:
+                    self.probe.stop()
             if self.profiler is not None:
                 self.profiler.disable()
             wall = time.perf_counter() - t0
@@ -223,6 +287,7 @@ class LoopBench:
     async def level(self, rounds: int, concurrency: int, runs: int) -> Level:
         run_ids = await self.create_runs(rounds, runs)
         self.provider.calls.clear()
+        self.provider._arguments.clear()
         wall, cpu, db = await self.execute(run_ids, concurrency)
         level = Level(rounds, concurrency, runs, wall, cpu, db, load=os.getloadavg()[0])
         by_index: dict[int, list[float]] = defaultdict(list)

@@ -38,6 +38,7 @@ from typing import Any
 import asyncpg
 
 from bench.common import bench_database_url, median, pct
+from bench.counts import Counts, Probe, by_area, top_functions
 from bench.harness import Level, LoopBench
 from stevora.db import checkpoints, runs, transitions
 from stevora.engine.driver import RunDriver
@@ -137,6 +138,93 @@ def phase_clock() -> Iterator[dict[str, float]]:
             setattr(owner, name, original)
 
 
+# -- counts: what a round costs, independent of the machine -----------------------------------------
+
+
+async def count_levels(
+    bench: LoopBench, args: argparse.Namespace
+) -> dict[tuple[int, int], tuple[Counts, Level]]:
+    """One counted level per (rounds, concurrency), and the growth level (key (rounds, 0))."""
+    probe = Probe()
+    bench.probe = bench.provider.probe = probe
+    out: dict[tuple[int, int], tuple[Counts, Level]] = {}
+    try:
+        plan = [(r, c, max(8, c)) for r in args.rounds for c in args.concurrency]
+        if args.growth:
+            plan.append((args.growth, 0, 2))
+        for rounds, c, runs in plan:
+            probe.counts = Counts()
+            bench.provider.call_counts.clear()
+            level = await bench.level(rounds, max(c, 1), runs)
+            level.call_counts = {k: list(v) for k, v in bench.provider.call_counts.items()}  # type: ignore[attr-defined]
+            out[(rounds, c)] = (probe.counts, level)
+    finally:
+        bench.probe = bench.provider.probe = None
+    return out
+
+
+def print_counts(counted: dict[tuple[int, int], tuple[Counts, Level]], args: argparse.Namespace) -> None:
+    wakeups = any(counts.selects for counts, _ in counted.values())
+    print(
+        "per round, counted (machine-independent; the level's runs' fixed cost spread over their rounds): "
+        "function calls = Python frames entered + builtin calls (cProfile's count), of them the bench's "
+        "stand-ins (scripted model, noop tool); statements, round trips and commits on asyncpg connections"
+        + (
+            "; event-loop polls and sleeps (asyncio's selector)"
+            if wakeups
+            else "; wake-ups: run without --uvloop"
+        )
+    )
+    print(
+        f"{'rounds/run':>10} {'conc':>5} {'calls':>8} {'python':>8} {'builtin':>8} {'bench':>6} "
+        f"{'stmts':>6} {'trips':>6} {'commits':>7} {'polls':>6} {'sleeps':>6}"
+    )
+    for (rounds, c), (n, level) in sorted(counted.items(), key=lambda kv: (-kv[0][0], kv[0][1])):
+        if c == 0:
+            continue
+        r = level.total_rounds
+        print(
+            f"{rounds:>10} {c:>5} {n.calls / r:>8.0f} {n.py / r:>8.0f} {n.c / r:>8.0f} {n.own / r:>6.0f} "
+            f"{n.statements / r:>6.2f} {n.round_trips / r:>6.2f} {n.commits / r:>7.2f} "
+            f"{n.selects / r if wakeups else float('nan'):>6.1f} {n.sleeps / r if wakeups else float('nan'):>6.1f}"
+        )
+    if args.top:
+        for (rounds, c), (n, level) in sorted(counted.items()):
+            if c == 0:
+                continue
+            print(f"  calls by module, per round ({rounds} rounds, concurrency {c}):")
+            for line in by_area(n, level.total_rounds):
+                print("    " + line)
+            print(f"  Python functions entered most, per round ({rounds} rounds, concurrency {c}):")
+            for line in top_functions(n.by_code, level.total_rounds, args.top):
+                print("    " + line)
+            print(f"  builtin calls by calling function, per round ({rounds} rounds, concurrency {c}):")
+            for line in top_functions(n.c_by_code, level.total_rounds, args.top):
+                print("    " + line)
+
+
+def print_growth(timed: Level | None, counted: tuple[Counts, Level] | None, rounds: int) -> None:
+    if not rounds:
+        return
+    marks = sorted({1, 2, min(20, rounds), rounds // 2, rounds})
+    print(f"  cost of round k in {rounds}-round runs at concurrency 1 (round k: from model call k to k+1):")
+    if timed is not None:
+        ms = "  ".join(f"k={k} {median(timed.by_index.get(k, [])):.3f}" for k in marks)
+        print(f"    wall ms p50 ({timed.runs} runs): {ms}")
+    if counted is not None:
+        per_run = getattr(counted[1], "call_counts", {})
+        by_k: dict[int, list[float]] = defaultdict(list)
+        for stamps in per_run.values():
+            for k in range(1, len(stamps)):
+                by_k[k].append(stamps[k] - stamps[k - 1])
+        calls = "  ".join(f"k={k} {median([float(x) for x in by_k.get(k, [])]):.0f}" for k in marks)
+        print(f"    function calls: {calls}")
+        print(f"    last round / first round (calls): {median(by_k[rounds]) / median(by_k[1]):.2f}x")
+    if timed is not None:
+        first, last = median(timed.by_index.get(1, [])), median(timed.by_index.get(rounds, []))
+        print(f"    last round / first round (wall p50): {last / first:.2f}x")
+
+
 # -- report -----------------------------------------------------------------------------------------
 
 
@@ -167,16 +255,26 @@ async def main(args: argparse.Namespace, url: str) -> None:
                 for c in args.concurrency:
                     n = max(8, c * args.waves)
                     results[(rounds, c)].append(await bench.level(rounds, c, n))
-        for rounds in args.rounds:
+        for rounds in args.rounds if args.repeats else ():
             with phase_clock() as spent:
                 await bench.level(rounds, 1, 8)
             phases[rounds], phase_runs[rounds] = dict(spent), 8
-        anchor = await bench.rt.pool.fetchrow(
-            "SELECT workflow_run_id, step_run_id, llm_call_id FROM tool_trace LIMIT 1"
-        )
-        tx_ms, cte_ms = await bare_transactions(bench.rt.pool, anchor, 1000)
+        growth: Level | None = None
+        if args.growth and args.repeats:
+            # Timed, not counted: does a round's cost grow with the round number?
+            growth = await bench.level(args.growth, 1, args.growth_runs)
+        counted = await count_levels(bench, args)
+        if args.repeats:
+            anchor = await bench.rt.pool.fetchrow(
+                "SELECT workflow_run_id, step_run_id, llm_call_id FROM tool_trace LIMIT 1"
+            )
+            tx_ms, cte_ms = await bare_transactions(bench.rt.pool, anchor, 1000)
     finally:
         await bench.close()
+    print_counts(counted, args)
+    print_growth(growth, counted.get((args.growth, 0)), args.growth)
+    if not args.repeats:
+        return
     if bench.profiler is not None:
         bench.profiler.dump_stats(args.cprofile)
         checkpoints_n = sum(lv.runs * (2 * lv.rounds + 1) for levels in results.values() for lv in levels)
@@ -258,7 +356,7 @@ def parse_args() -> argparse.Namespace:
     )
     parser.add_argument("--rounds", type=int, nargs="+", default=[20, 5])
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 128])
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="timed repeats (0: the counts only)")
     parser.add_argument("--waves", type=int, default=3, help="runs per level = concurrency x waves (min 8)")
     parser.add_argument("--hot-pool", type=int, default=20, help="asyncpg pool size (STEVORA_HOT_POOL_SIZE)")
     parser.add_argument("--uvloop", action="store_true", help="run on uvloop instead of asyncio's loop")
@@ -266,6 +364,14 @@ def parse_args() -> argparse.Namespace:
         "--group-commit", choices=["on", "off"], default="on", help="STEVORA_GROUP_COMMIT (default on)"
     )
     parser.add_argument("--cprofile", metavar="FILE", help="cProfile the timed windows (process CPU clock)")
+    parser.add_argument(
+        "--growth",
+        type=int,
+        default=100,
+        help="rounds per run of the round-k level at concurrency 1 (0: skip)",
+    )
+    parser.add_argument("--growth-runs", type=int, default=5, help="runs of the timed round-k level")
+    parser.add_argument("--top", type=int, default=0, help="print the N functions entered most per round")
     parser.add_argument("--codec", choices=["default", "stdlib", "orjson"], default="default")
     return parser.parse_args()
 

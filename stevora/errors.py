@@ -160,3 +160,42 @@ class InvalidToolOutputs(StevoraError):
 class ToolOutputTooLarge(StevoraError):
     code = "TOOL_OUTPUT_TOO_LARGE"
     http_status = 400
+
+
+class UnstorableValue(ValidationError):
+    """JSON Stevora cannot store and read back exactly (docs/security.md, "Numbers"): the code is
+    `INVALID_NUMBER`, `JSON_TOO_DEEP` or `INVALID_UNICODE`; `details.errors[0].path` names the field."""
+
+    @classmethod
+    def of(cls, code: str, path: str, message: str) -> UnstorableValue:
+        return cls(f"{path}: {message}", code=code, details={"errors": [{"path": path, "message": message}]})
+
+
+class PayloadTooLarge(StevoraError):
+    """A request body, or one field of it, over its documented limit (docs/security.md)."""
+
+    code = "PAYLOAD_TOO_LARGE"
+    http_status = 413
+
+    @classmethod
+    def field(cls, path: str, size: int, limit: int, setting: str) -> PayloadTooLarge:
+        message = f"{path} is {size} bytes of JSON, over the {limit}-byte limit ({setting})"
+        return cls(
+            message,
+            details={"errors": [{"path": path, "message": message}], "bytes": size, "limitBytes": limit},
+        )
+
+
+class StateTooLarge(StevoraError):
+    """A state merge (signal payload, edited approval content, task or tool state updates) that
+    would make the run's state larger than `STEVORA_MAX_STATE_BYTES`; nothing is merged."""
+
+    code = "STATE_TOO_LARGE"
+    http_status = 413
+    retryable = False
+
+
+class RunCrashLimit(StevoraError):
+    """A run whose driver crashed (or whose worker died holding it) too many times in a row."""
+
+    code = "RUN_CRASH_LIMIT"

@@ -39,6 +39,7 @@ class EventType(StrEnum):
     APPROVAL_REQUESTED = "APPROVAL_REQUESTED"
     APPROVAL_DECIDED = "APPROVAL_DECIDED"
     BUDGET_UPDATED = "BUDGET_UPDATED"
+    WORKFLOW_FORKED = "WORKFLOW_FORKED"  # on a fork (its origin) and on the origin (the fork)
 
 
 # Events after which a run has ended (the UI stream and the client's watch stop on them).

@@ -32,9 +32,8 @@ class FaultPlan:
             parts = spec.split(":")
             self.point, self.args = parts[0], tuple(parts[1:])
 
-    @property
-    def armed(self) -> bool:
-        return self.point is not None
+        # An attribute, not a property: hot paths check it before calling `reached`.
+        self.armed: bool = self.point is not None
 
     def reached(self, point: str, *args: object) -> None:
         if self.point != point:

@@ -75,6 +75,16 @@ class Settings(BaseSettings):
     # Longest `?wait=` / `Prefer: wait=` a run request may hold its answer for (0: never waits).
     max_request_wait_s: float = Field(default=60.0, ge=0, le=600)
 
+    # Input limits, checked before anything is written (docs/security.md, "Input limits").
+    max_request_bytes: int = Field(default=2_097_152, ge=1024)  # any request body, chunked too
+    max_json_depth: int = Field(default=64, ge=4, le=200)  # nesting of any stored JSON value
+    max_definition_bytes: int = Field(default=1_048_576, ge=1024)
+    max_run_input_bytes: int = Field(default=524_288, ge=64)
+    max_signal_payload_bytes: int = Field(default=524_288, ge=64)
+    max_state_bytes: int = Field(default=2_097_152, ge=1024)  # a run's state after any merge
+    # A run list page: input, state and output larger than their share are left out of the items.
+    max_list_page_bytes: int = Field(default=2_097_152, ge=10_240)
+
     # Worker
     worker_processes: int = 1
     worker_threads: int = 8
@@ -84,6 +94,8 @@ class Settings(BaseSettings):
     heartbeat_s: float = 10.0
     sweep_interval_s: float = 5.0
     undispatched_grace_s: float = 5.0  # PENDING runs older than this with no lease get re-dispatched
+    # Consecutive driver crashes or lease takeovers after which a run FAILS with RUN_CRASH_LIMIT.
+    max_run_crashes: int = Field(default=5, ge=1)
     # Delete finished runs this many days after they ended (`stevora runs prune`; the recovery
     # sweep prunes periodically when set). None or 0: keep everything.
     retention_days: int | None = Field(default=None, ge=0)

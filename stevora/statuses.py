@@ -127,7 +127,9 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.CANCELLED: frozenset(),
 }
 STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
-    StepStatus.PENDING: frozenset({StepStatus.RUNNING, StepStatus.SKIPPED, StepStatus.CANCELLED}),
+    StepStatus.PENDING: frozenset(
+        {StepStatus.RUNNING, StepStatus.SKIPPED, StepStatus.FAILED, StepStatus.CANCELLED}
+    ),
     StepStatus.RUNNING: frozenset(
         {StepStatus.WAITING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED}
     ),

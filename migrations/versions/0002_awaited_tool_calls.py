@@ -101,7 +101,9 @@ def downgrade() -> None:
     op.drop_table("awaited_tool_calls")
     op.drop_column("tool_trace", "child_run_id")
     op.drop_index("ix_runs_parent", table_name="workflow_runs")
-    op.drop_constraint(op.f("fk_workflow_runs_parent_run_id_workflow_runs"), "workflow_runs", type_="foreignkey")
+    op.drop_constraint(
+        op.f("fk_workflow_runs_parent_run_id_workflow_runs"), "workflow_runs", type_="foreignkey"
+    )
     op.drop_column("workflow_runs", "depth")
     op.drop_column("workflow_runs", "parent_tool_call_id")
     op.drop_column("workflow_runs", "parent_run_id")

@@ -27,9 +27,12 @@ def upgrade() -> None:
         postgresql_where=sa.text("llm_call_id IS NULL"),
     )
     op.alter_column("awaited_tool_calls", "llm_call_id", existing_type=sa.String(length=40), nullable=True)
-    op.add_column("awaited_tool_calls", sa.Column("parameters", postgresql.JSONB(astext_type=sa.Text()), nullable=True))
     op.add_column(
-        "awaited_tool_calls", sa.Column("approved_arguments", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
+        "awaited_tool_calls", sa.Column("parameters", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
+    )
+    op.add_column(
+        "awaited_tool_calls",
+        sa.Column("approved_arguments", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
     )
     op.drop_constraint(op.f("ck_awaited_tool_calls_kind"), "awaited_tool_calls", type_="check")
     op.create_check_constraint(
@@ -37,7 +40,9 @@ def upgrade() -> None:
     )
     op.drop_constraint(op.f("ck_awaited_tool_calls_status"), "awaited_tool_calls", type_="check")
     op.create_check_constraint(
-        op.f("ck_awaited_tool_calls_status"), "awaited_tool_calls", "status IN ('pending', 'approved', 'answered')"
+        op.f("ck_awaited_tool_calls_status"),
+        "awaited_tool_calls",
+        "status IN ('pending', 'approved', 'answered')",
     )
     op.create_index(
         "uq_awaited_tool_step",
@@ -60,12 +65,18 @@ def downgrade() -> None:
     op.drop_constraint(op.f("uq_approval_requests_awaited_tool_call_id"), "approval_requests", type_="unique")
     op.drop_column("approval_requests", "awaited_tool_call_id")
     op.drop_index(op.f("ix_approval_requests_step_run_id"), table_name="approval_requests")
-    op.create_unique_constraint(op.f("uq_approval_requests_step_run_id"), "approval_requests", ["step_run_id"])
+    op.create_unique_constraint(
+        op.f("uq_approval_requests_step_run_id"), "approval_requests", ["step_run_id"]
+    )
     op.drop_index("uq_awaited_tool_step", table_name="awaited_tool_calls")
     op.drop_constraint(op.f("ck_awaited_tool_calls_status"), "awaited_tool_calls", type_="check")
-    op.create_check_constraint(op.f("ck_awaited_tool_calls_status"), "awaited_tool_calls", "status IN ('pending', 'answered')")
+    op.create_check_constraint(
+        op.f("ck_awaited_tool_calls_status"), "awaited_tool_calls", "status IN ('pending', 'answered')"
+    )
     op.drop_constraint(op.f("ck_awaited_tool_calls_kind"), "awaited_tool_calls", type_="check")
-    op.create_check_constraint(op.f("ck_awaited_tool_calls_kind"), "awaited_tool_calls", "kind IN ('client', 'workflow')")
+    op.create_check_constraint(
+        op.f("ck_awaited_tool_calls_kind"), "awaited_tool_calls", "kind IN ('client', 'workflow')"
+    )
     op.drop_column("awaited_tool_calls", "approved_arguments")
     op.drop_column("awaited_tool_calls", "parameters")
     op.alter_column("awaited_tool_calls", "llm_call_id", existing_type=sa.String(length=40), nullable=False)

@@ -1,7 +1,7 @@
 """Budgets: workflow_definitions.budget (the default of its runs) and workflow_runs.budget
 
 Revision ID: 0009
-Revises: 0006
+Revises: 0007
 Create Date: 2026-11-26 10:30:00
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0009"
-down_revision: str | None = "0006"
+down_revision: str | None = "0007"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -20,6 +20,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from stevora.api.auth import ApiKeyAuthenticator
 from stevora.api.deps import ApiContext, reject_nul
 from stevora.api.errors import install_error_handlers
+from stevora.api.limits import EdgeLimits
 from stevora.api.openapi import install_openapi
 from stevora.api.routers import (
     api_keys,
@@ -27,6 +28,7 @@ from stevora.api.routers import (
     costs,
     definitions,
     events,
+    forks,
     health,
     runs,
     traces,
@@ -52,7 +54,7 @@ Responses are `{"success": true, "data": ...}` (lists with pages add `meta`); er
 
 def build_v1_router() -> APIRouter:
     v1 = APIRouter(dependencies=[Depends(reject_nul)])
-    for module in (workspaces, api_keys, definitions, runs, events, traces, approvals, webhooks):
+    for module in (workspaces, api_keys, definitions, runs, forks, events, traces, approvals, webhooks):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)
     v1.include_router(costs.router)
@@ -112,8 +114,10 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         static_url="/docs-static",
     )
     app.state.ctx = ctx
-    app.add_middleware(ApiPrefixAlias)
     install_error_handlers(app)
+    # Outside the catch-all: an oversize or hostile body is refused before any route reads it.
+    app.add_middleware(EdgeLimits, settings=settings)
+    app.add_middleware(ApiPrefixAlias)
     if settings.cors_origins:
         app.add_middleware(
             CORSMiddleware,

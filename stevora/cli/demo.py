@@ -100,7 +100,7 @@ def research_agent(client: AgentRuntime) -> WorkflowRun:
             f"  tool {trace.tool_name}({json.dumps(trace.input_json)}) → {trace.status}: "
             f"{json.dumps(trace.output_json)[:120]}"
         )
-    answer = run.state.get("answer")
+    answer = (run.state or {}).get("answer")
     console.print(f"  answer: {str(answer)[:300]}")
     return run
 

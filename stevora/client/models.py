@@ -133,10 +133,13 @@ class WorkflowRun(Model):
     definition_id: str
     status: str
     current_step_name: str | None = None
-    input: dict[str, Any] = Field(default_factory=dict)
-    state: dict[str, Any] = Field(default_factory=dict)
+    input: dict[str, Any] | None = Field(default_factory=dict)
+    """None only in a list page that left it out (named in `omitted_fields`): `workflows.get` has it."""
+    state: dict[str, Any] | None = Field(default_factory=dict)
     output: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
+    omitted_fields: list[str] = Field(default_factory=list)
+    """Large fields a list page left out (`input`, `state`, `output`); see docs/security.md."""
     total_cost_cents: float = 0.0
     total_input_tokens: int = 0
     total_output_tokens: int = 0

@@ -41,6 +41,7 @@ from stevora.client.protocol import (
     Sleep,
     SSEDecoder,
     StreamOp,
+    data_of,
     parse,
     parse_list,
     parse_page,
@@ -450,6 +451,72 @@ def tool_traces(run_id: str, *, step_name: str | None = None) -> Op[list[ToolTra
 def run_cost(run_id: str) -> Op[RunCost]:
     """The run's LLM cost: totals in USD and tokens, and each call."""
     return parse(RunCost, (yield Request("GET", _path("workflow-runs", run_id, "cost"))))
+
+
+def checkpoints(run_id: str) -> Op[list[dict[str, Any]]]:
+    """Every point the run can be forked at, in order (before each step; inside an llm step before
+    each round's model call), each with `state` as it was there and `next` (what happened next)."""
+    result: list[dict[str, Any]] = data_of(
+        (yield Request("GET", _path("workflow-runs", run_id, "checkpoints")))
+    )
+    return result
+
+
+def fork(
+    run_id: str,
+    at: str | Mapping[str, Any],
+    *,
+    state: Mapping[str, Any] | None = None,
+    tool_results: Mapping[str, Any] | None = None,
+    model: str | None = None,
+    system_prompt: str | None = None,
+    idempotency_key: str | None = None,
+) -> Op[dict[str, Any]]:
+    """Fork the run at `at` (`"agent"`, `"agent:3"` or `{"step": ..., "round": ...}`): a new run
+    that inherits everything before it and goes on with the edits applied (docs/time-travel.md).
+    Returns the new run (`id`, `forkedFrom`, `edits`, `state`)."""
+    edits: dict[str, Any] = {}
+    if state:
+        edits["state"] = dict(state)
+    if tool_results:
+        edits["toolResults"] = dict(tool_results)
+    if model is not None:
+        edits["model"] = model
+    if system_prompt is not None:
+        edits["systemPrompt"] = system_prompt
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    body = {"at": at if isinstance(at, str) else dict(at), "edits": edits}
+    request = Request("POST", _path("workflow-runs", run_id, "fork"), json=body, headers=headers)
+    result: dict[str, Any] = data_of((yield request))
+    return result
+
+
+def replay(
+    run_id: str,
+    *,
+    model: str | None = None,
+    system_prompt: str | None = None,
+    step: str | None = None,
+    idempotency_key: str | None = None,
+) -> Op[dict[str, Any]]:
+    """Drive the run again from its first step (with another `model` / `system_prompt` for `step`,
+    default its first llm step), each tool call answered from the run's recorded results: no
+    handler, client tool or child run is started. Returns the new run (`id`, `replayOf`)."""
+    body: dict[str, Any] = {"tools": "recorded"}
+    for key, value in (("model", model), ("systemPrompt", system_prompt), ("step", step)):
+        if value is not None:
+            body[key] = value
+    headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+    request = Request("POST", _path("workflow-runs", run_id, "replay"), json=body, headers=headers)
+    result: dict[str, Any] = data_of((yield request))
+    return result
+
+
+def lineage(run_id: str) -> Op[dict[str, Any]]:
+    """The run's origin (`forkedFrom`, `replayOf`), its forks, and for a replay its matched /
+    unmatched tool calls."""
+    result: dict[str, Any] = data_of((yield Request("GET", _path("workflow-runs", run_id, "lineage"))))
+    return result
 
 
 def wait_for_completion(

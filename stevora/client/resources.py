@@ -121,6 +121,10 @@ class Workflows(Namespace[Mode]):
     cost = operation(ops.run_cost)
     wait_for_completion = operation(ops.wait_for_completion)
     run_until_action = operation(ops.run_until_action)
+    checkpoints = operation(ops.checkpoints)
+    fork = operation(ops.fork)
+    replay = operation(ops.replay)
+    lineage = operation(ops.lineage)
 
 
 class Approvals(Namespace[Mode]):

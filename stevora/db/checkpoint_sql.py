@@ -7,8 +7,13 @@ joined on the runs it bumped, (3) inserts their events. A row whose fence fails 
 and is missing from the result: only that caller gets LeaseLost.
 
 Each comes in two shapes generated from the same column list: one row with its parameters in
-place (a lone checkpoint: the statement the single-row path always sent) or `unnest(...)` over one
-array per column (a group commit batch). Adding a column to a trace table is one line below.
+place (a lone checkpoint: the statement the single-row path always sent) or a batch, whose rows
+arrive as one JSON array of objects read by `json_to_recordset` (a group commit batch). One JSON
+document, not one array per column: the driver encodes it in one call, where arrays made it
+inspect every element of every column in Python (`isinstance` against `collections.abc`, about
+25 calls per row). JSON null is SQL NULL for every column type; jsonb columns carry the value
+itself (a string stays a JSON string), as the per-column encoder wrote it. Adding a column to a
+trace table is one line below.
 """
 
 from __future__ import annotations
@@ -57,6 +62,9 @@ TOOL_TRACE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("duration_ms", "float8"),
     ("idempotency_key", "text"),
     ("child_run_id", "text"),
+    # The call's `update_state`, also merged into the run below: the state-change log that fork
+    # points are recovered from (docs/time-travel.md).
+    ("state_updates", "jsonb"),
 )
 
 _RUN_COLUMNS = (("run_id", "text"), ("owner", "text"))
@@ -89,9 +97,9 @@ SELECT {event_id}, {run_id}, {step_run_id}, r.event_seq, {event_type}, {payload}
 RETURNING workflow_run_id, created_at
 """
 
-# A batch: `i` is one row per run, from one array per column.
+# A batch: `i` is one row per run, from one JSON array of objects keyed by input name.
 _BATCH = """WITH i AS (
-    SELECT * FROM unnest({arrays}) AS i({names})
+    SELECT * FROM json_to_recordset($1::json) AS i({columns})
 ), r AS (
     UPDATE workflow_runs w
        SET event_seq = w.event_seq + 1{run_set}
@@ -110,14 +118,17 @@ RETURNING workflow_run_id, created_at
 """
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class CheckpointKind:
-    """One kind of checkpoint: its statement in both shapes and how a row's values are laid out."""
+    """One kind of checkpoint: its statement in both shapes and how a row's values are laid out.
+    Compared and hashed by identity (there are two, and the group committer keys its queues by
+    them on every checkpoint)."""
 
     name: str
     single_sql: str  # one row, parameters in place
-    batch_sql: str  # unnest(...) of one array per column
+    batch_sql: str  # json_to_recordset($1) of one object per row, keyed by `names`
     record_values: attrgetter[Any]  # record -> its table columns' values, in column order
+    names: tuple[str, ...]  # the statement's inputs, in `row()` order
 
     def row(self, run_id: str, owner: str, rec: Any, event: tuple[Any, ...], *extra: Any) -> tuple[Any, ...]:
         """The statement's parameters for one checkpoint: run, record columns, event, extras."""
@@ -146,13 +157,16 @@ def _kind(
         )
 
     params = {c: f"${n}::{t}" for n, (c, t) in enumerate(inputs, 1)}
-    arrays = ", ".join(f"${n}::{t}[]" for n, (_, t) in enumerate(inputs, 1))
     batch_ref = {c: f"i.{c}" for c, _ in inputs}
-    batch = render(_BATCH, batch_ref, arrays=arrays, names=", ".join(c for c, _ in inputs))
-    return CheckpointKind(name, render(_SINGLE, params), batch, attrgetter(*(c for c, _ in columns)))
+    batch = render(_BATCH, batch_ref, columns=", ".join(f"{c} {t}" for c, t in inputs))
+    return CheckpointKind(
+        name,
+        render(_SINGLE, params),
+        batch,
+        attrgetter(*(c for c, _ in columns)),
+        tuple(c for c, _ in inputs),
+    )
 
 
 LLM_CALL = _kind("llm_call", "llm_calls", LLM_CALL_COLUMNS, _LLM_RUN_SET)
-TOOL_TRACE = _kind(
-    "tool_trace", "tool_trace", TOOL_TRACE_COLUMNS, _TOOL_RUN_SET, (("state_updates", "jsonb"),)
-)
+TOOL_TRACE = _kind("tool_trace", "tool_trace", TOOL_TRACE_COLUMNS, _TOOL_RUN_SET)

@@ -69,6 +69,7 @@ class ToolTraceRecord:
     duration_ms: float
     idempotency_key: str
     child_run_id: str | None = None
+    state_updates: dict[str, Any] | None = None  # the call's update_state (the state-change log)
     id: str = field(default_factory=lambda: new_id("tt"))
 
 
@@ -81,7 +82,8 @@ async def record_llm_call(
     payload: dict[str, Any],
 ) -> datetime:
     """Commit the call's row and event; returns the commit's timestamp (the row's `created_at`)."""
-    values = LLM_CALL.row(run_id, owner, rec, (new_id("evt"), event_type, payload))
+    # `LLM_CALL.row(...)`, inlined (a call per checkpoint): run, record columns, event.
+    values = (run_id, owner, *LLM_CALL.record_values(rec), new_id("evt"), event_type, payload)
     committed_at = await committer.write(LLM_CALL, run_id, values, f"LLM call round {rec.round}")
     if committed_at is ALREADY_RECORDED:
         committed_at = await committer.pool.fetchval("SELECT created_at FROM llm_calls WHERE id = $1", rec.id)
@@ -98,7 +100,15 @@ async def record_tool_trace(
     state_updates: dict[str, Any] | None = None,
 ) -> None:
     """Commit the call's trace row and event, and merge `state_updates` into the run's state."""
-    values = TOOL_TRACE.row(run_id, owner, rec, (new_id("evt"), event_type, payload), state_updates or None)
+    rec.state_updates = state_updates or None  # the state-change log column (docs/time-travel.md)
+    values = (  # `TOOL_TRACE.row(...)`, inlined: run, record columns, event
+        run_id,
+        owner,
+        *TOOL_TRACE.record_values(rec),
+        new_id("evt"),
+        event_type,
+        payload,
+    )
     await committer.write(TOOL_TRACE, run_id, values, f"tool call {rec.idempotency_key}")
 
 

@@ -72,12 +72,22 @@ def _dumps(value: Any) -> str:
     return _encode(value).decode()
 
 
+def _loads(text: str | bytes) -> Any:
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        # What orjson cannot read back (a number beyond a double, stored before the input limits of
+        # docs/security.md) the stdlib decoder reads exactly: a run holding it stays readable, so it
+        # can still be cancelled, failed or shown.
+        return json.loads(text)
+
+
 async def _init_connection(conn: asyncpg.Connection) -> None:
     # orjson: every checkpoint encodes its request/response/payload columns and every transcript
     # rebuild decodes them; ~5x faster than the stdlib codec (docs/benchmarks.md). jsonb's binary
     # wire format measured no better than text, so the columns stay text on the wire.
-    await conn.set_type_codec("jsonb", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
-    await conn.set_type_codec("json", encoder=_dumps, decoder=orjson.loads, schema="pg_catalog")
+    await conn.set_type_codec("jsonb", encoder=_dumps, decoder=_loads, schema="pg_catalog")
+    await conn.set_type_codec("json", encoder=_dumps, decoder=_loads, schema="pg_catalog")
 
 
 def asyncpg_dsn(database_url: str) -> str:

@@ -3,7 +3,7 @@
 Written singly, each checkpoint is one statement and one commit: at concurrency 32 the worker
 pays one round trip, one protocol exchange and one WAL flush per checkpoint. The `Runtime` owns
 one `GroupCommitter`; callers that arrive while a batch is in flight wait for the next one, and a
-batch is **one** statement over `unnest(...)` arrays (`checkpoint_sql.py`):
+batch is **one** statement over a JSON array of rows (`json_to_recordset`, `checkpoint_sql.py`):
 
 * each row is fenced by *its own* lease: a row whose fence fails is not written, and only that
   caller gets `LeaseLost`;
@@ -12,9 +12,11 @@ batch is **one** statement over `unnest(...)` arrays (`checkpoint_sql.py`):
   the server has it, never `off`), so no caller goes on from a row that is not durable;
 * no timer: a batch leaves as soon as the previous one is back; a caller that finds nothing in
   flight waits one turn of the event loop (callers of that same turn join it) and, still alone,
-  sends its single-row statement from its own task, so concurrency 1 pays what it always paid;
-  batches grow only when callers queue up, and are sent by a flusher task that no caller's
-  cancellation (a revoked lease cancels that run's task) can interrupt;
+  sends its single-row statement from its own task, so concurrency 1 pays what it always paid
+  (after `CALM_WRITES` lone checkpoints in a row that nobody joined, it skips that turn until a
+  caller arrives while a statement is in flight again); batches grow only when callers queue
+  up, and are sent by a flusher task that no caller's cancellation (a revoked lease cancels
+  that run's task) can interrupt;
 * two checkpoints of one run never share a batch (the run's event sequence is bumped once per
   row), the second waits for the next one;
 * a lost connection retries the batch in place (same rows, same ids): the try whose outcome was
@@ -34,15 +36,26 @@ how-many-th such batch of that kind: `batch_sending:<kind>:<n>` (callers queued,
 
 `STEVORA_GROUP_COMMIT=false` turns grouping off: each checkpoint is then written by its own
 caller, concurrently, with the same statement shape and the same retry rules.
+
+Grouping on, one statement is in flight at a time, so the committer keeps one pool connection
+between statements instead of acquiring and releasing one for each (asyncpg's acquire + release
+is about 60 Python calls and a task per statement, more than the rest of a lone checkpoint's
+client side). It is given back after `HOLD_IDLE_S` without a checkpoint, by `drain()`, and at
+once after any error that is not a plain statement error (a lost connection, a cancelled
+statement: terminated first, so no half-finished protocol state is ever reused). A pool of one
+connection is never held.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import asyncpg
+import structlog
 
 from stevora.db.checkpoint_sql import CheckpointKind
 from stevora.db.transient import Retrier, is_transient
@@ -50,6 +63,11 @@ from stevora.errors import LeaseLost
 from stevora.faults import FaultPlan
 
 ALREADY_RECORDED: Any = object()  # a retry found the row written by the try before
+log = structlog.get_logger("stevora.db")
+HOLD_IDLE_S = 0.25
+# After this many lone checkpoints in a row that no other caller joined, a lone caller sends at
+# once instead of first waiting one loop turn for company.
+CALM_WRITES = 16  # a kept connection goes back to the pool after this long without a checkpoint
 
 
 @dataclass(slots=True)
@@ -83,9 +101,16 @@ class GroupCommitter:
         self._queues: dict[CheckpointKind, list[_Pending]] = {}
         self._flusher: asyncio.Task[None] | None = None
         self._in_flight = False  # a statement is on the wire (a lone caller's or the flusher's)
+        self._calm = 0  # lone checkpoints in a row that nobody joined (see `write`)
         self.batches = 0  # statements that committed (for tests and benchmarks)
         self.rows = 0
         self._multi_row: dict[str, int] = {}  # batches of several rows sent, per kind (fault points)
+        # The kept connection (see the module docstring); only a real pool of 2+ connections.
+        self._hold = enabled and isinstance(pool, asyncpg.Pool) and pool.get_max_size() > 1
+        self._conn: Any = None
+        self._conn_used = False  # a statement went out since the last idle check
+        self._idle_timer: asyncio.TimerHandle | None = None
+        self._releasing: set[asyncio.Task[None]] = set()
 
     async def write(self, kind: CheckpointKind, run_id: str, values: tuple[Any, ...], what: str) -> Any:
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
@@ -96,41 +121,127 @@ class GroupCommitter:
         queue = self._queues.setdefault(kind, [])
         queue.append(item)
         if self._in_flight:
-            # shield: a cancelled caller must not cancel the batch other callers share.
-            return await asyncio.shield(done)
+            self._calm = 0  # callers meet: wait a turn for company again
+            # The flusher task sends queued rows; this caller only waits for its own future, so
+            # cancelling it (a revoked lease) cancels that future, never the batch others share
+            # (the flusher does not settle a cancelled future). No `shield`: it cost a task-like
+            # wrapper and three callbacks per checkpoint.
+            return await done
         # Nothing in flight. After one turn of the loop (callers of this same turn join the queue),
         # a caller still alone sends its row itself, from its own task: no task switch, no timer,
         # one single-row statement. Rows of several callers go to the flusher task instead, so
         # that cancelling one caller (a revoked lease) can never cancel the others' statement.
         self._in_flight = True
-        try:
-            await asyncio.sleep(0)
-        except BaseException:
-            queue.remove(item)  # cancelled before anything was sent
-            self._in_flight = False
-            self._flush_queued()
-            raise
-        if len(queue) == 1 and not any(q for k, q in self._queues.items() if k is not kind):
+        if self._calm < CALM_WRITES:
+            try:
+                await asyncio.sleep(0)
+            except BaseException:
+                queue.remove(item)  # cancelled before anything was sent
+                self._in_flight = False
+                self._flush_queued()
+                raise
+        # else: the last CALM_WRITES checkpoints all went alone, nobody arriving while they were
+        # in flight (one run, or runs that never overlap): the turn would only cost a wake-up.
+        # A caller that does arrive meanwhile is queued for the next statement and resets this.
+        if len(queue) == 1 and self._alone(kind):
             self._queues[kind] = []
             try:
                 await self._write(kind, queue)
             finally:
                 self._in_flight = False
-                self._flush_queued()
+                # Calm when nobody queued up behind this statement.
+                self._calm = 0 if self._flush_queued() else self._calm + 1
             return done.result()
         self._in_flight = False
         self._flush_queued()
-        return await asyncio.shield(done)
+        return await done  # sent by the flusher (see above)
+
+    def _alone(self, kind: CheckpointKind) -> bool:
+        """No other kind has rows queued (a loop, not a generator: this runs per checkpoint)."""
+        for k, q in self._queues.items():
+            if q and k is not kind:
+                return False
+        return True
 
     async def drain(self) -> None:
-        """Wait until every queued checkpoint is written (before the pool closes)."""
+        """Wait until every queued checkpoint is written and the kept connection is back in the
+        pool (before the pool closes)."""
         while self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
+        if not self._in_flight:
+            self._give_back(terminate=False)
+        while self._releasing:
+            await asyncio.gather(*self._releasing, return_exceptions=True)
 
-    def _flush_queued(self) -> None:
+    # -- the kept connection ----------------------------------------------------------------------
+
+    async def _fetch(self, sql: str, *args: Any) -> list[asyncpg.Record]:
+        """One statement: on the kept connection when grouping (one statement in flight at a
+        time), else on a connection of the pool's."""
+        if not self._hold:
+            return await self.pool.fetch(sql, *args)  # type: ignore[no-any-return]
+        conn = self._conn
+        statement = None
+        if conn is not None:
+            try:
+                statement = conn.fetch(sql, *args)
+            except asyncpg.InterfaceError:
+                # The server closed it while it was kept, and asyncpg gave it back to the pool
+                # (a released connection refuses calls before sending anything): take another.
+                self._conn = conn = None
+        if conn is None:
+            conn = self._conn = await self.pool.acquire()
+            if self._idle_timer is None:
+                self._idle_timer = asyncio.get_running_loop().call_later(HOLD_IDLE_S, self._idle_check)
+        self._conn_used = True
+        try:
+            if statement is None:
+                statement = conn.fetch(sql, *args)
+            return await statement  # type: ignore[no-any-return]
+        except BaseException as exc:
+            if not isinstance(exc, asyncpg.PostgresError) or is_transient(exc):
+                # A lost connection, a cancelled statement, anything not a plain statement error:
+                # never reuse it (a plain error, e.g. a unique violation, leaves it idle and fine).
+                self._give_back(terminate=True)
+            raise
+
+    def _idle_check(self) -> None:
+        self._idle_timer = None
+        if self._conn is None:
+            return
+        if self._conn_used or self._in_flight:
+            self._conn_used = False
+            self._idle_timer = asyncio.get_running_loop().call_later(HOLD_IDLE_S, self._idle_check)
+            return
+        self._give_back(terminate=False)
+
+    def _give_back(self, *, terminate: bool) -> None:
+        conn, self._conn = self._conn, None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        if conn is None:
+            return
+        if terminate:
+            # A connection the server closed is already back in the pool (asyncpg releases it).
+            with contextlib.suppress(asyncpg.InterfaceError):
+                conn.terminate()
+        task = asyncio.ensure_future(self.pool.release(conn))
+        self._releasing.add(task)
+        task.add_done_callback(self._released)
+
+    def _released(self, task: asyncio.Task[None]) -> None:
+        self._releasing.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.warning("group_commit_release_failed", error=repr(task.exception()))
+
+    def _flush_queued(self) -> bool:
+        """Start the flusher for queued rows, if any (returns whether there were)."""
         if any(self._queues.values()):
             self._in_flight = True
             self._flusher = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
+            return True
+        return False
 
     async def _flush_all(self) -> None:
         try:
@@ -159,17 +270,19 @@ class GroupCommitter:
                 batch.append(item)
         self._queues[kind] = rest
         # Row locks in id order, as the heartbeat's `id = ANY(...)` takes them: no deadlock.
-        batch.sort(key=_run_id)
+        batch.sort(key=_RUN_ID)
         return batch
 
     async def _write(self, kind: CheckpointKind, batch: list[_Pending], *, retried: bool = False) -> None:
         """Write `batch` and settle every caller of it, whatever happens. `retried`: an earlier
         try of these rows had an unknown outcome (a unique violation then means "recorded")."""
-        retrier = Retrier(f"record_{kind.name}", rows=len(batch), workflow_run_id=batch[0].run_id)
+        retrier: Retrier | None = None  # made on a first failure: most writes never need one
         while True:
             try:
                 committed = await self._execute(kind, batch)
             except Exception as exc:
+                if retrier is None:
+                    retrier = Retrier(f"record_{kind.name}", rows=len(batch), workflow_run_id=batch[0].run_id)
                 again = retried or retrier.outcome_unknown
                 if len(batch) > 1 and not is_transient(exc):
                     # One row's reason (or a retry's unique violation): each row alone.
@@ -194,39 +307,39 @@ class GroupCommitter:
                     _settle_error(
                         item, LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}")
                     )
-                else:
-                    _settle(item, found)
+                elif not item.done.done():  # `_settle`, inlined: once per checkpoint
+                    item.done.set_result(found)
             return
 
     async def _execute(self, kind: CheckpointKind, batch: list[_Pending]) -> dict[str, Any]:
         """One statement for the batch; returns run id -> commit timestamp of each row written."""
         if len(batch) == 1:
-            records = await self.pool.fetch(kind.single_sql, *batch[0].values)
+            records = await self._fetch(kind.single_sql, *batch[0].values)
         else:
-            columns = [list(col) for col in zip(*(p.values for p in batch), strict=True)]
+            names = kind.names
+            rows = [dict(zip(names, p.values, strict=True)) for p in batch]
             if self.faults.armed:
-                records = await self._execute_with_faults(kind, columns)
+                records = await self._execute_with_faults(kind, rows)
             else:
-                records = await self.pool.fetch(kind.batch_sql, *columns)
+                records = await self._fetch(kind.batch_sql, rows)
         self.batches += 1
         self.rows += len(records)
         return {rec["workflow_run_id"]: rec["created_at"] for rec in records}
 
     async def _execute_with_faults(
-        self, kind: CheckpointKind, columns: list[list[Any]]
+        self, kind: CheckpointKind, rows: list[dict[str, Any]]
     ) -> list[asyncpg.Record]:
         n = self._multi_row[kind.name] = self._multi_row.get(kind.name, 0) + 1
         self.faults.reached("batch_sending", kind.name, n)
         async with self.pool.acquire() as conn:
-            sent = asyncio.ensure_future(conn.fetch(kind.batch_sql, *columns))
+            sent = asyncio.ensure_future(conn.fetch(kind.batch_sql, rows))
             await asyncio.sleep(0)  # the task runs up to its first wait: the statement is on its way
             self.faults.reached("batch_sent", kind.name, n)
             records: list[asyncpg.Record] = await sent
             return records
 
 
-def _run_id(item: _Pending) -> str:
-    return item.run_id
+_RUN_ID = attrgetter("run_id")
 
 
 def _settle(item: _Pending, value: Any) -> None:

@@ -124,6 +124,11 @@ class WorkflowRun(Base):
         ),
         Index("ix_runs_active", "status", postgresql_where=text("status IN ('PENDING', 'RUNNING')")),
         Index("ix_runs_parent", "parent_run_id", postgresql_where=text("parent_run_id IS NOT NULL")),
+        Index(
+            "ix_workflow_runs_forked_from_run_id",
+            "forked_from_run_id",
+            postgresql_where=text("forked_from_run_id IS NOT NULL"),
+        ),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
@@ -162,6 +167,19 @@ class WorkflowRun(Base):
     # The limits this run is held to (definition default, create override, server ceiling, later
     # raises), as camelCase JSON: docs/definitions.md#budgets. NULL: no limit.
     budget: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # Time travel (docs/time-travel.md): the state the run started from (NULL: {}), the run and
+    # point it was forked from (no foreign key: pruning an origin never breaks a fork), and for a
+    # replay the run it replays and how its tool calls are answered ("recorded").
+    initial_state: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    forked_from_run_id: Mapped[str | None] = mapped_column(String(40))
+    forked_at_step: Mapped[str | None] = mapped_column(String(100))
+    forked_at_round: Mapped[int | None] = mapped_column(Integer)
+    fork_edits: Mapped[dict[str, Any] | None] = mapped_column(JSONB)  # {"state": ..., "toolResults": ...}
+    replay_of: Mapped[str | None] = mapped_column(String(40))
+    replay_tools: Mapped[str | None] = mapped_column(String(16))
+    # Consecutive driver crashes and lease takeovers; reset when a step ends, waits or retries.
+    # At STEVORA_MAX_RUN_CRASHES the run FAILS with RUN_CRASH_LIMIT (docs/security.md).
+    crash_count: Mapped[int] = mapped_column(Integer, server_default="0")
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 
@@ -188,6 +206,10 @@ class StepRun(Base):
     output: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     signal_type: Mapped[str | None] = mapped_column(String(100))
+    # The shallow state change the step's completion made (the state-change log) and, for a
+    # fork's copy of a step run, the origin step run it stands for.
+    state_updates: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    inherited_from: Mapped[str | None] = mapped_column(String(40))
     wait_until: Mapped[datetime | None] = _ts()
     started_at: Mapped[datetime | None] = _ts()
     completed_at: Mapped[datetime | None] = _ts()
@@ -243,6 +265,7 @@ class LlmCall(Base):
     time_to_first_token_ms: Mapped[float | None] = mapped_column(Float)
     finish_reason: Mapped[str | None] = mapped_column(String(40))
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    inherited_from: Mapped[str | None] = mapped_column(String(40))  # a fork's copy: the origin call
     created_at: Mapped[datetime] = _created()
 
 
@@ -281,6 +304,9 @@ class ToolTrace(Base):
     idempotency_key: Mapped[str] = mapped_column(String(120))
     # For a workflow called as a tool: the run that answered the call.
     child_run_id: Mapped[str | None] = mapped_column(String(40))
+    # The tool's `update_state` (the state-change log) and, in a fork, the origin row copied.
+    state_updates: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    inherited_from: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
 
 

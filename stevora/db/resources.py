@@ -9,7 +9,21 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
-from sqlalchemy import Insert, Select, Update, delete, distinct, exists, func, select, update
+from sqlalchemy import (
+    ColumnElement,
+    Insert,
+    Select,
+    Text,
+    Update,
+    case,
+    cast,
+    delete,
+    distinct,
+    exists,
+    func,
+    select,
+    update,
+)
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql.dml import ReturningDelete
 
@@ -88,6 +102,22 @@ def runs_where(
     if parent_run_id is not None:
         where.append(RUNS.c.parent_run_id == parent_run_id)
     return where, [RUNS.c.created_at.desc(), RUNS.c.id.desc()]
+
+
+RUN_LIST_LARGE = ("input", "state", "output")
+
+
+def run_list_columns(page_bytes: int, page_size: int) -> list[ColumnElement[Any]]:
+    """The run columns, with each large JSON column replaced by NULL (and flagged) when its text is
+    over its share of the page: the database measures it, so an oversized value never leaves it."""
+    share = max(1, page_bytes // (len(RUN_LIST_LARGE) * page_size))
+    columns: list[ColumnElement[Any]] = [c for c in RUNS.c if c.name not in RUN_LIST_LARGE]
+    for name in RUN_LIST_LARGE:
+        column = RUNS.c[name]
+        fits = func.octet_length(cast(column, Text)) <= share
+        columns.append(case((fits, column), else_=None).label(name))
+        columns.append((~fits).label(f"{name}_omitted"))
+    return columns
 
 
 def run_settling(workspace_id: str, run_id: str) -> Query:
@@ -175,8 +205,14 @@ def run_cost_calls(run_id: str) -> Query:
     )
 
 
-def _cost_where(workspace_id: str, start: datetime | None, end: datetime | None) -> list[Any]:
-    where = [WorkflowRun.workspace_id == workspace_id]
+def _cost_where(
+    workspace_id: str, start: datetime | None, end: datetime | None, include_replays: bool
+) -> list[Any]:
+    """A fork's inherited calls are its origin's (counted once, there); replays are left out
+    unless `include_replays` (docs/time-travel.md)."""
+    where = [WorkflowRun.workspace_id == workspace_id, LlmCall.inherited_from.is_(None)]
+    if not include_replays:
+        where.append(WorkflowRun.replay_of.is_(None))
     if start is not None:
         where.append(LlmCall.created_at >= start)
     if end is not None:
@@ -184,7 +220,9 @@ def _cost_where(workspace_id: str, start: datetime | None, end: datetime | None)
     return where
 
 
-def cost_by_model(workspace_id: str, start: datetime | None, end: datetime | None) -> Query:
+def cost_by_model(
+    workspace_id: str, start: datetime | None, end: datetime | None, include_replays: bool = False
+) -> Query:
     """Calls created in [start, end) of the workspace's runs, summed per (model, provider)."""
     return (
         select(
@@ -196,19 +234,21 @@ def cost_by_model(workspace_id: str, start: datetime | None, end: datetime | Non
             func.coalesce(func.sum(LlmCall.cost_usd), 0.0).label("cost_usd"),
         )
         .join(WorkflowRun, WorkflowRun.id == LlmCall.workflow_run_id)
-        .where(*_cost_where(workspace_id, start, end))
+        .where(*_cost_where(workspace_id, start, end, include_replays))
         .group_by(LlmCall.model, LlmCall.provider)
         .order_by(func.sum(LlmCall.cost_usd).desc(), LlmCall.model)
     )
 
 
-def cost_run_count(workspace_id: str, start: datetime | None, end: datetime | None) -> Query:
+def cost_run_count(
+    workspace_id: str, start: datetime | None, end: datetime | None, include_replays: bool = False
+) -> Query:
     """How many runs those calls belong to."""
     return (
         select(func.count(distinct(LlmCall.workflow_run_id)))
         .select_from(LlmCall)
         .join(WorkflowRun, WorkflowRun.id == LlmCall.workflow_run_id)
-        .where(*_cost_where(workspace_id, start, end))
+        .where(*_cost_where(workspace_id, start, end, include_replays))
     )
 
 

@@ -24,7 +24,7 @@ from stevora.statuses import ACTIVE_RUN_STATUSES, OPEN_STEP_STATUSES, StepStatus
 RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
     "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at, "
-    "parent_run_id, parent_tool_call_id, depth, budget"
+    "parent_run_id, parent_tool_call_id, depth, budget, crash_count"
 )
 STEP_COLUMNS = (
     "id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, input, output, "
@@ -58,10 +58,21 @@ _RUN_SETTABLE = frozenset(
         "lease_expires_at",
         "dispatched_at",
         "budget",
+        "crash_count",
     }
 )
 _STEP_SETTABLE = frozenset(
-    {"status", "output", "error", "signal_type", "wait_until", "started_at", "completed_at", "input"}
+    {
+        "status",
+        "output",
+        "error",
+        "signal_type",
+        "wait_until",
+        "started_at",
+        "completed_at",
+        "input",
+        "state_updates",
+    }
 )
 RELEASE: dict[str, Any] = {"lease_owner": None, "lease_expires_at": None}
 
@@ -106,6 +117,10 @@ async def update_run(
     if owner is not None:
         params.append(owner)
         guard += f" AND lease_owner = ${len(params)}"
+        if "crash_count" not in sets:
+            # A transition of the lease holder is progress: the run's crashes no longer add up
+            # (stevora/engine/poison.py). Free here: the statement writes the row anyway.
+            assignments.append("crash_count = 0")
     row = await conn.fetchrow(
         f"UPDATE workflow_runs SET {', '.join(assignments)} WHERE {guard} "
         f"RETURNING {RUN_COLUMNS}, event_seq, total_cost_cents",
@@ -390,3 +405,14 @@ async def mark_due_dispatched(pool: asyncpg.Pool, grace_s: float, limit: int) ->
     """Runs that are runnable and were not dispatched within the grace period, marked dispatched."""
     rows = await pool.fetch(_SWEEP_SQL, grace_s, limit)
     return [r["id"] for r in rows]
+
+
+async def count_crash(conn: asyncpg.Connection | asyncpg.Pool, run_id: str, owner: str) -> int | None:
+    """Add one to the crash count of a run `owner` holds; the new count (None: the lease is gone)."""
+    count: int | None = await conn.fetchval(
+        "UPDATE workflow_runs SET crash_count = crash_count + 1 "
+        "WHERE id = $1 AND lease_owner = $2 RETURNING crash_count",
+        run_id,
+        owner,
+    )
+    return count

@@ -53,7 +53,10 @@ WITH c AS (
            started_at = CASE WHEN {_PENDING} THEN now() ELSE w.started_at END,
            next_run_at = CASE WHEN {_PENDING} THEN NULL ELSE w.next_run_at END,
            updated_at = CASE WHEN {_PENDING} THEN now() ELSE w.updated_at END,
-           event_seq = w.event_seq + CASE WHEN {_PENDING} THEN 2 ELSE 0 END
+           event_seq = w.event_seq + CASE WHEN {_PENDING} THEN 2 ELSE 0 END,
+           -- Taking over an expired lease: its holder died (or crashed) with the run (poison.py).
+           crash_count = w.crash_count
+               + CASE WHEN w.lease_owner IS NOT NULL AND w.lease_expires_at < now() THEN 1 ELSE 0 END
     FROM workflow_definitions d
     WHERE w.id = $1 AND {fence} AND d.id = w.definition_id
     RETURNING {_qualified(RUN_COLUMNS, "w")}, w.dispatched_at, w.trace_context, w.event_seq,
@@ -123,7 +126,8 @@ WITH guard AS (
     WHERE w.id = $1 AND w.status = 'RUNNING' AND w.lease_owner = $3 AND st.id = $2 AND st.status = 'RUNNING'
     FOR NO KEY UPDATE OF w, st
 ), s AS (
-    UPDATE step_runs st SET status = 'COMPLETED', output = $4, updated_at = now(), completed_at = now()
+    UPDATE step_runs st SET status = 'COMPLETED', output = $4, state_updates = $5::jsonb,
+                        updated_at = now(), completed_at = now()
     FROM guard WHERE st.id = $2 AND st.status = 'RUNNING'
     RETURNING st.step_name, st.started_at, st.completed_at
 ), r AS (

@@ -50,7 +50,11 @@ class Advancing(DriverCore):
                 conn,
                 step_run["id"],
                 expect=[StepStatus.RUNNING],
-                sets={"status": StepStatus.COMPLETED, "output": output},
+                sets={
+                    "status": StepStatus.COMPLETED,
+                    "output": output,
+                    "state_updates": result.state_updates,
+                },
                 now_columns=["completed_at"],
             )
             run = await runs.update_run(

@@ -19,7 +19,7 @@ from stevora.db import runs
 from stevora.db.runs import RELEASE
 from stevora.definitions import Budget
 from stevora.engine import budget as budget_rules
-from stevora.engine import endings
+from stevora.engine import endings, limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import external_event
 from stevora.errors import InvalidStateTransition, NotFoundError, ValidationError
@@ -57,6 +57,7 @@ async def create_run(
     input checked against it first: a bad input is a VALIDATION_ERROR naming the field, and
     nothing is written. So is a `budget` above the server's ceiling (`stevora.engine.budget`).
     """
+    limits.check_run_input(rt.settings, input or {})
     spec = await rt.definitions.get_in_workspace(workspace_id, definition_id)
     run_budget = budget_rules.resolve(rt.settings, spec.budget if spec is not None else None, budget)
     schema = spec.input_json_schema() if spec is not None else None
@@ -113,8 +114,14 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 f"Only a FAILED run can be retried; this run is {run['status']}",
                 details={"workflowRunId": run_id, "status": run["status"]},
             )
-        failed = await runs.get_step_run(conn, run["current_step_run_id"])
-        assert failed is not None
+        failed = (
+            await runs.get_step_run(conn, run["current_step_run_id"]) if run["current_step_run_id"] else None
+        )
+        if failed is None:  # a FAILED run with no step run: nothing to run again
+            raise InvalidStateTransition(
+                "This run failed before any step ran; start a new run instead",
+                details={"workflowRunId": run_id, "status": run["status"]},
+            )
         visit = await runs.next_visit(conn, run_id, failed["step_name"])
         new = await runs.insert_step_run(
             conn,
@@ -136,6 +143,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 "current_step_run_id": new["id"],
                 "current_step_name": failed["step_name"],
                 "next_run_at": None,
+                "crash_count": 0,
                 **RELEASE,
             },
             now_columns=["dispatched_at"],
@@ -170,6 +178,14 @@ async def resume_run(
 ) -> asyncpg.Record:
     """Deliver a signal to a run waiting in an `external_event` step (payload merged into state),
     or un-pause a PAUSED run (no signalType needed)."""
+    if payload:
+        limits.check_sized(
+            rt.settings,
+            payload,
+            "payload",
+            rt.settings.max_signal_payload_bytes,
+            "STEVORA_MAX_SIGNAL_PAYLOAD_BYTES",
+        )
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await _owned_run(conn, workspace_id, run_id)
         if run["status"] == RunStatus.PAUSED and signal_type is None:
@@ -184,6 +200,6 @@ async def resume_run(
         else:
             if signal_type is None:
                 raise ValidationError.from_problems([{"path": "signalType", "message": "Field required"}])
-            row = await external_event.deliver_signal(conn, run, signal_type, payload)
+            row = await external_event.deliver_signal(conn, rt.settings, run, signal_type, payload)
     await dispatch_hint(rt.dispatcher, run_id)
     return row

@@ -40,6 +40,7 @@ import structlog
 from stevora.db import runs, transitions
 from stevora.db.transient import Retrier, is_transient
 from stevora.definitions import WorkflowDefinitionSpec
+from stevora.engine import limits
 from stevora.engine.advancing import MAX_VISITS_PER_STEP, Advancing, check_next_step
 from stevora.engine.driving import Next, Position, delay_until, step_started
 from stevora.engine.retrying import Retrying
@@ -177,7 +178,9 @@ class RunDriver(Advancing, Waiting, Retrying):
             bound.warning("step_raised", error=repr(exc), exc_info=exc)
             result = StepResult(status="failed", error=exception_error(exc))
         if result.status == "completed":
-            result = check_next_step(result, definition, ex.step_name)
+            result = limits.checked_result(
+                self.rt.settings, ex.state, check_next_step(result, definition, ex.step_name)
+            )
         if result.status == "completed":
             return await self._record(
                 run["id"], lambda: self._complete_step(run, step_run, result, definition)

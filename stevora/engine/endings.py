@@ -85,12 +85,13 @@ async def fail_run(
     owner: str,
     wake: list[str],
     events: Sequence[Event] = (),
+    expect: Sequence[str] = (RunStatus.RUNNING,),
 ) -> asyncpg.Record:
-    """RUNNING → FAILED with `error` (retryable later by `commands.retry_run`)."""
+    """RUNNING (or `expect`) → FAILED with `error` (retryable later by `commands.retry_run`)."""
     final = await runs.update_run(
         conn,
         run_id,
-        expect=[RunStatus.RUNNING],
+        expect=expect,
         owner=owner,
         sets={"status": RunStatus.FAILED, "error": error, "next_run_at": None, **RELEASE},
         now_columns=["failed_at"],

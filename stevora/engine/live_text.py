@@ -112,7 +112,8 @@ class LiveText:
         """Publish what is still pending and wait for it, so deltas precede the call's checkpoint."""
         if self._timer is not None:
             self._timer.cancel()
-        self._flush()
+        if self._pending:  # nothing streamed (tool calls only, or no streaming): nothing to send
+            self._flush()
         if self._last_send is not None:
             with contextlib.suppress(BaseException):
                 await self._last_send

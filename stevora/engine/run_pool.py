@@ -14,7 +14,9 @@ Database outages: the claim, the heartbeat and the release retry lost connection
 (`stevora.db.transient`), so a PostgreSQL restart of a few seconds costs a few seconds, not a
 whole lease. A driver that still fails after its retry budget (or hits a bug) hands the lease
 back and redispatches the run with a delay that doubles with each consecutive crash of that run
-(0.5 s up to 30 s), so a run that crashes the driver every time cannot spin a worker.
+(0.5 s up to 30 s), so a run that crashes the driver every time cannot spin a worker. Each crash
+is also counted in the run's row, and after `STEVORA_MAX_RUN_CRASHES` in a row the run FAILS
+with RUN_CRASH_LIMIT (stevora/engine/poison.py).
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import structlog
 
 from stevora.db import runs, transitions
 from stevora.db.transient import Retrier, retry_transient
+from stevora.engine import poison
 from stevora.engine.driver import Position, RunDriver
 from stevora.engine.hints import dispatch_hint
 from stevora.ids import random_token
@@ -117,6 +120,10 @@ class RunPool:
 
     async def _run(self, run_id: str, at: Position) -> None:
         try:
+            if at.run["crash_count"] >= self.rt.settings.max_run_crashes:
+                # Taken over from workers that died with it again and again: end it, do not drive it.
+                await poison.fail_crashed(self.rt, run_id, self.worker_id, at.run["crash_count"])
+                return
             name = (await self.rt.definitions.get(at.run["definition_id"])).name
             with observe.run_execution(at.run, name, self.worker_id):
                 await self.driver.drive(run_id, at)
@@ -134,8 +141,7 @@ class RunPool:
                 "run_driver_crashed", workflow_run_id=run_id, crashes=crashes, redispatch_in_ms=delay_ms
             )
             try:
-                await retry_transient(lambda: self.driver.release(run_id), "release", workflow_run_id=run_id)
-                await dispatch_hint(self.rt.dispatcher, run_id, delay_ms=delay_ms)
+                await self._crashed(run_id, delay_ms)
             except Exception:
                 log.warning("lease_release_failed", workflow_run_id=run_id, exc_info=True)
         finally:
@@ -143,6 +149,20 @@ class RunPool:
             self._slots.release()
             if not self._tasks:
                 self._idle.set()
+
+    async def _crashed(self, run_id: str, delay_ms: int) -> None:
+        """Count the crash durably; at the limit FAIL the run, else hand it back for a later try."""
+        count = await retry_transient(
+            lambda: poison.record_crash(self.rt, run_id, self.worker_id),
+            "record_crash",
+            workflow_run_id=run_id,
+        )
+        if count is not None and count >= self.rt.settings.max_run_crashes:
+            if await poison.fail_crashed(self.rt, run_id, self.worker_id, count):
+                self._crashes.pop(run_id, None)
+                return
+        await retry_transient(lambda: self.driver.release(run_id), "release", workflow_run_id=run_id)
+        await dispatch_hint(self.rt.dispatcher, run_id, delay_ms=delay_ms)
 
     async def _heartbeat_loop(self) -> None:
         settings = self.rt.settings

@@ -33,21 +33,94 @@ def prepare_transcript(messages: list[Message], *, provider_name: str) -> list[M
     * Ids that are not portable (or repeat an earlier id) are replaced deterministically, and
       their results are rewritten the same way.
     * Assistant turns with neither text nor tool calls are dropped (Anthropic rejects them).
+
+    The tool loop calls this through `TranscriptRepair`, which gives the same result for a
+    transcript that only grows without repairing its unchanged prefix again.
     """
-    id_format = _MISTRAL_ID if provider_name.lower().startswith("mistral") else _PORTABLE_ID
-    used_ids: set[str] = set()
     out: list[Message] = []
-    i = 0
-    round_no = 0
-    while i < len(messages):
+    _repair(messages, 0, len(messages), out, set(), 0, _id_format(provider_name), None)
+    return out
+
+
+class TranscriptRepair:
+    """`prepare_transcript` of a transcript that only grows at its end, kept up to date.
+
+    The tool loop prepares the same conversation before every model call, one round longer each
+    time. A segment (an assistant turn with tool calls and what follows it up to the next
+    assistant turn) is final once a later assistant turn exists: it is repaired once into the
+    kept prefix, with the ids it used. Only the open end (the last assistant turn and its results
+    so far) is repaired on each call, so a call costs the same at round 1 and at round 100.
+    The result equals `prepare_transcript(messages)` as long as `messages` is one list that is
+    only appended to (the loop's `LoopState.transcript`); another list, or one shorter than the
+    repaired prefix or whose last repaired message was replaced, is repaired from the start.
+    """
+
+    __slots__ = ("_anchor", "_done", "_id_format", "_list", "_out", "_round", "_used")
+
+    def __init__(self, provider_name: str) -> None:
+        self._id_format = _id_format(provider_name)
+        self._reset()
+
+    def _reset(self, messages: list[Message] | None = None) -> None:
+        self._list = messages
+        self._out: list[Message] = []  # messages[:_done], repaired
+        self._used: set[str] = set()  # tool-call ids used by the repaired prefix
+        self._round = 0  # assistant turns with tool calls in the prefix
+        self._done = 0  # always 0 or the index of an assistant turn
+        self._anchor: Message | None = None  # messages[_done - 1] when the prefix was repaired
+
+    def prepare(self, messages: list[Message]) -> list[Message]:
+        n = len(messages)
+        if messages is not self._list or (
+            self._done and (self._done > n or messages[self._done - 1] is not self._anchor)
+        ):
+            self._reset(messages)
+        last = n - 1
+        while last > self._done and messages[last].role != "assistant":
+            last -= 1
+        if last > self._done:  # every segment before the last assistant turn is final
+            self._round = _repair(
+                messages, self._done, last, self._out, self._used, self._round, self._id_format, None
+            )
+            self._done = last
+            self._anchor = messages[last - 1]
+        tail: list[Message] = []
+        added: list[str] = []
+        _repair(messages, self._done, n, tail, self._used, self._round, self._id_format, added)
+        for call_id in added:  # the open segment's ids are not final yet
+            self._used.discard(call_id)
+        return self._out + tail
+
+
+def _id_format(provider_name: str) -> re.Pattern[str]:
+    return _MISTRAL_ID if provider_name.lower().startswith("mistral") else _PORTABLE_ID
+
+
+def _repair(
+    messages: list[Message],
+    start: int,
+    end: int,
+    out: list[Message],
+    used_ids: set[str],
+    round_no: int,
+    id_format: re.Pattern[str],
+    added: list[str] | None,
+) -> int:
+    """Repair `messages[start:end]` onto `out` (see `prepare_transcript`); `start` is 0 or an
+    assistant turn, and `end` is the list's end or an assistant turn. Returns the round count;
+    the ids the segments used are added to `used_ids` (and listed in `added` when given)."""
+    i = start
+    while i < end:
         message = messages[i]
         i += 1
-        if message.role == "tool":
+        role = message.role
+        if role == "tool":
             continue  # orphan: not inside an assistant turn's segment
-        if message.role != "assistant":
+        if role != "assistant":
             out.append(message)
             continue
-        if not message.tool_calls:
+        calls = message.tool_calls
+        if not calls:
             if message.content:
                 out.append(message)
             continue
@@ -55,43 +128,73 @@ def prepare_transcript(messages: list[Message], *, provider_name: str) -> list[M
         # The segment: everything up to the next assistant turn. Its tool messages answer
         # this turn's calls; its other messages keep their order after the results.
         segment_end = i
-        while segment_end < len(messages) and messages[segment_end].role != "assistant":
+        while segment_end < end and messages[segment_end].role != "assistant":
             segment_end += 1
-        segment = messages[i:segment_end]
-        i = segment_end
+        segment_start, i = i, segment_end
 
-        new_calls = _renamed_calls(message.tool_calls, round_no, used_ids, id_format)
+        # The usual segment, checked without allocating: portable new ids, each answered once, in
+        # order, by the messages right after it, and nothing else in the segment. Kept as it is.
+        k = len(calls)
+        if segment_end - segment_start == k:
+            for index in range(k):
+                call_id = calls[index].id
+                item = messages[segment_start + index]
+                if (
+                    item.tool_call_id != call_id
+                    or item.role != "tool"
+                    or item.content is None
+                    or call_id in used_ids
+                    or not id_format.match(call_id)
+                ):
+                    break
+                used_ids.add(call_id)
+                if added is not None:
+                    added.append(call_id)
+            else:
+                out.append(message)
+                out += messages[segment_start:segment_end]
+                continue
+            for taken in range(index):  # undo the ids the fast path took, then repair in full
+                used_ids.discard(calls[taken].id)
+                if added is not None:
+                    added.pop()
+
+        new_calls = _renamed_calls(calls, round_no, used_ids, id_format, added)
         waiting: dict[str, deque[int]] = {}
-        for index, call in enumerate(message.tool_calls):
+        for index, call in enumerate(calls):
             waiting.setdefault(call.id, deque()).append(index)
         results: dict[int, Message] = {}
-        for item in segment:
+        for item in messages[segment_start:segment_end]:
             if item.role != "tool":
                 continue
             queue = waiting.get(item.tool_call_id or "")
             if not queue:
                 continue  # unknown id, or this call already has its result
             index = queue.popleft()
-            # Reuse unchanged messages: this runs before every model call, on the whole history.
+            # Reuse unchanged messages.
             new_id = new_calls[index].id
             if item.tool_call_id == new_id and item.content is not None:
                 results[index] = item
             else:
                 results[index] = dataclasses.replace(item, tool_call_id=new_id, content=item.content or "")
 
-        unchanged = all(new is old for new, old in zip(new_calls, message.tool_calls, strict=True))
+        unchanged = all(new is old for new, old in zip(new_calls, calls, strict=True))
         out.append(message if unchanged else dataclasses.replace(message, tool_calls=tuple(new_calls)))
         for index, call in enumerate(new_calls):
             out.append(
                 results.get(index)
                 or Message.tool_result(call.id, INTERRUPTED_RESULT, name=call.name, is_error=True)
             )
-        out.extend(item for item in segment if item.role != "tool")
-    return out
+        out.extend(item for item in messages[segment_start:segment_end] if item.role != "tool")
+    return round_no
 
 
 def _renamed_calls(
-    calls: tuple[ToolCall, ...], round_no: int, used_ids: set[str], id_format: re.Pattern[str]
+    calls: tuple[ToolCall, ...],
+    round_no: int,
+    used_ids: set[str],
+    id_format: re.Pattern[str],
+    added: list[str] | None,
 ) -> list[ToolCall]:
     renamed: list[ToolCall] = []
     for index, call in enumerate(calls):
@@ -99,6 +202,8 @@ def _renamed_calls(
         if not id_format.match(call.id) or call.id in used_ids:
             new_id = _fresh_id(call.id, round_no, index, used_ids, id_format)
         used_ids.add(new_id)
+        if added is not None:
+            added.append(new_id)
         renamed.append(call if new_id == call.id else dataclasses.replace(call, id=new_id))
     return renamed
 

@@ -8,19 +8,20 @@ The engine calls these in a line or two; everything else about observability liv
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from structlog.contextvars import bound_contextvars
+from structlog.contextvars import bind_contextvars, bound_contextvars
 
 from stevora.observability import metrics, tracing
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
-    from stevora.llm.messages import LlmResponse
+    from stevora.llm.messages import LlmResponse, Usage
     from stevora.tools import ToolOutcome
 
 
@@ -60,23 +61,108 @@ def step(
         metrics.STEP_DURATION.labels(step_type, obs.status).observe(time.perf_counter() - started)
 
 
-@dataclass
 class ModelCallObservation:
-    provider: str
-    model: str  # the metric label (bounded), not necessarily the model the step named
-    span: Span | None
-    started: float
-    status: str = "error"
+    """One provider call (a context manager); call `.answered(response)` when it returns.
+
+    Class-based, not a generator: this runs on every model call. With tracing off it sets the
+    structlog `round` (one context-variable write), times the call and observes the histogram
+    child `ModelCalls` bound for the step visit; the span exists only with tracing on. The span
+    names the model; `model` here is the metric label (bounded: `metrics.model_label`)."""
+
+    __slots__ = ("_calls", "_round", "_scope", "_token", "model", "provider", "span", "started", "status")
+
+    def __init__(self, calls: ModelCalls, provider: str, model: str, round_: int, messages: Any) -> None:
+        self.provider = provider
+        self.model = calls.label(provider, model)  # the metric label, not the step's string
+        self.span: Span | None = None
+        self.started = 0.0
+        self.status = "error"
+        self._calls = calls
+        self._round = round_
+        self._scope: Any = None
+        if tracing._state.tracer is not None:  # tracing on (tracing.is_on(), without the call)
+            self._scope = tracing.chat_span(provider, model, calls.step_run_id, round_, messages)
+
+    def __enter__(self) -> ModelCallObservation:
+        self._token = _ROUND.set(self._round)
+        if self._scope is not None:
+            try:
+                self.span = self._scope.__enter__()
+            except BaseException:
+                _ROUND.reset(self._token)
+                raise
+        self.started = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            self._calls.durations(self.provider, self.model)[self.status == "ok"].observe(
+                time.perf_counter() - self.started
+            )
+            if self._scope is not None:
+                self._scope.__exit__(*exc)
+        finally:
+            _ROUND.reset(self._token)
 
     def answered(self, response: LlmResponse) -> None:
         self.status = "ok"
-        tracing.chat_answered(self.span, response)
+        if self.span is not None:
+            tracing.chat_answered(self.span, response)
 
     def first_token(self) -> None:
         """Streaming calls: the first token arrived (time to first token)."""
         seconds = time.perf_counter() - self.started
         metrics.first_token(self.provider, self.model, seconds)
         tracing.chat_first_token(self.span, seconds)
+
+
+class ModelCalls:
+    """The observation points of one step visit's model calls: the metric label and children of
+    each (provider, model) are looked up once per visit, not per call. `known_name` is
+    `Pricing.known_name`: the label is the price list's name or `other` (`metrics.model_label`)."""
+
+    __slots__ = ("_durations", "_known_name", "_labels", "_tokens", "step_run_id")
+
+    def __init__(self, step_run_id: str, known_name: Callable[[str, str], str | None] | None = None) -> None:
+        self.step_run_id = step_run_id
+        self._known_name = known_name
+        self._labels: dict[tuple[str, str], str] = {}  # (provider, model) -> model label
+        self._durations: dict[tuple[str, str], tuple[Any, Any]] = {}  # (error, ok) children by label
+        self._tokens: dict[tuple[str, str], tuple[Any, Any]] = {}  # (input, output) children by label
+
+    def label(self, provider: str, model: str) -> str:
+        found = self._labels.get((provider, model))
+        if found is None:
+            known = self._known_name(provider, model) if self._known_name is not None else None
+            found = self._labels[(provider, model)] = metrics.model_label(known)
+        return found
+
+    def call(self, provider: str, model: str, round_: int, messages: Any) -> ModelCallObservation:
+        """`with calls.call(...) as obs:` around one provider call."""
+        return ModelCallObservation(self, provider, model, round_, messages)
+
+    def durations(self, provider: str, label: str) -> tuple[Any, Any]:
+        found = self._durations.get((provider, label))
+        if found is None:
+            found = self._durations[(provider, label)] = (
+                metrics.LLM_CALL_DURATION.labels(provider, label, "error"),
+                metrics.LLM_CALL_DURATION.labels(provider, label, "ok"),
+            )
+        return found
+
+    def answered(self, provider: str, model: str, usage: Usage, cost_usd: float | None) -> None:
+        """Tokens and cost of an answered call (`metrics.llm_answered`, children bound per visit)."""
+        label = self.label(provider, model)
+        found = self._tokens.get((provider, label))
+        if found is None:
+            found = self._tokens[(provider, label)] = (
+                metrics.LLM_TOKENS.labels(provider, label, "input"),
+                metrics.LLM_TOKENS.labels(provider, label, "output"),
+            )
+        found[0].inc(usage.input_tokens)
+        found[1].inc(usage.output_tokens)
+        if cost_usd:
+            metrics.LLM_COST.labels(provider, label).inc(cost_usd)
 
 
 @contextmanager
@@ -89,42 +175,105 @@ def model_call(
     *,
     known_model: str | None = None,
 ) -> Iterator[ModelCallObservation]:
-    """One provider call; call `.answered(response)` when it returns. The span names `model`;
-    the metrics name `known_model` (`Pricing.known_name`) or `other`, never the step's string."""
-    with (
-        bound_contextvars(round=round_),
-        tracing.chat_span(provider, model, step_run_id, round_, messages) as span,
-    ):
-        obs = ModelCallObservation(provider, metrics.model_label(known_model), span, time.perf_counter())
-        try:
-            yield obs
-        finally:
-            metrics.LLM_CALL_DURATION.labels(provider, obs.model, obs.status).observe(
-                time.perf_counter() - obs.started
-            )
+    """One provider call outside a step visit's `ModelCalls`; call `.answered(response)`. The span
+    names `model`; the metrics name `known_model` (`Pricing.known_name`) or `other`."""
+    with ModelCalls(step_run_id, lambda _p, _m: known_model).call(provider, model, round_, messages) as obs:
+        yield obs
 
 
-@dataclass
 class ToolCallObservation:
-    name: str
-    span: Span | None
+    """One tool handler call (a context manager); call `.finished(outcome)` with its ToolOutcome.
+    Class-based for the same reason as `ModelCallObservation`; sets the structlog `tool` (and
+    `round`) for the call's log lines."""
+
+    __slots__ = ("_calls", "_round", "_scope", "_tokens", "name", "span")
+
+    def __init__(
+        self, calls: ToolCalls, name: str, call_id: str | None, round_: int | None, arguments: Any
+    ) -> None:
+        self.name = name
+        self.span: Span | None = None
+        self._calls = calls
+        self._round = round_
+        self._scope: Any = None
+        if tracing._state.tracer is not None:
+            self._scope = tracing.tool_span(name, call_id, calls.step_run_id, round_, arguments)
+
+    def __enter__(self) -> ToolCallObservation:
+        tool = _TOOL.set(self.name)
+        self._tokens = (tool, None if self._round is None else _ROUND.set(self._round))
+        if self._scope is not None:
+            try:
+                self.span = self._scope.__enter__()
+            except BaseException:
+                self._reset()
+                raise
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        try:
+            if self._scope is not None:
+                self._scope.__exit__(*exc)
+        finally:
+            self._reset()
+
+    def _reset(self) -> None:
+        tool, round_ = self._tokens
+        if round_ is not None:
+            _ROUND.reset(round_)
+        _TOOL.reset(tool)
 
     def finished(self, outcome: ToolOutcome) -> None:
-        tracing.tool_finished(self.span, outcome)
-        label = metrics.tool_label(self.name, outcome.error_code)
-        metrics.TOOL_CALL_DURATION.labels(label, outcome.status).observe(outcome.duration_ms / 1000)
-        if not outcome.ok:
+        if self.span is not None:
+            tracing.tool_finished(self.span, outcome)
+        ok = outcome.status == "completed"
+        # Bounded: the registered handler's name, or `other` when no handler had that name.
+        label = self.name if ok else metrics.tool_label(self.name, outcome.error_code)
+        self._calls.durations(label)[ok].observe(outcome.duration_ms / 1000)
+        if not ok:
             metrics.TOOL_CALL_ERRORS.labels(label, outcome.error_code or "TOOL_ERROR").inc()
+
+
+class ToolCalls:
+    """The observation points of one step visit's tool calls (metric children bound per visit)."""
+
+    __slots__ = ("_durations", "step_run_id")
+
+    def __init__(self, step_run_id: str) -> None:
+        self.step_run_id = step_run_id
+        self._durations: dict[str, tuple[Any, Any]] = {}  # tool name -> (failed, completed) children
+
+    def call(self, name: str, call_id: str | None, round_: int | None, arguments: Any) -> ToolCallObservation:
+        """`with calls.call(...) as obs:` around one tool handler call."""
+        return ToolCallObservation(self, name, call_id, round_, arguments)
+
+    def durations(self, name: str) -> tuple[Any, Any]:
+        found = self._durations.get(name)
+        if found is None:
+            found = self._durations[name] = (
+                metrics.TOOL_CALL_DURATION.labels(name, "failed"),
+                metrics.TOOL_CALL_DURATION.labels(name, "completed"),
+            )
+        return found
 
 
 @contextmanager
 def tool_call(
     name: str, call_id: str | None, step_run_id: str, round_: int | None, arguments: Any
 ) -> Iterator[ToolCallObservation]:
-    """One tool handler call; call `.finished(outcome)` with its ToolOutcome."""
-    binding = {"tool": name} if round_ is None else {"tool": name, "round": round_}
-    with (
-        bound_contextvars(**binding),
-        tracing.tool_span(name, call_id, step_run_id, round_, arguments) as span,
-    ):
-        yield ToolCallObservation(name, span)
+    """One tool handler call outside a step visit's `ToolCalls`; call `.finished(outcome)`."""
+    with ToolCalls(step_run_id).call(name, call_id, round_, arguments) as obs:
+        yield obs
+
+
+def _structlog_var(key: str) -> ContextVar[Any]:
+    """The context variable structlog's `bind_contextvars(key=...)` writes (created if new):
+    setting it directly is what binding does, without scanning the whole context."""
+    token = bind_contextvars(**{key: ...})[key]  # Ellipsis: structlog's "not bound"
+    var: ContextVar[Any] = token.var
+    var.reset(token)
+    return var
+
+
+_ROUND = _structlog_var("round")
+_TOOL = _structlog_var("tool")

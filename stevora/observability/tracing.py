@@ -41,6 +41,11 @@ class _Tracing:
 _state = _Tracing()
 
 
+def is_on() -> bool:
+    """Whether this process traces (a tracer is installed)."""
+    return _state.tracer is not None
+
+
 def enabled(settings: Settings) -> bool:
     return settings.otel or bool(settings.otel_exporter_otlp_endpoint)
 

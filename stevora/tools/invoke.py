@@ -24,8 +24,12 @@ import pydantic
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
+from stevora.storable import encoded_size, problem_in_dumped, problem_in_value
 from stevora.tools.registry import ToolArgumentError, ToolContext, ToolRegistry
 from stevora.tools.schema import compiled_validator, json_path
+
+# The default of STEVORA_MAX_JSON_DEPTH, for callers that do not pass theirs.
+DEFAULT_MAX_JSON_DEPTH = 64
 
 ToolErrorCode = Literal[
     "TOOL_NOT_REGISTERED",
@@ -40,10 +44,13 @@ ToolErrorCode = Literal[
     "WORKFLOW_NOT_FOUND",
     "WORKFLOW_DEPTH_EXCEEDED",
     "WORKFLOW_RECURSION",
+    # a replay with recorded tools: the origin has no recorded result for this call
+    "TOOL_CALL_NOT_RECORDED",
     "CHILD_RUN_FAILED",
     "CHILD_RUN_CANCELLED",
     "TOOL_OUTPUT_INVALID",
     "APPROVAL_REJECTED",
+    "STATE_TOO_LARGE",
 ]
 _MAX_PROBLEM_CHARS = 300
 # Arguments nested deeper are treated like unparseable ones (`{"raw": ...}`): their trace is stored
@@ -81,11 +88,15 @@ async def invoke_tool(
     timeout_s: float | None,
     max_output_bytes: int,
     declared_output_schema: dict[str, Any] | None = None,
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
+    max_state_bytes: int | None = None,
 ) -> ToolOutcome:
     """Parse, validate and run one tool call; never raises except `CancelledError`.
 
     `declared_schema` (the step's inline tool schema) takes precedence over the registered
-    one. The registered tool's `timeout_ms`, when set, overrides `timeout_s`.
+    one. The registered tool's `timeout_ms`, when set, overrides `timeout_s`. An output the run
+    cannot store exactly (docs/security.md) is `TOOL_OUTPUT_INVALID`; `update_state` calls that
+    would grow the run's state (`context.state`) past `max_state_bytes` are `STATE_TOO_LARGE`.
     """
     started = time.perf_counter()
     arguments, is_object = parse_arguments(raw_arguments)
@@ -152,6 +163,12 @@ async def invoke_tool(
         except (TypeError, ValueError, RecursionError) as exc:
             return failed("TOOL_ERROR", f"Tool output is not JSON-serialisable: {exc}")
         output = json.loads(text)
+    unstorable = problem_in_dumped(output, text, max_depth=max_json_depth, root="output")
+    if unstorable is not None:
+        return failed(
+            "TOOL_OUTPUT_INVALID",
+            f"Output of tool '{name}' cannot be stored: {unstorable.path}: {unstorable.message}",
+        )
     # A character is at most 4 UTF-8 bytes, so short text skips the encode.
     if len(text) * 4 > max_output_bytes:
         size = len(text.encode("utf-8"))
@@ -166,6 +183,22 @@ async def invoke_tool(
                 "TOOL_OUTPUT_INVALID",
                 f"Output of tool '{name}' does not match its output schema: {'; '.join(problems)}",
             )
+    updates = context.state_updates
+    if updates:
+        problem = problem_in_value(updates, max_depth=max_json_depth, root="state")
+        if problem is not None:
+            return failed(
+                "TOOL_OUTPUT_INVALID",
+                f"update_state of tool '{name}' cannot be stored: {problem.path}: {problem.message}",
+            )
+        if max_state_bytes is not None:
+            size = encoded_size({**context.state, **updates})
+            if size > max_state_bytes:
+                return failed(
+                    "STATE_TOO_LARGE",
+                    f"update_state of tool '{name}' would make the run's state {size} bytes, over the "
+                    f"{max_state_bytes}-byte limit; nothing was merged",
+                )
     return ToolOutcome(
         status="completed",
         input=arguments,

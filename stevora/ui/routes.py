@@ -79,11 +79,15 @@ def mount_static(app: FastAPI) -> None:
     app.add_api_route("/favicon.ico", favicon, methods=["GET"], include_in_schema=False)
 
 
+_MAX_INT32 = 2**31 - 1  # page numbers and event sequences end up in integer SQL parameters
+
+
 def _int(value: str | None, default: int) -> int:
-    try:
-        return int(value) if value is not None else default
-    except ValueError:
+    """`value` as a non-negative 32-bit integer; `default` for anything else (`²`, `-1`, 2^40)."""
+    text = (value or "").strip()
+    if not (text.isascii() and text.isdigit()) or int(text) > _MAX_INT32:
         return default
+    return int(text)
 
 
 def build_ui_router() -> APIRouter:
@@ -283,7 +287,7 @@ def build_ui_router() -> APIRouter:
             text = form.get("content", "")
             try:
                 edited = json.loads(text)
-            except ValueError:
+            except (ValueError, RecursionError):
                 edited = text
         rt = runtime_of(request)
         try:

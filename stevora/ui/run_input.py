@@ -40,7 +40,7 @@ def json_object(text: str, field: str) -> dict[str, Any]:
         return {}
     try:
         value = json.loads(stripped)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested past what json parses
         raise ValidationError.from_problems([{"path": field, "message": f"not valid JSON: {exc}"}]) from None
     if not isinstance(value, dict):
         raise ValidationError.from_problems(

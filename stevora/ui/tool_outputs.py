@@ -56,7 +56,7 @@ def parse_answer(form: dict[str, str]) -> ToolOutput:
     text = form.get("output", "")
     try:
         value = json.loads(text)
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise ValueError(
             f"The output for tool call {call_id} is not valid JSON ({exc}). Nothing was recorded; "
             'to send text, quote it: "like this".'

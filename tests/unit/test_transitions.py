@@ -21,6 +21,8 @@ def _status(node: ast.expr, enum: type) -> object:
 
 
 def _expected(node: ast.expr, enum: type) -> list[object]:
+    if isinstance(node, ast.Call) and ast.unparse(node.func) == "list" and len(node.args) == 1:
+        node = node.args[0]  # list(OPEN_STEP_STATUSES)
     if isinstance(node, ast.Name):  # a named group, e.g. ACTIVE_RUN_STATUSES
         return list(getattr(statuses, node.id))
     assert isinstance(node, (ast.List, ast.Tuple)), ast.unparse(node)
@@ -28,10 +30,15 @@ def _expected(node: ast.expr, enum: type) -> list[object]:
 
 
 def _guarded_moves() -> list[tuple[str, str, list[object], object]]:
-    """(where, helper, expected statuses, new status) of each call that sets a status."""
+    """(where, helper, expected statuses, new status) of each call that sets a status. A helper
+    that passes its own `expect` parameter on (e.g. `endings.fail_run`) is checked with that
+    parameter's default and with the `expect=` of every call to it."""
     moves = []
-    for path in sorted(ROOT.rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+    forwarders: dict[str, tuple[str, type, object]] = {}  # function → (helper, enum, new status)
+    trees = {path: ast.parse(path.read_text()) for path in sorted(ROOT.rglob("*.py"))}
+    for path, tree in trees.items():
+        parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+        for node in ast.walk(tree):
             if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute):
                 continue
             if node.func.attr not in TABLES:
@@ -44,9 +51,30 @@ def _guarded_moves() -> list[tuple[str, str, list[object], object]]:
             for key, value in zip(sets.keys, sets.values, strict=True):
                 if isinstance(key, ast.Constant) and key.value == "status":
                     where = f"{path.relative_to(ROOT.parent)}:{node.lineno}"
-                    moves.append(
-                        (where, node.func.attr, _expected(kwargs["expect"], enum), _status(value, enum))
-                    )
+                    expect = kwargs["expect"]
+                    if isinstance(expect, ast.Name) and not hasattr(statuses, expect.id):
+                        function = node
+                        while not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            function = parents[function]
+                        params = function.args.kwonlyargs
+                        defaults = dict(zip([a.arg for a in params], function.args.kw_defaults, strict=True))
+                        default = defaults.get(expect.id)
+                        assert default is not None, f"{where}: expect={expect.id} has no default"
+                        forwarders[function.name] = (node.func.attr, enum, _status(value, enum))
+                        expect = default
+                    moves.append((where, node.func.attr, _expected(expect, enum), _status(value, enum)))
+    for path, tree in trees.items():
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            name = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", None)
+            if name not in forwarders:
+                continue
+            helper, enum, new = forwarders[name]
+            for k in node.keywords:
+                if k.arg == "expect":
+                    where = f"{path.relative_to(ROOT.parent)}:{node.lineno}"
+                    moves.append((where, helper, _expected(k.value, enum), new))
     return moves
 
 

@@ -69,11 +69,19 @@ async def cost_summary(
         str | None, Query(alias="from", description="Inclusive start (ISO 8601).", json_schema_extra=_ISO)
     ] = None,
     to: Annotated[str | None, Query(description="Exclusive end (ISO 8601).", json_schema_extra=_ISO)] = None,
+    include_replays: Annotated[
+        bool, Query(alias="includeReplays", description="Count the model calls of replays too.")
+    ] = False,
 ) -> Response:
-    """Totals and a per-model breakdown over calls created in [from, to); omitted = unbounded."""
+    """Totals and a per-model breakdown over calls created in [from, to); omitted = unbounded.
+    A fork's inherited calls are its origin's (counted once, there); replays are left out unless
+    `includeReplays=true` (docs/time-travel.md)."""
     start, end = _parse_instant(from_, "from"), _parse_instant(to, "to")
-    rows = await fetch_all(ctx.rt, resources.cost_by_model(auth.workspace_id, start, end))
-    run_count = await fetch_value(ctx.rt, resources.cost_run_count(auth.workspace_id, start, end)) or 0
+    rows = await fetch_all(ctx.rt, resources.cost_by_model(auth.workspace_id, start, end, include_replays))
+    run_count = (
+        await fetch_value(ctx.rt, resources.cost_run_count(auth.workspace_id, start, end, include_replays))
+        or 0
+    )
     by_model = [ModelCostOut.model_validate(r) for r in rows]
     summary = CostSummaryOut.model_validate(
         {

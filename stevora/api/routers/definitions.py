@@ -16,6 +16,7 @@ from stevora.api.schemas.envelope import Envelope, Page, ok, page
 from stevora.db import resources
 from stevora.db.definitions import find_version
 from stevora.definitions import WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
+from stevora.engine import limits
 from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.runtime import Runtime
 
@@ -33,6 +34,7 @@ DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_
 )
 async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any], Body()]) -> Response:
     """Validated with every problem reported at once; `(name, version)` is unique per workspace."""
+    limits.check_definition(ctx.settings, body, "body")
     spec = parse_definition(body)
     row, created = await store_definition(ctx.rt, auth.workspace_id, spec)
     if not created:

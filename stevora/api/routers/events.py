@@ -28,6 +28,7 @@ router = APIRouter(prefix="/workflow-runs", tags=["events"])
 RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
 _BATCH = 500
+MAX_SEQUENCE = 2**31 - 1  # workflow_events.sequence is an integer column
 
 
 async def _run_progress(rt: Runtime, workspace_id: str, run_id: str) -> tuple[str, int]:
@@ -96,7 +97,9 @@ async def stream_events(
     run_id: RunId,
     auth: Auth,
     ctx: Ctx,
-    after: Annotated[int | None, Query(ge=0, description="Send events with a larger sequence.")] = None,
+    after: Annotated[
+        int | None, Query(ge=0, le=MAX_SEQUENCE, description="Send events with a larger sequence.")
+    ] = None,
     last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", include_in_schema=False)] = None,
 ) -> Response:
     """Sends every event after `Last-Event-ID` (or `?after=`, or from the start), then polls for
@@ -107,11 +110,13 @@ async def stream_events(
     messages with no `id:` line (ephemeral: they may be missed; the stored events are the truth)."""
     start = after or 0
     if last_event_id:
-        if not last_event_id.strip().isdigit():
+        # ASCII digits only: str.isdigit() also accepts "²", which int() refuses.
+        text = last_event_id.strip()
+        if not (text.isascii() and text.isdigit() and int(text) <= MAX_SEQUENCE):
             raise ValidationError.from_problems(
                 [{"path": "Last-Event-ID", "message": "Must be an event sequence number"}]
             )
-        start = max(start, int(last_event_id.strip()))
+        start = max(start, int(text))
     await _run_progress(ctx.rt, auth.workspace_id, run_id)  # 404 before the stream starts
     return StreamingResponse(
         _stream(ctx, auth.workspace_id, run_id, start),

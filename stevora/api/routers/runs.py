@@ -23,6 +23,7 @@ from stevora.api.schemas.runs import (
     ResumeIn,
     RunCreate,
     RunDetailOut,
+    RunListItemOut,
     RunOut,
     StepRunOut,
     ToolOutputsIn,
@@ -32,7 +33,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db import budgets as db_budgets
 from stevora.db import resources
 from stevora.definitions import Budget, parse_definition
-from stevora.engine import commands
+from stevora.engine import commands, limits
 from stevora.engine.budget import update_budget
 from stevora.engine.steps.awaited import client as tool_outputs
 from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError, ValidationError
@@ -105,6 +106,9 @@ async def create_run(
     definition_id = body.definition_id
     if definition_id is None:
         assert body.definition is not None  # definition_problem() checked it
+        # Checked before the definition is stored, so a refused request stores nothing.
+        limits.check_definition(ctx.settings, body.definition, "definition")
+        limits.check_run_input(ctx.settings, body.input)
         definition_id = await adhoc_definition(ctx.rt, auth.workspace_id, body.definition)
     record, created = await commands.create_run(
         ctx.rt, auth.workspace_id, definition_id, body.input, body.idempotency_key, body.budget
@@ -157,7 +161,12 @@ async def adhoc_definition(rt: Runtime, workspace_id: str, body: dict[str, Any])
     return definition_id
 
 
-@router.get("", response_model=Page[RunOut], summary="List workflow runs")
+def _list_item(row: Mapping[str, Any]) -> RunListItemOut:
+    omitted = [name for name in resources.RUN_LIST_LARGE if row[f"{name}_omitted"]]
+    return RunListItemOut.model_validate({**row, "omitted_fields": omitted})
+
+
+@router.get("", response_model=Page[RunListItemOut], summary="List workflow runs")
 async def list_runs(
     auth: Auth,
     ctx: Ctx,
@@ -174,10 +183,20 @@ async def list_runs(
         ),
     ] = None,
 ) -> Response:
-    """Newest first."""
+    """Newest first. Items leave out an `input`, `state` or `output` whose JSON is over its share of
+    `STEVORA_MAX_LIST_PAGE_BYTES` (a third of the page's bytes per item): it is `null` and named in
+    `omittedFields`."""
     where, order = resources.runs_where(auth.workspace_id, status, definition_id, parent_run_id)
-    rows, total = await fetch_page(ctx.rt, resources.RUNS, where, order, paging.offset, paging.page_size)
-    data = [RunOut.model_validate(r) for r in await with_required_action(ctx.rt, rows)]
+    rows, total = await fetch_page(
+        ctx.rt,
+        resources.RUNS,
+        where,
+        order,
+        paging.offset,
+        paging.page_size,
+        columns=resources.run_list_columns(ctx.settings.max_list_page_bytes, paging.page_size),
+    )
+    data = [_list_item(r) for r in await with_required_action(ctx.rt, rows)]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
 

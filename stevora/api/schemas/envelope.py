@@ -10,7 +10,15 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Annotated, Any, Generic, Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, PlainSerializer, WithJsonSchema
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    SerializerFunctionWrapHandler,
+    WithJsonSchema,
+    WrapSerializer,
+)
 from pydantic.alias_generators import to_camel
 from starlette.responses import Response
 
@@ -29,6 +37,22 @@ Timestamp = Annotated[
     WithJsonSchema({"type": "string", "format": "date-time", "examples": ["2026-04-02T12:00:00.000Z"]}),
 ]
 """A timezone-aware datetime written as ISO 8601 with milliseconds and `Z`."""
+
+
+UNREADABLE_KEY = "$unreadable"
+
+
+def _readable(value: Any, handler: SerializerFunctionWrapHandler) -> Any:
+    try:
+        return handler(value)
+    except (ValueError, RecursionError):
+        # Stored before the input limits (docs/security.md): nested deeper than JSON responses can
+        # carry. The rest of the answer still goes out, so such a run can be read and cancelled.
+        return {UNREADABLE_KEY: "This value is nested too deeply to be returned"}
+
+
+Stored = WrapSerializer(_readable, when_used="json")
+"""Mark a stored JSON field: a value the serializer cannot write becomes `{"$unreadable": ...}`."""
 
 
 class ApiOut(BaseModel):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from stevora.api.schemas.envelope import ApiIn, ApiOut, Timestamp
+from stevora.api.schemas.envelope import ApiIn, ApiOut, Stored, Timestamp
 from stevora.definitions import Budget
 from stevora.statuses import RunStatus, StepStatus
 
@@ -104,10 +104,10 @@ class RunOut(ApiOut):
     definition_id: str
     status: RunStatus
     current_step_name: str | None
-    input: dict[str, Any]
-    state: dict[str, Any]
-    output: dict[str, Any] | None
-    error: dict[str, Any] | None
+    input: Annotated[dict[str, Any], Stored]
+    state: Annotated[dict[str, Any], Stored]
+    output: Annotated[dict[str, Any] | None, Stored]
+    error: Annotated[dict[str, Any] | None, Stored]
     total_cost_cents: float
     total_input_tokens: int
     total_output_tokens: int
@@ -136,6 +136,18 @@ class RunOut(ApiOut):
     updated_at: Timestamp
 
 
+class RunListItemOut(RunOut):
+    """A run in a list page: `input`, `state` or `output` too large for the page's share is `null`
+    here and named in `omittedFields`; `GET /v1/workflow-runs/{id}` has it."""
+
+    input: Annotated[dict[str, Any] | None, Stored]  # type: ignore[assignment]
+    state: Annotated[dict[str, Any] | None, Stored]  # type: ignore[assignment]
+    omitted_fields: list[str] = Field(
+        default_factory=list,
+        description="Large fields left out of this list item (`input`, `state`, `output`); fetch the run.",
+    )
+
+
 class StepRunOut(ApiOut):
     id: str = Field(examples=["srun_aaa111"])
     workflow_run_id: str
@@ -145,9 +157,9 @@ class StepRunOut(ApiOut):
     status: StepStatus
     visit: int
     attempt: int
-    input: dict[str, Any] | None
-    output: dict[str, Any] | None
-    error: dict[str, Any] | None
+    input: Annotated[dict[str, Any] | None, Stored]
+    output: Annotated[dict[str, Any] | None, Stored]
+    error: Annotated[dict[str, Any] | None, Stored]
     signal_type: str | None
     wait_until: Timestamp | None
     started_at: Timestamp | None
@@ -176,5 +188,5 @@ class EventOut(ApiOut):
     step_run_id: str | None
     sequence: int = Field(description="1, 2, 3, ... per run, in commit order, without gaps.")
     event_type: str = Field(examples=["STEP_COMPLETED"])
-    payload: dict[str, Any]
+    payload: Annotated[dict[str, Any], Stored]
     created_at: Timestamp

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field
 
-from stevora.api.schemas.envelope import ApiOut, Timestamp
+from stevora.api.schemas.envelope import ApiOut, Stored, Timestamp
 
 CallStatus = Literal["completed", "failed"]
 
@@ -20,8 +20,8 @@ class LlmCallOut(ApiOut):
     provider: str | None
     model: str
     status: CallStatus
-    request: dict[str, Any]
-    response: dict[str, Any] | None
+    request: Annotated[dict[str, Any], Stored]
+    response: Annotated[dict[str, Any] | None, Stored]
     input_tokens: int
     output_tokens: int
     cache_read_tokens: int
@@ -49,8 +49,8 @@ class ToolTraceOut(ApiOut):
     sequence: int = Field(description="Position of the call among the tool calls of one model response.")
     tool_call_id: str
     tool_name: str
-    input_json: Any
-    output_json: Any
+    input_json: Annotated[Any, Stored]
+    output_json: Annotated[Any, Stored]
     status: CallStatus
     error: str | None
     error_code: str | None

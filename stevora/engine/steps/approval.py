@@ -24,6 +24,7 @@ from stevora.db.awaited import NewAwaitedCall
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
 from stevora.definitions import ApprovalStep
+from stevora.engine import limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.awaited import Answer, answer
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
@@ -186,6 +187,8 @@ async def decide_approval(
         raise ValidationError.from_problems(
             [{"path": "editedContent", "message": "editedContent is required when decision is 'edited'"}]
         )
+    if edited_content is not None:
+        limits.check_value(rt.settings, edited_content, "editedContent")
     async with rt.pool.acquire() as conn, conn.transaction():
         approval = await approvals.decide(
             conn, workspace_id, approval_id, decided, edited_content, decided_by
@@ -203,6 +206,11 @@ async def decide_approval(
                 conn, workspace_id, approval, decided, edited_content, decided_by
             )
         else:
+            if decided == ApprovalDecision.EDITED:
+                run = await runs.get_run(conn, approval["workflow_run_id"])
+                limits.check_state_merge(
+                    rt.settings, run["state"] if run else None, {approval["content_key"]: edited_content}
+                )
             await _decide_step(conn, workspace_id, approval, decided, edited_content, decided_by)
             resumed = True
     # Dispatch only after commit: a claim that runs earlier still sees the run WAITING.

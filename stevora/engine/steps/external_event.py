@@ -17,6 +17,7 @@ from stevora.clock import utcnow
 from stevora.db import runs
 from stevora.db.runs import RELEASE
 from stevora.definitions import ExternalEventStep
+from stevora.engine import limits
 from stevora.engine.steps.base import StepExecution, StepType
 from stevora.errors import ConflictError, InvalidStateTransition
 from stevora.events import Event, EventType, step_completed
@@ -25,6 +26,7 @@ from stevora.tasks import StepResult
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
+    from stevora.settings import Settings
 
 
 class ExternalEventStepType(StepType):
@@ -42,7 +44,11 @@ class ExternalEventStepType(StepType):
 
 
 async def deliver_signal(
-    conn: asyncpg.Connection, run: asyncpg.Record, signal_type: str, payload: dict[str, Any] | None
+    conn: asyncpg.Connection,
+    settings: Settings,
+    run: asyncpg.Record,
+    signal_type: str,
+    payload: dict[str, Any] | None,
 ) -> asyncpg.Record:
     """Complete the run's waiting `external_event` step with the signal (payload merged into
     state), in the caller's transaction; returns the run row. The caller dispatches after commit."""
@@ -65,6 +71,7 @@ async def deliver_signal(
             code="SIGNAL_MISMATCH",
             details={"expectedSignalType": step_run["signal_type"], "signalType": signal_type},
         )
+    limits.check_state_merge(settings, run["state"], payload)
     done = await runs.update_step(
         conn,
         step_run["id"],

@@ -96,10 +96,13 @@ class LlmStepRun:
             else await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
         )
         st = rebuild(rounds, prompt)
+        msg: Message | None = None  # the last round's assistant turn, once built
         while True:
             last = st.rounds[-1] if st.rounds else None
             if last is not None:
-                calls = response_message(last.response).tool_calls
+                if msg is None:
+                    msg = response_message(last.response)
+                calls = msg.tool_calls
                 if calls and st.tool_rounds > self.step.max_tool_rounds:
                     return await self._max_rounds(st, last)
                 if calls:
@@ -112,7 +115,7 @@ class LlmStepRun:
                         return result
             round_ = await self.model.call(st)
             st.rounds.append(round_)
-            msg = response_message(round_.response)
+            msg = response_message(round_.response)  # reused at the top of the loop
             st.transcript.append(msg)
             if msg.tool_calls:
                 st.tool_rounds += 1

@@ -20,11 +20,10 @@ from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import BudgetExceeded, ProviderError, ProviderNotFound, StevoraError
 from stevora.events import EventType
-from stevora.llm.messages import LlmRequest, LlmResponse, ToolSpec, tool_choice_of
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, ToolSpec, tool_choice_of
 from stevora.llm.provider import Provider
-from stevora.llm.transcript import prepare_transcript
+from stevora.llm.transcript import TranscriptRepair
 from stevora.observability import hooks as observe
-from stevora.observability import metrics
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -48,10 +47,17 @@ class ModelCaller:
         self.log = log
         self.timeout_s = step.timeout_ms / 1000 if step.timeout_ms else None
         self._model_index = 0  # index into [model, *fallbackModels] of the model that answered last
+        # The transcript as each provider gets it, kept up to date as the loop appends to it.
+        self._repairs: dict[str, TranscriptRepair] = {}
+        # Metric labels and children bound once per visit (the label: the price list's name).
+        self._observe = observe.ModelCalls(ex.step_run_id, rt.pricing.known_name)
+        self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
         self.meter: Meter | None = None  # the run's budget, when it has one
 
     async def call(self, st: LoopState) -> CommittedRound:
-        self.rt.faults.reached("llm_call_starting", st.next_round)
+        faults = self.rt.faults
+        if faults.armed:
+            faults.reached("llm_call_starting", st.next_round)
         appended, st.pending_append = st.pending_append, []
         is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
         st.transcript.extend(appended)
@@ -65,7 +71,7 @@ class ModelCaller:
                 if limit is not None:
                     raise BudgetExceeded(limit)
             model = candidates[index]
-            provider = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
+            provider = self._provider(index, model)
             if provider is None:
                 self.log.warning("no_provider_for_model", model=model, hint="trying next")
                 # A real provider failure (maybe retryable) outranks a missing fallback provider:
@@ -77,7 +83,7 @@ class ModelCaller:
                 continue
             request = LlmRequest(
                 model=model,
-                messages=prepare_transcript(st.transcript, provider_name=provider.name),
+                messages=self._prepared(st, provider.name),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
                 max_tokens=self.step.max_tokens,
@@ -113,17 +119,14 @@ class ModelCaller:
                 started=started,
             )
             try:
-                with observe.model_call(
-                    provider.name,
-                    model,
-                    self.ex.step_run_id,
-                    st.next_round,
-                    request.messages,
-                    known_model=self.rt.pricing.known_name(provider.name, model),
-                ) as obs:
+                with self._observe.call(provider.name, model, st.next_round, request.messages) as obs:
                     live.observation = obs
                     try:
-                        async with self._limit(provider.name, model):
+                        limits = self.rt.llm_limits
+                        if limits and (provider.name in limits or model in limits):
+                            async with self._limit(provider.name, model):
+                                response = await provider.complete(request)
+                        else:  # no concurrency cap configured: nothing to enter
                             response = await provider.complete(request)
                     finally:
                         await live.aclose()  # its last text deltas go out before its checkpoint
@@ -140,6 +143,21 @@ class ModelCaller:
             )
         assert last_error is not None
         raise last_error
+
+    def _provider(self, index: int, model: str) -> Provider | None:
+        """The provider of candidate `index`, resolved once per step visit."""
+        if index in self._providers:
+            return self._providers[index]
+        found = self._providers[index] = self.rt.providers.resolve(
+            model, self.step.provider if index == 0 else None
+        )
+        return found
+
+    def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
+        repair = self._repairs.get(provider_name)
+        if repair is None:
+            repair = self._repairs[provider_name] = TranscriptRepair(provider_name)
+        return repair.prepare(st.transcript)
 
     @contextlib.asynccontextmanager
     async def _limit(self, provider: str, model: str) -> AsyncIterator[None]:
@@ -175,7 +193,7 @@ class ModelCaller:
             }
             for c in response.tool_calls
         ]
-        metrics.llm_answered(provider.name, self.rt.pricing.known_name(provider.name, model), usage, cost)
+        self._observe.answered(provider.name, model, usage, cost)
         rec = LlmCallRecord(
             step_run_id=self.ex.step_run_id,
             step_name=self.ex.step_name,
@@ -216,7 +234,9 @@ class ModelCaller:
         committed_at = await checkpoints.record_llm_call(
             self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )
-        self.rt.faults.reached("llm_call_committed", rec.round)
+        faults = self.rt.faults
+        if faults.armed:
+            faults.reached("llm_call_committed", rec.round)
         st.next_round += 1
         st.cost_usd += rec.cost_usd
         st.usage = st.usage + usage

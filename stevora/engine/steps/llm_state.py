@@ -39,7 +39,7 @@ class LoopState:
 
 def response_message(response: dict[str, Any]) -> Message:
     """The assistant turn a stored response stands for."""
-    calls = tuple(ToolCall(c["id"], c["name"], c["arguments"]) for c in response.get("toolCalls") or ())
+    calls = tuple([ToolCall(c["id"], c["name"], c["arguments"]) for c in response.get("toolCalls") or ()])
     return Message(role="assistant", content=response.get("text"), tool_calls=calls)
 
 

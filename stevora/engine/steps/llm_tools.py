@@ -35,6 +35,7 @@ from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef
 from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited import tool_call_view
 from stevora.engine.steps.base import StepExecution
+from stevora.engine.steps.llm_recorded import RecordedTools
 from stevora.engine.steps.llm_state import LoopState
 from stevora.engine.steps.tool_calls import TOOL_CALL_ID_WIDTH, column_text, record_outcome
 from stevora.errors import BudgetExceeded, StevoraError
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
     from stevora.runtime import Runtime
 
 ToolKind = Literal["handler", "client", "workflow"]
+_UNREAD = object()
 
 
 @dataclass(slots=True)
@@ -184,7 +186,10 @@ class ToolRunner:
         self.tools = tools
         self.log = log
         self.state = dict(ex.state)  # the run's state as this step's tools have left it
+        self._observe = observe.ToolCalls(ex.step_run_id)  # metric children bound once per visit
         self.meter: Meter | None = None  # the run's budget, when it has one
+        # A replay with recorded tools answers calls from its origin's results (read on first use).
+        self.recorded: RecordedTools | object | None = _UNREAD
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -194,8 +199,15 @@ class ToolRunner:
         missing = [(i, c) for i, c in enumerate(calls) if i not in last.tool_results]
         if not missing:
             return None
-        kinds = self.tools.kinds
         by_index: dict[int, dict[str, Any]] = {}
+        if self.recorded is _UNREAD:
+            self.recorded = await RecordedTools.load(self.rt.pool, self.ex.run_id)
+        if isinstance(self.recorded, RecordedTools):  # a replay: every call answered from the recording
+            for index, call in missing:
+                by_index[index] = await self._record(last, index, call, *self.recorded.answer(call))
+            self._deliver(st, calls, last, by_index)
+            return None
+        kinds = self.tools.kinds
         for index, call in missing:
             if call.name not in kinds:  # never looked up in the registry, never gated, never run
                 by_index[index] = await self._record(last, index, call, self._not_offered(call))
@@ -235,6 +247,16 @@ class ToolRunner:
                 by_index[index] = await self._record(last, index, call, immediate)
         if handed:
             return self._waiting(handed)
+        self._deliver(st, calls, last, by_index)
+        return None
+
+    def _deliver(
+        self,
+        st: LoopState,
+        calls: tuple[ToolCall, ...],
+        last: CommittedRound,
+        by_index: dict[int, dict[str, Any]],
+    ) -> None:
         # The model sees results in its own call order, whatever order they finished in.
         for index, call in enumerate(calls):
             if index in by_index:
@@ -245,7 +267,6 @@ class ToolRunner:
                         call.id, trace["text"], name=call.name, is_error=trace["status"] != "completed"
                     )
                 )
-        return None
 
     def _not_offered(self, call: ToolCall) -> ToolOutcome:
         arguments, _ = parse_arguments(call.arguments)
@@ -397,7 +418,7 @@ class ToolRunner:
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments
-        with observe.tool_call(call.name, call.id, self.ex.step_run_id, call_round.round, arguments) as obs:
+        with self._observe.call(call.name, call.id, call_round.round, arguments) as obs:
             outcome = await invoke_tool(
                 self.rt.tools,
                 call.name,
@@ -407,6 +428,8 @@ class ToolRunner:
                 timeout_s=timeout_ms / 1000,
                 max_output_bytes=self.rt.settings.max_tool_output_bytes,
                 declared_output_schema=self.tools.output_schemas.get(call.name),
+                max_json_depth=self.rt.settings.max_json_depth,
+                max_state_bytes=self.rt.settings.max_state_bytes,
             )
             obs.finished(outcome)
         self.rt.faults.reached("tool_returned", call_round.round, index)

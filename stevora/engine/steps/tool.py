@@ -38,7 +38,13 @@ if TYPE_CHECKING:
 
 # Failures a retry cannot fix: the definition or a person said no.
 _PERMANENT = frozenset(
-    {"TOOL_NOT_REGISTERED", "INVALID_ARGUMENTS", "APPROVAL_REJECTED", "TOOL_OUTPUT_INVALID"}
+    {
+        "TOOL_NOT_REGISTERED",
+        "INVALID_ARGUMENTS",
+        "APPROVAL_REJECTED",
+        "TOOL_OUTPUT_INVALID",
+        "STATE_TOO_LARGE",
+    }
 )
 
 
@@ -133,6 +139,8 @@ class ToolStepType(StepType):
                 declared_schema=None,
                 timeout_s=None,
                 max_output_bytes=rt.settings.max_tool_output_bytes,
+                max_json_depth=rt.settings.max_json_depth,
+                max_state_bytes=rt.settings.max_state_bytes,
             )
             obs.finished(outcome)
         updates = ctx.state_updates if outcome.ok else None

@@ -45,6 +45,7 @@ async def record_outcome(
 ) -> None:
     tool_name = column_text(tool_name, TOOL_NAME_WIDTH)
     tool_call_id = column_text(tool_call_id, TOOL_CALL_ID_WIDTH)
+    ok = outcome.status == "completed"  # `outcome.ok`, read once
     rec = ToolTraceRecord(
         step_run_id=step_run_id,
         llm_call_id=llm_call_id,
@@ -57,7 +58,7 @@ async def record_outcome(
         status=outcome.status,
         error=outcome.error,
         error_code=outcome.error_code,
-        result_text=None if outcome.ok else outcome.result_text,
+        result_text=None if ok else outcome.result_text,
         duration_ms=outcome.duration_ms,
         idempotency_key=idempotency_key,
     )
@@ -70,9 +71,9 @@ async def record_outcome(
         "sequence": sequence,
         "durationMs": round(outcome.duration_ms, 3),
     }
-    if not outcome.ok:
+    if not ok:
         payload.update(error=outcome.error, errorCode=outcome.error_code)
     if state_updates:
         payload["stateKeys"] = sorted(state_updates)
-    event = EventType.TOOL_CALL_COMPLETED if outcome.ok else EventType.TOOL_CALL_FAILED
+    event = EventType.TOOL_CALL_COMPLETED if ok else EventType.TOOL_CALL_FAILED
     await checkpoints.record_tool_trace(rt.committer, ex.run_id, ex.owner, rec, event, payload, state_updates)

@@ -14,8 +14,9 @@ from typing import Any
 import asyncpg
 import pytest
 
-from stevora.db import checkpoint_sql, checkpoints
+from stevora.db import checkpoint_sql, checkpoints, group_commit
 from stevora.db.checkpoints import LlmCallRecord, ToolTraceRecord
+from stevora.db.database import create_pool
 from stevora.db.group_commit import GroupCommitter
 from stevora.errors import LeaseLost
 from stevora.settings import Settings
@@ -498,3 +499,84 @@ async def test_a_lone_caller_cancelled_before_sending_writes_nothing_and_leaves_
     assert await traces_of(pool, ids, 710) == []
     await record_trace(gc, anchors[0], 711)  # nothing left "in flight"
     assert len(await traces_of(pool, ids, 711)) == 1
+
+
+async def test_consecutive_checkpoints_keep_one_connection_and_give_it_back_when_idle(
+    harness: Harness, workspace_id: str
+) -> None:
+    """One statement in flight at a time: the committer keeps one pool connection between them
+    (no acquire + release per checkpoint) and returns it after HOLD_IDLE_S without checkpoints."""
+    anchors, pool, ids = await leased(harness, workspace_id, 1)
+    gc = committer(pool)
+    await record_trace(gc, anchors[0], 720)
+    kept = gc._conn
+    assert kept is not None
+    pids = set()
+    for i in range(4):
+        await record_trace(gc, anchors[0], 721 + i)
+        assert gc._conn is kept
+        pids.add(kept.get_server_pid())
+    assert len(pids) == 1
+    assert len(await traces_of(pool, ids, 724)) == 1
+    await asyncio.sleep(group_commit.HOLD_IDLE_S * 2.5)
+    assert gc._conn is None  # back in the pool
+    assert not gc._releasing
+    await record_trace(gc, anchors[0], 725)  # and taken again when needed
+    assert gc._conn is not None
+    await gc.drain()
+    assert gc._conn is None and not gc._releasing
+
+
+async def test_a_kept_connection_the_server_closed_is_replaced_and_the_checkpoint_written_once(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors, pool, ids = await leased(harness, workspace_id, 1)
+    seq_before = await event_seqs(pool, ids)
+    gc = committer(pool)
+    await record_trace(gc, anchors[0], 730)
+    kept = gc._conn
+    assert kept is not None
+    await pool.execute("SELECT pg_terminate_backend($1)", kept.get_server_pid())
+    await asyncio.sleep(0.1)  # the socket closes under the kept connection
+    await record_trace(gc, anchors[0], 731)  # a lost connection: retried on a fresh one
+    assert gc._conn is not None and gc._conn is not kept
+    assert len(await traces_of(pool, ids, 731)) == 1
+    assert await event_seqs(pool, ids) == {ids[0]: seq_before[ids[0]] + 2}
+    await gc.drain()
+
+
+async def test_grouping_off_or_a_pool_of_one_keeps_no_connection(harness: Harness, workspace_id: str) -> None:
+    anchors, pool, _ = await leased(harness, workspace_id, 1)
+    gc = committer(pool, enabled=False)
+    await record_trace(gc, anchors[0], 740)
+    assert gc._conn is None
+    single = await create_pool(harness.rt.settings.database_url, max_size=1)
+    try:
+        gc = committer(single)
+        await record_trace(gc, anchors[0], 741)
+        assert gc._conn is None
+        assert await single.fetchval("SELECT 1") == 1  # the one connection is free
+    finally:
+        await single.close()
+
+
+async def test_after_calm_lone_checkpoints_a_caller_sends_at_once_and_company_still_batches(
+    harness: Harness, workspace_id: str
+) -> None:
+    """Lone checkpoints stop waiting a loop turn for company once nobody has joined for a while;
+    callers that then arrive together still share statements, each row written once."""
+    anchors, pool, ids = await leased(harness, workspace_id, 4)
+    gc = committer(pool)
+    for i in range(group_commit.CALM_WRITES):
+        await record_trace(gc, anchors[0], 800 + i)
+    assert gc._calm == group_commit.CALM_WRITES
+    task = asyncio.create_task(record_trace(gc, anchors[0], 850))
+    await asyncio.sleep(0)  # one turn: a calm lone caller has already sent its statement
+    assert gc._in_flight and not any(gc._queues.values())
+    await task
+    batches = gc.batches
+    await asyncio.gather(*(record_trace(gc, a, 860) for a in anchors))
+    assert gc.batches - batches == 2  # the first went alone at once, the other three together
+    assert gc._calm == 0  # they met: the next lone caller waits its turn again
+    assert sorted(r["workflow_run_id"] for r in await traces_of(pool, ids, 860)) == sorted(ids)
+    await gc.drain()

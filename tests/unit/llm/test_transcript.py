@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from stevora.llm.messages import Message, ToolCall
-from stevora.llm.transcript import INTERRUPTED_RESULT, prepare_transcript
+from stevora.llm.transcript import INTERRUPTED_RESULT, TranscriptRepair, prepare_transcript
 
 
 def _call(call_id: str, name: str = "lookup") -> ToolCall:
@@ -152,3 +155,84 @@ def test_input_list_is_not_modified():
     snapshot = list(messages)
     prepare_transcript(messages, provider_name="openai")
     assert messages == snapshot
+
+
+# -- TranscriptRepair: the same repair for a growing transcript, without redoing its prefix --------
+
+_IDS = ["call_a", "call_b", "call_1_0", "bad id", "", "x" * 41, "abcdefghi"]
+
+
+@st.composite
+def _growing_transcript(draw: st.DrawFn) -> list[Message]:
+    """Anything the loop (or a replay of odd stored rows) can append, in any order."""
+    kinds = st.sampled_from(
+        ["user", "assistant_calls", "assistant_text", "assistant_empty", "tool", "tool_none"]
+    )
+    messages: list[Message] = []
+    for kind in draw(st.lists(kinds, max_size=30)):
+        if kind == "user":
+            messages.append(Message.user("u"))
+        elif kind == "assistant_calls":
+            ids = draw(st.lists(st.sampled_from(_IDS), min_size=1, max_size=3))
+            messages.append(Message.assistant(None, [_call(i) for i in ids]))
+        elif kind == "assistant_text":
+            messages.append(Message.assistant("text"))
+        elif kind == "assistant_empty":
+            messages.append(Message.assistant(None))
+        elif kind == "tool":
+            messages.append(Message.tool_result(draw(st.sampled_from(_IDS)), "r"))
+        else:
+            messages.append(Message(role="tool", content=None, tool_call_id=draw(st.sampled_from(_IDS))))
+    return messages
+
+
+@settings(max_examples=300, deadline=None)
+@given(_growing_transcript(), st.sampled_from(["openai", "anthropic", "mistral"]))
+def test_incremental_repair_equals_the_full_repair_after_every_append(
+    messages: list[Message], provider: str
+) -> None:
+    repair = TranscriptRepair(provider)
+    grown: list[Message] = []
+    for message in messages:
+        grown.append(message)
+        assert repair.prepare(grown) == prepare_transcript(grown, provider_name=provider)
+    # Asked twice without a change: the same answer (the open segment's ids are not kept).
+    assert repair.prepare(grown) == prepare_transcript(grown, provider_name=provider)
+
+
+def test_incremental_repair_starts_over_when_the_list_is_not_just_appended_to() -> None:
+    repair = TranscriptRepair("openai")
+    messages = [
+        Message.user("q"),
+        Message.assistant(None, [_call("call_a")]),
+        Message.tool_result("call_a", "1"),
+        Message.assistant(None, [_call("call_b")]),
+    ]
+    repair.prepare(messages)
+    replaced = [Message.user("other"), *messages[1:]]  # another list
+    assert repair.prepare(replaced) == prepare_transcript(replaced, provider_name="openai")
+    del replaced[2:]  # shorter than the repaired prefix
+    assert repair.prepare(replaced) == prepare_transcript(replaced, provider_name="openai")
+    replaced.append(Message.tool_result("call_a", "2"))
+    replaced.append(Message.assistant("done"))
+    replaced[2] = Message.tool_result("call_a", "3")  # the last repaired message replaced
+    assert repair.prepare(replaced) == prepare_transcript(replaced, provider_name="openai")
+
+
+def test_incremental_repair_does_the_same_work_at_round_100_as_at_round_1() -> None:
+    """The kept prefix is not looked at again: the messages read per call stay constant."""
+    reads: list[int] = []
+
+    class Counting(list[Message]):
+        def __getitem__(self, index):  # type: ignore[no-untyped-def]
+            reads[-1] += 1
+            return super().__getitem__(index)
+
+    repair = TranscriptRepair("openai")
+    messages = Counting([Message.user("q")])
+    for k in range(1, 101):
+        messages.append(Message.assistant(None, [_call(f"call_{k}")]))
+        messages.append(Message.tool_result(f"call_{k}", "r"))
+        reads.append(0)
+        assert repair.prepare(messages) == prepare_transcript(list(messages), provider_name="openai")
+    assert reads[99] == reads[1]

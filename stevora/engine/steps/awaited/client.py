@@ -23,6 +23,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.outbox import enqueue_webhooks
+from stevora.engine import limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.awaited import Answer, answer, tool_call_view
 from stevora.engine.steps.base import WaitContext, WaitPlan
@@ -201,6 +202,8 @@ def _validated_answers(
                     f"Tool call '{call_id}' was already answered with a different result", details=where
                 )
             raise InvalidToolOutputs(f"Tool call '{call_id}' is not a call this run waits for", details=where)
+        field = f"toolOutputs[{index}].{'output' if item.ok else 'error'}"
+        limits.check_value(rt.settings, item.output if item.ok else item.error, field)
         size = len(json.dumps(item.output if item.ok else item.error, ensure_ascii=False).encode("utf-8"))
         if size > limit:
             raise ToolOutputTooLarge(

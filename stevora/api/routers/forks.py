@@ -1,0 +1,148 @@
+"""Time travel over HTTP: a run's fork points, forks, replays with recorded tools, lineage
+(docs/time-travel.md)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Body, Header, Path
+from starlette.responses import Response
+
+from stevora.api.deps import Auth, Ctx
+from stevora.api.openapi import errors
+from stevora.api.routers.definitions import store_definition
+from stevora.api.schemas.envelope import ok
+from stevora.db import forks as db_forks
+from stevora.db import runs
+from stevora.definitions import parse_definition
+from stevora.engine import fork as forking
+from stevora.errors import NotFoundError, ValidationError
+from stevora.runtime import Runtime
+
+router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
+
+RunId = Annotated[str, Path(description="The workflow run id")]
+
+
+@router.get("/{run_id}/checkpoints", responses=errors(404), summary="Every point a run can be forked at")
+async def checkpoints(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
+    """In order: before each step visit, and inside an llm step before each round's model call;
+    each with the state as it was there and what happened next (model call, tool call ids)."""
+    run = await _run(ctx.rt, auth.workspace_id, run_id)
+    points, _ = await forking.fork_points(ctx.rt.pool, run)
+    return ok([p.to_dict() for p in points])
+
+
+@router.get("/{run_id}/lineage", responses=errors(404), summary="A run's origin, forks and replay report")
+async def lineage(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
+    run = await _run(ctx.rt, auth.workspace_id, run_id)
+    forks = await db_forks.list_forks(ctx.rt.pool, run_id)
+    data: dict[str, Any] = {
+        "runId": run_id,
+        "forkedFrom": forking.fork_view(run) or None,
+        "replayOf": run["replay_of"],
+        "edits": run["fork_edits"],
+        "forks": [
+            {
+                "runId": f["id"],
+                "status": f["status"],
+                "stepName": f["forked_at_step"],
+                "round": f["forked_at_round"],
+                "replay": f["replay_of"] is not None,
+            }
+            for f in forks
+        ],
+    }
+    if run["replay_of"] is not None:
+        data["toolCalls"] = await db_forks.replay_counts(ctx.rt.pool, run_id)
+    return ok(data)
+
+
+@router.post(
+    "/{run_id}/fork", status_code=201, responses=errors(400, 404), summary="Fork a run at a checkpoint"
+)
+async def fork(
+    run_id: RunId,
+    auth: Auth,
+    ctx: Ctx,
+    body: Annotated[dict[str, Any], Body(examples=[{"at": {"step": "agent", "round": 3}}])],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> Response:
+    """201 with a new run that inherits everything before `at` (never executed again) and goes on
+    from there with `edits` applied; 200 with the existing fork when `Idempotency-Key` was used."""
+    if "at" not in body:
+        raise ValidationError.from_problems([{"path": "at", "message": "required: {step} or {step, round}"}])
+    plan = await forking.plan_fork(ctx.rt, auth.workspace_id, run_id, body["at"], body.get("edits"))
+    return await _create(ctx.rt, auth.workspace_id, plan, idempotency_key or body.get("idempotencyKey"))
+
+
+@router.post("/{run_id}/replay", status_code=201, responses=errors(400, 404), summary="Replay a run")
+async def replay(
+    run_id: RunId,
+    auth: Auth,
+    ctx: Ctx,
+    body: Annotated[dict[str, Any], Body(examples=[{"model": "gpt-4o-mini", "tools": "recorded"}])],
+    idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
+) -> Response:
+    """The run driven again from its first step with another model / system prompt; with
+    `tools: "recorded"` (the default) each tool call is answered from the origin's recorded result."""
+    tools = body.get("tools", forking.RECORDED)
+    if tools != forking.RECORDED:
+        raise ValidationError.from_problems([{"path": "tools", "message": "only 'recorded' is supported"}])
+    run = await _run(ctx.rt, auth.workspace_id, run_id)
+    points, _ = await forking.fork_points(ctx.rt.pool, run)
+    if not points:
+        raise ValidationError.from_problems([{"path": "runId", "message": "the run has not started a step"}])
+    edits: dict[str, Any] = {k: body[k] for k in ("model", "systemPrompt") if k in body}
+    target: str | None = None
+    if edits:
+        # The step the model / prompt applies to: `step`, else the run's first llm step.
+        target = body.get("step") or next((p.step_name for p in points if p.step_type == "llm"), None)
+        if target is None:
+            raise ValidationError.from_problems([{"path": "model", "message": "the run has no llm step"}])
+    plan = await forking.plan_fork(ctx.rt, auth.workspace_id, run_id, {"step": points[0].step_name}, {})
+    if target is not None:
+        # The model / prompt edit names the llm step it applies to (validated as a fork there would be).
+        checked = await forking.plan_fork(ctx.rt, auth.workspace_id, run_id, {"step": target}, edits)
+        plan.model, plan.system_prompt = checked.model, checked.system_prompt
+    plan.replay, plan.replay_tools = True, forking.RECORDED
+    return await _create(
+        ctx.rt, auth.workspace_id, plan, idempotency_key or body.get("idempotencyKey"), target
+    )
+
+
+async def _create(
+    rt: Runtime, workspace_id: str, plan: forking.ForkPlan, key: str | None, edited_step: str | None = None
+) -> Response:
+    definition_id = plan.origin["definition_id"]
+    spec = await rt.definitions.get(definition_id)
+    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    derived = forking.derived_definition(dump, plan, edited_step)
+    if derived is not None:
+        digest = hashlib.sha256(json.dumps(derived, sort_keys=True).encode()).hexdigest()[:12]
+        derived["version"] = f"{spec.version}+fork-{digest}"[:50]
+        row, _ = await store_definition(rt, workspace_id, parse_definition(derived))
+        definition_id = row["id"]
+    run, created = await forking.create_fork(rt, plan, definition_id, key)
+    view = {
+        "id": run["id"],
+        "status": run["status"],
+        "definitionId": run["definition_id"],
+        "forkedFrom": forking.fork_view(run) or None,
+        "replayOf": run["replay_of"],
+        "edits": run["fork_edits"],
+        "state": run["state"],
+        "createdAt": run["created_at"].isoformat(),
+    }
+    return ok(view, 201 if created else 200)
+
+
+async def _run(rt: Runtime, workspace_id: str, run_id: str) -> Any:
+    async with rt.pool.acquire() as conn:
+        fork_row = await db_forks.get_fork_row(conn, workspace_id, run_id)
+        full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
+    if fork_row is None or full is None:
+        raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
+    return {**dict(full), **dict(fork_row)}

@@ -1,0 +1,444 @@
+"""Time travel: a run's fork points, forking a run at one of them, replaying a run (docs/time-travel.md).
+
+Fork points. Before each step visit, and inside an `llm` step before each round's model call. The
+state at a point is recovered exactly from the state-change log (`stevora.db.forks`): the run's
+initial state, then in order each step visit's tool `update_state`s (by round, commit order,
+sequence) and its completion's state change. Before round r of a step only the tool changes of
+rounds < r of that visit apply, which is what the run's state was when round r's model call was
+made: those tool calls were all committed before it.
+
+Fork. One transaction copies everything before the point into a new run (step runs, completed
+model calls, tool traces; `inherited_from` names each origin row, idempotency keys kept) and gives
+the run a new step run for the forked step: PENDING for a fork before a step (the driver starts it
+as any step), RUNNING with rounds 1..r-1 for a fork at round r, so the llm step resumes exactly as
+after a crash (`checkpoints.load_rounds` + `llm_state.rebuild`): round r is its first model call.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from stevora.db import forks as db_forks
+from stevora.db import runs
+from stevora.engine.hints import dispatch_hint
+from stevora.errors import NotFoundError, ValidationError
+from stevora.events import EventType
+from stevora.ids import new_id
+from stevora.templating import render_template
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+RECORDED = "recorded"
+
+
+@dataclass(slots=True)
+class ForkPoint:
+    step_name: str
+    visit: int
+    step_index: int
+    step_type: str
+    round: int | None  # None: before the step
+    state: dict[str, Any]
+    step_run_ids: list[str]  # the origin's step runs of this visit (all attempts)
+    llm_call_id: str | None = None  # the model call made at this point
+    tool_call_ids: list[str] = field(default_factory=list)  # the tool calls that model call asked for
+    inherited: bool = False  # in a fork: a point before its own fork point
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "stepName": self.step_name,
+            "visit": self.visit,
+            "round": self.round,
+            "at": self.step_name if self.round is None else f"{self.step_name}:{self.round}",
+            "state": self.state,
+            "next": {
+                "stepRunId": self.step_run_ids[0] if self.step_run_ids else None,
+                "llmCallId": self.llm_call_id,
+                "toolCallIds": self.tool_call_ids,
+            },
+            "inherited": self.inherited,
+        }
+
+
+def _merge(state: dict[str, Any], updates: Any) -> None:
+    if isinstance(updates, dict):
+        state.update(updates)
+
+
+async def fork_points(
+    conn: asyncpg.Connection | asyncpg.Pool, run: asyncpg.Record
+) -> tuple[list[ForkPoint], dict[str, Any]]:
+    """Every point `run` can be forked at, in order, and its history (rows by table)."""
+    hist = await db_forks.history(conn, run["id"])
+    state: dict[str, Any] = copy.deepcopy(dict(run["initial_state"] or {}))
+    edits = run["fork_edits"] or {}
+    visits: dict[tuple[str, int], list[asyncpg.Record]] = {}
+    for s in hist["steps"]:
+        visits.setdefault((s["step_name"], s["visit"]), []).append(s)
+    calls_by_step: dict[str, list[asyncpg.Record]] = {}
+    for c in hist["calls"]:
+        calls_by_step.setdefault(c["step_run_id"], []).append(c)
+    traces_by_step: dict[str, list[asyncpg.Record]] = {}
+    for t in hist["traces"]:
+        traces_by_step.setdefault(t["step_run_id"], []).append(t)
+    points: list[ForkPoint] = []
+    forked_at = run["forked_at_step"]
+    own_point_seen = False
+    for (name, visit), attempts in visits.items():
+        ids = [a["id"] for a in attempts]
+        own = any(a["inherited_from"] is None for a in attempts)
+        # A fork's own fork point: its edits of the state apply there (before the point's state).
+        at_own_step = forked_at is not None and own and name == forked_at and not own_point_seen
+        if at_own_step and run["forked_at_round"] is None:
+            _merge(state, edits.get("state"))
+            own_point_seen = True
+        first = attempts[0]
+        points.append(
+            ForkPoint(
+                name,
+                visit,
+                first["step_index"],
+                first["step_type"],
+                None,
+                copy.deepcopy(state),
+                ids,
+                inherited=not own,
+            )
+        )
+        calls = sorted(
+            (c for i in ids for c in calls_by_step.get(i, [])), key=lambda c: (c["round"], c["created_at"])
+        )
+        traces = sorted(
+            (t for i in ids for t in traces_by_step.get(i, [])),
+            key=lambda t: (t["round"], t["created_at"], t["sequence"]),
+        )
+        applied = 0
+        for c in calls:
+            while applied < len(traces) and traces[applied]["round"] < c["round"]:
+                _merge(state, traces[applied]["state_updates"])
+                applied += 1
+            if at_own_step and not own_point_seen and c["round"] == run["forked_at_round"]:
+                _merge(state, edits.get("state"))
+                own_point_seen = True
+            response = c["response"] or {}
+            points.append(
+                ForkPoint(
+                    name,
+                    visit,
+                    first["step_index"],
+                    first["step_type"],
+                    c["round"],
+                    copy.deepcopy(state),
+                    ids,
+                    llm_call_id=c["id"],
+                    tool_call_ids=[tc["id"] for tc in response.get("toolCalls") or ()],
+                    inherited=c["inherited_from"] is not None,
+                )
+            )
+        for t in traces[applied:]:
+            _merge(state, t["state_updates"])
+        for a in attempts:
+            if a["status"] == "COMPLETED":
+                _merge(state, a["state_updates"])
+    return points, hist
+
+
+def parse_at(at: Any) -> tuple[str, int | None, int | None]:
+    """`{"step": "agent", "round": 3, "visit": 1}` or `"agent:3"` → (step, round, visit)."""
+    if isinstance(at, str):
+        name, sep, number = at.partition(":")
+        if not name or (sep and not number.isdigit()):
+            raise _bad("at", "expected 'STEP' or 'STEP:ROUND'")
+        return name, int(number) if sep else None, None
+    if not isinstance(at, dict) or not isinstance(at.get("step"), str) or not at["step"]:
+        raise _bad("at.step", "a step name is required")
+    rnd, visit = at.get("round"), at.get("visit")
+    if rnd is not None and (not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 1):
+        raise _bad("at.round", "must be a positive integer")
+    if visit is not None and (not isinstance(visit, int) or isinstance(visit, bool) or visit < 1):
+        raise _bad("at.visit", "must be a positive integer")
+    step: str = at["step"]
+    return step, rnd, visit
+
+
+def _bad(path: str, message: str) -> ValidationError:
+    return ValidationError.from_problems([{"path": path, "message": message}])
+
+
+@dataclass(slots=True)
+class ForkPlan:
+    origin: asyncpg.Record
+    point: ForkPoint
+    points: list[ForkPoint]
+    history: dict[str, list[asyncpg.Record]]
+    state_edits: dict[str, Any]
+    tool_results: dict[str, Any]
+    model: str | None
+    system_prompt: str | None
+    replay_tools: str | None = None
+    replay: bool = False
+
+    def edits_json(self) -> dict[str, Any] | None:
+        out: dict[str, Any] = {}
+        if self.state_edits:
+            out["state"] = self.state_edits
+        if self.tool_results:
+            out["toolResults"] = self.tool_results
+        if self.model:
+            out["model"] = self.model
+        if self.system_prompt is not None:
+            out["systemPrompt"] = self.system_prompt
+        return out or None
+
+
+async def plan_fork(
+    rt: Runtime, workspace_id: str, run_id: str, at: Any, edits: dict[str, Any] | None
+) -> ForkPlan:
+    """Check a fork request against the run's fork points: nothing is written. 400 naming the field."""
+    edits = edits or {}
+    if not isinstance(edits, dict):
+        raise _bad("edits", "must be an object")
+    unknown = sorted(set(edits) - {"state", "toolResults", "model", "systemPrompt"})
+    if unknown:
+        raise _bad(f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt)")
+    step_name, rnd, visit = parse_at(at)
+    async with rt.pool.acquire() as conn:
+        origin = await db_forks.get_fork_row(conn, workspace_id, run_id)
+        if origin is None:
+            raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
+        full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
+        assert full is not None
+        origin = {**dict(full), **dict(origin)}
+        points, hist = await fork_points(conn, origin)
+    candidates = [
+        p
+        for p in points
+        if p.step_name == step_name and p.round == rnd and (visit is None or p.visit == visit)
+    ]
+    if not candidates:
+        where = (
+            f"step '{step_name}'"
+            + (f" round {rnd}" if rnd is not None else "")
+            + (f" visit {visit}" if visit else "")
+        )
+        raise _bad("at", f"run {run_id} has no fork point at {where} (GET .../checkpoints lists them)")
+    point = candidates[0]  # the first visit unless one is named
+    state_edits = edits.get("state") or {}
+    if not isinstance(state_edits, dict):
+        raise _bad("edits.state", "must be an object of top-level state keys")
+    tool_results = edits.get("toolResults") or {}
+    if not isinstance(tool_results, dict):
+        raise _bad("edits.toolResults", "must be an object: tool call id → result")
+    if tool_results:
+        if point.round is None:
+            raise _bad("edits.toolResults", "tool results can only be replaced for a fork at a round")
+        prev = [
+            c
+            for c in hist["calls"]
+            if c["step_run_id"] in point.step_run_ids and c["round"] == point.round - 1
+        ]
+        ids = {tc["id"] for c in prev for tc in (c["response"] or {}).get("toolCalls") or ()}
+        for call_id in tool_results:
+            if call_id not in ids:
+                raise _bad(
+                    f"edits.toolResults.{call_id}",
+                    f"not a tool call of round {point.round - 1} of step '{step_name}' "
+                    f"(its calls: {', '.join(sorted(ids)) or 'none'})",
+                )
+    model = edits.get("model")
+    system_prompt = edits.get("systemPrompt")
+    if model is not None or system_prompt is not None:
+        if point.step_type != "llm":
+            raise _bad(
+                "edits.model" if model is not None else "edits.systemPrompt",
+                f"step '{step_name}' is not an llm step",
+            )
+    if model is not None:
+        if not isinstance(model, str) or not model:
+            raise _bad("edits.model", "must be a model name")
+        if rt.providers.resolve(model) is None:
+            raise _bad("edits.model", f"no provider is configured for model '{model}'")
+    if system_prompt is not None and not isinstance(system_prompt, str):
+        raise _bad("edits.systemPrompt", "must be a string")
+    return ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+
+
+def derived_definition(
+    spec_dump: dict[str, Any], plan: ForkPlan, step_name: str | None = None
+) -> dict[str, Any] | None:
+    """The origin's definition with the step's (default: the forked step's) model / system prompt
+    replaced; None when neither is edited."""
+    if plan.model is None and plan.system_prompt is None:
+        return None
+    data = copy.deepcopy(spec_dump)
+    for step in data["steps"]:
+        if step["name"] == (step_name or plan.point.step_name):
+            if plan.model is not None:
+                step["model"] = plan.model
+                step.pop("provider", None)
+                step.pop("fallbackModels", None)
+            if plan.system_prompt is not None:
+                step["systemPrompt"] = plan.system_prompt
+    data.pop("version", None)
+    return data
+
+
+async def create_fork(
+    rt: Runtime, plan: ForkPlan, definition_id: str, idempotency_key: str | None
+) -> tuple[asyncpg.Record, bool]:
+    """Write the fork in one transaction; (run row, created). With a taken idempotency key, the
+    existing run and False."""
+    origin, point, hist = plan.origin, plan.point, plan.history
+    point_idx = next(i for i, p in enumerate(plan.points) if p is point)
+    before_visits = {(p.step_name, p.visit) for p in plan.points[:point_idx] if p.round is None}
+    before_visits.discard((point.step_name, point.visit))
+    state = {**point.state, **plan.state_edits}
+    async with rt.pool.acquire() as conn, conn.transaction():
+        calls_before = [
+            c
+            for c in hist["calls"]
+            if c["step_run_id"] in point.step_run_ids and point.round is not None and c["round"] < point.round
+        ]
+        totals = (
+            sum(c["cost_usd"] for c in hist["calls"] if _before(c, hist, before_visits)) * 100
+            + sum(c["cost_usd"] for c in calls_before) * 100,
+            sum(c["input_tokens"] for c in hist["calls"] if _before(c, hist, before_visits))
+            + sum(c["input_tokens"] for c in calls_before),
+            sum(c["output_tokens"] for c in hist["calls"] if _before(c, hist, before_visits))
+            + sum(c["output_tokens"] for c in calls_before),
+        )
+        fork = await db_forks.insert_fork_run(
+            conn,
+            origin=origin,
+            definition_id=definition_id,
+            state=state,
+            initial_state=dict(origin["initial_state"] or {}),
+            step_name=point.step_name,
+            round_=point.round,
+            edits=plan.edits_json(),
+            idempotency_key=idempotency_key,
+            replay_tools=plan.replay_tools,
+            replay=plan.replay,
+            totals=totals,
+        )
+        if fork is None:
+            existing = await db_forks.get_by_key(conn, origin["workspace_id"], idempotency_key or "")
+            assert existing is not None
+            return existing, False
+        step_ids: dict[str, str] = {}
+        for s in hist["steps"]:
+            if (s["step_name"], s["visit"]) in before_visits:
+                step_ids[s["id"]] = await db_forks.copy_step_run(conn, fork["id"], s)
+        first = next(s for s in hist["steps"] if s["id"] == point.step_run_ids[0])
+        own = await db_forks.copy_step_run(
+            conn, fork["id"], first, status="PENDING" if point.round is None else "RUNNING"
+        )
+        for i in point.step_run_ids:
+            step_ids[i] = own
+        copied_calls = [
+            c
+            for c in hist["calls"]
+            if c["step_run_id"] in step_ids
+            and (c["step_run_id"] not in point.step_run_ids or c in calls_before)
+        ]
+        call_ids = {c["id"]: new_id("llm") for c in copied_calls}
+        first_round = min((c["round"] for c in calls_before), default=None)
+        new_calls = []
+        for c in copied_calls:
+            row = {
+                **dict(c),
+                "id": call_ids[c["id"]],
+                "step_run_id": step_ids[c["step_run_id"]],
+                "inherited_from": c["id"],
+            }
+            if plan.system_prompt is not None and c in calls_before and c["round"] == first_round:
+                row["request"] = _with_system_prompt(c["request"], plan.system_prompt, origin, point)
+            new_calls.append(row)
+        await db_forks.copy_llm_calls(conn, fork["id"], new_calls)
+        last_round = point.round - 1 if point.round is not None else None
+        new_traces = []
+        for t in hist["traces"]:
+            if t["step_run_id"] not in step_ids:
+                continue
+            if t["llm_call_id"] is not None and t["llm_call_id"] not in call_ids:
+                continue  # a round at or after the fork point
+            row = {
+                **dict(t),
+                "id": new_id("tt"),
+                "step_run_id": step_ids[t["step_run_id"]],
+                "llm_call_id": call_ids.get(t["llm_call_id"]) if t["llm_call_id"] else None,
+                "inherited_from": t["id"],
+            }
+            if (
+                t["step_run_id"] in point.step_run_ids
+                and t["round"] == last_round
+                and t["tool_call_id"] in plan.tool_results
+            ):
+                row.update(
+                    output_json=plan.tool_results[t["tool_call_id"]],
+                    status="completed",
+                    error=None,
+                    error_code=None,
+                    result_text=None,
+                )
+            new_traces.append(row)
+        await db_forks.copy_traces(conn, fork["id"], new_traces)
+        await db_forks.set_current_step(conn, fork["id"], own)
+        forked_from = {"runId": origin["id"], "stepName": point.step_name, "round": point.round}
+        await db_forks.append_event(
+            conn,
+            fork["id"],
+            EventType.WORKFLOW_FORKED,
+            {
+                "forkedFrom": forked_from,
+                "replayOf": origin["id"] if plan.replay else None,
+                "inheritedSteps": len(before_visits),
+                "inheritedModelCalls": len(new_calls),
+                "inheritedToolCalls": len(new_traces),
+                "edits": plan.edits_json(),
+            },
+        )
+        await db_forks.append_event(
+            conn,
+            origin["id"],
+            EventType.WORKFLOW_FORKED,
+            {
+                "forkRunId": fork["id"],
+                "stepName": point.step_name,
+                "round": point.round,
+                "replay": plan.replay,
+            },
+        )
+    await dispatch_hint(rt.dispatcher, fork["id"])
+    return fork, True
+
+
+def _before(c: asyncpg.Record, hist: dict[str, list[asyncpg.Record]], visits: set[tuple[str, int]]) -> bool:
+    step = next((s for s in hist["steps"] if s["id"] == c["step_run_id"]), None)
+    return step is not None and (step["step_name"], step["visit"]) in visits
+
+
+def _with_system_prompt(
+    request: dict[str, Any], prompt: str, origin: Any, point: ForkPoint
+) -> dict[str, Any]:
+    """The first round's stored request with its system message replaced (or added)."""
+    text = render_template(prompt, input=origin["input"] or {}, state=point.state)
+    messages = [m for m in request.get("messages") or () if m.get("role") != "system"]
+    return {**request, "messages": [{"role": "system", "content": text}, *messages]}
+
+
+def fork_view(row: Any) -> dict[str, Any]:
+    return (
+        {
+            "runId": row["forked_from_run_id"],
+            "stepName": row["forked_at_step"],
+            "round": row["forked_at_round"],
+        }
+        if row["forked_from_run_id"]
+        else {}
+    )

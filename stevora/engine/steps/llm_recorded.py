@@ -1,0 +1,81 @@
+"""Recorded tools: a replay's tool calls answered from its origin's committed results.
+
+Matching rule (docs/time-travel.md): a call matches a recorded call of the origin with the same
+tool name and the same canonical arguments (the parsed argument object as JSON with sorted keys
+and no insignificant whitespace, so key order and spacing do not matter, values do). Identical
+calls are matched in order: the n-th such call of the replay gets the n-th recorded result (each
+recorded result answers one call). A matched call gets the recorded status, output or error and
+the recorded `update_state`; no handler, client tool or child run is started. An unmatched call
+gets a failed result `TOOL_CALL_NOT_RECORDED` and the loop goes on.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict, deque
+from typing import Any
+
+import asyncpg
+
+from stevora.db import forks as db_forks
+from stevora.db.checkpoints import replay_result_text
+from stevora.llm.messages import ToolCall
+from stevora.tools import ToolOutcome
+from stevora.tools.invoke import parse_arguments
+
+
+def canonical(name: str, arguments: Any) -> str:
+    return name + "\x00" + json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+class RecordedTools:
+    def __init__(self, origin_id: str, recorded: list[asyncpg.Record], used: list[asyncpg.Record]) -> None:
+        self.origin_id = origin_id
+        self._queues: dict[str, deque[asyncpg.Record]] = defaultdict(deque)
+        for r in recorded:
+            self._queues[canonical(r["tool_name"], r["input_json"])].append(r)
+        for u in used:  # this replay's own committed calls (a resumed step): their results are taken
+            queue = self._queues.get(canonical(u["tool_name"], u["input_json"]))
+            if queue and u["error_code"] != "TOOL_CALL_NOT_RECORDED":
+                queue.popleft()
+
+    @classmethod
+    async def load(cls, pool: asyncpg.Pool, run_id: str) -> RecordedTools | None:
+        """The recording a run answers its tool calls from, or None for a run that runs them live."""
+        origin, mode = await db_forks.replay_source(pool, run_id)
+        if origin is None or mode != "recorded":
+            return None
+        recorded = await db_forks.recorded_results(pool, origin)
+        used = await db_forks.own_tool_calls(pool, run_id)
+        return cls(origin, recorded, used)
+
+    def answer(self, call: ToolCall) -> tuple[ToolOutcome, dict[str, Any] | None]:
+        """The recorded outcome for `call` and its recorded state updates."""
+        arguments, _ = parse_arguments(call.arguments)
+        queue = self._queues.get(canonical(call.name, arguments))
+        if not queue:
+            error = f"No recorded result in run {self.origin_id} for {call.name}({json.dumps(arguments, sort_keys=True)})"
+            return (
+                ToolOutcome(
+                    "failed",
+                    arguments,
+                    None,
+                    error,
+                    "TOOL_CALL_NOT_RECORDED",
+                    0.0,
+                    json.dumps({"error": error}),
+                ),
+                None,
+            )
+        r = queue.popleft()
+        ok = r["status"] == "completed"
+        outcome = ToolOutcome(
+            "completed" if ok else "failed",
+            arguments,
+            r["output_json"],
+            r["error"],
+            r["error_code"],
+            0.0,
+            replay_result_text(r),
+        )
+        return outcome, (r["state_updates"] if ok else None)
