@@ -37,11 +37,11 @@ from stevora.api.routers import (
 )
 from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import DramatiqDispatcher
-from stevora.limits.authlimit import FailedAuthLimiter
-from stevora.limits.ratelimit import RateLimiter
 from stevora.observability import metrics, tracing
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.throttle.authlimit import FailedAuthLimiter
+from stevora.throttle.ratelimit import RateLimiter
 from stevora.tuning import tune_gc
 from stevora.ui import build_ui_router, mount_static
 

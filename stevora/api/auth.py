@@ -24,8 +24,8 @@ from datetime import timedelta
 from stevora.db import resources
 from stevora.errors import AuthError
 from stevora.ids import random_token
-from stevora.limits.authlimit import FailedAuthLimiter
 from stevora.runtime import Runtime
+from stevora.throttle.authlimit import FailedAuthLimiter
 
 KEY_PREFIX = "stv_"
 KEY_CACHE_TTL_S = 0.25
@@ -71,7 +71,7 @@ class ApiKeyAuthenticator:
         self.ttl_s = ttl_s
         self.touch_interval_s = touch_interval_s
         self.clock = clock
-        # Failed attempts per client address (stevora/limits/authlimit.py); shared with the UI.
+        # Failed attempts per client address (stevora/throttle/authlimit.py); shared with the UI.
         self.failures = failures if failures is not None else FailedAuthLimiter(0)
         self._cache: dict[str, _Cached] = {}
         self._touched: dict[str, float] = {}

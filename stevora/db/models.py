@@ -419,7 +419,7 @@ class WebhookDelivery(Base):
 
 
 class RateLimitBucket(Base):
-    """A workspace's API token bucket, shared by every API process (stevora/limits/ratelimit.py)."""
+    """A workspace's API token bucket, shared by every API process (stevora/throttle/ratelimit.py)."""
 
     __tablename__ = "rate_limit_buckets"
     workspace_id: Mapped[str] = mapped_column(

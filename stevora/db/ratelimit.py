@@ -1,5 +1,5 @@
 """The API rate limiter's shared token buckets (`rate_limit_buckets`, one row per workspace;
-`stevora.limits.ratelimit` spends claimed tokens locally)."""
+`stevora.throttle.ratelimit` spends claimed tokens locally)."""
 
 from __future__ import annotations
 
