@@ -17,7 +17,8 @@ the window closes when the RunPool goes idle). Printed:
 * a bare asyncpg transaction (trace row + event row) for scale
 
 Dispatch goes through an in-process dispatcher (no broker publish): in production add one
-publish per run (DESIGN §7: ~1.3 ms hop over RabbitMQ, mostly in the API process).
+publish per run (~1.3 ms per hop over RabbitMQ, measured when the engine was designed, mostly in the API
+process; docs/architecture.md).
 """
 
 from __future__ import annotations

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import os
 import signal
 import socket
@@ -19,6 +18,7 @@ import asyncpg
 import structlog
 
 from stevora.db.database import asyncpg_dsn
+from stevora.db.devkeys import dev_key
 from stevora.db.migrate import upgrade_head
 from stevora.embedded import (
     adopt_left_running,
@@ -28,7 +28,6 @@ from stevora.embedded import (
     start_embedded_postgres,
     stop_postgres,
 )
-from stevora.ids import new_id, random_token
 from stevora.settings import Settings
 
 log = structlog.get_logger("stevora.dev")
@@ -38,24 +37,7 @@ async def _ensure_dev_key(database_url: str, existing: str | None) -> tuple[str,
     """The `default` workspace's dev key: `existing` if it still works, else a new one (True)."""
     conn = await asyncpg.connect(asyncpg_dsn(database_url))
     try:
-        if existing:
-            digest = hashlib.sha256(existing.encode()).hexdigest()
-            if await conn.fetchval(
-                "SELECT 1 FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL", digest
-            ):
-                return existing, False
-        ws = await conn.fetchval("SELECT id FROM workspaces WHERE slug = 'default'")
-        if ws is None:
-            ws = new_id("ws")
-            await conn.execute(
-                "INSERT INTO workspaces (id, name, slug) VALUES ($1, 'Default', 'default')", ws
-            )
-        raw = f"stv_{random_token(32)}"
-        await conn.execute(
-            "INSERT INTO api_keys (id, workspace_id, name, key_hash, key_prefix) VALUES ($1, $2, 'dev', $3, $4)",
-            new_id("key"), ws, hashlib.sha256(raw.encode()).hexdigest(), raw[:8],
-        )  # fmt: skip
-        return raw, True
+        return await dev_key(conn, existing)
     finally:
         await conn.close()
 

@@ -95,11 +95,6 @@ class StepError(StevoraError):
     retryable = True
 
 
-class HandlerNotFound(StepError):
-    code = "HANDLER_NOT_REGISTERED"
-    retryable = False
-
-
 class ProviderError(StepError):
     """An LLM provider call failed. 429/5xx/529/timeouts are retryable; 400/401/404 are not."""
 
@@ -131,20 +126,10 @@ class ProviderNotFound(StepError):
     retryable = False
 
 
-class MaxToolRoundsExceeded(StepError):
-    code = "MAX_TOOL_ROUNDS"
-    retryable = False
-
-
 class ContextExpired(StepError):
     """A run waited longer than `outputsExpireAfterMs` for client tool outputs nobody sent."""
 
     code = "CONTEXT_EXPIRED"
-    retryable = False
-
-
-class GuardrailFailed(StepError):
-    code = "GUARDRAIL_FAILED"
     retryable = False
 
 

@@ -5,15 +5,15 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
+from stevora.db import definitions as db_definitions
 from stevora.db.database import create_engine, create_pool, session_factory
 from stevora.db.group_commit import GroupCommitter
 from stevora.definitions import WorkflowDefinitionSpec, parse_definition
-from stevora.engine.dispatch import Dispatcher
 from stevora.errors import NotFoundError
 from stevora.faults import FaultPlan
 from stevora.llm.pricing import Pricing
@@ -21,6 +21,13 @@ from stevora.llm.router import ProviderRouter
 from stevora.settings import Settings
 from stevora.tasks import TaskRegistry, default_task_registry
 from stevora.tools import ToolRegistry, default_registry
+
+
+class Dispatcher(Protocol):
+    """Asks a worker to look at a run (a hint: the run row is the truth). Implemented in
+    `stevora.engine.dispatch` (Dramatiq by actor name, or a list for tests)."""
+
+    async def dispatch(self, run_id: str, *, delay_ms: int = 0) -> None: ...
 
 
 class DefinitionCache:
@@ -33,11 +40,7 @@ class DefinitionCache:
     async def _load(self, definition_id: str) -> tuple[str, WorkflowDefinitionSpec] | None:
         found = self._cache.get(definition_id)
         if found is None:
-            row = await self.pool.fetchrow(
-                "SELECT workspace_id, name, version, description, steps, input_schema, default_params, budget, "
-                "concurrency, priority FROM workflow_definitions WHERE id = $1",
-                definition_id,
-            )
+            row = await db_definitions.get(self.pool, definition_id)
             if row is None:
                 return None
             spec = parse_definition(

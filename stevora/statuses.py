@@ -1,4 +1,5 @@
-"""Run, step and approval statuses: the one catalogue used by the engine, the API, the UI and the client.
+"""Run, step and approval statuses, and the reasons and kinds of a wait: the one catalogue used by
+the engine, the API, the UI, the CLI and the client.
 
 Stored as text with a CHECK constraint (stevora.db.models) and sent as the documented UPPERCASE
 strings. `StrEnum` members *are* those strings, so they compare equal to what the database and the
@@ -37,6 +38,66 @@ class ApprovalStatus(StrEnum):
     CANCELLED = "CANCELLED"
 
 
+class ApprovalDecision(StrEnum):
+    """What a person decided on an approval request (`approval_requests.decision`)."""
+
+    APPROVED = "approved"
+    REJECTED = "rejected"
+    EDITED = "edited"  # approved with `editedContent` in place of the content (or the call's arguments)
+
+
+class PauseReason(StrEnum):
+    """Why a run stopped running: `WORKFLOW_PAUSED`'s `reason`."""
+
+    WAIT = "wait"  # a timer (`wait` step)
+    EXTERNAL_EVENT = "external_event"  # a signal (`external_event` step, or a task handler's wait)
+    APPROVAL = "approval"  # a person's decision on an `approval` step
+    TOOL_OUTPUTS = "tool_outputs"  # client-executed tool calls (and maybe others) are out
+    TOOL_APPROVAL = "tool_approval"  # approval-gated tool calls (and maybe child runs) are out
+    CHILD_RUNS = "child_runs"  # only workflow tool calls are out
+    MANUAL = "manual"  # the pause command
+    BUDGET = "budget"  # a limit of the run's budget, with `onBudgetExceeded: "pause"`
+
+
+class ResumeReason(StrEnum):
+    """Why a run went back to running: `WORKFLOW_RESUMED`'s `reason`."""
+
+    TIMER = "timer"  # a due wait completed its step
+    RETRY = "retry"  # the retry command
+    MANUAL = "manual"  # the resume command on a paused run
+    SIGNAL = "signal"
+    APPROVAL = "approval"  # a decision on an approval step or an approval-gated tool call
+    TOOL_OUTPUTS = "tool_outputs"
+    CHILD_RUN = "child_run"
+    TOOL_OUTPUT_TIMEOUT = "tool_output_timeout"
+    BUDGET = "budget"  # the budget was raised
+
+
+class AwaitedKind(StrEnum):
+    """Who answers a tool call handed over by a waiting step (`awaited_tool_calls.kind`)."""
+
+    CLIENT = "client"  # the API caller (`"execution": "client"`)
+    WORKFLOW = "workflow"  # a child run
+    APPROVAL = "approval"  # a person approves the call, then the step runs it
+
+
+class AwaitedStatus(StrEnum):
+    """`awaited_tool_calls.status`."""
+
+    PENDING = "pending"
+    APPROVED = "approved"  # approval-gated: the resumed step runs it with the approved arguments
+    ANSWERED = "answered"  # its tool_trace row is written
+
+
+class AnsweredBy(StrEnum):
+    """Who wrote an awaited call's result: `TOOL_CALL_*`'s `answeredBy`."""
+
+    CLIENT = "client"
+    WORKFLOW = "workflow"
+    TIMEOUT = "timeout"
+    PERSON = "person"
+
+
 TERMINAL_RUN_STATUSES: frozenset[RunStatus] = frozenset(
     {RunStatus.COMPLETED, RunStatus.FAILED, RunStatus.CANCELLED}
 )
@@ -51,8 +112,9 @@ ACTIVE_RUN_STATUSES: tuple[RunStatus, ...] = (
 LEASABLE_RUN_STATUSES: tuple[RunStatus, ...] = (RunStatus.PENDING, RunStatus.RUNNING, RunStatus.WAITING)
 OPEN_STEP_STATUSES: tuple[StepStatus, ...] = (StepStatus.PENDING, StepStatus.RUNNING, StepStatus.WAITING)
 
-# Transition tables, exactly as documented (reference §6). The guarded SQL only ever moves rows
-# along these edges; tests assert each transition helper against them.
+# Transition tables, exactly as docs/state-machines.md draws them. The guarded updates only ever
+# move rows along these edges: tests/unit/test_transitions.py checks every `update_run` /
+# `update_step` of the engine against them.
 RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.PENDING: frozenset({RunStatus.RUNNING, RunStatus.CANCELLED}),
     RunStatus.RUNNING: frozenset(
@@ -65,7 +127,9 @@ RUN_TRANSITIONS: dict[RunStatus, frozenset[RunStatus]] = {
     RunStatus.CANCELLED: frozenset(),
 }
 STEP_TRANSITIONS: dict[StepStatus, frozenset[StepStatus]] = {
-    StepStatus.PENDING: frozenset({StepStatus.RUNNING, StepStatus.SKIPPED, StepStatus.CANCELLED}),
+    StepStatus.PENDING: frozenset(
+        {StepStatus.RUNNING, StepStatus.SKIPPED, StepStatus.FAILED, StepStatus.CANCELLED}
+    ),
     StepStatus.RUNNING: frozenset(
         {StepStatus.WAITING, StepStatus.COMPLETED, StepStatus.FAILED, StepStatus.CANCELLED}
     ),

@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from stevora.errors import StepError
+from stevora.statuses import PauseReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class StepResult:
     retryable: bool = True  # for failed results: may the RetryPolicy retry it?
     next_step: str | None = None  # the `__nextStep` directive (condition branching)
     # For waiting results: the WORKFLOW_PAUSED event's `reason` and any extra payload fields.
-    pause_reason: str | None = None
+    pause_reason: PauseReason | None = None
     pause_details: dict[str, Any] | None = None
     # Engine-internal: what a waiting step hands over to be answered from outside (see
     # stevora.engine.steps.awaited); its step type's `on_waiting` records it.

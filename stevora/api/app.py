@@ -18,12 +18,10 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stevora.api.auth import ApiKeyAuthenticator
-from stevora.api.authlimit import FailedAuthLimiter
 from stevora.api.deps import ApiContext, reject_nul
 from stevora.api.errors import install_error_handlers
 from stevora.api.limits import EdgeLimits
 from stevora.api.openapi import install_openapi
-from stevora.api.ratelimit import RateLimiter
 from stevora.api.routers import (
     api_keys,
     approvals,
@@ -42,6 +40,8 @@ from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.observability import metrics, tracing
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.throttle.authlimit import FailedAuthLimiter
+from stevora.throttle.ratelimit import RateLimiter
 from stevora.tuning import tune_gc
 from stevora.ui import build_ui_router, mount_static
 

@@ -21,13 +21,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from sqlalchemy import func, select, update
-
-from stevora.api.authlimit import FailedAuthLimiter
-from stevora.db.models import ApiKey
+from stevora.db import resources
 from stevora.errors import AuthError
 from stevora.ids import random_token
 from stevora.runtime import Runtime
+from stevora.throttle.authlimit import FailedAuthLimiter
 
 KEY_PREFIX = "stv_"
 KEY_CACHE_TTL_S = 0.25
@@ -73,7 +71,7 @@ class ApiKeyAuthenticator:
         self.ttl_s = ttl_s
         self.touch_interval_s = touch_interval_s
         self.clock = clock
-        # Failed attempts per client address (stevora/api/authlimit.py); shared with the UI.
+        # Failed attempts per client address (stevora/throttle/authlimit.py); shared with the UI.
         self.failures = failures if failures is not None else FailedAuthLimiter(0)
         self._cache: dict[str, _Cached] = {}
         self._touched: dict[str, float] = {}
@@ -127,7 +125,7 @@ class ApiKeyAuthenticator:
         return await asyncio.shield(pending)
 
     async def _lookup(self, rt: Runtime, digest: str, now: float) -> _Cached:
-        stmt = select(ApiKey.id, ApiKey.workspace_id, ApiKey.revoked_at).where(ApiKey.key_hash == digest)
+        stmt = resources.api_key_by_hash(digest)
         async with rt.engine.connect() as conn:
             row = (await conn.execute(stmt)).first()
         entry = _Cached(
@@ -144,12 +142,7 @@ class ApiKeyAuthenticator:
         return entry
 
     async def _touch(self, rt: Runtime, key_id: str) -> None:
-        stmt = (
-            update(ApiKey)
-            .where(ApiKey.id == key_id)
-            .where(ApiKey.last_used_at.is_(None) | (ApiKey.last_used_at < func.now() - _TOUCH_GAP))
-            .values(last_used_at=func.now())
-        )
+        stmt = resources.touch_api_key(key_id, _TOUCH_GAP)
         async with rt.engine.begin() as conn:
             await conn.execute(stmt)
         if len(self._touched) > _MAX_CACHED:

@@ -1,8 +1,9 @@
 """Small helpers running SQLAlchemy Core statements on the runtime's engine.
 
 The API reads and writes through SQLAlchemy Core over the table models (one definition of the
-schema); rows come back as mappings with snake_case keys that the response schemas accept.
-Run mutations are not here: they go through `stevora.engine.commands`.
+schema), with the statements built in `stevora.db.resources`; rows come back as mappings with
+snake_case keys that the response schemas accept. Run mutations are not here: they go through
+`stevora.engine.commands` and the answers in `stevora.engine.steps`.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, TypeVar
 
-from sqlalchemy import Executable, FromClause, RowMapping, func, select
+from sqlalchemy import Executable, FromClause, RowMapping
 from sqlalchemy.engine import Result
 
 from stevora.db.database import is_connection_error
+from stevora.db.resources import page_statements
 from stevora.runtime import Runtime
 
 T = TypeVar("T")
@@ -68,8 +70,8 @@ async def fetch_page(
     """One page of `source` rows matching `where` in `order_by` order, and the total count.
 
     The page query is skipped when the offset is past the end."""
-    total = await fetch_value(rt, select(func.count()).select_from(source).where(*where)) or 0
+    count, rows = page_statements(source, where, order_by, offset, limit, columns)
+    total = await fetch_value(rt, count) or 0
     if offset >= total:
         return [], total
-    stmt = select(*(columns or [source])).where(*where).order_by(*order_by).offset(offset).limit(limit)
-    return list(await fetch_all(rt, stmt)), total
+    return list(await fetch_all(rt, rows)), total

@@ -10,11 +10,11 @@ from fastapi import Depends, Query, Request
 from fastapi.security import APIKeyHeader
 
 from stevora.api.auth import ApiKeyAuthenticator, Principal
-from stevora.api.authlimit import client_address
-from stevora.api.ratelimit import RateLimiter
 from stevora.errors import StevoraError, ValidationError
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.throttle.authlimit import client_address
+from stevora.throttle.ratelimit import RateLimiter
 
 api_key_header = APIKeyHeader(
     name="x-api-key",

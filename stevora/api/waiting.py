@@ -18,12 +18,11 @@ from dataclasses import dataclass
 from typing import Annotated
 
 from fastapi import Depends, Header, Query, Request
-from sqlalchemy import exists, select
 from starlette.responses import Response
 
 from stevora.api.db import fetch_one
 from stevora.api.deps import Ctx
-from stevora.db.models import AwaitedToolCall, WorkflowRun
+from stevora.db import resources
 from stevora.runtime import Runtime
 from stevora.statuses import TERMINAL_RUN_STATUSES, RunStatus
 
@@ -54,17 +53,7 @@ def requested_wait(query: float | None, prefer: str | None, cap_s: float) -> flo
 
 async def is_settled(rt: Runtime, workspace_id: str, run_id: str) -> bool:
     """One read: is the run settled (or gone, which the caller's load then reports as 404)?"""
-    pending_client_call = exists().where(
-        AwaitedToolCall.workflow_run_id == WorkflowRun.id,
-        AwaitedToolCall.status == "pending",
-        AwaitedToolCall.kind == "client",
-    )
-    row = await fetch_one(
-        rt,
-        select(WorkflowRun.status, pending_client_call.label("action")).where(
-            WorkflowRun.id == run_id, WorkflowRun.workspace_id == workspace_id
-        ),
-    )
+    row = await fetch_one(rt, resources.run_settling(workspace_id, run_id))
     if row is None:
         return True
     return row["status"] in SETTLED or (row["status"] == RunStatus.WAITING and bool(row["action"]))

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from stevora.client import Event, LlmCall, Page, PendingToolCall, ToolTrace, WorkflowRun
+from stevora.statuses import AnsweredBy, PauseReason, ResumeReason
 
 STATUS_STYLES = {
     "COMPLETED": "green",
@@ -233,7 +234,15 @@ def event_line(event: Event) -> str:
     )
 
 
-RESUME_REASONS = ("manual", "retry", "signal", "tool_outputs", "child_run", "tool_output_timeout", "budget")
+RESUME_REASONS = (
+    ResumeReason.MANUAL,
+    ResumeReason.RETRY,
+    ResumeReason.SIGNAL,
+    ResumeReason.TOOL_OUTPUTS,
+    ResumeReason.CHILD_RUN,
+    ResumeReason.TOOL_OUTPUT_TIMEOUT,
+    ResumeReason.BUDGET,
+)
 
 
 def _option(limit: Any) -> str:
@@ -246,7 +255,7 @@ def _answered_by(p: dict[str, Any]) -> str:
     if p.get("childRunId"):
         return f" · by child run {escape(str(p['childRunId']))}"
     by = p.get("answeredBy")
-    return f" · by the {escape(str(by))}" if by in ("client", "timeout") else ""
+    return f" · by the {escape(str(by))}" if by in (AnsweredBy.CLIENT, AnsweredBy.TIMEOUT) else ""
 
 
 def _awaited_pause(run_id: str, p: dict[str, Any], step: str) -> str:
@@ -326,15 +335,15 @@ class Progress:
         kind, p = event.event_type, event.payload
         if kind == "WORKFLOW_PAUSED":
             reason = p.get("reason")
-            if reason == "wait":
+            if reason == PauseReason.WAIT:
                 return f"[cyan]⏸[/cyan] {step} waiting until {escape(str(p.get('waitUntil')))}"
-            if reason == "external_event":
+            if reason == PauseReason.EXTERNAL_EVENT:
                 return f"[cyan]⏸[/cyan] {step} waiting for signal '{escape(str(p.get('signalType')))}'"
-            if reason == "manual":
+            if reason == PauseReason.MANUAL:
                 return "[magenta]⏸ paused[/magenta]"
-            if reason in ("tool_outputs", "child_runs"):
+            if reason in (PauseReason.TOOL_OUTPUTS, PauseReason.CHILD_RUNS):
                 return _awaited_pause(event.workflow_run_id, p, step)
-            if reason == "budget":
+            if reason == PauseReason.BUDGET:
                 return (
                     f"[yellow]⏸[/yellow] {step} reached its {escape(str(p.get('budgetLimit')))} budget — "
                     f"[bold]stevora runs budget {event.workflow_run_id} --{_option(p.get('budgetLimit'))} N[/bold]"

@@ -150,7 +150,7 @@ def demo(
     """Start the embedded stack, run the example workflows end to end and print their timelines."""
     import os
 
-    from stevora.demo import EXAMPLE_TOOLS, run_demo
+    from stevora.cli.demo import EXAMPLE_TOOLS, run_demo
     from stevora.devstack import DevStack, exit_on_sigterm
 
     settings = _settings(

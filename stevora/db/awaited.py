@@ -12,7 +12,7 @@ from typing import Any
 import asyncpg
 
 from stevora.ids import new_id
-from stevora.statuses import TERMINAL_RUN_STATUSES
+from stevora.statuses import TERMINAL_RUN_STATUSES, AwaitedKind, AwaitedStatus, RunStatus
 
 _COLUMNS = (
     "a.id, a.workflow_run_id, a.step_run_id, a.llm_call_id, a.round, a.sequence, a.tool_call_id, a.tool_name, "
@@ -32,7 +32,7 @@ class NewAwaitedCall:
     tool_call_id: str
     tool_name: str
     arguments: dict[str, Any]
-    kind: str  # client | workflow | approval
+    kind: AwaitedKind
     deadline_at: datetime | None = None
     parameters: dict[str, Any] | None = None  # approval: to check edited arguments against
     # workflow calls: the child run to create with it
@@ -80,7 +80,7 @@ async def set_child(conn: asyncpg.Connection, awaited_id: str, child_run_id: str
 async def pending_for_run(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> list[asyncpg.Record]:
     """The calls a run waits for, in the model's order."""
     rows: list[asyncpg.Record] = await conn.fetch(
-        f"SELECT {_COLUMNS} FROM awaited_tool_calls a WHERE a.workflow_run_id = $1 AND a.status = 'pending' "
+        f"SELECT {_COLUMNS} FROM awaited_tool_calls a WHERE a.workflow_run_id = $1 AND a.status = '{AwaitedStatus.PENDING}' "
         "ORDER BY a.round, a.sequence",
         run_id,
     )
@@ -93,7 +93,8 @@ async def pending_client_calls(
     """Pending client-executed calls of several runs (the API's `requiredAction`)."""
     rows: list[asyncpg.Record] = await conn.fetch(
         f"SELECT {_COLUMNS} FROM awaited_tool_calls a WHERE a.workflow_run_id = ANY($1::text[]) "
-        "AND a.status = 'pending' AND a.kind = 'client' ORDER BY a.workflow_run_id, a.round, a.sequence",
+        f"AND a.status = '{AwaitedStatus.PENDING}' AND a.kind = '{AwaitedKind.CLIENT}' "
+        "ORDER BY a.workflow_run_id, a.round, a.sequence",
         run_ids,
     )
     return rows
@@ -105,7 +106,7 @@ async def client_calls_with_results(conn: asyncpg.Connection, run_id: str) -> li
         f"SELECT {_COLUMNS}, t.status AS trace_status, t.output_json, t.error AS trace_error, "
         "t.error_code AS trace_error_code "
         "FROM awaited_tool_calls a LEFT JOIN tool_trace t ON t.llm_call_id = a.llm_call_id AND t.sequence = a.sequence "
-        "WHERE a.workflow_run_id = $1 AND a.kind = 'client' ORDER BY a.round DESC, a.sequence",
+        f"WHERE a.workflow_run_id = $1 AND a.kind = '{AwaitedKind.CLIENT}' ORDER BY a.round DESC, a.sequence",
         run_id,
     )
     return rows
@@ -127,8 +128,8 @@ async def get(conn: asyncpg.Connection, awaited_id: str) -> asyncpg.Record | Non
 
 async def mark_approved(conn: asyncpg.Connection, awaited_id: str, arguments: Any) -> None:
     await conn.execute(
-        "UPDATE awaited_tool_calls SET status = 'approved', approved_arguments = $2, answered_at = now() "
-        "WHERE id = $1 AND status = 'pending'",
+        f"UPDATE awaited_tool_calls SET status = '{AwaitedStatus.APPROVED}', approved_arguments = $2, "
+        f"answered_at = now() WHERE id = $1 AND status = '{AwaitedStatus.PENDING}'",
         awaited_id,
         arguments,
     )
@@ -136,10 +137,21 @@ async def mark_approved(conn: asyncpg.Connection, awaited_id: str, arguments: An
 
 async def mark_answered(conn: asyncpg.Connection, awaited_ids: list[str]) -> None:
     await conn.execute(
-        "UPDATE awaited_tool_calls SET status = 'answered', answered_at = now() "
-        "WHERE id = ANY($1::text[]) AND status = 'pending'",
+        f"UPDATE awaited_tool_calls SET status = '{AwaitedStatus.ANSWERED}', answered_at = now() "
+        f"WHERE id = ANY($1::text[]) AND status = '{AwaitedStatus.PENDING}'",
         awaited_ids,
     )
+
+
+async def for_run_page(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> list[asyncpg.Record]:
+    """Every awaited call of a run (model call, index, kind, tool-call id, child run): the run page
+    links child runs and marks client calls with them."""
+    rows: list[asyncpg.Record] = await conn.fetch(
+        "SELECT llm_call_id, sequence, kind, tool_call_id, child_run_id FROM awaited_tool_calls "
+        "WHERE workflow_run_id = $1",
+        run_id,
+    )
+    return rows
 
 
 async def for_child(conn: asyncpg.Connection, child_run_id: str) -> asyncpg.Record | None:
@@ -154,8 +166,8 @@ async def unanswered_finished_children(pool: asyncpg.Pool, limit: int = 100) -> 
     rows: list[asyncpg.Record] = await pool.fetch(
         "SELECT a.child_run_id FROM awaited_tool_calls a JOIN workflow_runs c ON c.id = a.child_run_id "
         "JOIN workflow_runs p ON p.id = a.workflow_run_id "
-        "WHERE a.status = 'pending' AND a.kind = 'workflow' AND c.status = ANY($1::text[]) "
-        "AND p.status = 'WAITING' LIMIT $2",
+        f"WHERE a.status = '{AwaitedStatus.PENDING}' AND a.kind = '{AwaitedKind.WORKFLOW}' "
+        f"AND c.status = ANY($1::text[]) AND p.status = '{RunStatus.WAITING}' LIMIT $2",
         list(TERMINAL_RUN_STATUSES),
         limit,
     )

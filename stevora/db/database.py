@@ -2,7 +2,8 @@
 SQLAlchemy async engine for the API's queries.
 
 The engine writes with hand-written SQL on asyncpg because each checkpoint is on the hot path
-(DESIGN §7: SQLAlchemy Core costs ~1.9x a raw asyncpg round trip). Tables are still defined once,
+(measured when the engine was designed: SQLAlchemy Core costs ~1.9x a raw asyncpg round trip;
+docs/architecture.md). Tables are still defined once,
 in stevora.db.models, and only Alembic changes them.
 """
 
@@ -169,3 +170,13 @@ def is_connection_error(exc: BaseException) -> bool:
 
 def session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
     return async_sessionmaker(engine, expire_on_commit=False)
+
+
+async def ping(pool: asyncpg.Pool) -> None:
+    """One round trip (the health check)."""
+    await pool.fetchval("SELECT 1")
+
+
+async def notify(pool: asyncpg.Pool, channel: str, payload: str) -> None:
+    """`pg_notify` outside any transaction: delivered to listeners at once, stored nowhere."""
+    await pool.execute("SELECT pg_notify($1, $2)", channel, payload)

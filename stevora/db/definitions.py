@@ -1,5 +1,5 @@
-"""Lookups of stored workflow definitions by name (the engine reads definitions by id through
-`stevora.runtime.DefinitionCache`; these are for workflows called as tools)."""
+"""Lookups of stored workflow definitions: by id (`stevora.runtime.DefinitionCache` caches the
+parsed result), by name (workflows called as tools)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,20 @@ import asyncpg
 
 from stevora.definitions import parse_default_params
 
-_COLUMNS = "id, name, version, description, steps, input_schema, default_params, created_at"
+_COLUMNS = (
+    "id, name, version, description, steps, input_schema, default_params, budget, concurrency, priority, "
+    "created_at"
+)
+
+
+async def get(conn: asyncpg.Connection | asyncpg.Pool, definition_id: str) -> asyncpg.Record | None:
+    return await conn.fetchrow(
+        f"SELECT {_COLUMNS}, workspace_id FROM workflow_definitions WHERE id = $1", definition_id
+    )
+
+
+async def name_of(conn: asyncpg.Connection | asyncpg.Pool, definition_id: str) -> str | None:
+    return await conn.fetchval("SELECT name FROM workflow_definitions WHERE id = $1", definition_id)  # type: ignore[no-any-return]
 
 
 async def find_version(

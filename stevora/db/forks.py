@@ -220,3 +220,26 @@ async def replay_source(
     """(replay_of, replay_tools) of a run: whether its tool calls are answered from a recording."""
     row = await conn.fetchrow("SELECT replay_of, replay_tools FROM workflow_runs WHERE id = $1", run_id)
     return (row["replay_of"], row["replay_tools"]) if row is not None else (None, None)
+
+
+async def own_tool_calls(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> list[asyncpg.Record]:
+    """A replay's own committed tool calls (not the inherited ones), oldest first."""
+    return list(
+        await conn.fetch(
+            "SELECT tool_name, input_json, error_code FROM tool_trace WHERE workflow_run_id = $1 "
+            "AND inherited_from IS NULL ORDER BY round, created_at, sequence",
+            run_id,
+        )
+    )
+
+
+async def replay_counts(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> dict[str, int]:
+    """How many of a replay's own tool calls matched a recorded call, and how many did not."""
+    row = await conn.fetchrow(
+        "SELECT count(*) FILTER (WHERE error_code IS DISTINCT FROM 'TOOL_CALL_NOT_RECORDED') AS matched, "
+        "count(*) FILTER (WHERE error_code = 'TOOL_CALL_NOT_RECORDED') AS unmatched "
+        "FROM tool_trace WHERE workflow_run_id = $1 AND inherited_from IS NULL",
+        run_id,
+    )
+    assert row is not None
+    return {"matched": row["matched"], "unmatched": row["unmatched"]}

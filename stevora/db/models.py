@@ -29,7 +29,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
-from stevora.statuses import ApprovalStatus, RunStatus, StepStatus, values
+from stevora.statuses import (
+    ApprovalDecision,
+    ApprovalStatus,
+    AwaitedKind,
+    AwaitedStatus,
+    RunStatus,
+    StepStatus,
+    values,
+)
 
 RUN_STATUSES = values(RunStatus)
 STEP_STATUSES = values(StepStatus)
@@ -339,15 +347,19 @@ class AwaitedToolCall(Base):
 
     __tablename__ = "awaited_tool_calls"
     __table_args__ = (
-        CheckConstraint("kind IN ('client', 'workflow', 'approval')", name="kind"),
-        CheckConstraint("status IN ('pending', 'approved', 'answered')", name="status"),
+        CheckConstraint(_in("kind", values(AwaitedKind)), name="kind"),
+        CheckConstraint(_in("status", values(AwaitedStatus)), name="status"),
         # One wait per (model call, tool-call index): a replayed round never creates a second
         # one (nor a second child run); a `tool` step's call has one per step run.
         UniqueConstraint("llm_call_id", "sequence", name="uq_awaited_tool_call"),
         Index(
             "uq_awaited_tool_step", "step_run_id", unique=True, postgresql_where=text("llm_call_id IS NULL")
         ),
-        Index("ix_awaited_pending", "workflow_run_id", postgresql_where=text("status = 'pending'")),
+        Index(
+            "ix_awaited_pending",
+            "workflow_run_id",
+            postgresql_where=text(f"status = '{AwaitedStatus.PENDING}'"),
+        ),
         Index("ix_awaited_child", "child_run_id", postgresql_where=text("child_run_id IS NOT NULL")),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -364,7 +376,7 @@ class AwaitedToolCall(Base):
     parameters: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     approved_arguments: Mapped[Any] = mapped_column(JSONB, nullable=True)
     kind: Mapped[str] = mapped_column(String(16))
-    status: Mapped[str] = mapped_column(String(16), server_default="pending")
+    status: Mapped[str] = mapped_column(String(16), server_default=AwaitedStatus.PENDING.value)
     deadline_at: Mapped[datetime | None] = _ts()
     child_run_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
@@ -375,9 +387,7 @@ class ApprovalRequest(Base):
     __tablename__ = "approval_requests"
     __table_args__ = (
         CheckConstraint(_in("status", APPROVAL_STATUSES), name="status"),
-        CheckConstraint(
-            "decision IS NULL OR decision IN ('approved', 'rejected', 'edited')", name="decision"
-        ),
+        CheckConstraint(f"decision IS NULL OR {_in('decision', values(ApprovalDecision))}", name="decision"),
         Index("ix_approvals_workspace_status", "workspace_id", "status"),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
@@ -439,7 +449,7 @@ class WebhookDelivery(Base):
 
 
 class RateLimitBucket(Base):
-    """A workspace's API token bucket, shared by every API process (stevora/api/ratelimit.py)."""
+    """A workspace's API token bucket, shared by every API process (stevora/throttle/ratelimit.py)."""
 
     __tablename__ = "rate_limit_buckets"
     workspace_id: Mapped[str] = mapped_column(

@@ -1,5 +1,5 @@
 """The webhook outbox: a delivery row per subscribed webhook, written in the transaction of the
-change it announces (delivered later by stevora.webhooks.delivery)."""
+change it announces, and the statements that deliver it (used by stevora.webhooks.delivery)."""
 
 from __future__ import annotations
 
@@ -44,3 +44,49 @@ async def enqueue_webhooks(
 ) -> None:
     """One delivery row per active webhook subscribed to `event`, in the caller's transaction."""
     await conn.execute(_ENQUEUE_SQL, workspace_id, str(event), new_id("whevt"), iso(at or utcnow()), data)
+
+
+# -- delivery (stevora.webhooks.delivery) ----------------------------------------------------
+
+CLAIM_SQL = """
+UPDATE webhook_deliveries d
+SET next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
+FROM webhooks w
+WHERE d.id IN (
+    SELECT id FROM webhook_deliveries
+    WHERE status = 'PENDING' AND next_attempt_at <= now()
+    ORDER BY next_attempt_at
+    LIMIT $1
+    FOR UPDATE SKIP LOCKED
+)
+AND w.id = d.webhook_id
+RETURNING d.id, d.event, d.payload, d.attempts, w.url, w.secret, w.is_active
+"""
+
+RECORD_SQL = """
+UPDATE webhook_deliveries
+SET status = $2::text, attempts = attempts + 1, next_attempt_at = $3, last_status_code = $4, last_error = $5,
+    attempt_log = attempt_log || jsonb_build_array($6::jsonb),
+    delivered_at = CASE WHEN $2::text = 'DELIVERED' THEN now() ELSE delivered_at END,
+    updated_at = now()
+WHERE id = $1 AND status = 'PENDING'
+"""
+
+
+async def claim_due(pool: asyncpg.Pool, limit: int, lease_s: float) -> list[asyncpg.Record]:
+    """Due PENDING deliveries (up to `limit`), leased for `lease_s` so no other sweeper sends them
+    meanwhile, with their webhook's url, secret and whether it is active."""
+    return list(await pool.fetch(CLAIM_SQL, limit, lease_s))
+
+
+async def record_attempt(
+    pool: asyncpg.Pool,
+    delivery_id: str,
+    status: str,
+    next_attempt_at: datetime | None,
+    status_code: int | None,
+    error: str | None,
+    entry: dict[str, Any],
+) -> None:
+    """One attempt's outcome: the new status, the next try, and `entry` appended to the log."""
+    await pool.execute(RECORD_SQL, delivery_id, status, next_attempt_at, status_code, error, entry)

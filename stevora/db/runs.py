@@ -427,3 +427,14 @@ async def mark_due_dispatched(pool: asyncpg.Pool, grace_s: float, limit: int) ->
     """Runs that are runnable and were not dispatched within the grace period, marked dispatched."""
     rows = await pool.fetch(_SWEEP_SQL, grace_s, limit)
     return [r["id"] for r in rows]
+
+
+async def count_crash(conn: asyncpg.Connection | asyncpg.Pool, run_id: str, owner: str) -> int | None:
+    """Add one to the crash count of a run `owner` holds; the new count (None: the lease is gone)."""
+    count: int | None = await conn.fetchval(
+        "UPDATE workflow_runs SET crash_count = crash_count + 1 "
+        "WHERE id = $1 AND lease_owner = $2 RETURNING crash_count",
+        run_id,
+        owner,
+    )
+    return count

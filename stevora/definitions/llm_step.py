@@ -1,4 +1,5 @@
-"""The `llm` step: model, prompts, tools, guardrails and the tool-loop limits (spec §3.4, 7)."""
+"""The `llm` step: model, prompts, tools, guardrails and the tool-loop limits (docs/definitions.md
+`llm`, docs/tool-calling.md)."""
 
 from __future__ import annotations
 

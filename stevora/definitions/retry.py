@@ -31,7 +31,7 @@ class CamelModel(BaseModel):
 
 
 class RetryPolicy(CamelModel):
-    """How often a failed step is retried and how long to wait in between (spec §3.0)."""
+    """How often a failed step is retried and how long to wait in between (docs/retries.md)."""
 
     max_attempts: int = Field(default=3, ge=1, le=20)
     """Total attempts including the first: 3 means one try and two retries."""

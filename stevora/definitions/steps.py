@@ -1,4 +1,4 @@
-"""Step models for the five non-LLM step types (spec §3.1-3.3, 3.5, 3.6).
+"""Step models for the five non-LLM step types (docs/definitions.md).
 
 The `llm` step has its own module because it is as large as the other five together.
 """

@@ -1,4 +1,4 @@
-"""A whole workflow definition, its cross-step rules, and `parse_definition` (spec §2.3, 9.3).
+"""A whole workflow definition, its cross-step rules, and `parse_definition` (docs/definitions.md).
 
 `parse_definition` is the one entry point for untrusted definitions: it turns pydantic's
 errors into Stevora's `ValidationError` with JS-like camelCase paths (`steps[1].tools[0].name`)

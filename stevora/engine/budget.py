@@ -25,7 +25,7 @@ from stevora.errors import InvalidStateTransition, NotFoundError, ValidationErro
 from stevora.events import Event, EventType
 from stevora.observability.metrics import BUDGET_STOPS
 from stevora.settings import Settings
-from stevora.statuses import RunStatus, StepStatus
+from stevora.statuses import PauseReason, ResumeReason, RunStatus, StepStatus
 from stevora.tasks import StepResult
 
 if TYPE_CHECKING:
@@ -33,7 +33,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("stevora.engine")
 
-# The `signal_type` of a step waiting for its run's budget to be raised (and the pause reason).
+# The `signal_type` of a step waiting for its run's budget to be raised (PauseReason.BUDGET).
 BUDGET_SIGNAL = "budget"
 BUDGET_EXCEEDED = "BUDGET_EXCEEDED"
 
@@ -168,7 +168,7 @@ def stopped(meter: Meter, limit: str, step_name: str) -> StepResult:
         return StepResult(
             status="waiting",
             signal_type=BUDGET_SIGNAL,
-            pause_reason=BUDGET_SIGNAL,
+            pause_reason=PauseReason.BUDGET,
             pause_details={"budgetLimit": limit, "budget": meter.budget, "used": used},
         )
     return StepResult(
@@ -226,7 +226,7 @@ async def update_budget(
             events.append(
                 Event(
                     EventType.WORKFLOW_RESUMED,
-                    {"reason": BUDGET_SIGNAL, "stepName": step_run["step_name"]},
+                    {"reason": ResumeReason.BUDGET, "stepName": step_run["step_name"]},
                     step_run["id"],
                 )
             )

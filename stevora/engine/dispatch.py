@@ -7,16 +7,15 @@ message is harmless: the run row is the truth, claims are leased, and the sweep 
 from __future__ import annotations
 
 import asyncio
-from typing import Protocol
 
 import dramatiq
+
+from stevora.runtime import Dispatcher
 
 QUEUE_NAME = "stevora"
 EXECUTE_RUN_ACTOR = "execute_run"
 
-
-class Dispatcher(Protocol):
-    async def dispatch(self, run_id: str, *, delay_ms: int = 0) -> None: ...
+__all__ = ["EXECUTE_RUN_ACTOR", "QUEUE_NAME", "Dispatcher", "DramatiqDispatcher", "RecordingDispatcher"]
 
 
 class DramatiqDispatcher:

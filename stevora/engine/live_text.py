@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from stevora.db.database import notify
 from stevora.events import LLM_TEXT_CHANNEL
 
 if TYPE_CHECKING:
@@ -103,7 +104,7 @@ class LiveText:
             with contextlib.suppress(BaseException):
                 await previous
         try:
-            await self._pool.execute("SELECT pg_notify($1, $2)", LLM_TEXT_CHANNEL, payload)
+            await notify(self._pool, LLM_TEXT_CHANNEL, payload)
         except Exception as exc:  # ephemeral by design: the stored events are the truth
             log.debug("llm_text_delta_not_published", error=str(exc))
 

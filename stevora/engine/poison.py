@@ -27,16 +27,10 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("stevora.worker")
 
-_COUNT_SQL = (
-    "UPDATE workflow_runs SET crash_count = crash_count + 1 "
-    "WHERE id = $1 AND lease_owner = $2 RETURNING crash_count"
-)
-
 
 async def record_crash(rt: Runtime, run_id: str, owner: str) -> int | None:
     """Count one crash of a run this worker holds; the new count (None: the lease is gone)."""
-    count: int | None = await rt.pool.fetchval(_COUNT_SQL, run_id, owner)
-    return count
+    return await runs.count_crash(rt.pool, run_id, owner)
 
 
 def crash_error(crashes: int, limit: int) -> dict[str, Any]:

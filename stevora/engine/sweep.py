@@ -18,7 +18,7 @@ import structlog
 from stevora.db import concurrency, runs
 from stevora.db.retention import prune_finished_runs
 from stevora.engine.hints import dispatch_hint
-from stevora.engine.steps import awaited
+from stevora.engine.steps.awaited import workflow as workflow_calls
 from stevora.observability.metrics import SWEEP_PICKUPS
 
 if TYPE_CHECKING:
@@ -31,7 +31,7 @@ async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     """Dispatch every run that is due and unowned. Returns the ids dispatched."""
     ids = await runs.mark_due_dispatched(rt.pool, rt.settings.undispatched_grace_s, limit)
     # A child run that ended while its parent could not be told: tell it now.
-    ids += await awaited.answer_finished_children(rt.pool)
+    ids += await workflow_calls.answer_finished_children(rt.pool)
     # Queued runs (concurrency slots) the sweep above leaves alone: those a slot is free for now.
     ids += await concurrency.dispatch_startable(rt.pool, rt.settings.undispatched_grace_s, limit)
     for run_id in ids:

@@ -1,4 +1,4 @@
-"""Post-completion checks on an llm step's final answer (reference §7.4).
+"""Post-completion checks on an llm step's final answer (docs/tool-calling.md, "Guardrails").
 
 * The answer is parsed as JSON when the step has `responseFormat: "json"` or an `outputSchema`
   (`extract_json` accepts clean JSON, fenced JSON and JSON inside prose).

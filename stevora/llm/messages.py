@@ -8,10 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import Any, Literal, Protocol, cast
 
-if TYPE_CHECKING:
-    from stevora.llm.streaming import StreamSink
+
+class StreamSink(Protocol):
+    """Who hears a streamed call as it happens (the engine: TTFT and live text deltas); given to an
+    adapter on `LlmRequest.sink`, fed by `stevora.llm.streaming`."""
+
+    def first_token(self) -> None:
+        """The first content or tool-call delta arrived."""
+
+    def text(self, piece: str) -> None:
+        """A piece of the answer's text, in order."""
+
 
 Role = Literal["system", "user", "assistant", "tool"]
 ResponseFormat = Literal["json", "text"]

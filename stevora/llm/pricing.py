@@ -2,7 +2,7 @@
 
 `genai_prices.Usage.input_tokens` has the same meaning as ours (every prompt token, cache reads
 and writes included; the cache counts are subsets billed at their own rates), so the mapping is
-one to one and both formulas of llm-wire.md §5 come out right:
+one to one and both providers' cost formulas come out right:
 OpenAI `(prompt - cached)·in + cached·cached_in + completion·out`, Anthropic
 `input·in + cache_read·read + cache_write·write + output·out` with Anthropic's own `input`
 being our `input_tokens - cache_read - cache_write`.

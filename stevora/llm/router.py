@@ -1,4 +1,4 @@
-"""Model name -> provider, by prefix (reference §7.1), plus an explicit override.
+"""Model name -> provider, by prefix (docs/tool-calling.md, "Providers and keys"), plus an explicit override.
 
 The documented map only has `gpt-`, `o1-`, `o3-`, `claude-`; we also route the bare reasoning
 model names (`o1`, `o3`, `o4`), `o4-*`, `chatgpt-*` and the offline `scripted` model. A model

@@ -1,4 +1,5 @@
-"""Streamed model answers: the accumulator both SDK adapters feed, and the sink that hears deltas.
+"""Streamed model answers: the accumulator both SDK adapters feed, which feeds the request's sink
+(`StreamSink`, declared with the request in `messages.py`).
 
 A stream is folded into the same `LlmResponse` a non-streamed call returns (text, tool calls with
 their argument fragments joined, usage, finish reason, response model and id), so everything after
@@ -12,20 +13,11 @@ arrives, so the engine's fallback chain and step retries take over from there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
 
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmResponse, ToolCall, Usage
+from stevora.llm.messages import LlmResponse, StreamSink, ToolCall, Usage
 
-
-class StreamSink(Protocol):
-    """Who hears a streamed call as it happens (the engine: TTFT and live text deltas)."""
-
-    def first_token(self) -> None:
-        """The first content or tool-call delta arrived."""
-
-    def text(self, piece: str) -> None:
-        """A piece of the answer's text, in order."""
+__all__ = ["StreamAccumulator", "StreamSink"]
 
 
 @dataclass

@@ -21,7 +21,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, NamedTuple
 
@@ -35,27 +34,12 @@ from stevora.llm.messages import (
     tool_choice_of,
 )
 from stevora.llm.scripted_provider import scripted_response
-from stevora.testing.fake_stream import StreamDefaults, StreamScript, write_stream
+from stevora.testing.fake_stream import FakeResponse as FakeResponse  # re-exported: the scripted answer
+from stevora.testing.fake_stream import Kind, StreamDefaults, write_stream
 
-Kind = Literal["openai", "anthropic"]
 ROUTES: dict[str, Kind] = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
 
 _ids = itertools.count(1)
-
-
-@dataclass
-class FakeResponse:
-    """One scripted answer. Error responses (`body=None`, status >= 400) get the route's error shape."""
-
-    status: int = 200
-    body: dict[str, Any] | None = None
-    headers: dict[str, str] = field(default_factory=dict)
-    delay_s: float = 0.0
-    kind: Kind | None = None
-    error_message: str | None = None
-    error_type: str | None = None
-    disconnect: bool = False
-    stream: StreamScript | None = None  # timing and faults when the request asks for a stream
 
 
 Responder = Callable[[dict[str, Any]], "FakeResponse | dict[str, Any]"]

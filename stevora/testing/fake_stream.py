@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import json
 import threading
-from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, NamedTuple
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
-    from stevora.testing.fake_llm import FakeResponse, Kind
+# Which API a route speaks (the fake serves both; `fake_llm.ROUTES`).
+Kind = Literal["openai", "anthropic"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,21 @@ class StreamScript:
     error_after: int | None = None  # content events sent before an error event ends the stream
     drop_after: int | None = None  # content events sent before the connection is dropped
     error_message: str = "fake stream failure"
+
+
+@dataclass
+class FakeResponse:
+    """One scripted answer. Error responses (`body=None`, status >= 400) get the route's error shape."""
+
+    status: int = 200
+    body: dict[str, Any] | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
+    kind: Kind | None = None
+    error_message: str | None = None
+    error_type: str | None = None
+    disconnect: bool = False
+    stream: StreamScript | None = None  # timing and faults when the request asks for a stream
 
 
 class _Event(NamedTuple):

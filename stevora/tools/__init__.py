@@ -5,7 +5,14 @@ trace commit did not happen runs again on resume, so side effects should be keye
 `ToolContext.idempotency_key` (`<stepRunId>:<round>:<callIndex>`).
 """
 
-from stevora.tools.invoke import ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
+from stevora.tools.invoke import (
+    ToolErrorCode,
+    ToolOutcome,
+    field_problem,
+    invoke_tool,
+    schema_problems,
+    with_defaults,
+)
 from stevora.tools.registry import (
     RegisteredTool,
     ToolArgumentError,
@@ -28,6 +35,7 @@ __all__ = [
     "ToolRegistry",
     "Toolbox",
     "default_registry",
+    "field_problem",
     "invoke_tool",
     "registerTool",
     "register_tool",

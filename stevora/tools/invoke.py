@@ -1,6 +1,6 @@
 """Run one tool call the model asked for and turn every outcome into a tool message.
 
-A tool call never raises into the step (§7.2): an unknown tool, bad arguments, a handler
+A tool call never raises into the step (docs/tool-calling.md): an unknown tool, bad arguments, a handler
 exception, a timeout or an oversize result all become a failed `ToolOutcome` whose
 `result_text` is `{"error": ...}`, so the model can recover. Only cancellation propagates.
 This runs once per tool call per round, so schemas are compiled and signatures inspected
@@ -116,7 +116,7 @@ async def invoke_tool(
     if tool is None:
         return failed("TOOL_NOT_REGISTERED", f"Tool '{name}' not registered")
 
-    # Unparseable or non-object arguments reach the handler as {"raw": ...} (§7.2), unvalidated.
+    # Unparseable or non-object arguments reach the handler as {"raw": ...}, unvalidated.
     if is_object:
         try:
             schema = declared_schema if declared_schema is not None else tool.parameters
@@ -320,6 +320,18 @@ def _to_json(value: Any) -> Any:
 def schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> list[str]:
     """`path: message` for every way `instance` breaks `schema` (empty when it is valid)."""
     return _schema_problems(compiled_validator(schema), instance)
+
+
+_FIELD_PATH = re.compile(r"[A-Za-z_$][\w$-]*(\[\d+\]|\.[A-Za-z_$][\w$-]*)*")
+
+
+def field_problem(problem: str, field: str = "input") -> dict[str, str]:
+    """`"customer.id: 1 is not of type 'string'"` → `{"path": "input.customer.id", "message": ...}`
+    (`field` names the request field the checked object came in)."""
+    path, sep, message = problem.partition(": ")
+    if sep and _FIELD_PATH.fullmatch(path):
+        return {"path": f"{field}.{path}", "message": message}
+    return {"path": field, "message": problem}
 
 
 def with_defaults(schema: dict[str, Any], arguments: dict[str, Any]) -> dict[str, Any]:

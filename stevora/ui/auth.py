@@ -9,8 +9,8 @@ read the cookie, so it cannot compute the token; SameSite=Strict and an Origin c
 layers on top.
 
 Limits: the same as the API's, with the same state (the API app's `ApiContext`): a key that is not
-live counts as a failed attempt of the client's address (stevora/api/authlimit.py), and each
-signed-in request takes a token from the workspace's bucket (stevora/api/ratelimit.py). Either
+live counts as a failed attempt of the client's address (stevora/throttle/authlimit.py), and each
+signed-in request takes a token from the workspace's bucket (stevora/throttle/ratelimit.py). Either
 limit reached: 429 with Retry-After (`UiRoute`; the login form says it on the page).
 """
 
@@ -29,12 +29,13 @@ from fastapi import Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 
+from stevora.db import pages
 from stevora.errors import RateLimitError, StevoraError
 
 if TYPE_CHECKING:
-    from stevora.api.authlimit import FailedAuthLimiter
-    from stevora.api.ratelimit import RateLimiter
     from stevora.runtime import Runtime
+    from stevora.throttle.authlimit import FailedAuthLimiter
+    from stevora.throttle.ratelimit import RateLimiter
 
 COOKIE_NAME = "stevora_key"
 FLASH_COOKIE = "stevora_flash"
@@ -79,12 +80,7 @@ async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:
     """The UI user of a raw key, or `None` when it is missing, unknown or revoked."""
     if not raw_key or len(raw_key) > _MAX_KEY_CHARS:
         return None
-    row = await rt.pool.fetchrow(
-        "SELECT k.id, k.workspace_id, k.name AS key_name, k.key_prefix, w.name AS workspace_name "
-        "FROM api_keys k JOIN workspaces w ON w.id = k.workspace_id "
-        "WHERE k.key_hash = $1 AND k.revoked_at IS NULL",
-        hash_key(raw_key),
-    )
+    row = await pages.ui_user(rt.pool, hash_key(raw_key))
     if row is None:
         return None
     return UiUser(
@@ -134,8 +130,8 @@ def _limits(request: Request) -> tuple[FailedAuthLimiter, RateLimiter]:
     limits: tuple[FailedAuthLimiter, RateLimiter] | None = getattr(state, "ui_limits", None)
     if limits is None:
         # Imported here: stevora.api imports this module (its app mounts the UI).
-        from stevora.api.authlimit import FailedAuthLimiter
-        from stevora.api.ratelimit import RateLimiter
+        from stevora.throttle.authlimit import FailedAuthLimiter
+        from stevora.throttle.ratelimit import RateLimiter
 
         settings = runtime_of(request).settings
         limits = (

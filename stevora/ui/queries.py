@@ -1,4 +1,5 @@
-"""Read models for the UI pages: raw asyncpg queries, every one scoped to one workspace.
+"""Read models for the UI pages, assembled from the reads in `stevora.db.pages` (every one scoped
+to one workspace).
 
 The run page's trace is assembled here: step runs in order, each llm step run with its rounds
 (`llm_calls` by round), each round with its tool calls (`tool_trace` by sequence, joined to the
@@ -9,14 +10,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from stevora.db import concurrency
+from stevora.db import concurrency, pages
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.definitions import find_version, workflow_input_schema
+from stevora.db.pages import RunFilters
 from stevora.engine.budget import BUDGET_SIGNAL
 from stevora.statuses import RunStatus, values
 from stevora.tools.invoke import parse_arguments
@@ -28,13 +29,6 @@ PAGE_SIZE = 25
 EVENTS_SHOWN = 200
 RUN_STATUSES = values(RunStatus)
 
-_RUNS_JOIN = "workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id"
-_RUN_LIST_COLUMNS = (
-    "r.id, r.status, r.current_step_name, r.created_at, r.started_at, r.completed_at, r.failed_at, "
-    "r.cancelled_at, r.total_cost_cents, r.total_input_tokens, r.total_output_tokens, r.definition_id, "
-    "d.name AS definition_name, d.version AS definition_version, r.concurrency_key, r.queued_at"
-)
-
 
 @dataclass(slots=True)
 class RunsPage:
@@ -44,57 +38,18 @@ class RunsPage:
     pages: int
 
 
-@dataclass(frozen=True, slots=True)
-class RunFilters:
-    """The runs list's search: a run id (or its prefix), status, definition and a creation window."""
-
-    run_id: str | None = None
-    status: str | None = None
-    definition_id: str | None = None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
-
-    @property
-    def active(self) -> bool:
-        return any(getattr(self, name) is not None for name in self.__slots__)
-
-
 async def list_runs(rt: Runtime, workspace_id: str, filters: RunFilters, *, page: int) -> RunsPage:
-    where = (
-        "r.workspace_id = $1 AND ($2::text IS NULL OR r.status = $2) "
-        "AND ($3::text IS NULL OR r.definition_id = $3) "
-        "AND ($4::text IS NULL OR starts_with(r.id, $4)) "
-        "AND ($5::timestamptz IS NULL OR r.created_at >= $5) "
-        "AND ($6::timestamptz IS NULL OR r.created_at < $6)"
+    total = await pages.count_runs(rt.pool, workspace_id, filters)
+    count = max(1, math.ceil(total / PAGE_SIZE))
+    page = min(max(1, page), count)
+    rows = await pages.list_runs(
+        rt.pool, workspace_id, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
     )
-    args = (
-        workspace_id,
-        filters.status,
-        filters.definition_id,
-        filters.run_id,
-        filters.created_from,
-        filters.created_to,
-    )
-    total = await rt.pool.fetchval(f"SELECT count(*) FROM workflow_runs r WHERE {where}", *args)
-    pages = max(1, math.ceil(total / PAGE_SIZE))
-    page = min(max(1, page), pages)
-    rows = await rt.pool.fetch(
-        f"SELECT {_RUN_LIST_COLUMNS} FROM {_RUNS_JOIN} "
-        f"WHERE {where} ORDER BY r.created_at DESC, r.id DESC LIMIT {PAGE_SIZE} OFFSET $7",
-        *args,
-        (page - 1) * PAGE_SIZE,
-    )
-    return RunsPage(runs=list(rows), total=total, page=page, pages=pages)
+    return RunsPage(runs=rows, total=total, page=page, pages=count)
 
 
 async def definition_choices(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
-    return list(
-        await rt.pool.fetch(
-            "SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 "
-            "ORDER BY name, created_at",
-            workspace_id,
-        )
-    )
+    return await pages.definition_choices(rt.pool, workspace_id)
 
 
 @dataclass(slots=True)
@@ -284,35 +239,10 @@ def step_tools(
 
 
 async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | None:
-    async with rt.pool.acquire() as conn:
-        run = await conn.fetchrow(
-            "SELECT r.*, d.name AS definition_name, d.version AS definition_version, "
-            f"d.steps AS definition_steps FROM {_RUNS_JOIN} "
-            "WHERE r.id = $1 AND r.workspace_id = $2",
-            run_id,
-            workspace_id,
-        )
-        if run is None:
-            return None
-        steps = await conn.fetch(
-            "SELECT * FROM step_runs WHERE workflow_run_id = $1 "
-            "ORDER BY created_at, step_index, visit, attempt",
-            run_id,
-        )
-        calls = await conn.fetch(
-            "SELECT * FROM llm_calls WHERE workflow_run_id = $1 ORDER BY round, created_at", run_id
-        )
-        traces = await conn.fetch(
-            "SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round, sequence", run_id
-        )
-        events = await conn.fetch(
-            "SELECT * FROM (SELECT * FROM workflow_events WHERE workflow_run_id = $1 "
-            f"ORDER BY sequence DESC LIMIT {EVENTS_SHOWN}) e ORDER BY sequence",
-            run_id,
-        )
-        events_total = await conn.fetchval(
-            "SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1", run_id
-        )
+    rows = await pages.run_rows(rt.pool, workspace_id, run_id, events_shown=EVENTS_SHOWN)
+    if rows is None:
+        return None
+    run, steps, calls, traces = rows.run, rows.steps, rows.calls, rows.traces
     calls_by_step: dict[str, list[asyncpg.Record]] = {}
     for c in calls:
         calls_by_step.setdefault(c["step_run_id"], []).append(c)
@@ -359,84 +289,39 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
     return RunView(
         run=run,
         steps=views,
-        events=list(events),
-        events_total=events_total,
+        events=rows.events,
+        events_total=rows.events_total,
         budget_used=used,
         queue_position=position,
     )
 
 
 async def run_status(rt: Runtime, workspace_id: str, run_id: str) -> str | None:
-    return await rt.pool.fetchval(  # type: ignore[no-any-return]
-        "SELECT status FROM workflow_runs WHERE id = $1 AND workspace_id = $2", run_id, workspace_id
-    )
+    return await pages.run_status(rt.pool, workspace_id, run_id)
 
 
 async def events_after(rt: Runtime, run_id: str, after: int) -> list[asyncpg.Record]:
-    return list(
-        await rt.pool.fetch(
-            "SELECT id, sequence, event_type, step_run_id, payload, created_at FROM workflow_events "
-            "WHERE workflow_run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT 500",
-            run_id,
-            after,
-        )
-    )
+    return await pages.events_after(rt.pool, run_id, after)
 
 
 async def approvals(rt: Runtime, workspace_id: str) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
     """Pending requests (oldest first, the order to work through them) and the 10 latest decided."""
-    select = (
-        "SELECT a.*, r.status AS run_status, r.definition_id, "
-        "d.name AS definition_name, d.version AS definition_version "
-        "FROM approval_requests a JOIN workflow_runs r ON r.id = a.workflow_run_id "
-        "JOIN workflow_definitions d ON d.id = r.definition_id WHERE a.workspace_id = $1 "
-    )
-    pending = await rt.pool.fetch(select + "AND a.status = 'PENDING' ORDER BY a.created_at", workspace_id)
-    decided = await rt.pool.fetch(
-        select + "AND a.status <> 'PENDING' ORDER BY a.updated_at DESC LIMIT 10", workspace_id
-    )
-    return list(pending), list(decided)
+    return await pages.approvals(rt.pool, workspace_id)
 
 
 async def pending_approval_count(rt: Runtime, workspace_id: str) -> int:
-    return await rt.pool.fetchval(  # type: ignore[no-any-return]
-        "SELECT count(*) FROM approval_requests WHERE workspace_id = $1 AND status = 'PENDING'", workspace_id
-    )
+    return await pages.pending_approval_count(rt.pool, workspace_id)
 
 
 async def approval_run_id(rt: Runtime, workspace_id: str, approval_id: str) -> str | None:
-    return await rt.pool.fetchval(  # type: ignore[no-any-return]
-        "SELECT workflow_run_id FROM approval_requests WHERE id = $1 AND workspace_id = $2",
-        approval_id,
-        workspace_id,
-    )
+    return await pages.approval_run_id(rt.pool, workspace_id, approval_id)
 
 
 async def definitions(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
-    return list(
-        await rt.pool.fetch(
-            "SELECT d.id, d.name, d.version, d.description, d.created_at, "
-            "jsonb_array_length(d.steps) AS step_count, "
-            "(SELECT count(*) FROM workflow_runs r WHERE r.definition_id = d.id) AS run_count, "
-            "(SELECT max(created_at) FROM workflow_runs r WHERE r.definition_id = d.id) AS last_run_at "
-            "FROM workflow_definitions d WHERE d.workspace_id = $1 ORDER BY d.name, d.created_at DESC",
-            workspace_id,
-        )
-    )
+    return await pages.definitions(rt.pool, workspace_id)
 
 
 async def definition(
     rt: Runtime, workspace_id: str, definition_id: str
 ) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
-    row = await rt.pool.fetchrow(
-        "SELECT * FROM workflow_definitions WHERE id = $1 AND workspace_id = $2", definition_id, workspace_id
-    )
-    if row is None:
-        return None
-    runs = await rt.pool.fetch(
-        f"SELECT {_RUN_LIST_COLUMNS} FROM {_RUNS_JOIN} "
-        "WHERE r.definition_id = $1 AND r.workspace_id = $2 ORDER BY r.created_at DESC LIMIT 10",
-        definition_id,
-        workspace_id,
-    )
-    return row, list(runs)
+    return await pages.definition(rt.pool, workspace_id, definition_id)

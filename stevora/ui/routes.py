@@ -19,7 +19,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse,
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
-from stevora.engine import commands
+from stevora.engine.steps.approval import Decision, decide_approval
 from stevora.errors import RateLimitError, StevoraError
 from stevora.statuses import TERMINAL_RUN_STATUSES
 from stevora.ui import auth, queries, waterfall
@@ -33,7 +33,7 @@ from stevora.ui.tool_outputs import parse_answer, record_answer, run_page_contex
 
 HERE = Path(__file__).parent
 STATIC_DIR = HERE / "static"
-DECISIONS: dict[str, commands.Decision] = {"approved": "approved", "rejected": "rejected", "edited": "edited"}
+DECISIONS: dict[str, Decision] = {"approved": "approved", "rejected": "rejected", "edited": "edited"}
 VERBS = {"approved": "Approved", "rejected": "Rejected", "edited": "Edited and approved"}
 # Pages hold workspace data and run only our own script/style files. Inline style *attributes*
 # are allowed (`style-src-attr`): the waterfall positions its bars with them; they cannot run script.
@@ -291,9 +291,7 @@ def build_ui_router() -> APIRouter:
                 edited = text
         rt = runtime_of(request)
         try:
-            await commands.decide_approval(
-                rt, user.workspace_id, approval_id, decision, edited, decided_by=user.actor
-            )
+            await decide_approval(rt, user.workspace_id, approval_id, decision, edited, decided_by=user.actor)
         except StevoraError as exc:
             auth.set_flash(response, exc.message, "error")
             return response

@@ -10,9 +10,10 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import RedirectResponse, Response
 
 from stevora.db import awaited as db_awaited
-from stevora.engine import commands
+from stevora.db import pages
+from stevora.engine.steps.awaited.client import ToolOutput, submit_tool_outputs
 from stevora.errors import StevoraError
-from stevora.statuses import RunStatus
+from stevora.statuses import AwaitedKind, RunStatus
 from stevora.ui import auth
 
 if TYPE_CHECKING:
@@ -29,29 +30,20 @@ async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
     pending: list[asyncpg.Record] = []
     if run["status"] == RunStatus.WAITING:
         pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
-    awaited = await rt.pool.fetch(
-        "SELECT llm_call_id, sequence, kind, tool_call_id, child_run_id FROM awaited_tool_calls "
-        "WHERE workflow_run_id = $1",
-        run["id"],
-    )
-    gated = await rt.pool.fetch(
-        "SELECT a.id, c.tool_call_id FROM approval_requests a "
-        "JOIN awaited_tool_calls c ON c.id = a.awaited_tool_call_id "
-        "WHERE a.workflow_run_id = $1 AND a.status = 'PENDING'",
-        run["id"],
-    )
+    awaited = await db_awaited.for_run_page(rt.pool, run["id"])
+    gated = await pages.pending_call_approvals(rt.pool, run["id"])
     return {
         "pending_calls": pending,
         "pending_call_ids": {c["tool_call_id"] for c in pending},
         "child_runs": {
             f"{c['llm_call_id']}:{c['sequence']}": c["child_run_id"] for c in awaited if c["child_run_id"]
         },
-        "client_call_ids": {c["tool_call_id"] for c in awaited if c["kind"] == "client"},
+        "client_call_ids": {c["tool_call_id"] for c in awaited if c["kind"] == AwaitedKind.CLIENT},
         "call_approvals": {a["tool_call_id"]: a["id"] for a in gated},
     }
 
 
-def parse_answer(form: dict[str, str]) -> commands.ToolOutput:
+def parse_answer(form: dict[str, str]) -> ToolOutput:
     """The form's answer: `output` as JSON, or `error` as a message. ValueError says what is wrong."""
     call_id = form.get("tool_call_id", "").strip()
     if not call_id:
@@ -60,7 +52,7 @@ def parse_answer(form: dict[str, str]) -> commands.ToolOutput:
         message = form.get("error", "").strip()
         if not message:
             raise ValueError(f"Give an error message for tool call {call_id}.")
-        return commands.ToolOutput(call_id, error=message)
+        return ToolOutput(call_id, error=message)
     text = form.get("output", "")
     try:
         value = json.loads(text)
@@ -69,7 +61,7 @@ def parse_answer(form: dict[str, str]) -> commands.ToolOutput:
             f"The output for tool call {call_id} is not valid JSON ({exc}). Nothing was recorded; "
             'to send text, quote it: "like this".'
         ) from None
-    return commands.ToolOutput(call_id, output=value)
+    return ToolOutput(call_id, output=value)
 
 
 async def record_answer(rt: Runtime, workspace_id: str, run_id: str, form: dict[str, str]) -> Response:
@@ -78,7 +70,7 @@ async def record_answer(rt: Runtime, workspace_id: str, run_id: str, form: dict[
     response = RedirectResponse(f"/ui/runs/{run_id}", status_code=303)
     try:
         item = parse_answer(form)
-        await commands.submit_tool_outputs(rt, workspace_id, run_id, [item])
+        await submit_tool_outputs(rt, workspace_id, run_id, [item])
     except ValueError as exc:
         auth.set_flash(response, str(exc), "error")
         return response

@@ -32,6 +32,7 @@ import httpx
 import structlog
 
 from stevora.clock import iso, utcnow
+from stevora.db import outbox
 from stevora.observability.metrics import WEBHOOK_FAILURES
 from stevora.webhooks.address import resolve_public
 
@@ -44,30 +45,6 @@ MAX_BACKOFF_S = 3600.0
 LEASE_MARGIN_S = 30.0
 CONCURRENCY = 16
 _ERROR_CHARS = 500
-
-CLAIM_SQL = """
-UPDATE webhook_deliveries d
-SET next_attempt_at = now() + make_interval(secs => $2), updated_at = now()
-FROM webhooks w
-WHERE d.id IN (
-    SELECT id FROM webhook_deliveries
-    WHERE status = 'PENDING' AND next_attempt_at <= now()
-    ORDER BY next_attempt_at
-    LIMIT $1
-    FOR UPDATE SKIP LOCKED
-)
-AND w.id = d.webhook_id
-RETURNING d.id, d.event, d.payload, d.attempts, w.url, w.secret, w.is_active
-"""
-
-RECORD_SQL = """
-UPDATE webhook_deliveries
-SET status = $2::text, attempts = attempts + 1, next_attempt_at = $3, last_status_code = $4, last_error = $5,
-    attempt_log = attempt_log || jsonb_build_array($6::jsonb),
-    delivered_at = CASE WHEN $2::text = 'DELIVERED' THEN now() ELSE delivered_at END,
-    updated_at = now()
-WHERE id = $1 AND status = 'PENDING'
-"""
 
 
 def sign(secret: str, timestamp: int | str, body: bytes | str) -> str:
@@ -192,7 +169,9 @@ async def _record(rt: Runtime, row: Any, outcome: _Outcome) -> None:
         "error": outcome.error,
         "durationMs": outcome.duration_ms,
     }
-    await rt.pool.execute(RECORD_SQL, row["id"], status, next_at, outcome.status_code, outcome.error, entry)
+    await outbox.record_attempt(
+        rt.pool, row["id"], status, next_at, outcome.status_code, outcome.error, entry
+    )
     if not outcome.delivered:
         WEBHOOK_FAILURES.labels(final=str(status == "FAILED").lower()).inc()
     log.info(
@@ -208,7 +187,7 @@ async def _record(rt: Runtime, row: Any, outcome: _Outcome) -> None:
 async def deliver_due(rt: Runtime, *, limit: int = 100, client: httpx.AsyncClient | None = None) -> int:
     """Send every due PENDING delivery (up to `limit`); returns how many attempts were made."""
     lease_s = rt.settings.webhook_timeout_s + LEASE_MARGIN_S
-    rows = await rt.pool.fetch(CLAIM_SQL, limit, lease_s)
+    rows = await outbox.claim_due(rt.pool, limit, lease_s)
     if not rows:
         return 0
     owned = client is None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from stevora.engine import commands
+from stevora.engine.steps.awaited import client as tool_outputs
 from tests.conftest import create_definition
 from tests.e2e.conftest import BrokerSetup
 from tests.e2e.test_crash_recovery import assert_gap_free, wait_status
@@ -96,16 +97,22 @@ async def test_killed_between_an_accepted_tool_output_and_the_resumed_model_call
         call_id = await setup.rt.pool.fetchval(
             "SELECT tool_call_id FROM awaited_tool_calls WHERE workflow_run_id = $1", run["id"]
         )
-        await commands.submit_tool_outputs(
-            setup.rt, setup.workspace_id, run["id"], [commands.ToolOutput(call_id, output={"answer": "yes"})]
+        await tool_outputs.submit_tool_outputs(
+            setup.rt,
+            setup.workspace_id,
+            run["id"],
+            [tool_outputs.ToolOutput(call_id, output={"answer": "yes"})],
         )
         assert await first.wait_exit(40) == -9, first.log_tail()  # died before sending round 2
         second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
         row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
         assert row["status"] == "COMPLETED", row["error"]
         # A client retrying its submission after the crash changes nothing.
-        await commands.submit_tool_outputs(
-            setup.rt, setup.workspace_id, run["id"], [commands.ToolOutput(call_id, output={"answer": "yes"})]
+        await tool_outputs.submit_tool_outputs(
+            setup.rt,
+            setup.workspace_id,
+            run["id"],
+            [tool_outputs.ToolOutput(call_id, output={"answer": "yes"})],
         )
     finally:
         first.stop()

@@ -12,31 +12,20 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Path, Request
-from sqlalchemy import func, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import Response
 
 from stevora.api.auth import MISSING_KEY, admin_token_accepted, hash_key, new_api_key
-from stevora.api.authlimit import client_address
 from stevora.api.db import fetch_all, write_one
 from stevora.api.deps import Auth, Ctx, admin_token_header, api_key_header
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.workspaces import ApiKeyCreate, ApiKeyCreated, ApiKeyOut
-from stevora.db.models import ApiKey, Workspace
+from stevora.db import resources
 from stevora.errors import AuthError, NotFoundError, ValidationError
-from stevora.ids import new_id
+from stevora.throttle.authlimit import client_address
 
 router = APIRouter(prefix="/api-keys", tags=["api-keys"])
-_COLUMNS = (
-    ApiKey.id,
-    ApiKey.workspace_id,
-    ApiKey.name,
-    ApiKey.key_prefix,
-    ApiKey.last_used_at,
-    ApiKey.created_at,
-    ApiKey.revoked_at,
-)
 KeyId = Annotated[str, Path(description="An API key id (key_...).")]
 
 
@@ -75,52 +64,26 @@ async def create_api_key(
     raw = new_api_key()
     async with ctx.rt.engine.begin() as conn:
         await _lock_workspace(conn, workspace_id, bootstrap=bootstrap)
-        row = (
-            (
-                await conn.execute(
-                    insert(ApiKey)
-                    .values(
-                        id=new_id("key"),
-                        workspace_id=workspace_id,
-                        name=body.name,
-                        key_hash=hash_key(raw),
-                        key_prefix=raw[:8],
-                    )
-                    .returning(
-                        ApiKey.id, ApiKey.workspace_id, ApiKey.name, ApiKey.key_prefix, ApiKey.created_at
-                    )
-                )
-            )
-            .mappings()
-            .one()
-        )
+        insert = resources.insert_api_key(workspace_id, body.name, hash_key(raw), raw[:8])
+        row = (await conn.execute(insert)).mappings().one()
     return ok(ApiKeyCreated.model_validate({**row, "key": raw}), 201)
 
 
 async def _lock_workspace(conn: AsyncConnection, workspace_id: str, *, bootstrap: bool) -> None:
     """The workspace must exist; for a bootstrap it must have no key yet. The row lock makes two
     concurrent bootstrap requests take turns, so only one of them can be first."""
-    found = (
-        await conn.execute(select(Workspace.id).where(Workspace.id == workspace_id).with_for_update())
-    ).first()
+    found = (await conn.execute(resources.lock_workspace(workspace_id))).first()
     if found is None:
         raise NotFoundError("Workspace not found", details={"workspaceId": workspace_id})
     if bootstrap:
-        has_key = (
-            await conn.execute(select(func.count()).where(ApiKey.workspace_id == workspace_id))
-        ).scalar()
+        has_key = (await conn.execute(resources.api_key_count(workspace_id))).scalar()
         if has_key:
             raise AuthError(MISSING_KEY)
 
 
 @router.get("", response_model=Envelope[list[ApiKeyOut]], summary="List the workspace's API keys")
 async def list_api_keys(auth: Auth, ctx: Ctx) -> Response:
-    stmt = (
-        select(*_COLUMNS)
-        .where(ApiKey.workspace_id == auth.workspace_id)
-        .order_by(ApiKey.created_at, ApiKey.id)
-    )
-    rows = await fetch_all(ctx.rt, stmt)
+    rows = await fetch_all(ctx.rt, resources.api_keys(auth.workspace_id))
     return ok([ApiKeyOut.model_validate(r) for r in rows])
 
 
@@ -130,13 +93,7 @@ async def list_api_keys(auth: Auth, ctx: Ctx) -> Response:
 async def revoke_api_key(key_id: KeyId, auth: Auth, ctx: Ctx) -> Response:
     """Sets `revokedAt` (idempotent: revoking again keeps the first time). The key stops working
     at once in this process and within 5 s in others."""
-    stmt = (
-        update(ApiKey)
-        .where(ApiKey.id == key_id, ApiKey.workspace_id == auth.workspace_id)
-        .values(revoked_at=func.coalesce(ApiKey.revoked_at, func.now()))
-        .returning(*_COLUMNS)
-    )
-    row = await write_one(ctx.rt, stmt)
+    row = await write_one(ctx.rt, resources.revoke_api_key(auth.workspace_id, key_id))
     if row is None:
         raise NotFoundError("API key not found", details={"apiKeyId": key_id})
     ctx.keys.forget(key_id)

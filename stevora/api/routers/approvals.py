@@ -1,6 +1,6 @@
 """`/v1/approval-requests`: list (pending or decided), get, decide.
 
-A decision resumes the run (`stevora.engine.commands.decide_approval`): `approved` completes the
+A decision resumes the run (`stevora.engine.steps.approval.decide_approval`): `approved` completes the
 step; `edited` replaces `state[contentKey]` with `editedContent` and completes it; `rejected`
 fails the step with APPROVAL_REJECTED (not retried), which fails the run.
 """
@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
-from sqlalchemy import select
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_one
@@ -18,13 +17,12 @@ from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
 from stevora.api.schemas.approvals import ApprovalOut, DecisionIn
 from stevora.api.schemas.envelope import Envelope, ok
-from stevora.db.models import ApprovalRequest
-from stevora.engine import commands
+from stevora.db import resources
+from stevora.engine.steps.approval import decide_approval
 from stevora.errors import NotFoundError
 
 router = APIRouter(prefix="/approval-requests", tags=["approvals"])
 ApprovalId = Annotated[str, Path(description="An approval request id (apr_...).")]
-_APPROVALS = ApprovalRequest.__table__
 
 
 @router.get("", response_model=Envelope[list[ApprovalOut]], summary="List approval requests")
@@ -36,23 +34,13 @@ async def list_approvals(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many, newest first.")] = 100,
 ) -> Response:
-    stmt = select(_APPROVALS).where(_APPROVALS.c.workspace_id == auth.workspace_id)
-    if pending is True:
-        stmt = stmt.where(_APPROVALS.c.status == "PENDING")
-    elif pending is False:
-        stmt = stmt.where(_APPROVALS.c.status != "PENDING")
-    stmt = stmt.order_by(_APPROVALS.c.created_at.desc(), _APPROVALS.c.id.desc()).limit(limit)
+    stmt = resources.approvals(auth.workspace_id, pending, limit)
     return ok([ApprovalOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
 
 
 @router.get("/{approval_id}", response_model=Envelope[ApprovalOut], responses=errors(404), summary="Get one")
 async def get_approval(approval_id: ApprovalId, auth: Auth, ctx: Ctx) -> Response:
-    row = await fetch_one(
-        ctx.rt,
-        select(_APPROVALS).where(
-            _APPROVALS.c.id == approval_id, _APPROVALS.c.workspace_id == auth.workspace_id
-        ),
-    )
+    row = await fetch_one(ctx.rt, resources.approval(auth.workspace_id, approval_id))
     if row is None:
         raise NotFoundError("Approval request not found", details={"approvalRequestId": approval_id})
     return ok(ApprovalOut.model_validate(row))
@@ -66,7 +54,7 @@ async def get_approval(approval_id: ApprovalId, auth: Auth, ctx: Ctx) -> Respons
 )
 async def decide(approval_id: ApprovalId, body: DecisionIn, auth: Auth, ctx: Ctx) -> Response:
     """409 INVALID_STATE_TRANSITION when already decided, expired or cancelled."""
-    record = await commands.decide_approval(
+    record = await decide_approval(
         ctx.rt, auth.workspace_id, approval_id, body.decision, body.edited_content, body.decided_by
     )
     row: dict[str, Any] = dict(record)

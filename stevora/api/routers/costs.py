@@ -10,7 +10,6 @@ from datetime import UTC, datetime
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from sqlalchemy import distinct, func, select
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_value
@@ -19,7 +18,7 @@ from stevora.api.openapi import errors
 from stevora.api.routers.runs import load_run
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.traces import CostCallOut, CostSummaryOut, ModelCostOut, RunCostOut
-from stevora.db.models import LlmCall, WorkflowRun
+from stevora.db import resources
 from stevora.errors import ValidationError
 
 runs_router = APIRouter(prefix="/workflow-runs", tags=["costs"])
@@ -33,20 +32,7 @@ _ISO = {"format": "date-time"}
 )
 async def run_cost(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     await load_run(ctx.rt, auth.workspace_id, run_id)
-    stmt = (
-        select(
-            LlmCall.step_name,
-            LlmCall.model,
-            LlmCall.input_tokens,
-            LlmCall.output_tokens,
-            LlmCall.cost_usd,
-            LlmCall.created_at,
-            LlmCall.status,
-        )
-        .where(LlmCall.workflow_run_id == run_id)
-        .order_by(LlmCall.created_at, LlmCall.round, LlmCall.id)
-    )
-    calls = [CostCallOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)]
+    calls = [CostCallOut.model_validate(r) for r in await fetch_all(ctx.rt, resources.run_cost_calls(run_id))]
     cost = RunCostOut(
         workflow_run_id=run_id,
         total_cost_usd=round(sum(c.cost_usd for c in calls), 10),
@@ -91,34 +77,11 @@ async def cost_summary(
     A fork's inherited calls are its origin's (counted once, there); replays are left out unless
     `includeReplays=true` (docs/time-travel.md)."""
     start, end = _parse_instant(from_, "from"), _parse_instant(to, "to")
-    where = [WorkflowRun.workspace_id == auth.workspace_id, LlmCall.inherited_from.is_(None)]
-    if not include_replays:
-        where.append(WorkflowRun.replay_of.is_(None))
-    if start is not None:
-        where.append(LlmCall.created_at >= start)
-    if end is not None:
-        where.append(LlmCall.created_at < end)
-    stmt = (
-        select(
-            LlmCall.model,
-            LlmCall.provider,
-            func.count().label("calls"),
-            func.coalesce(func.sum(LlmCall.input_tokens), 0).label("input_tokens"),
-            func.coalesce(func.sum(LlmCall.output_tokens), 0).label("output_tokens"),
-            func.coalesce(func.sum(LlmCall.cost_usd), 0.0).label("cost_usd"),
-        )
-        .join(WorkflowRun, WorkflowRun.id == LlmCall.workflow_run_id)
-        .where(*where)
-        .group_by(LlmCall.model, LlmCall.provider)
-        .order_by(func.sum(LlmCall.cost_usd).desc(), LlmCall.model)
+    rows = await fetch_all(ctx.rt, resources.cost_by_model(auth.workspace_id, start, end, include_replays))
+    run_count = (
+        await fetch_value(ctx.rt, resources.cost_run_count(auth.workspace_id, start, end, include_replays))
+        or 0
     )
-    rows = await fetch_all(ctx.rt, stmt)
-    runs = (
-        select(func.count(distinct(LlmCall.workflow_run_id)))
-        .select_from(LlmCall)
-        .join(WorkflowRun, WorkflowRun.id == LlmCall.workflow_run_id)
-    )
-    run_count = await fetch_value(ctx.rt, runs.where(*where)) or 0
     by_model = [ModelCostOut.model_validate(r) for r in rows]
     summary = CostSummaryOut.model_validate(
         {

@@ -5,8 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import RowMapping, select
-from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy import RowMapping
 from starlette.responses import Response
 
 from stevora.api.db import fetch_one, fetch_page, write_one
@@ -14,16 +13,14 @@ from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import definition_body, errors
 from stevora.api.schemas.definitions import DefinitionOut
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
+from stevora.db import resources
 from stevora.db.definitions import find_version
-from stevora.db.models import WorkflowDefinition
 from stevora.definitions import WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
 from stevora.engine import limits
 from stevora.errors import ConflictError, NotFoundError, ValidationError
-from stevora.ids import new_id
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-definitions", tags=["workflow-definitions"])
-_COLUMNS = tuple(WorkflowDefinition.__table__.c)
 DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_...).")]
 
 
@@ -55,35 +52,24 @@ async def store_definition(
     `(name, version)` exists already (the unique index decides, race-safe)."""
     await check_workflow_tools(rt, workspace_id, spec)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    stmt = (
-        insert(WorkflowDefinition)
-        .values(
-            id=new_id("wfdef"),
-            workspace_id=workspace_id,
-            name=spec.name,
-            version=spec.version,
-            description=spec.description,
-            steps=dump["steps"],
-            input_schema=spec.input_schema,
-            default_params=spec.default_params,
-            budget=dump.get("budget"),
-            concurrency=dump.get("concurrency"),
-            priority=spec.priority,
-        )
-        .on_conflict_do_nothing(constraint="uq_definition_version")
-        .returning(*_COLUMNS)
+    stmt = resources.insert_definition(
+        workspace_id,
+        {
+            "name": spec.name,
+            "version": spec.version,
+            "description": spec.description,
+            "steps": dump["steps"],
+            "input_schema": spec.input_schema,
+            "default_params": spec.default_params,
+            "budget": dump.get("budget"),
+            "concurrency": dump.get("concurrency"),
+            "priority": spec.priority,
+        },
     )
     row = await write_one(rt, stmt)
     if row is not None:
         return row, True
-    existing = await fetch_one(
-        rt,
-        select(*_COLUMNS).where(
-            WorkflowDefinition.workspace_id == workspace_id,
-            WorkflowDefinition.name == spec.name,
-            WorkflowDefinition.version == spec.version,
-        ),
-    )
+    existing = await fetch_one(rt, resources.definition_version(workspace_id, spec.name, spec.version))
     if existing is None:  # cannot happen (definitions are not deleted); never answer with nothing
         raise ConflictError(f"Workflow definition '{spec.name}' version '{spec.version}' already exists")
     return existing, False
@@ -117,12 +103,15 @@ async def list_definitions(
     name: Annotated[str | None, Query(max_length=200, description="Only definitions with this name.")] = None,
 ) -> Response:
     """Newest first."""
-    where = [WorkflowDefinition.workspace_id == auth.workspace_id]
-    if name is not None:
-        where.append(WorkflowDefinition.name == name)
-    order = [WorkflowDefinition.created_at.desc(), WorkflowDefinition.id.desc()]
+    where, order = resources.definitions_where(auth.workspace_id, name)
     rows, total = await fetch_page(
-        ctx.rt, WorkflowDefinition, where, order, paging.offset, paging.page_size, columns=_COLUMNS
+        ctx.rt,
+        resources.DEFINITIONS,
+        where,
+        order,
+        paging.offset,
+        paging.page_size,
+        columns=resources.DEFINITION_COLUMNS,
     )
     data = [DefinitionOut.model_validate(r) for r in rows]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
@@ -135,10 +124,7 @@ async def list_definitions(
     summary="Get a definition",
 )
 async def get_definition(definition_id: DefinitionId, auth: Auth, ctx: Ctx) -> Response:
-    stmt = select(*_COLUMNS).where(
-        WorkflowDefinition.id == definition_id, WorkflowDefinition.workspace_id == auth.workspace_id
-    )
-    row = await fetch_one(ctx.rt, stmt)
+    row = await fetch_one(ctx.rt, resources.definition(auth.workspace_id, definition_id))
     if row is None:
         raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
     return ok(DefinitionOut.model_validate(row))

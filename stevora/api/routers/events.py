@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator
 from typing import Annotated
 
 from fastapi import APIRouter, Header, Path, Query
-from sqlalchemy import select
 from starlette.responses import Response, StreamingResponse
 
 from stevora.api.db import fetch_all, fetch_one
@@ -20,7 +19,7 @@ from stevora.api.deps import ApiContext, Auth, Ctx, Paging
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Page, page
 from stevora.api.schemas.runs import EventOut
-from stevora.db.models import WorkflowEvent, WorkflowRun
+from stevora.db import resources
 from stevora.errors import NotFoundError, ValidationError
 from stevora.live import delta_sse, deltas_for, drain, live_hub
 from stevora.runtime import Runtime
@@ -28,19 +27,13 @@ from stevora.runtime import Runtime
 router = APIRouter(prefix="/workflow-runs", tags=["events"])
 RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELLED"})
-_EVENTS = WorkflowEvent.__table__
 _BATCH = 500
 MAX_SEQUENCE = 2**31 - 1  # workflow_events.sequence is an integer column
 
 
 async def _run_progress(rt: Runtime, workspace_id: str, run_id: str) -> tuple[str, int]:
     """(status, last event sequence) of the caller's run, or NotFoundError."""
-    row = await fetch_one(
-        rt,
-        select(WorkflowRun.status, WorkflowRun.event_seq).where(
-            WorkflowRun.id == run_id, WorkflowRun.workspace_id == workspace_id
-        ),
-    )
+    row = await fetch_one(rt, resources.run_progress(workspace_id, run_id))
     if row is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
     return row["status"], row["event_seq"]
@@ -48,11 +41,7 @@ async def _run_progress(rt: Runtime, workspace_id: str, run_id: str) -> tuple[st
 
 async def events_between(rt: Runtime, run_id: str, after: int, until: int) -> list[EventOut]:
     """Events with `after < sequence <= until`, in order."""
-    stmt = (
-        select(_EVENTS)
-        .where(_EVENTS.c.workflow_run_id == run_id, _EVENTS.c.sequence > after, _EVENTS.c.sequence <= until)
-        .order_by(_EVENTS.c.sequence)
-    )
+    stmt = resources.events_between(run_id, after, until)
     return [EventOut.model_validate(r) for r in await fetch_all(rt, stmt)]
 
 

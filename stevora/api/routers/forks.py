@@ -56,7 +56,7 @@ async def lineage(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
         ],
     }
     if run["replay_of"] is not None:
-        data["toolCalls"] = await _replay_counts(ctx.rt, run_id)
+        data["toolCalls"] = await db_forks.replay_counts(ctx.rt.pool, run_id)
     return ok(data)
 
 
@@ -146,13 +146,3 @@ async def _run(rt: Runtime, workspace_id: str, run_id: str) -> Any:
     if fork_row is None or full is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
     return {**dict(full), **dict(fork_row)}
-
-
-async def _replay_counts(rt: Runtime, run_id: str) -> dict[str, int]:
-    row = await rt.pool.fetchrow(
-        "SELECT count(*) FILTER (WHERE error_code IS DISTINCT FROM 'TOOL_CALL_NOT_RECORDED') AS matched, "
-        "count(*) FILTER (WHERE error_code = 'TOOL_CALL_NOT_RECORDED') AS unmatched "
-        "FROM tool_trace WHERE workflow_run_id = $1 AND inherited_from IS NULL",
-        run_id,
-    )
-    return {"matched": row["matched"], "unmatched": row["unmatched"]}

@@ -17,6 +17,7 @@ from starlette.responses import Response
 from stevora.api.deps import ApiContext, Ctx
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import ApiOut, Envelope, error_response, ok
+from stevora.db.database import ping
 from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.runtime import Runtime
 
@@ -32,7 +33,7 @@ class HealthOut(ApiOut):
 
 
 async def _database(rt: Runtime) -> None:
-    await rt.pool.fetchval("SELECT 1")
+    await ping(rt.pool)
 
 
 def _broker_ping(broker: Any) -> None:

@@ -1,6 +1,6 @@
 """`/v1/workflow-runs`: create (idempotent), list, get, the cancel / retry / pause / resume
-commands and tool outputs. Mutations go through `stevora.engine.commands`, which owns the guarded
-transitions."""
+commands and tool outputs. Mutations go through `stevora.engine.commands` (the run's lifecycle)
+and `stevora.engine.steps.awaited.client` (tool outputs), which own the guarded transitions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request
-from sqlalchemy import ColumnElement, RowMapping, Text, case, cast, func, select
+from sqlalchemy import RowMapping
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_one, fetch_page
@@ -31,19 +31,17 @@ from stevora.api.schemas.runs import (
 from stevora.api.waiting import RequestedWait, applied, settle
 from stevora.db import awaited as db_awaited
 from stevora.db import budgets as db_budgets
-from stevora.db import concurrency
-from stevora.db.models import StepRun, WorkflowDefinition, WorkflowRun
+from stevora.db import concurrency, resources
 from stevora.definitions import Budget, parse_definition
 from stevora.engine import commands, limits
 from stevora.engine.budget import update_budget
-from stevora.engine.steps.awaited import required_action
+from stevora.engine.steps.awaited import client as tool_outputs
 from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError, ValidationError
 from stevora.runtime import Runtime
 from stevora.statuses import RunStatus
 
 router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
 RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
-_RUNS = WorkflowRun.__table__
 _NEW_RUN_DEFAULTS = {
     "total_cost_cents": 0.0,
     "total_input_tokens": 0,
@@ -57,7 +55,7 @@ ADHOC_NAME = "adhoc"
 
 async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> RowMapping:
     """The run as stored, or `NotFoundError` (also for another workspace's run)."""
-    row = await fetch_one(rt, select(_RUNS).where(_RUNS.c.id == run_id, _RUNS.c.workspace_id == workspace_id))
+    row = await fetch_one(rt, resources.run(workspace_id, run_id))
     if row is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
     return row
@@ -69,7 +67,7 @@ async def with_required_action(rt: Runtime, rows: Sequence[Mapping[Any, Any]]) -
     by_run: dict[str, list[Any]] = {}
     for call in await db_awaited.pending_client_calls(rt.pool, waiting) if waiting else []:
         by_run.setdefault(call["workflow_run_id"], []).append(call)
-    return [{**r, "required_action": required_action(by_run.get(r["id"], []))} for r in rows]
+    return [{**r, "required_action": tool_outputs.required_action(by_run.get(r["id"], []))} for r in rows]
 
 
 async def run_out(rt: Runtime, workspace_id: str, run_id: str) -> RunOut:
@@ -170,24 +168,8 @@ async def adhoc_definition(rt: Runtime, workspace_id: str, body: dict[str, Any])
     return definition_id
 
 
-_LARGE = ("input", "state", "output")
-
-
-def _list_columns(page_bytes: int, page_size: int) -> list[ColumnElement[Any]]:
-    """The run columns, with each large JSON column replaced by NULL (and flagged) when its text is
-    over its share of the page: the database measures it, so an oversized value never leaves it."""
-    share = max(1, page_bytes // (len(_LARGE) * page_size))
-    columns: list[ColumnElement[Any]] = [c for c in _RUNS.c if c.name not in _LARGE]
-    for name in _LARGE:
-        column = _RUNS.c[name]
-        fits = func.octet_length(cast(column, Text)) <= share
-        columns.append(case((fits, column), else_=None).label(name))
-        columns.append((~fits).label(f"{name}_omitted"))
-    return columns
-
-
 def _list_item(row: Mapping[str, Any]) -> RunListItemOut:
-    omitted = [name for name in _LARGE if row[f"{name}_omitted"]]
+    omitted = [name for name in resources.RUN_LIST_LARGE if row[f"{name}_omitted"]]
     return RunListItemOut.model_validate({**row, "omitted_fields": omitted})
 
 
@@ -211,21 +193,15 @@ async def list_runs(
     """Newest first. Items leave out an `input`, `state` or `output` whose JSON is over its share of
     `STEVORA_MAX_LIST_PAGE_BYTES` (a third of the page's bytes per item): it is `null` and named in
     `omittedFields`."""
-    where = [_RUNS.c.workspace_id == auth.workspace_id]
-    if status is not None:
-        where.append(_RUNS.c.status == status)
-    if definition_id is not None:
-        where.append(_RUNS.c.definition_id == definition_id)
-    if parent_run_id is not None:
-        where.append(_RUNS.c.parent_run_id == parent_run_id)
+    where, order = resources.runs_where(auth.workspace_id, status, definition_id, parent_run_id)
     rows, total = await fetch_page(
         ctx.rt,
-        _RUNS,
+        resources.RUNS,
         where,
-        [_RUNS.c.created_at.desc(), _RUNS.c.id.desc()],
+        order,
         paging.offset,
         paging.page_size,
-        columns=_list_columns(ctx.settings.max_list_page_bytes, paging.page_size),
+        columns=resources.run_list_columns(ctx.settings.max_list_page_bytes, paging.page_size),
     )
     data = [_list_item(r) for r in await with_required_action(ctx.rt, rows)]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
@@ -248,21 +224,8 @@ async def get_run(run_id: RunId, auth: Auth, ctx: Ctx, request: Request, wait: R
 async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOut:
     """The run as `GET /workflow-runs/{id}` returns it: with its step runs and `requiredAction`."""
     (run,) = await with_required_action(rt, [await load_run(rt, workspace_id, run_id)])
-    steps_table = StepRun.__table__
-    steps = await fetch_all(
-        rt,
-        select(steps_table)
-        .where(steps_table.c.workflow_run_id == run_id)
-        .order_by(
-            steps_table.c.created_at, steps_table.c.step_index, steps_table.c.attempt, steps_table.c.id
-        ),
-    )
-    definition = await fetch_one(
-        rt,
-        select(WorkflowDefinition.name, WorkflowDefinition.version).where(
-            WorkflowDefinition.id == run["definition_id"]
-        ),
-    )
+    steps = await fetch_all(rt, resources.step_runs(run_id))
+    definition = await fetch_one(rt, resources.definition_ref(run["definition_id"]))
     assert definition is not None  # a foreign key guarantees it
     used = await db_budgets.usage(rt.pool, run_id) if run["budget"] is not None else None
     queued = run["queued_at"] is not None and run["status"] in (RunStatus.PENDING, RunStatus.WAITING)
@@ -354,8 +317,10 @@ async def submit_tool_outputs(
     exactly what was recorded answers 200 (safe to retry after a lost response). The answer is the
     run as `GET` returns it; with `?wait=N` / `Prefer: wait=N`, once the run is settled again (its
     next `requiredAction`, or its end) or at the bound."""
-    items = [commands.ToolOutput(i.tool_call_id, output=i.output, error=i.error) for i in body.tool_outputs]
-    await commands.submit_tool_outputs(ctx.rt, auth.workspace_id, run_id, items)
+    items = [
+        tool_outputs.ToolOutput(i.tool_call_id, output=i.output, error=i.error) for i in body.tool_outputs
+    ]
+    await tool_outputs.submit_tool_outputs(ctx.rt, auth.workspace_id, run_id, items)
     await settle(ctx.rt, request, auth.workspace_id, run_id, wait)
     return applied(ok(await run_detail(ctx.rt, auth.workspace_id, run_id)), wait)
 

@@ -9,8 +9,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Path, Query
-from sqlalchemy import delete, select
-from sqlalchemy.dialects.postgresql import insert
 from starlette.responses import Response
 
 from stevora.api.db import fetch_all, fetch_one, fetch_page, write_one
@@ -24,15 +22,13 @@ from stevora.api.schemas.webhooks import (
     WebhookCreated,
     WebhookOut,
 )
-from stevora.db.models import Webhook, WebhookDelivery
+from stevora.db import resources
 from stevora.errors import NotFoundError, ValidationError
-from stevora.ids import new_id, random_token
+from stevora.ids import random_token
 from stevora.webhooks.address import BlockedUrl, UnresolvedHost, check_webhook_url
 
 router = APIRouter(prefix="/webhooks", tags=["webhooks"])
 WebhookId = Annotated[str, Path(description="A webhook id (wh_...).")]
-_HOOKS = Webhook.__table__
-_DELIVERIES = WebhookDelivery.__table__
 SECRET_PREFIX = "whsec_"
 
 
@@ -52,16 +48,8 @@ async def create_webhook(body: WebhookCreate, auth: Auth, ctx: Ctx) -> Response:
         raise ValidationError.from_problems([{"path": "url", "message": str(exc)}]) from None
     except UnresolvedHost:
         pass  # accepted: delivery resolves again (and refuses a private answer then)
-    stmt = (
-        insert(Webhook)
-        .values(
-            id=new_id("wh"),
-            workspace_id=auth.workspace_id,
-            url=body.url,
-            events=list(body.events),
-            secret=SECRET_PREFIX + random_token(32),
-        )
-        .returning(_HOOKS)
+    stmt = resources.insert_webhook(
+        auth.workspace_id, body.url, list(body.events), SECRET_PREFIX + random_token(32)
     )
     row = await write_one(ctx.rt, stmt)
     assert row is not None
@@ -70,23 +58,14 @@ async def create_webhook(body: WebhookCreate, auth: Auth, ctx: Ctx) -> Response:
 
 @router.get("", response_model=Envelope[list[WebhookOut]], summary="List webhooks")
 async def list_webhooks(auth: Auth, ctx: Ctx) -> Response:
-    stmt = (
-        select(_HOOKS)
-        .where(_HOOKS.c.workspace_id == auth.workspace_id)
-        .order_by(_HOOKS.c.created_at, _HOOKS.c.id)
-    )
+    stmt = resources.webhooks(auth.workspace_id)
     return ok([WebhookOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
 
 
 @router.delete("/{webhook_id}", response_model=Envelope[WebhookOut], responses=errors(404), summary="Delete")
 async def delete_webhook(webhook_id: WebhookId, auth: Auth, ctx: Ctx) -> Response:
     """Deletes the webhook and its delivery log; pending deliveries are not sent."""
-    stmt = (
-        delete(Webhook)
-        .where(Webhook.id == webhook_id, Webhook.workspace_id == auth.workspace_id)
-        .returning(_HOOKS)
-    )
-    row = await write_one(ctx.rt, stmt)
+    row = await write_one(ctx.rt, resources.delete_webhook(auth.workspace_id, webhook_id))
     if row is None:
         raise NotFoundError("Webhook not found", details={"webhookId": webhook_id})
     return ok(WebhookOut.model_validate(row))
@@ -106,15 +85,12 @@ async def list_deliveries(
     status: Annotated[DeliveryStatus | None, Query(description="Only deliveries in this status.")] = None,
 ) -> Response:
     """Newest first; each with its `attemptLog` ({attempt, at, statusCode, error, durationMs})."""
-    found = await fetch_one(
-        ctx.rt, select(Webhook.id).where(Webhook.id == webhook_id, Webhook.workspace_id == auth.workspace_id)
-    )
+    found = await fetch_one(ctx.rt, resources.webhook_id(auth.workspace_id, webhook_id))
     if found is None:
         raise NotFoundError("Webhook not found", details={"webhookId": webhook_id})
-    where = [_DELIVERIES.c.webhook_id == webhook_id]
-    if status is not None:
-        where.append(_DELIVERIES.c.status == status)
-    order = [_DELIVERIES.c.created_at.desc(), _DELIVERIES.c.id.desc()]
-    rows, total = await fetch_page(ctx.rt, _DELIVERIES, where, order, paging.offset, paging.page_size)
+    where, order = resources.deliveries_where(webhook_id, status)
+    rows, total = await fetch_page(
+        ctx.rt, resources.DELIVERIES, where, order, paging.offset, paging.page_size
+    )
     data = [DeliveryOut.model_validate(r) for r in rows]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)

@@ -5,23 +5,19 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from sqlalchemy import select
-from sqlalchemy.dialects.postgresql import insert
 from starlette.responses import Response
 
 from stevora.api.auth import require_admin_if_configured
-from stevora.api.authlimit import client_address
 from stevora.api.db import fetch_one, write_one
 from stevora.api.deps import Auth, Ctx, admin_token_header
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.workspaces import WorkspaceCreate, WorkspaceOut
-from stevora.db.models import Workspace
+from stevora.db import resources
 from stevora.errors import ConflictError, NotFoundError
-from stevora.ids import new_id
+from stevora.throttle.authlimit import client_address
 
 router = APIRouter(prefix="/workspaces", tags=["workspaces"])
-_COLUMNS = (Workspace.id, Workspace.name, Workspace.slug, Workspace.created_at, Workspace.updated_at)
 
 
 @router.post(
@@ -41,13 +37,7 @@ async def create_workspace(
     require_admin_if_configured(
         ctx.settings.admin_token, admin_token, ctx.keys.failures, client_address(request)
     )
-    stmt = (
-        insert(Workspace)
-        .values(id=new_id("ws"), name=body.name, slug=body.slug)
-        .on_conflict_do_nothing(index_elements=[Workspace.slug])
-        .returning(*_COLUMNS)
-    )
-    row = await write_one(ctx.rt, stmt)
+    row = await write_one(ctx.rt, resources.insert_workspace(body.name, body.slug))
     if row is None:
         raise ConflictError(
             f"A workspace with slug '{body.slug}' already exists", details={"slug": body.slug}
@@ -59,7 +49,7 @@ async def create_workspace(
     "/current", response_model=Envelope[WorkspaceOut], responses=errors(404), summary="The key's workspace"
 )
 async def current_workspace(auth: Auth, ctx: Ctx) -> Response:
-    row = await fetch_one(ctx.rt, select(*_COLUMNS).where(Workspace.id == auth.workspace_id))
+    row = await fetch_one(ctx.rt, resources.workspace(auth.workspace_id))
     if row is None:  # deleted under a cached key
         raise NotFoundError("Workspace not found")
     return ok(WorkspaceOut.model_validate(row))

@@ -1,8 +1,13 @@
 """What a step type is to the driver: how to execute it, what to write when it starts waiting,
-and what happens when its wait is due."""
+and what happens when its wait is due.
+
+A step type speaks back through values: `execute` returns a StepResult, `on_waiting` a WaitPlan
+(what to write and dispatch with the wait), `on_due` a StepResult or None. None of them changes
+what it was handed."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -49,8 +54,25 @@ class WaitContext:
     step_run: asyncpg.Record
     step: Any  # the step's definition model
     owner: str  # the driver's lease
-    # Runs to dispatch once the transaction has committed (e.g. child runs it created).
-    dispatch_after: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True, slots=True)
+class WaitPlan:
+    """What a step type wants done as its step goes WAITING, besides the rows it wrote in the
+    wait's transaction: events written with the wait (before WORKFLOW_PAUSED), fields added to the
+    WORKFLOW_PAUSED event, and runs to dispatch once the transaction has committed (e.g. child
+    runs it created)."""
+
+    events: tuple[Event, ...] = ()
+    pause_details: Mapping[str, Any] = field(default_factory=dict)
+    dispatch: tuple[str, ...] = ()
+
+    def __add__(self, other: WaitPlan) -> WaitPlan:
+        return WaitPlan(
+            events=self.events + other.events,
+            pause_details={**self.pause_details, **other.pause_details},
+            dispatch=self.dispatch + other.dispatch,
+        )
 
 
 class StepType:
@@ -68,9 +90,10 @@ class StepType:
     async def execute(self, rt: Runtime, ex: StepExecution, step: Any) -> StepResult:
         raise NotImplementedError
 
-    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
-        """Rows to write as the step goes WAITING (in the same transaction); returns extra events."""
-        return []
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
+        """Write the rows the wait needs (in the driver's transaction that makes the step WAITING);
+        returns what else to write and dispatch with it."""
+        return WaitPlan()
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
         """The step's `wait_until` passed: by default the wait timed out (TIMEOUT, retryable).

@@ -12,7 +12,8 @@ The loop is split by concern: `llm_state` (the transcript rebuilt from rows), `l
 calls and their checkpoints), `llm_tools` (tool calls and theirs); this module drives them and
 decides how the step ends. A run with a budget is checked before each model and tool call
 (`stevora.engine.budget`): a limit reached fails the step or makes it wait. The whole loop stays
-inside one worker execution: no broker hop per round (DESIGN §7).
+inside one worker execution: no broker hop per round (docs/architecture.md, "Many slow LLM calls
+in one worker process").
 """
 
 from __future__ import annotations
@@ -21,33 +22,21 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from stevora.clock import iso, utcnow
-from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
-from stevora.db.awaited import NewAwaitedCall
 from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep, LlmToolDef
 from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
-from stevora.engine.steps.awaited import (
-    APPROVAL,
-    CLIENT,
-    WORKFLOW,
-    Answer,
-    announce_tool_outputs_required,
-    answer,
-    request_tool_approval,
-    tool_call_view,
-)
-from stevora.engine.steps.base import StepExecution, StepType, WaitContext
+from stevora.engine.steps.awaited.client import expire_overdue
+from stevora.engine.steps.awaited_kinds import hand_over
+from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
 from stevora.engine.steps.llm_tools import StepTools, ToolRunner, expires_first, resolve_tools
-from stevora.errors import BudgetExceeded, ContextExpired, LeaseLost, ProviderError
+from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
 from stevora.llm.messages import Message
-from stevora.observability import tracing
 from stevora.statuses import RunStatus
 from stevora.tasks import StepResult
 
@@ -253,87 +242,18 @@ class LlmStepType(StepType):
                 retryable=exc.retryable,
             )
 
-    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
-        """Record the calls handed over (and start a child run for each workflow call), in the
-        transaction that makes the step WAITING."""
-        calls: list[NewAwaitedCall] = result.awaiting or []
-        if not calls:  # waiting for its run's budget to be raised
-            return []
-        run = wait.run
-        inserted = await db_awaited.insert(wait.conn, run["id"], calls)
-        children = []
-        for call in calls:
-            if call.kind != WORKFLOW or call.id not in inserted:
-                continue  # a replayed round: its child run exists already
-            assert call.child_definition_id is not None
-            child = await runs.insert_run(
-                wait.conn,
-                workspace_id=run["workspace_id"],
-                definition_id=call.child_definition_id,
-                input=call.child_input or {},
-                idempotency_key=None,
-                parent_run_id=run["id"],
-                parent_tool_call_id=call.tool_call_id,
-                depth=run["depth"] + 1,
-                trace_context=tracing.current_carrier(),  # the child run joins its parent's trace
-                # A child run has its own budget: its definition's default within the ceiling.
-                budget=budget_rules.resolve(
-                    wait.rt.settings, (await wait.rt.definitions.get(call.child_definition_id)).budget
-                ),
-            )
-            assert child is not None  # the definition was read from this workspace
-            await db_awaited.set_child(wait.conn, call.id, child["id"])
-            wait.dispatch_after.append(child["id"])
-            children.append({"toolCallId": call.tool_call_id, "childRunId": child["id"]})
-        if children and result.pause_details is not None:
-            result.pause_details["childRuns"] = children
-        if any(call.kind == CLIENT for call in calls):
-            await announce_tool_outputs_required(wait.conn, run)
-        return [
-            await request_tool_approval(wait, call)
-            for call in calls
-            if call.kind == APPROVAL and call.id in inserted
-        ]
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
+        """Record the calls handed over (client, workflow, approval-gated), in the transaction that
+        makes the step WAITING."""
+        return await hand_over(wait, result)
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
         """A client tool's `timeoutMs` passed: its call fails with TOOL_OUTPUT_TIMEOUT (the model
         gets an error result and the loop goes on, as after a handler timeout). Its
         `outputsExpireAfterMs` passed (the earlier of the two): the step, and so the run, fails
-        with CONTEXT_EXPIRED and the calls it waited for are closed unanswered."""
-        run = await runs.lock_run(wait.conn, wait.run["id"])
-        assert run is not None
-        now = utcnow()
-        pending = await db_awaited.pending_for_run(wait.conn, run["id"])
+        with CONTEXT_EXPIRED (`awaited.client.expire_overdue`)."""
         step: LlmStep = wait.step
         inline = {t.name: t for t in step.tools if isinstance(t, LlmToolDef)}
-        lapsed = [
-            c
-            for c in pending
-            if c["kind"] == CLIENT
-            and c["deadline_at"] is not None
-            and c["deadline_at"] <= now
-            and expires_first(step, inline.get(c["tool_name"]))
-        ]
-        if lapsed:
-            await db_awaited.mark_answered(wait.conn, [c["id"] for c in pending if c["kind"] == CLIENT])
-            names = ", ".join(sorted({c["tool_name"] for c in lapsed}))
-            error = ContextExpired(
-                f"No output was submitted for client tool calls ({names}) before {iso(lapsed[0]['deadline_at'])}",
-                details={"toolCalls": [tool_call_view(c) for c in lapsed]},
-            )
-            return StepResult(status="failed", error={**error.to_dict(), "retryable": False}, retryable=False)
-        expired = [
-            Answer(
-                call,
-                ok=False,
-                error=f"No output was submitted for client tool '{call['tool_name']}' before {iso(call['deadline_at'])}",
-                error_code="TOOL_OUTPUT_TIMEOUT",
-                answered_by="timeout",
-            )
-            for call in pending
-            if call["deadline_at"] is not None and call["deadline_at"] <= now
-        ]
-        # With nothing expired (an answer came first) this only re-aims the wake-up at the next
-        # deadline, so the driver hands the run back instead of waking it again at once.
-        await answer(wait.conn, run, expired, reason="tool_output_timeout", owner=wait.owner)
-        return None
+        return await expire_overdue(
+            wait, expires_run=lambda call: expires_first(step, inline.get(call["tool_name"]))
+        )

@@ -46,12 +46,8 @@ class RecordedTools:
         if origin is None or mode != "recorded":
             return None
         recorded = await db_forks.recorded_results(pool, origin)
-        used = await pool.fetch(
-            "SELECT tool_name, input_json, error_code FROM tool_trace WHERE workflow_run_id = $1 "
-            "AND inherited_from IS NULL ORDER BY round, created_at, sequence",
-            run_id,
-        )
-        return cls(origin, recorded, list(used))
+        used = await db_forks.own_tool_calls(pool, run_id)
+        return cls(origin, recorded, used)
 
     def answer(self, call: ToolCall) -> tuple[ToolOutcome, dict[str, Any] | None]:
         """The recorded outcome for `call` and its recorded state updates."""

@@ -33,7 +33,7 @@ from stevora.db.database import storable_text
 from stevora.db.definitions import find_version, workflow_input_schema
 from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef
 from stevora.engine.budget import Meter
-from stevora.engine.steps.awaited import APPROVAL, CLIENT, WORKFLOW, tool_call_view
+from stevora.engine.steps.awaited import tool_call_view
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_recorded import RecordedTools
 from stevora.engine.steps.llm_state import LoopState
@@ -41,6 +41,7 @@ from stevora.engine.steps.tool_calls import TOOL_CALL_ID_WIDTH, column_text, rec
 from stevora.errors import BudgetExceeded, StevoraError
 from stevora.llm.messages import Message, ToolCall, ToolSpec
 from stevora.observability import hooks as observe
+from stevora.statuses import AwaitedKind, AwaitedStatus, PauseReason
 from stevora.tasks import StepResult
 from stevora.tools import ToolContext, ToolErrorCode, ToolOutcome, invoke_tool, schema_problems, with_defaults
 from stevora.tools.invoke import parse_arguments
@@ -218,7 +219,7 @@ class ToolRunner:
             decided = {
                 row["sequence"]: row
                 for row in await db_awaited.for_step_run(self.rt.pool, [last.step_run_id])
-                if row["llm_call_id"] == last.llm_call_id and row["status"] == "approved"
+                if row["llm_call_id"] == last.llm_call_id and row["status"] == AwaitedStatus.APPROVED
             }
             for index, call in [(i, c) for i, c in local if c.name in self.tools.gated]:
                 if index in decided:
@@ -301,14 +302,14 @@ class ToolRunner:
             tool_call_id=column_text(call.id, TOOL_CALL_ID_WIDTH),
             tool_name=call.name,  # offered: a valid tool name
             arguments=arguments,
-            kind=CLIENT,
+            kind=AwaitedKind.CLIENT,
         )
         if call.name in self.tools.gated:
-            new.kind = APPROVAL
+            new.kind = AwaitedKind.APPROVAL
             new.parameters = schema if schema is not None else self._registered_parameters(call.name)
             handed.append(new)
             return None
-        if self.tools.kinds[call.name] == CLIENT:
+        if self.tools.kinds[call.name] == "client":
             limits = [self.tools.timeouts_ms.get(call.name), self.tools.expiries_ms.get(call.name)]
             due_ms = [ms for ms in limits if ms is not None]
             if due_ms:  # the earlier of the call's timeout and its expiry (`on_due` tells which)
@@ -353,7 +354,7 @@ class ToolRunner:
                     "INVALID_ARGUMENTS",
                     f"Invalid input for workflow '{tool.workflow}': {'; '.join(problems)}",
                 )
-        new.kind = WORKFLOW
+        new.kind = AwaitedKind.WORKFLOW
         new.child_definition_id = row["id"]
         new.child_input = child_input
         return None
@@ -363,9 +364,9 @@ class ToolRunner:
         return dict(registered.parameters) if registered is not None else None
 
     def _waiting(self, handed: list[NewAwaitedCall]) -> StepResult:
-        client = [c for c in handed if c.kind == CLIENT]
-        children = [c for c in handed if c.kind == WORKFLOW]
-        gated = [c for c in handed if c.kind == APPROVAL]
+        client = [c for c in handed if c.kind == AwaitedKind.CLIENT]
+        children = [c for c in handed if c.kind == AwaitedKind.WORKFLOW]
+        gated = [c for c in handed if c.kind == AwaitedKind.APPROVAL]
         deadlines = [c.deadline_at for c in client if c.deadline_at is not None]
         details: dict[str, Any] = {}
         if client:
@@ -386,7 +387,11 @@ class ToolRunner:
             ]
         if gated:
             details["approvalCalls"] = [{"id": c.tool_call_id, "name": c.tool_name} for c in gated]
-        reason = "tool_outputs" if client else ("tool_approval" if gated else "child_runs")
+        reason = (
+            PauseReason.TOOL_OUTPUTS
+            if client
+            else (PauseReason.TOOL_APPROVAL if gated else PauseReason.CHILD_RUNS)
+        )
         return StepResult(
             status="waiting",
             wait_until=min(deadlines) if deadlines else None,

@@ -12,6 +12,7 @@ A handler that raises fails the attempt with `STEP_FAILED`, its message and its 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import TYPE_CHECKING
 
 import structlog
@@ -19,6 +20,7 @@ import structlog
 from stevora.definitions import TaskStep
 from stevora.engine.steps.base import StepExecution, StepType
 from stevora.errors import StevoraError
+from stevora.statuses import PauseReason
 from stevora.tasks import StepContext, StepResult, exception_error
 
 if TYPE_CHECKING:
@@ -57,7 +59,7 @@ class TaskStepType(StepType):
         timeout_ms = step.timeout_ms or DEFAULT_TASK_TIMEOUT_MS
         try:
             async with asyncio.timeout(timeout_ms / 1000):
-                return await rt.tasks.call(task, ctx, step)
+                return _paused_for(await rt.tasks.call(task, ctx, step))
         except TimeoutError:
             log.warning(
                 "task_timed_out",
@@ -87,3 +89,12 @@ class TaskStepType(StepType):
                 exc_info=exc,
             )
             return StepResult(status="failed", error=exception_error(exc))
+
+
+def _paused_for(result: StepResult) -> StepResult:
+    """A handler that returns `waiting` pauses the run for a signal (with `signalType`) or a timer."""
+    if result.status != "waiting" or result.pause_reason is not None:
+        return result
+    return dataclasses.replace(
+        result, pause_reason=PauseReason.EXTERNAL_EVENT if result.signal_type else PauseReason.WAIT
+    )

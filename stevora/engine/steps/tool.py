@@ -24,11 +24,11 @@ from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
 from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
-from stevora.engine.steps.awaited import APPROVAL, request_tool_approval
-from stevora.engine.steps.base import StepExecution, StepType, WaitContext
+from stevora.engine.steps.awaited_kinds import hand_over
+from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.tool_calls import record_outcome
-from stevora.events import Event
 from stevora.observability import hooks as observe
+from stevora.statuses import AwaitedKind, AwaitedStatus, PauseReason
 from stevora.tasks import StepResult
 from stevora.templating import MissingTemplatePath, render_typed
 from stevora.tools import ToolContext, invoke_tool, schema_problems
@@ -80,7 +80,7 @@ class ToolStepType(StepType):
             decision = [
                 row
                 for row in await db_awaited.for_step_run(rt.pool, [ex.step_run_id])
-                if row["status"] == "approved"
+                if row["status"] == AwaitedStatus.APPROVED
             ]
             if not decision:
                 return self._wait_for_approval(ex, step, arguments, registered.parameters)
@@ -102,22 +102,18 @@ class ToolStepType(StepType):
             tool_call_id=f"step:{step.name}",
             tool_name=step.tool,
             arguments=arguments,
-            kind=APPROVAL,
+            kind=AwaitedKind.APPROVAL,
             parameters=dict(parameters),
         )
         return StepResult(
             status="waiting",
-            pause_reason="tool_approval",
+            pause_reason=PauseReason.TOOL_APPROVAL,
             pause_details={"approvalCalls": [{"id": call.tool_call_id, "name": step.tool}]},
             awaiting=[call],
         )
 
-    async def on_waiting(self, wait: WaitContext, result: StepResult) -> list[Event]:
-        calls: list[NewAwaitedCall] = result.awaiting or []
-        if not calls:  # waiting for its run's budget to be raised
-            return []
-        inserted = await db_awaited.insert(wait.conn, wait.run["id"], calls)
-        return [await request_tool_approval(wait, call) for call in calls if call.id in inserted]
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
+        return await hand_over(wait, result)
 
     async def _call(
         self, rt: Runtime, ex: StepExecution, step: ToolStep, arguments: dict[str, Any]

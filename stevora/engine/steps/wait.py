@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from stevora.clock import iso, utcnow
 from stevora.definitions import WaitStep
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext
+from stevora.statuses import PauseReason
 from stevora.tasks import StepResult
 
 if TYPE_CHECKING:
@@ -23,7 +24,7 @@ class WaitStepType(StepType):
         else:
             assert step.duration_ms is not None  # the definition validator requires one of the two
             until = (ex.started_at or utcnow()) + timedelta(milliseconds=step.duration_ms)
-        return StepResult(status="waiting", wait_until=until, pause_reason="wait")
+        return StepResult(status="waiting", wait_until=until, pause_reason=PauseReason.WAIT)
 
     async def on_due(self, wait: WaitContext) -> StepResult:
         return StepResult(output={"waitedUntil": iso(wait.step_run["wait_until"])})

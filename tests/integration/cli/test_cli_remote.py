@@ -10,7 +10,7 @@ from typing import Any
 
 import yaml
 
-from stevora.engine import commands
+from stevora.engine.steps.approval import decide_approval
 from stevora.ids import new_id
 from tests.conftest import Harness
 from tests.integration.cli.conftest import Cli
@@ -114,7 +114,7 @@ async def test_run_watch_waits_through_an_approval_decided_elsewhere(
             break
         await asyncio.sleep(0.02)
     assert approval_id is not None
-    await commands.decide_approval(harness.rt, workspace_id, approval_id, "approved", decided_by="ann")
+    await decide_approval(harness.rt, workspace_id, approval_id, "approved", decided_by="ann")
     result = await asyncio.wait_for(watching, 15)
     assert result.exit_code == 0, result.output
     assert f"waiting for approval — stevora approve {approval_id}" in result.output

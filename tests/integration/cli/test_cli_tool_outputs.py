@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from stevora.engine import commands
+from stevora.engine.steps.awaited import client as tool_outputs
 from stevora.ids import new_id
 from tests.awaited_tools import LOCATION, WEATHER
 from tests.conftest import Harness
@@ -57,10 +57,10 @@ async def test_watch_shows_the_pending_calls_and_how_they_were_answered(
     weather_id, location_id = await pending_calls(harness, run_id)
     await asyncio.sleep(0.3)  # let the watcher print the pause before the run moves on
     items = [
-        commands.ToolOutput(weather_id, output="sunny"),
-        commands.ToolOutput(location_id, error="denied"),
+        tool_outputs.ToolOutput(weather_id, output="sunny"),
+        tool_outputs.ToolOutput(location_id, error="denied"),
     ]
-    await commands.submit_tool_outputs(harness.rt, workspace_id, run_id, items)
+    await tool_outputs.submit_tool_outputs(harness.rt, workspace_id, run_id, items)
 
     result = await asyncio.wait_for(watching, 20)
     assert result.exit_code == 0, result.output

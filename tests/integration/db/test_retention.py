@@ -12,6 +12,7 @@ import pytest
 
 from stevora.db.retention import prune_finished_runs
 from stevora.engine import commands as service
+from stevora.engine.steps.approval import decide_approval
 from stevora.ids import new_id
 from tests.conftest import Harness, create_definition
 
@@ -98,7 +99,7 @@ async def runs(harness: Harness, workspace_id: str) -> dict[str, str]:
     approval = await harness.rt.pool.fetchval(
         "SELECT id FROM approval_requests WHERE workflow_run_id = $1", out["old_rejected"]
     )
-    await service.decide_approval(harness.rt, workspace_id, approval, "rejected")
+    await decide_approval(harness.rt, workspace_id, approval, "rejected")
     await harness.wait_for_status(out["old_rejected"], "FAILED")
     for name in ("old_llm", "old_rejected", "live"):
         await _age(harness, out[name], 40)

@@ -8,6 +8,7 @@ import asyncio
 from stevora.db.runs import RUNNABLE
 from stevora.engine import commands
 from stevora.engine.run_pool import RunPool
+from stevora.engine.steps.awaited import client as tool_outputs
 from tests.conftest import Harness, create_definition
 
 DAY_MS = 24 * 3600 * 1000
@@ -107,8 +108,8 @@ async def test_a_two_day_wait_survives_a_worker_restart_then_times_out_one_call_
         "SELECT tool_call_id FROM awaited_tool_calls WHERE workflow_run_id = $1 AND status = 'pending'",
         run["id"],
     )
-    await commands.submit_tool_outputs(
-        harness.rt, workspace_id, run["id"], [commands.ToolOutput(call_id, output={"paid": True})]
+    await tool_outputs.submit_tool_outputs(
+        harness.rt, workspace_id, run["id"], [tool_outputs.ToolOutput(call_id, output={"paid": True})]
     )
     done = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
     assert done["status"] == "COMPLETED"

@@ -11,6 +11,7 @@ import pytest
 from stevora.db.transitions import claim
 from stevora.engine import commands
 from stevora.engine.run_pool import RunPool
+from stevora.engine.steps.approval import decide_approval
 from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError
 from tests.conftest import Harness, create_definition
 
@@ -94,11 +95,11 @@ async def test_approval_rejection_fails_the_run_and_missing_content_fails_fast(
         "SELECT * FROM approval_requests WHERE workflow_run_id = $1", run["id"]
     )
     assert apr["expires_at"] is not None and apr["content"] == {"t": 1}
-    await commands.decide_approval(harness.rt, workspace_id, apr["id"], "rejected", decided_by="bob")
+    await decide_approval(harness.rt, workspace_id, apr["id"], "rejected", decided_by="bob")
     row = await harness.wait_for_status(run["id"], "FAILED")
     assert row["error"]["code"] == "APPROVAL_REJECTED"
     with pytest.raises(InvalidStateTransition):
-        await commands.decide_approval(harness.rt, workspace_id, apr["id"], "approved")
+        await decide_approval(harness.rt, workspace_id, apr["id"], "approved")
 
 
 async def test_approval_expires_after_its_timeout(harness: Harness, workspace_id: str) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from stevora.engine import commands
+from stevora.engine.steps.approval import decide_approval
 from tests.conftest import Harness, create_definition
 
 
@@ -62,7 +63,7 @@ async def test_task_wait_condition_approval_workflow_completes_with_gap_free_eve
 
         await asyncio.sleep(0.02)
     assert approval is not None and approval["content"] == "hello"
-    await commands.decide_approval(harness.rt, workspace_id, approval["id"], "edited", "HELLO", "ann")
+    await decide_approval(harness.rt, workspace_id, approval["id"], "edited", "HELLO", "ann")
     row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
     assert row["status"] == "COMPLETED", row["error"]
     assert row["state"]["draft"] == "HELLO"

@@ -9,6 +9,7 @@ from pathlib import Path
 import examples.memory as memory
 import examples.refund_desk as refund_desk
 from stevora.engine import commands
+from stevora.engine.steps.approval import decide_approval
 from tests.conftest import Harness, create_definition
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -48,7 +49,7 @@ async def test_the_refund_desk_example_runs_with_a_person_approving_the_refund(
     )
     assert approval["content"]["tool"] == "issue_refund"
 
-    await commands.decide_approval(
+    await decide_approval(
         harness.rt, workspace_id, approval["id"], "edited", {"orderId": "ord_1042", "amount": 100}, "ann"
     )
     done = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")

@@ -1,5 +1,5 @@
 """Every way a tool call can fail becomes a failed trace row, a TOOL_CALL_FAILED event and an
-`{"error": ...}` tool result the model sees — and the loop goes on (reference §7.2)."""
+`{"error": ...}` tool result the model sees — and the loop goes on (docs/tool-calling.md)."""
 
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ async def test_unparseable_arguments_reach_an_input_handler_as_raw(
     result = await run_workflow(harness, workspace_id, step)
 
     assert result.status == "COMPLETED", result.run["error"]
-    assert received == [{"raw": broken}]  # not validated against the schema (§7.2)
+    assert received == [{"raw": broken}]  # not validated against the schema
     (trace,) = result.traces
     assert trace["status"] == "completed" and trace["input_json"] == {"raw": broken}
     assert trace["output_json"] == {"echo": {"raw": broken}}

@@ -20,7 +20,7 @@ from stevora.client import AgentRuntime, WorkflowRun
 
 # Shipped in the package (a link to the repository's examples/ in a checkout), so a plain
 # `pip install` can run the demo from any directory.
-EXAMPLES = Path(__file__).resolve().parent / "examples"
+EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 EXAMPLE_TOOLS = "stevora.examples.tools"
 console = make_console()
 

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
+from stevora.db import ratelimit as buckets
 from stevora.errors import RateLimitError
 
 if TYPE_CHECKING:
@@ -30,24 +31,6 @@ if TYPE_CHECKING:
 _MAX_LOCAL = 100_000
 MAX_BATCH = 50
 BATCH_TTL_S = 1.0
-
-# One statement: refill the bucket for the time since its last update, take up to $4 whole tokens.
-CLAIM_SQL = """
-WITH current AS (
-    SELECT LEAST($2::float8, tokens + GREATEST(0, extract(epoch FROM now() - updated_at)) * $3::float8) AS avail
-    FROM rate_limit_buckets WHERE workspace_id = $1
-    FOR UPDATE
-)
-UPDATE rate_limit_buckets b
-SET tokens = current.avail - LEAST($4::float8, floor(current.avail)), updated_at = now()
-FROM current
-WHERE b.workspace_id = $1
-RETURNING LEAST($4::float8, floor(current.avail))::int AS granted, b.tokens AS remaining
-"""
-CREATE_SQL = """
-INSERT INTO rate_limit_buckets (workspace_id, tokens, updated_at) VALUES ($1, $2, now())
-ON CONFLICT (workspace_id) DO NOTHING
-"""
 
 
 @dataclass(slots=True)
@@ -96,12 +79,12 @@ class RateLimiter:
         return True
 
     async def _claim(self, rt: Runtime, workspace_id: str) -> tuple[int, float]:
-        row = await rt.pool.fetchrow(CLAIM_SQL, workspace_id, self.capacity, self.rate_per_s, self.batch)
+        row = await buckets.claim(rt.pool, workspace_id, self.capacity, self.rate_per_s, self.batch)
         if row is None:  # the workspace's first request: a full bucket, then claim from it
             try:
-                await rt.pool.execute(CREATE_SQL, workspace_id, self.capacity)
+                await buckets.create(rt.pool, workspace_id, self.capacity)
             except asyncpg.ForeignKeyViolationError:
                 return 1, 0.0  # no such workspace: the request itself answers 404
-            row = await rt.pool.fetchrow(CLAIM_SQL, workspace_id, self.capacity, self.rate_per_s, self.batch)
+            row = await buckets.claim(rt.pool, workspace_id, self.capacity, self.rate_per_s, self.batch)
         assert row is not None
         return int(row["granted"]), float(row["remaining"])

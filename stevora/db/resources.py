@@ -1,0 +1,405 @@
+"""The API's statements, by resource: SQLAlchemy Core over the table models, built here and run by
+the API's executors (`stevora.api.db`: connection-loss retry, rows as mappings). Routers say what
+to read or write; the SQL lives here. Run mutations are not here: they are the engine's
+(`stevora.engine.commands` and the answers in `stevora.engine.steps`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+from typing import Any, TypeAlias
+
+from sqlalchemy import (
+    ColumnElement,
+    Insert,
+    Select,
+    Text,
+    Update,
+    case,
+    cast,
+    delete,
+    distinct,
+    exists,
+    func,
+    select,
+    update,
+)
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.sql.dml import ReturningDelete
+
+from stevora.db.models import (
+    ApiKey,
+    ApprovalRequest,
+    AwaitedToolCall,
+    LlmCall,
+    StepRun,
+    ToolTrace,
+    Webhook,
+    WebhookDelivery,
+    WorkflowDefinition,
+    WorkflowEvent,
+    WorkflowRun,
+    Workspace,
+)
+from stevora.ids import new_id
+from stevora.statuses import ApprovalStatus, AwaitedKind, AwaitedStatus
+
+# A SELECT of any columns.
+Query: TypeAlias = Select[*tuple[Any, ...]]
+
+RUNS = WorkflowRun.__table__
+STEPS = StepRun.__table__
+CALLS = LlmCall.__table__
+TRACES = ToolTrace.__table__
+EVENTS = WorkflowEvent.__table__
+APPROVALS = ApprovalRequest.__table__
+HOOKS = Webhook.__table__
+DELIVERIES = WebhookDelivery.__table__
+DEFINITIONS = WorkflowDefinition.__table__
+DEFINITION_COLUMNS = tuple(DEFINITIONS.c)
+WORKSPACE_COLUMNS = (Workspace.id, Workspace.name, Workspace.slug, Workspace.created_at, Workspace.updated_at)
+API_KEY_COLUMNS = (
+    ApiKey.id,
+    ApiKey.workspace_id,
+    ApiKey.name,
+    ApiKey.key_prefix,
+    ApiKey.last_used_at,
+    ApiKey.created_at,
+    ApiKey.revoked_at,
+)
+
+
+def page_statements(
+    source: Any,
+    where: Sequence[Any],
+    order_by: Sequence[Any],
+    offset: int,
+    limit: int,
+    columns: Sequence[Any] | None = None,
+) -> tuple[Query, Query]:
+    """(the count of `source` rows matching `where`, one page of them in `order_by` order)."""
+    count = select(func.count()).select_from(source).where(*where)
+    rows = select(*(columns or [source])).where(*where).order_by(*order_by).offset(offset).limit(limit)
+    return count, rows
+
+
+# -- workflow runs ------------------------------------------------------------------------------
+
+
+def run(workspace_id: str, run_id: str) -> Query:
+    return select(RUNS).where(RUNS.c.id == run_id, RUNS.c.workspace_id == workspace_id)
+
+
+def runs_where(
+    workspace_id: str, status: str | None, definition_id: str | None, parent_run_id: str | None
+) -> tuple[list[Any], list[Any]]:
+    """(filters, order: newest first) of the runs list."""
+    where = [RUNS.c.workspace_id == workspace_id]
+    if status is not None:
+        where.append(RUNS.c.status == status)
+    if definition_id is not None:
+        where.append(RUNS.c.definition_id == definition_id)
+    if parent_run_id is not None:
+        where.append(RUNS.c.parent_run_id == parent_run_id)
+    return where, [RUNS.c.created_at.desc(), RUNS.c.id.desc()]
+
+
+RUN_LIST_LARGE = ("input", "state", "output")
+
+
+def run_list_columns(page_bytes: int, page_size: int) -> list[ColumnElement[Any]]:
+    """The run columns, with each large JSON column replaced by NULL (and flagged) when its text is
+    over its share of the page: the database measures it, so an oversized value never leaves it."""
+    share = max(1, page_bytes // (len(RUN_LIST_LARGE) * page_size))
+    columns: list[ColumnElement[Any]] = [c for c in RUNS.c if c.name not in RUN_LIST_LARGE]
+    for name in RUN_LIST_LARGE:
+        column = RUNS.c[name]
+        fits = func.octet_length(cast(column, Text)) <= share
+        columns.append(case((fits, column), else_=None).label(name))
+        columns.append((~fits).label(f"{name}_omitted"))
+    return columns
+
+
+def run_settling(workspace_id: str, run_id: str) -> Query:
+    """(status, action: whether a client call is pending) of the workspace's run."""
+    pending_client_call = exists().where(
+        AwaitedToolCall.workflow_run_id == WorkflowRun.id,
+        AwaitedToolCall.status == AwaitedStatus.PENDING,
+        AwaitedToolCall.kind == AwaitedKind.CLIENT,
+    )
+    return select(WorkflowRun.status, pending_client_call.label("action")).where(
+        WorkflowRun.id == run_id, WorkflowRun.workspace_id == workspace_id
+    )
+
+
+def step_runs(run_id: str) -> Query:
+    return (
+        select(STEPS)
+        .where(STEPS.c.workflow_run_id == run_id)
+        .order_by(STEPS.c.created_at, STEPS.c.step_index, STEPS.c.attempt, STEPS.c.id)
+    )
+
+
+def definition_ref(definition_id: str) -> Query:
+    return select(WorkflowDefinition.name, WorkflowDefinition.version).where(
+        WorkflowDefinition.id == definition_id
+    )
+
+
+def run_progress(workspace_id: str, run_id: str) -> Query:
+    """(status, last event sequence) of the workspace's run."""
+    return select(WorkflowRun.status, WorkflowRun.event_seq).where(
+        WorkflowRun.id == run_id, WorkflowRun.workspace_id == workspace_id
+    )
+
+
+def events_between(run_id: str, after: int, until: int) -> Query:
+    """Events with `after < sequence <= until`, in order."""
+    return (
+        select(EVENTS)
+        .where(EVENTS.c.workflow_run_id == run_id, EVENTS.c.sequence > after, EVENTS.c.sequence <= until)
+        .order_by(EVENTS.c.sequence)
+    )
+
+
+# -- traces and costs ---------------------------------------------------------------------------
+
+
+def llm_calls(run_id: str, step_name: str | None) -> Query:
+    """Completed and failed calls, oldest first."""
+    stmt = select(CALLS).where(CALLS.c.workflow_run_id == run_id)
+    if step_name is not None:
+        stmt = stmt.where(CALLS.c.step_name == step_name)
+    return stmt.order_by(CALLS.c.created_at, CALLS.c.round, CALLS.c.id)
+
+
+def tool_traces(run_id: str, step_name: str | None) -> Query:
+    """Rounds in the order their model calls were made, then calls in the order of the model's
+    answer (`sequence`): parallel calls finish (and are committed) in any order. A `tool` step's
+    call has no model call: it sorts by its own commit time."""
+    stmt = (
+        select(TRACES)
+        .outerjoin(CALLS, CALLS.c.id == TRACES.c.llm_call_id)
+        .where(TRACES.c.workflow_run_id == run_id)
+    )
+    if step_name is not None:
+        stmt = stmt.join(STEPS, STEPS.c.id == TRACES.c.step_run_id).where(STEPS.c.step_name == step_name)
+    return stmt.order_by(
+        func.coalesce(CALLS.c.created_at, TRACES.c.created_at), CALLS.c.id, TRACES.c.sequence
+    )
+
+
+def run_cost_calls(run_id: str) -> Query:
+    return (
+        select(
+            LlmCall.step_name,
+            LlmCall.model,
+            LlmCall.input_tokens,
+            LlmCall.output_tokens,
+            LlmCall.cost_usd,
+            LlmCall.created_at,
+            LlmCall.status,
+        )
+        .where(LlmCall.workflow_run_id == run_id)
+        .order_by(LlmCall.created_at, LlmCall.round, LlmCall.id)
+    )
+
+
+def _cost_where(
+    workspace_id: str, start: datetime | None, end: datetime | None, include_replays: bool
+) -> list[Any]:
+    """A fork's inherited calls are its origin's (counted once, there); replays are left out
+    unless `include_replays` (docs/time-travel.md)."""
+    where = [WorkflowRun.workspace_id == workspace_id, LlmCall.inherited_from.is_(None)]
+    if not include_replays:
+        where.append(WorkflowRun.replay_of.is_(None))
+    if start is not None:
+        where.append(LlmCall.created_at >= start)
+    if end is not None:
+        where.append(LlmCall.created_at < end)
+    return where
+
+
+def cost_by_model(
+    workspace_id: str, start: datetime | None, end: datetime | None, include_replays: bool = False
+) -> Query:
+    """Calls created in [start, end) of the workspace's runs, summed per (model, provider)."""
+    return (
+        select(
+            LlmCall.model,
+            LlmCall.provider,
+            func.count().label("calls"),
+            func.coalesce(func.sum(LlmCall.input_tokens), 0).label("input_tokens"),
+            func.coalesce(func.sum(LlmCall.output_tokens), 0).label("output_tokens"),
+            func.coalesce(func.sum(LlmCall.cost_usd), 0.0).label("cost_usd"),
+        )
+        .join(WorkflowRun, WorkflowRun.id == LlmCall.workflow_run_id)
+        .where(*_cost_where(workspace_id, start, end, include_replays))
+        .group_by(LlmCall.model, LlmCall.provider)
+        .order_by(func.sum(LlmCall.cost_usd).desc(), LlmCall.model)
+    )
+
+
+def cost_run_count(
+    workspace_id: str, start: datetime | None, end: datetime | None, include_replays: bool = False
+) -> Query:
+    """How many runs those calls belong to."""
+    return (
+        select(func.count(distinct(LlmCall.workflow_run_id)))
+        .select_from(LlmCall)
+        .join(WorkflowRun, WorkflowRun.id == LlmCall.workflow_run_id)
+        .where(*_cost_where(workspace_id, start, end, include_replays))
+    )
+
+
+# -- approvals ----------------------------------------------------------------------------------
+
+
+def approvals(workspace_id: str, pending: bool | None, limit: int) -> Query:
+    """Newest first; `pending`: True awaiting a decision, False decided/expired/cancelled."""
+    stmt = select(APPROVALS).where(APPROVALS.c.workspace_id == workspace_id)
+    if pending is True:
+        stmt = stmt.where(APPROVALS.c.status == ApprovalStatus.PENDING)
+    elif pending is False:
+        stmt = stmt.where(APPROVALS.c.status != ApprovalStatus.PENDING)
+    return stmt.order_by(APPROVALS.c.created_at.desc(), APPROVALS.c.id.desc()).limit(limit)
+
+
+def approval(workspace_id: str, approval_id: str) -> Query:
+    return select(APPROVALS).where(APPROVALS.c.id == approval_id, APPROVALS.c.workspace_id == workspace_id)
+
+
+# -- workflow definitions -----------------------------------------------------------------------
+
+
+def insert_definition(workspace_id: str, values: dict[str, Any]) -> Insert:
+    """RETURNING the row, or nothing when (name, version) exists in the workspace."""
+    return (
+        insert(WorkflowDefinition)
+        .values(id=new_id("wfdef"), workspace_id=workspace_id, **values)
+        .on_conflict_do_nothing(constraint="uq_definition_version")
+        .returning(*DEFINITION_COLUMNS)
+    )
+
+
+def definition_version(workspace_id: str, name: str, version: str) -> Query:
+    return select(*DEFINITION_COLUMNS).where(
+        WorkflowDefinition.workspace_id == workspace_id,
+        WorkflowDefinition.name == name,
+        WorkflowDefinition.version == version,
+    )
+
+
+def definitions_where(workspace_id: str, name: str | None) -> tuple[list[Any], list[Any]]:
+    """(filters, order: newest first) of the definitions list."""
+    where = [WorkflowDefinition.workspace_id == workspace_id]
+    if name is not None:
+        where.append(WorkflowDefinition.name == name)
+    return where, [WorkflowDefinition.created_at.desc(), WorkflowDefinition.id.desc()]
+
+
+def definition(workspace_id: str, definition_id: str) -> Query:
+    return select(*DEFINITION_COLUMNS).where(
+        WorkflowDefinition.id == definition_id, WorkflowDefinition.workspace_id == workspace_id
+    )
+
+
+# -- webhooks -----------------------------------------------------------------------------------
+
+
+def insert_webhook(workspace_id: str, url: str, events: list[str], secret: str) -> Insert:
+    return (
+        insert(Webhook)
+        .values(id=new_id("wh"), workspace_id=workspace_id, url=url, events=events, secret=secret)
+        .returning(HOOKS)
+    )
+
+
+def webhooks(workspace_id: str) -> Query:
+    return select(HOOKS).where(HOOKS.c.workspace_id == workspace_id).order_by(HOOKS.c.created_at, HOOKS.c.id)
+
+
+def delete_webhook(workspace_id: str, webhook_id: str) -> ReturningDelete[*tuple[Any, ...]]:
+    return (
+        delete(Webhook).where(Webhook.id == webhook_id, Webhook.workspace_id == workspace_id).returning(HOOKS)
+    )
+
+
+def webhook_id(workspace_id: str, webhook_id: str) -> Query:
+    return select(Webhook.id).where(Webhook.id == webhook_id, Webhook.workspace_id == workspace_id)
+
+
+def deliveries_where(webhook_id: str, status: str | None) -> tuple[list[Any], list[Any]]:
+    """(filters, order: newest first) of a webhook's deliveries."""
+    where = [DELIVERIES.c.webhook_id == webhook_id]
+    if status is not None:
+        where.append(DELIVERIES.c.status == status)
+    return where, [DELIVERIES.c.created_at.desc(), DELIVERIES.c.id.desc()]
+
+
+# -- workspaces and API keys --------------------------------------------------------------------
+
+
+def insert_workspace(name: str, slug: str) -> Insert:
+    """RETURNING the row, or nothing when the slug is taken."""
+    return (
+        insert(Workspace)
+        .values(id=new_id("ws"), name=name, slug=slug)
+        .on_conflict_do_nothing(index_elements=[Workspace.slug])
+        .returning(*WORKSPACE_COLUMNS)
+    )
+
+
+def workspace(workspace_id: str) -> Query:
+    return select(*WORKSPACE_COLUMNS).where(Workspace.id == workspace_id)
+
+
+def lock_workspace(workspace_id: str) -> Query:
+    """The workspace row, locked: concurrent bootstrap requests take turns."""
+    return select(Workspace.id).where(Workspace.id == workspace_id).with_for_update()
+
+
+def api_key_count(workspace_id: str) -> Query:
+    return select(func.count()).where(ApiKey.workspace_id == workspace_id)
+
+
+def insert_api_key(workspace_id: str, name: str, key_hash: str, key_prefix: str) -> Insert:
+    return (
+        insert(ApiKey)
+        .values(
+            id=new_id("key"), workspace_id=workspace_id, name=name, key_hash=key_hash, key_prefix=key_prefix
+        )
+        .returning(ApiKey.id, ApiKey.workspace_id, ApiKey.name, ApiKey.key_prefix, ApiKey.created_at)
+    )
+
+
+def api_keys(workspace_id: str) -> Query:
+    return (
+        select(*API_KEY_COLUMNS)
+        .where(ApiKey.workspace_id == workspace_id)
+        .order_by(ApiKey.created_at, ApiKey.id)
+    )
+
+
+def revoke_api_key(workspace_id: str, key_id: str) -> Update:
+    """Sets `revoked_at` once (revoking again keeps the first time)."""
+    return (
+        update(ApiKey)
+        .where(ApiKey.id == key_id, ApiKey.workspace_id == workspace_id)
+        .values(revoked_at=func.coalesce(ApiKey.revoked_at, func.now()))
+        .returning(*API_KEY_COLUMNS)
+    )
+
+
+def api_key_by_hash(key_hash: str) -> Query:
+    return select(ApiKey.id, ApiKey.workspace_id, ApiKey.revoked_at).where(ApiKey.key_hash == key_hash)
+
+
+def touch_api_key(key_id: str, gap: timedelta) -> Update:
+    """`last_used_at = now()` unless it was set within `gap` (few writes under load)."""
+    return (
+        update(ApiKey)
+        .where(ApiKey.id == key_id)
+        .where(ApiKey.last_used_at.is_(None) | (ApiKey.last_used_at < func.now() - gap))
+        .values(last_used_at=func.now())
+    )

@@ -1,0 +1,171 @@
+"""The run driver's advancing: complete a step and move on (the next step run, a condition's
+target, skipped steps, or the run's ending) in the transaction that completes it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import asyncpg
+
+from stevora.db import runs
+from stevora.definitions import WorkflowDefinitionSpec
+from stevora.engine import endings
+from stevora.engine.driving import DriverCore, Next, Position, step_started
+from stevora.events import Event, EventType, step_completed
+from stevora.statuses import RunStatus, StepStatus
+from stevora.tasks import StepResult
+
+# A condition loop that never exits would otherwise run forever.
+MAX_VISITS_PER_STEP = 1000
+
+
+class Advancing(DriverCore):
+    async def _complete_step(
+        self,
+        run: asyncpg.Record,
+        step_run: asyncpg.Record,
+        result: StepResult,
+        definition: WorkflowDefinitionSpec,
+    ) -> Next:
+        """Complete the step and move on in one go: the next step run is inserted (or the run
+        ends) in the transaction that completes this one, and the last step of a run without a
+        parent completes with its run in a single statement."""
+        output = dict(result.output or {})
+        if result.next_step is not None:
+            output["__nextStep"] = result.next_step
+        last = step_run["step_index"] + 1 >= len(definition.steps) and not output.get("__nextStep")
+        if last and run["parent_run_id"] is None and not endings.needs_queue_wake(run):
+            await endings.complete_with_last_step(
+                self.pool,
+                run,
+                step_run["id"],
+                owner=self.owner,
+                output=output,
+                state_updates=result.state_updates,
+            )
+            return False
+        wake: list[str] = []
+        async with self.pool.acquire() as conn, conn.transaction():
+            done = await runs.update_step(
+                conn,
+                step_run["id"],
+                expect=[StepStatus.RUNNING],
+                sets={
+                    "status": StepStatus.COMPLETED,
+                    "output": output,
+                    "state_updates": result.state_updates,
+                },
+                now_columns=["completed_at"],
+            )
+            run = await runs.update_run(
+                conn,
+                run["id"],
+                expect=[RunStatus.RUNNING],
+                owner=self.owner,
+                merge_state=result.state_updates,
+                events=[step_completed(done)],
+            )
+            more = await self._advance_in(conn, run, done, definition, wake)
+        await self._dispatch(wake)
+        return more
+
+    async def _advance(
+        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
+    ) -> Next:
+        wake: list[str] = []
+        async with self.pool.acquire() as conn, conn.transaction():
+            more = await self._advance_in(conn, run, step_run, definition, wake)
+        await self._dispatch(wake)
+        return more
+
+    async def _advance_in(
+        self,
+        conn: asyncpg.Connection,
+        run: asyncpg.Record,
+        step_run: asyncpg.Record,
+        definition: WorkflowDefinitionSpec,
+        wake: list[str],
+    ) -> Next:
+        """Insert the step run that comes after `step_run` (or end the run); returns the rows to go
+        on from, or False when the run ended."""
+        steps = definition.steps
+        index = step_run["step_index"]
+        target = (step_run["output"] or {}).get("__nextStep")
+        if target and target not in _step_names(definition):
+            # Recorded before targets were checked: fail the run instead of crashing each pass.
+            error = {
+                **_unknown_target_error(target, step_run["step_name"]),
+                "stepName": step_run["step_name"],
+            }
+            await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake)
+            return False
+        next_index = definition.index_of(target) if target else index + 1
+        events: list[Event] = []
+        # A forward jump skips the steps in between; they get SKIPPED rows so the timeline says so.
+        for skipped in steps[index + 1 : next_index] if next_index > index + 1 else []:
+            visit = await runs.next_visit(conn, run["id"], skipped.name)
+            row = await runs.insert_step_run(
+                conn,
+                run_id=run["id"],
+                step_name=skipped.name,
+                step_type=skipped.type,
+                step_index=definition.index_of(skipped.name),
+                visit=visit,
+                attempt=1,
+                status=StepStatus.SKIPPED,
+            )
+            events.append(Event(EventType.STEP_SKIPPED, {"stepName": skipped.name}, row["id"]))
+        if next_index >= len(steps):
+            await endings.complete_run(conn, run["id"], owner=self.owner, wake=wake, events=events)
+            return False
+        step = steps[next_index]
+        visit = await runs.next_visit(conn, run["id"], step.name)
+        if visit > MAX_VISITS_PER_STEP:
+            error = {
+                "code": "STEP_VISIT_LIMIT",
+                "stepName": step.name,
+                "message": f"Step '{step.name}' was entered more than {MAX_VISITS_PER_STEP} times",
+            }
+            await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake, events=events)
+            return False
+        # Inserted RUNNING (what `_begin` would do next, saved a transaction): a new visit, so fresh.
+        new = await runs.insert_step_run(
+            conn,
+            run_id=run["id"],
+            step_name=step.name,
+            step_type=step.type,
+            step_index=next_index,
+            visit=visit,
+            attempt=1,
+            status=StepStatus.RUNNING,
+        )
+        run = await runs.update_run(
+            conn,
+            run["id"],
+            expect=[RunStatus.RUNNING],
+            owner=self.owner,
+            sets={"current_step_name": step.name, "current_step_run_id": new["id"], "next_run_at": None},
+            events=[*events, step_started(new)],
+        )
+        return Position(run, new, fresh=True)
+
+
+def _step_names(definition: WorkflowDefinitionSpec) -> set[str]:
+    return {s.name for s in definition.steps}
+
+
+def _unknown_target_error(target: Any, step_name: str) -> dict[str, Any]:
+    return {
+        "code": "UNKNOWN_NEXT_STEP",
+        "message": f"Step '{step_name}' returned __nextStep '{target}', which is not a step of this workflow",
+        "retryable": False,
+        "details": {"nextStep": target},
+    }
+
+
+def check_next_step(result: StepResult, definition: WorkflowDefinitionSpec, step_name: str) -> StepResult:
+    """A completed result whose `__nextStep` names no step fails the step (not retryable)."""
+    target = result.next_step or (result.output or {}).get("__nextStep")
+    if target is None or (isinstance(target, str) and target in _step_names(definition)):
+        return result
+    return StepResult(status="failed", error=_unknown_target_error(target, step_name), retryable=False)

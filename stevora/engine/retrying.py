@@ -1,0 +1,94 @@
+"""The run driver's retrying: record a failed attempt, then schedule the next one (RetryPolicy,
+via nextRunAt) or fail the run."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import asyncpg
+
+from stevora.clock import utcnow
+from stevora.db import runs
+from stevora.db.runs import RELEASE
+from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay_ms
+from stevora.engine import endings
+from stevora.engine.driving import TIMER_SLACK_MS, DriverCore
+from stevora.engine.hints import dispatch_hint
+from stevora.events import Event, EventType, step_failed
+from stevora.statuses import RunStatus, StepStatus
+from stevora.tasks import StepResult
+
+
+class Retrying(DriverCore):
+    async def _fail_step(self, run: asyncpg.Record, step_run: asyncpg.Record, result: StepResult) -> None:
+        error = dict(result.error or {"message": "Step failed"})
+        error.setdefault("code", "STEP_FAILED")
+        error["retryable"] = result.retryable and error.get("retryable", True) is not False
+        async with self.pool.acquire() as conn, conn.transaction():
+            await runs.update_step(
+                conn,
+                step_run["id"],
+                expect=[StepStatus.RUNNING],
+                sets={"status": StepStatus.FAILED, "error": error},
+                now_columns=["completed_at"],
+            )
+            await runs.update_run(
+                conn,
+                run["id"],
+                expect=[RunStatus.RUNNING],
+                owner=self.owner,
+                events=[step_failed(step_run, error)],
+            )
+
+    async def _handle_failure(
+        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
+    ) -> bool:
+        step = definition.step(step_run["step_name"])
+        policy = step.effective_retry()
+        error = dict(step_run["error"] or {})
+        attempt = step_run["attempt"]
+        if not (error.get("retryable", True) and attempt < policy.max_attempts):
+            wake: list[str] = []
+            async with self.pool.acquire() as conn, conn.transaction():
+                error = {**error, "stepName": step.name, "attempts": attempt}
+                await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake)
+            await self._dispatch(wake)
+            return False
+        delay_ms = compute_next_retry_delay_ms(policy, attempt)
+        async with self.pool.acquire() as conn, conn.transaction():
+            new = await runs.insert_step_run(
+                conn,
+                run_id=run["id"],
+                step_name=step.name,
+                step_type=step.type,
+                step_index=step_run["step_index"],
+                visit=step_run["visit"],
+                attempt=attempt + 1,
+            )
+            await runs.update_run(
+                conn,
+                run["id"],
+                expect=[RunStatus.RUNNING],
+                owner=self.owner,
+                sets={
+                    "current_step_run_id": new["id"],
+                    "next_run_at": utcnow() + timedelta(milliseconds=delay_ms),
+                    **RELEASE,
+                },
+                events=[
+                    Event(
+                        EventType.STEP_RETRYING,
+                        {
+                            "stepName": step.name,
+                            "attempt": attempt,
+                            "nextAttempt": attempt + 1,
+                            "maxAttempts": policy.max_attempts,
+                            "delayMs": delay_ms,
+                            "error": error,
+                        },
+                        new["id"],
+                    )
+                ],
+            )
+        await dispatch_hint(self.rt.dispatcher, run["id"], delay_ms=delay_ms + TIMER_SLACK_MS)
+        return False

@@ -1,0 +1,100 @@
+"""Workflows called as tools: each call starts a child run, and the child's ending answers it.
+
+* Handed over: the child run is created in the transaction that makes the parent's step WAITING
+  (once per call: a replayed round finds its awaited row and creates nothing), and dispatched
+  after commit.
+* Due: a workflow call has no deadline of its own.
+* Answered: when the child ends (`stevora.engine.endings` calls `answer_from_child` in the child's
+  terminal transaction), or by the recovery sweep (`answer_finished_children`) when the parent was
+  not WAITING yet at that moment.
+"""
+
+from __future__ import annotations
+
+import asyncpg
+
+from stevora.db import awaited as db_awaited
+from stevora.db import definitions as db_definitions
+from stevora.db import runs
+from stevora.db.awaited import NewAwaitedCall
+from stevora.engine import budget as budget_rules
+from stevora.engine.steps.awaited import Answer, answer
+from stevora.engine.steps.base import WaitContext, WaitPlan
+from stevora.observability import tracing
+from stevora.statuses import AnsweredBy, AwaitedStatus, ResumeReason, RunStatus
+
+
+async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]) -> WaitPlan:
+    """Start a child run for each workflow call recorded just now."""
+    run = wait.run
+    children = []
+    started: list[str] = []
+    for call in calls:
+        if call.id not in inserted:
+            continue  # a replayed round: its child run exists already
+        assert call.child_definition_id is not None
+        child = await runs.insert_run(
+            wait.conn,
+            workspace_id=run["workspace_id"],
+            definition_id=call.child_definition_id,
+            input=call.child_input or {},
+            idempotency_key=None,
+            parent_run_id=run["id"],
+            parent_tool_call_id=call.tool_call_id,
+            depth=run["depth"] + 1,
+            trace_context=tracing.current_carrier(),  # the child run joins its parent's trace
+            # A child run has its own budget: its definition's default within the ceiling.
+            budget=budget_rules.resolve(
+                wait.rt.settings, (await wait.rt.definitions.get(call.child_definition_id)).budget
+            ),
+        )
+        assert child is not None  # the definition was read from this workspace
+        await db_awaited.set_child(wait.conn, call.id, child["id"])
+        started.append(child["id"])
+        children.append({"toolCallId": call.tool_call_id, "childRunId": child["id"]})
+    return WaitPlan(pause_details={"childRuns": children} if children else {}, dispatch=tuple(started))
+
+
+async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wake: list[str]) -> None:
+    """Called in the child's terminal transaction: write the parent's result for the call that
+    started `child`, and wake the parent when it has nothing else pending. A parent that is not
+    WAITING (cancelled, or not yet waiting) is left alone; the sweep retries the latter."""
+    call = await db_awaited.for_child(conn, child["id"])
+    if call is None or call["status"] != AwaitedStatus.PENDING:
+        return
+    parent = await runs.lock_run(conn, call["workflow_run_id"])
+    if parent is None or parent["status"] != RunStatus.WAITING:
+        return
+    result = await _child_result(conn, child, call)
+    if await answer(conn, parent, [result], reason=ResumeReason.CHILD_RUN):
+        wake.append(parent["id"])
+
+
+async def _child_result(conn: asyncpg.Connection, child: asyncpg.Record, call: asyncpg.Record) -> Answer:
+    if child["status"] == RunStatus.COMPLETED:
+        return Answer(call, ok=True, output=child["output"], answered_by=AnsweredBy.WORKFLOW)
+    name = await db_definitions.name_of(conn, child["definition_id"])
+    error = child["error"] or {}
+    code = error.get("code") or child["status"]
+    message = error.get("message") or ("Run was cancelled" if child["status"] == RunStatus.CANCELLED else "")
+    text = f"Workflow '{name}' run {child['id']} {child['status']}: {code}: {message}"
+    return Answer(
+        call,
+        ok=False,
+        error=text,
+        error_code="CHILD_RUN_CANCELLED" if child["status"] == RunStatus.CANCELLED else "CHILD_RUN_FAILED",
+        model_error={"error": text, "childRunId": child["id"]},
+        answered_by=AnsweredBy.WORKFLOW,
+    )
+
+
+async def answer_finished_children(pool: asyncpg.Pool) -> list[str]:
+    """Recovery: answer workflow calls whose child ended while the parent could not be told.
+    Returns the parent runs to dispatch."""
+    wake: list[str] = []
+    for row in await db_awaited.unanswered_finished_children(pool):
+        async with pool.acquire() as conn, conn.transaction():
+            child = await runs.lock_run(conn, row["child_run_id"])
+            if child is not None:
+                await answer_from_child(conn, child, wake)
+    return wake
