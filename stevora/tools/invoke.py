@@ -4,7 +4,7 @@ A tool call never raises into the step (docs/tool-calling.md): an unknown tool, 
 exception, a timeout or an oversize result all become a failed `ToolOutcome` whose
 `result_text` is `{"error": ...}`, so the model can recover. Only cancellation propagates.
 This runs once per tool call per round, so schemas are compiled and signatures inspected
-ahead of time (see `registry.py` and `schema.compiled_validator`).
+ahead of time (see `registry.py` and `schema.compiled_schema`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,12 @@ from jsonschema.protocols import Validator
 
 from stevora.storable import encoded_size, problem_in_dumped, problem_in_value
 from stevora.tools.registry import ToolArgumentError, ToolContext, ToolRegistry
-from stevora.tools.schema import compiled_validator, json_path
+from stevora.tools.schema import compiled_schema, json_path
+
+try:  # a server dependency: the client-only install parses with the stdlib alone
+    import orjson as _orjson
+except ImportError:  # pragma: no cover - the test environment has the server extras
+    _orjson = None  # type: ignore[assignment]
 
 # The default of STEVORA_MAX_JSON_DEPTH, for callers that do not pass theirs.
 DEFAULT_MAX_JSON_DEPTH = 64
@@ -59,6 +64,8 @@ MAX_ARGUMENT_DEPTH = 64
 _UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
 # In the model's JSON text: an escape that decodes to NUL or to a surrogate.
 _ESCAPED_UNSTORABLE = re.compile(r"\\u(?:0000|[dD][89a-fA-F])")
+# A run of 19 digits: maybe an integer beyond 64 bits, which orjson would read as a float.
+_LONG_DIGITS = re.compile("[0-9]{19}")
 
 
 @dataclass(frozen=True)
@@ -120,12 +127,16 @@ async def invoke_tool(
     if is_object:
         try:
             schema = declared_schema if declared_schema is not None else tool.parameters
-            validator = compiled_validator(schema)
+            validator, quick = compiled_schema(schema)
         except SchemaError as exc:
             return failed("TOOL_ERROR", f"Tool '{name}' has an invalid parameters schema: {exc.message}")
-        problems = _schema_problems(validator, arguments)
-        if problems:
-            return failed("INVALID_ARGUMENTS", f"Invalid arguments for tool '{name}': {'; '.join(problems)}")
+        # The quick check answers "certainly valid" for most calls; the validator words the errors.
+        if quick is None or not quick(arguments):
+            problems = _schema_problems(validator, arguments)
+            if problems:
+                return failed(
+                    "INVALID_ARGUMENTS", f"Invalid arguments for tool '{name}': {'; '.join(problems)}"
+                )
 
     assert tool.bind is not None  # set by RegisteredTool.__post_init__
     try:
@@ -134,17 +145,17 @@ async def invoke_tool(
         return failed("INVALID_ARGUMENTS", f"Invalid arguments for tool '{name}': {exc}")
 
     timeout = tool.timeout_ms / 1000 if tool.timeout_ms is not None else timeout_s
-    scope = asyncio.timeout(timeout)
+    scope = None
     try:
-        async with scope:
-            if tool.is_async:
-                result = await tool.handler(*args, **kwargs)
-            else:
-                result = await asyncio.to_thread(tool.handler, *args, **kwargs)
-                if inspect.isawaitable(result):  # a plain function that returned a coroutine
-                    result = await result
+        running = tool.handler(*args, **kwargs) if tool.is_async else _in_thread(tool, args, kwargs)
+        if timeout is None:  # no timeout configured: nothing to enter
+            result = await running
+        else:
+            scope = asyncio.timeout(timeout)
+            async with scope:
+                result = await running
     except TimeoutError as exc:
-        if scope.expired():
+        if scope is not None and scope.expired():
             _log_failure(name, context, "TOOL_TIMEOUT", None)
             return failed("TOOL_TIMEOUT", f"Tool '{name}' timed out after {timeout:g}s")
         _log_failure(name, context, "TOOL_ERROR", exc)
@@ -159,10 +170,12 @@ async def invoke_tool(
         text, output = result, result
     else:
         try:
-            text = json.dumps(result, default=_to_json, ensure_ascii=False, allow_nan=False)
+            text = _RESULT_ENCODER.encode(result)
         except (TypeError, ValueError, RecursionError) as exc:
             return failed("TOOL_ERROR", f"Tool output is not JSON-serialisable: {exc}")
-        output = json.loads(text)
+        # The output as its JSON reads back (tuples as lists, models as objects, a copy the
+        # handler cannot change later): what the trace stores and a resumed run sees.
+        output = _loads(text)
     unstorable = problem_in_dumped(output, text, max_depth=max_json_depth, root="output")
     if unstorable is not None:
         return failed(
@@ -177,7 +190,7 @@ async def invoke_tool(
             return failed("TOOL_OUTPUT_TOO_LARGE", limit)
     output_schema = declared_output_schema if declared_output_schema is not None else tool.output_schema
     if output_schema is not None:
-        problems = _schema_problems(compiled_validator(output_schema), output)
+        problems = schema_problems(output_schema, output)
         if problems:
             return failed(
                 "TOOL_OUTPUT_INVALID",
@@ -210,6 +223,25 @@ async def invoke_tool(
     )
 
 
+async def _in_thread(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    result = await asyncio.to_thread(tool.handler, *args, **kwargs)
+    if inspect.isawaitable(result):  # a plain function that returned a coroutine
+        result = await result
+    return result
+
+
+def _loads(text: str) -> Any:
+    """`json.loads(text)`, by orjson when it reads the text the same way: not with a run of 19
+    digits (orjson reads integers beyond 64 bits as floats) and not with what it refuses
+    (NaN, Infinity, numbers beyond a double, lone surrogates), which the stdlib reads."""
+    if _orjson is not None and _LONG_DIGITS.search(text) is None:
+        try:
+            return _orjson.loads(text)
+        except _orjson.JSONDecodeError:
+            pass
+    return json.loads(text)
+
+
 def _log_failure(name: str, context: ToolContext, code: ToolErrorCode, exc: BaseException | None) -> None:
     # Imported and looked up per failure: the current structlog configuration applies, and the
     # client-only install (which has no structlog) can still import this module.
@@ -233,12 +265,15 @@ def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any], bool]:
     if not raw.strip():
         return {}, True
     try:
-        parsed = json.loads(raw)
+        parsed = _loads(raw)
     except (ValueError, RecursionError):  # RecursionError: nested past the parser's recursion limit
         return {"raw": raw}, False
-    if not isinstance(parsed, dict) or deeper_than(parsed, MAX_ARGUMENT_DEPTH):
+    if not isinstance(parsed, dict):
         return {"raw": raw}, False
-    if _ESCAPED_UNSTORABLE.search(raw):
+    # Fewer brackets than the limit (strings' included) cannot nest deeper: no walk.
+    if raw.count("[") + raw.count("{") > MAX_ARGUMENT_DEPTH and deeper_than(parsed, MAX_ARGUMENT_DEPTH):
+        return {"raw": raw}, False
+    if "\\u" in raw and _ESCAPED_UNSTORABLE.search(raw):
         parsed = without_unstorable_chars(parsed)
     return parsed, True
 
@@ -317,9 +352,16 @@ def _to_json(value: Any) -> Any:
     return str(value)
 
 
-def schema_problems(schema: dict[str, Any], instance: dict[str, Any]) -> list[str]:
+# `json.dumps(result, default=_to_json, ensure_ascii=False, allow_nan=False)`, built once.
+_RESULT_ENCODER = json.JSONEncoder(default=_to_json, ensure_ascii=False, allow_nan=False)
+
+
+def schema_problems(schema: dict[str, Any], instance: Any) -> list[str]:
     """`path: message` for every way `instance` breaks `schema` (empty when it is valid)."""
-    return _schema_problems(compiled_validator(schema), instance)
+    validator, quick = compiled_schema(schema)
+    if quick is not None and quick(instance):
+        return []
+    return _schema_problems(validator, instance)
 
 
 _FIELD_PATH = re.compile(r"[A-Za-z_$][\w$-]*(\[\d+\]|\.[A-Za-z_$][\w$-]*)*")

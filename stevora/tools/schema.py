@@ -26,6 +26,8 @@ from jsonschema.protocols import Validator
 from jsonschema.validators import validator_for
 from pydantic.fields import FieldInfo
 
+from stevora.tools.quick_check import Check, quick_check
+
 # Values that pass through unchanged: JSON decoding already produced the right Python type.
 _PASSTHROUGH_TYPES: tuple[Any, ...] = (str, int, float, bool, dict, list, object, Any)
 # Keywords whose value is one subschema, a list of them, or a name -> subschema map.
@@ -338,8 +340,8 @@ def strip_titles(schema: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-_validators_by_id: dict[int, tuple[dict[str, Any], Validator]] = {}
-_validators_by_text: dict[str, Validator] = {}
+_validators_by_id: dict[int, tuple[dict[str, Any], Validator, Check | None]] = {}
+_validators_by_text: dict[str, tuple[Validator, Check | None]] = {}
 _CACHE_LIMIT = 1024
 
 
@@ -350,19 +352,25 @@ def compiled_validator(schema: dict[str, Any]) -> Validator:
     then by canonical JSON text, so an equal schema rebuilt per call is still not recompiled.
     Raises `jsonschema.SchemaError` for an invalid schema.
     """
+    return compiled_schema(schema)[0]
+
+
+def compiled_schema(schema: dict[str, Any]) -> tuple[Validator, Check | None]:
+    """`compiled_validator(schema)` and its `quick_check` (None when the schema is outside what
+    a quick check knows): `check(value)` True means the validator would find no error."""
     hit = _validators_by_id.get(id(schema))
     if hit is not None and hit[0] is schema:
-        return hit[1]
+        return hit[1], hit[2]
     text = json.dumps(schema, sort_keys=True, default=str)
-    validator = _validators_by_text.get(text)
-    if validator is None:
+    found = _validators_by_text.get(text)
+    if found is None:
         cls = validator_for(schema, default=Draft202012Validator)
         cls.check_schema(schema)
-        validator = cls(schema)
+        found = (cls(schema), quick_check(schema))
         if len(_validators_by_text) >= _CACHE_LIMIT:
             _validators_by_text.clear()
-        _validators_by_text[text] = validator
+        _validators_by_text[text] = found
     if len(_validators_by_id) >= _CACHE_LIMIT:
         _validators_by_id.clear()
-    _validators_by_id[id(schema)] = (schema, validator)
-    return validator
+    _validators_by_id[id(schema)] = (schema, *found)
+    return found

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import re
+import threading
 from collections import Counter
 
 import pytest
@@ -51,12 +53,50 @@ def test_random_tail_is_uniform_over_the_alphabet() -> None:
 
 
 def test_a_tail_short_of_accepted_bytes_draws_more(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Bytes 252-255 are dropped; if too few remain, more are drawn (never a short id)."""
-    draws = iter([bytes([255] * 10 + [0] * 6), bytes([1] * 40), bytes([2] * 40)])
+    """Bytes 252-255 are dropped; if too few remain, more are drawn (never a short tail)."""
+    draws = iter([bytes([255] * 4000 + [0] * 100), bytes([1] * 4000), bytes([2] * 5000)])
     monkeypatch.setattr(ids.os, "urandom", lambda n: next(draws)[:n])
-    made = new_id("run")
-    assert _ID.match(made)
-    assert made.endswith("1" * 12)  # the short first draw is discarded whole
+    monkeypatch.setattr(ids, "_tails", [])
+    made = [new_id("run") for _ in range(ids._BATCH)]  # one batch: the first two draws
+    assert all(_ID.match(i) for i in made)
+    tails = [i[13:] for i in made]
+    assert sorted(set(tails)) == ["000000000000", "000011111111", "111111111111"]
+    assert tails.count("000000000000") == 8  # the 100 accepted bytes of the first draw, in order
+    assert _ID.match(new_id("run")) and ids._tails  # the next id starts the next batch (third draw)
+
+
+def test_every_tail_is_handed_out_once_across_threads(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(ids, "_tails", [])
+    made: list[list[str]] = [[] for _ in range(8)]
+
+    def make(out: list[str]) -> None:
+        for _ in range(3 * ids._BATCH):
+            out.append(new_id("x")[11:])
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in made]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    tails = [t for out in made for t in out]
+    assert len(tails) == 24 * ids._BATCH and len(set(tails)) == len(tails)
+
+
+def test_a_forked_child_does_not_reuse_its_parents_tails() -> None:
+    new_id("x")
+    assert ids._tails  # the parent holds unused tails
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report what it holds, then the tail it makes
+        os.close(read)
+        os.write(write, f"{len(ids._tails)} {new_id('x')[11:]}".encode())
+        os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        held, tail = f.read().split()
+    os.waitpid(pid, 0)
+    assert held == "0"
+    assert tail not in ids._tails
 
 
 def test_random_token() -> None:
