@@ -9,8 +9,10 @@ in stevora.db.models, and only Alembic changes them.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
+from collections.abc import Callable
 from typing import Any
 
 import asyncpg
@@ -47,15 +49,16 @@ _LONE_SURROGATE = re.compile("[\ud800-\udfff]")
 _UNSTORABLE_CHARS = re.compile("[\x00\ud800-\udfff]")
 
 
-def storable_text(value: str) -> str:
-    """`value` as PostgreSQL text and jsonb strings can hold it: NUL and lone surrogates (which a
-    model or a tool may produce) replaced by U+FFFD."""
-    return _UNSTORABLE_CHARS.sub("\ufffd", value)
+# `storable_text(value)`: `value` as PostgreSQL text and jsonb strings can hold it: NUL and lone
+# surrogates (which a model or a tool may produce) replaced by U+FFFD. The regex's own `sub`,
+# partially applied: several calls per tool round, no Python frame for each.
+storable_text: Callable[[str], str] = functools.partial(_UNSTORABLE_CHARS.sub, "\ufffd")
 
 
-def _encode(value: Any) -> bytes:
+def _dumps(value: Any) -> str:
     """JSON PostgreSQL accepts, whatever a model or a tool put in a string: jsonb refuses the NUL
-    character and text that is not valid UTF-8 (a lone surrogate), so both become U+FFFD."""
+    character and text that is not valid UTF-8 (a lone surrogate), so both become U+FFFD. (asyncpg's
+    json and jsonb codecs: once per JSON parameter of every checkpoint.)"""
     try:
         data = orjson.dumps(value, default=str, option=_ORJSON_OPTIONS)
     except orjson.JSONEncodeError:
@@ -65,11 +68,7 @@ def _encode(value: Any) -> bytes:
         data = _LONE_SURROGATE.sub("\ufffd", text).encode()
     if b"\\u0000" in data:
         data = _NUL_ESCAPE.sub(rb"\1\\ufffd", data)
-    return data
-
-
-def _dumps(value: Any) -> str:
-    return _encode(value).decode()
+    return data.decode()
 
 
 def _loads(text: str | bytes) -> Any:

@@ -99,6 +99,7 @@ class GroupCommitter:
         self.faults = faults or FaultPlan(None)
         self.max_batch = max_batch
         self._queues: dict[CheckpointKind, list[_Pending]] = {}
+        self._queued = 0  # rows in all queues (so that "alone" and "anything queued" need no scan)
         self._flusher: asyncio.Task[None] | None = None
         self._in_flight = False  # a statement is on the wire (a lone caller's or the flusher's)
         self._calm = 0  # lone checkpoints in a row that nobody joined (see `write`)
@@ -120,6 +121,7 @@ class GroupCommitter:
             return done.result()
         queue = self._queues.setdefault(kind, [])
         queue.append(item)
+        self._queued += 1
         if self._in_flight:
             self._calm = 0  # callers meet: wait a turn for company again
             # The flusher task sends queued rows; this caller only waits for its own future, so
@@ -137,31 +139,26 @@ class GroupCommitter:
                 await asyncio.sleep(0)
             except BaseException:
                 queue.remove(item)  # cancelled before anything was sent
+                self._queued -= 1
                 self._in_flight = False
                 self._flush_queued()
                 raise
         # else: the last CALM_WRITES checkpoints all went alone, nobody arriving while they were
         # in flight (one run, or runs that never overlap): the turn would only cost a wake-up.
         # A caller that does arrive meanwhile is queued for the next statement and resets this.
-        if len(queue) == 1 and self._alone(kind):
+        if self._queued == 1:  # alone: this row is the only one queued, of any kind
             self._queues[kind] = []
+            self._queued = 0
             try:
                 await self._write(kind, queue)
             finally:
                 self._in_flight = False
                 # Calm when nobody queued up behind this statement.
-                self._calm = 0 if self._flush_queued() else self._calm + 1
+                self._calm = 0 if self._queued and self._flush_queued() else self._calm + 1
             return done.result()
         self._in_flight = False
         self._flush_queued()
         return await done  # sent by the flusher (see above)
-
-    def _alone(self, kind: CheckpointKind) -> bool:
-        """No other kind has rows queued (a loop, not a generator: this runs per checkpoint)."""
-        for k, q in self._queues.items():
-            if q and k is not kind:
-                return False
-        return True
 
     async def drain(self) -> None:
         """Wait until every queued checkpoint is written and the kept connection is back in the
@@ -237,7 +234,7 @@ class GroupCommitter:
 
     def _flush_queued(self) -> bool:
         """Start the flusher for queued rows, if any (returns whether there were)."""
-        if any(self._queues.values()):
+        if self._queued:
             self._in_flight = True
             self._flusher = asyncio.create_task(self._flush_all(), name="stevora-group-commit")
             return True
@@ -245,7 +242,7 @@ class GroupCommitter:
 
     async def _flush_all(self) -> None:
         try:
-            while any(self._queues.values()):
+            while self._queued:
                 for kind in list(self._queues):
                     if self._queues[kind]:
                         await self._write(kind, self._take_batch(kind))
@@ -258,6 +255,7 @@ class GroupCommitter:
         queue = self._queues[kind]
         if len(queue) == 1:  # a lone caller
             self._queues[kind] = []
+            self._queued -= 1
             return queue
         batch: list[_Pending] = []
         seen: set[str] = set()
@@ -269,6 +267,7 @@ class GroupCommitter:
                 seen.add(item.run_id)
                 batch.append(item)
         self._queues[kind] = rest
+        self._queued -= len(batch)
         # Row locks in id order, as the heartbeat's `id = ANY(...)` takes them: no deadlock.
         batch.sort(key=_RUN_ID)
         return batch
@@ -279,7 +278,10 @@ class GroupCommitter:
         retrier: Retrier | None = None  # made on a first failure: most writes never need one
         while True:
             try:
-                committed = await self._execute(kind, batch)
+                if len(batch) == 1:  # a lone row: its statement straight from here (a frame less)
+                    records = await self._fetch(kind.single_sql, *batch[0].values)
+                else:
+                    records = await self._execute_batch(kind, batch)
             except Exception as exc:
                 if retrier is None:
                     retrier = Retrier(f"record_{kind.name}", rows=len(batch), workflow_run_id=batch[0].run_id)
@@ -299,32 +301,35 @@ class GroupCommitter:
                         _settle_error(item, final)
                     return
                 continue
-            if len(batch) > 1 and self.faults.armed:
+            self.batches += 1
+            self.rows += len(records)
+            if len(batch) == 1:
+                # The lone row's statement returns its row, or none when its fence failed.
+                item = batch[0]
+                if not records:
+                    _settle_error(item, _lease_lost(item))
+                elif not item.done.done():  # `_settle`, inlined: once per checkpoint
+                    item.done.set_result(records[0]["created_at"])
+                return
+            if self.faults.armed:
                 self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
+            committed = {rec["workflow_run_id"]: rec["created_at"] for rec in records}
             for item in batch:
                 found = committed.get(item.run_id)
                 if found is None:
-                    _settle_error(
-                        item, LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}")
-                    )
-                elif not item.done.done():  # `_settle`, inlined: once per checkpoint
+                    _settle_error(item, _lease_lost(item))
+                elif not item.done.done():
                     item.done.set_result(found)
             return
 
-    async def _execute(self, kind: CheckpointKind, batch: list[_Pending]) -> dict[str, Any]:
-        """One statement for the batch; returns run id -> commit timestamp of each row written."""
-        if len(batch) == 1:
-            records = await self._fetch(kind.single_sql, *batch[0].values)
-        else:
-            names = kind.names
-            rows = [dict(zip(names, p.values, strict=True)) for p in batch]
-            if self.faults.armed:
-                records = await self._execute_with_faults(kind, rows)
-            else:
-                records = await self._fetch(kind.batch_sql, rows)
-        self.batches += 1
-        self.rows += len(records)
-        return {rec["workflow_run_id"]: rec["created_at"] for rec in records}
+    async def _execute_batch(self, kind: CheckpointKind, batch: list[_Pending]) -> list[asyncpg.Record]:
+        """One statement for the rows of several runs; returns the rows written (run id and
+        commit timestamp each)."""
+        names = kind.names
+        rows = [dict(zip(names, p.values, strict=True)) for p in batch]
+        if self.faults.armed:
+            return await self._execute_with_faults(kind, rows)
+        return await self._fetch(kind.batch_sql, rows)
 
     async def _execute_with_faults(
         self, kind: CheckpointKind, rows: list[dict[str, Any]]
@@ -340,6 +345,10 @@ class GroupCommitter:
 
 
 _RUN_ID = attrgetter("run_id")
+
+
+def _lease_lost(item: _Pending) -> LeaseLost:
+    return LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}")
 
 
 def _settle(item: _Pending, value: Any) -> None:

@@ -66,22 +66,30 @@ class ModelCallObservation:
 
     Class-based, not a generator: this runs on every model call. With tracing off it sets the
     structlog `round` (one context-variable write), times the call and observes the histogram
-    child `ModelCalls` bound for the step visit; the span exists only with tracing on. The span
+    child bound for the step visit (`ModelCalls`); the span exists only with tracing on. The span
     names the model; `model` here is the metric label (bounded: `metrics.model_label`)."""
 
-    __slots__ = ("_calls", "_round", "_scope", "_token", "model", "provider", "span", "started", "status")
+    __slots__ = ("_children", "_round", "_scope", "_token", "model", "provider", "span", "started", "status")
 
-    def __init__(self, calls: ModelCalls, provider: str, model: str, round_: int, messages: Any) -> None:
+    def __init__(
+        self,
+        children: _ModelChildren,
+        provider: str,
+        model: str,
+        step_run_id: str,
+        round_: int,
+        messages: Any,
+    ) -> None:
         self.provider = provider
-        self.model = calls.label(provider, model)  # the metric label, not the step's string
+        self.model = children.label  # the metric label, not the step's string
         self.span: Span | None = None
         self.started = 0.0
         self.status = "error"
-        self._calls = calls
+        self._children = children
         self._round = round_
         self._scope: Any = None
         if tracing._state.tracer is not None:  # tracing on (tracing.is_on(), without the call)
-            self._scope = tracing.chat_span(provider, model, calls.step_run_id, round_, messages)
+            self._scope = tracing.chat_span(provider, model, step_run_id, round_, messages)
 
     def __enter__(self) -> ModelCallObservation:
         self._token = _ROUND.set(self._round)
@@ -96,7 +104,8 @@ class ModelCallObservation:
 
     def __exit__(self, *exc: Any) -> None:
         try:
-            self._calls.durations(self.provider, self.model)[self.status == "ok"].observe(
+            children = self._children
+            (children.ok if self.status == "ok" else children.error).observe(
                 time.perf_counter() - self.started
             )
             if self._scope is not None:
@@ -116,53 +125,64 @@ class ModelCallObservation:
         tracing.chat_first_token(self.span, seconds)
 
 
+class _ModelChildren:
+    """The metric label of one (provider, model) and its children, bound once per step visit
+    (the token and cost children when first needed: a series appears when it is first counted)."""
+
+    __slots__ = ("cost", "error", "label", "ok", "provider", "tokens")
+
+    def __init__(self, provider: str, label: str) -> None:
+        self.provider = provider
+        self.label = label
+        self.error = metrics.bound_histogram(metrics.LLM_CALL_DURATION, provider, label, "error")
+        self.ok = metrics.bound_histogram(metrics.LLM_CALL_DURATION, provider, label, "ok")
+        self.tokens: tuple[metrics.BoundCounter, metrics.BoundCounter] | None = None  # (input, output)
+        self.cost: metrics.BoundCounter | None = None
+
+    def answered(self, usage: Usage, cost_usd: float | None) -> None:
+        tokens = self.tokens
+        if tokens is None:
+            tokens = self.tokens = (
+                metrics.bound_counter(metrics.LLM_TOKENS, self.provider, self.label, "input"),
+                metrics.bound_counter(metrics.LLM_TOKENS, self.provider, self.label, "output"),
+            )
+        tokens[0].inc(usage.input_tokens)
+        tokens[1].inc(usage.output_tokens)
+        if cost_usd:
+            if self.cost is None:
+                self.cost = metrics.bound_counter(metrics.LLM_COST, self.provider, self.label)
+            self.cost.inc(cost_usd)
+
+
 class ModelCalls:
     """The observation points of one step visit's model calls: the metric label and children of
     each (provider, model) are looked up once per visit, not per call. `known_name` is
     `Pricing.known_name`: the label is the price list's name or `other` (`metrics.model_label`)."""
 
-    __slots__ = ("_durations", "_known_name", "_labels", "_tokens", "step_run_id")
+    __slots__ = ("_children", "_known_name", "step_run_id")
 
     def __init__(self, step_run_id: str, known_name: Callable[[str, str], str | None] | None = None) -> None:
         self.step_run_id = step_run_id
         self._known_name = known_name
-        self._labels: dict[tuple[str, str], str] = {}  # (provider, model) -> model label
-        self._durations: dict[tuple[str, str], tuple[Any, Any]] = {}  # (error, ok) children by label
-        self._tokens: dict[tuple[str, str], tuple[Any, Any]] = {}  # (input, output) children by label
+        self._children: dict[tuple[str, str], _ModelChildren] = {}  # by (provider, model)
+
+    def _bind(self, provider: str, model: str) -> _ModelChildren:
+        known = self._known_name(provider, model) if self._known_name is not None else None
+        found = self._children[(provider, model)] = _ModelChildren(provider, metrics.model_label(known))
+        return found
 
     def label(self, provider: str, model: str) -> str:
-        found = self._labels.get((provider, model))
-        if found is None:
-            known = self._known_name(provider, model) if self._known_name is not None else None
-            found = self._labels[(provider, model)] = metrics.model_label(known)
-        return found
+        """The `model` label of `model` (the price list's name or `other`)."""
+        return (self._children.get((provider, model)) or self._bind(provider, model)).label
 
     def call(self, provider: str, model: str, round_: int, messages: Any) -> ModelCallObservation:
         """`with calls.call(...) as obs:` around one provider call."""
-        return ModelCallObservation(self, provider, model, round_, messages)
-
-    def durations(self, provider: str, label: str) -> tuple[Any, Any]:
-        found = self._durations.get((provider, label))
-        if found is None:
-            found = self._durations[(provider, label)] = (
-                metrics.LLM_CALL_DURATION.labels(provider, label, "error"),
-                metrics.LLM_CALL_DURATION.labels(provider, label, "ok"),
-            )
-        return found
+        children = self._children.get((provider, model)) or self._bind(provider, model)
+        return ModelCallObservation(children, provider, model, self.step_run_id, round_, messages)
 
     def answered(self, provider: str, model: str, usage: Usage, cost_usd: float | None) -> None:
         """Tokens and cost of an answered call (`metrics.llm_answered`, children bound per visit)."""
-        label = self.label(provider, model)
-        found = self._tokens.get((provider, label))
-        if found is None:
-            found = self._tokens[(provider, label)] = (
-                metrics.LLM_TOKENS.labels(provider, label, "input"),
-                metrics.LLM_TOKENS.labels(provider, label, "output"),
-            )
-        found[0].inc(usage.input_tokens)
-        found[1].inc(usage.output_tokens)
-        if cost_usd:
-            metrics.LLM_COST.labels(provider, label).inc(cost_usd)
+        (self._children.get((provider, model)) or self._bind(provider, model)).answered(usage, cost_usd)
 
 
 @contextmanager
@@ -186,7 +206,7 @@ class ToolCallObservation:
     Class-based for the same reason as `ModelCallObservation`; sets the structlog `tool` (and
     `round`) for the call's log lines."""
 
-    __slots__ = ("_calls", "_round", "_scope", "_tokens", "name", "span")
+    __slots__ = ("_calls", "_round", "_round_token", "_scope", "_tool_token", "name", "span")
 
     def __init__(
         self, calls: ToolCalls, name: str, call_id: str | None, round_: int | None, arguments: Any
@@ -200,8 +220,8 @@ class ToolCallObservation:
             self._scope = tracing.tool_span(name, call_id, calls.step_run_id, round_, arguments)
 
     def __enter__(self) -> ToolCallObservation:
-        tool = _TOOL.set(self.name)
-        self._tokens = (tool, None if self._round is None else _ROUND.set(self._round))
+        self._tool_token = _TOOL.set(self.name)
+        self._round_token = None if self._round is None else _ROUND.set(self._round)
         if self._scope is not None:
             try:
                 self.span = self._scope.__enter__()
@@ -211,27 +231,33 @@ class ToolCallObservation:
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._scope is None:  # `_reset`, inlined: tracing off
+            if self._round_token is not None:
+                _ROUND.reset(self._round_token)
+            _TOOL.reset(self._tool_token)
+            return
         try:
-            if self._scope is not None:
-                self._scope.__exit__(*exc)
+            self._scope.__exit__(*exc)
         finally:
             self._reset()
 
     def _reset(self) -> None:
-        tool, round_ = self._tokens
-        if round_ is not None:
-            _ROUND.reset(round_)
-        _TOOL.reset(tool)
+        if self._round_token is not None:
+            _ROUND.reset(self._round_token)
+        _TOOL.reset(self._tool_token)
 
     def finished(self, outcome: ToolOutcome) -> None:
         if self.span is not None:
             tracing.tool_finished(self.span, outcome)
-        ok = outcome.status == "completed"
+        if outcome.status == "completed":
+            durations = self._calls._durations
+            found = durations.get(self.name) or self._calls.durations(self.name)
+            found[1].observe(outcome.duration_ms / 1000)
+            return
         # Bounded: the registered handler's name, or `other` when no handler had that name.
-        label = self.name if ok else metrics.tool_label(self.name, outcome.error_code)
-        self._calls.durations(label)[ok].observe(outcome.duration_ms / 1000)
-        if not ok:
-            metrics.TOOL_CALL_ERRORS.labels(label, outcome.error_code or "TOOL_ERROR").inc()
+        label = metrics.tool_label(self.name, outcome.error_code)
+        self._calls.durations(label)[0].observe(outcome.duration_ms / 1000)
+        metrics.TOOL_CALL_ERRORS.labels(label, outcome.error_code or "TOOL_ERROR").inc()
 
 
 class ToolCalls:
@@ -241,18 +267,19 @@ class ToolCalls:
 
     def __init__(self, step_run_id: str) -> None:
         self.step_run_id = step_run_id
-        self._durations: dict[str, tuple[Any, Any]] = {}  # tool name -> (failed, completed) children
+        # tool label -> (failed, completed) duration children
+        self._durations: dict[str, tuple[metrics.BoundHistogram, metrics.BoundHistogram]] = {}
 
     def call(self, name: str, call_id: str | None, round_: int | None, arguments: Any) -> ToolCallObservation:
         """`with calls.call(...) as obs:` around one tool handler call."""
         return ToolCallObservation(self, name, call_id, round_, arguments)
 
-    def durations(self, name: str) -> tuple[Any, Any]:
-        found = self._durations.get(name)
+    def durations(self, label: str) -> tuple[metrics.BoundHistogram, metrics.BoundHistogram]:
+        found = self._durations.get(label)
         if found is None:
-            found = self._durations[name] = (
-                metrics.TOOL_CALL_DURATION.labels(name, "failed"),
-                metrics.TOOL_CALL_DURATION.labels(name, "completed"),
+            found = self._durations[label] = (
+                metrics.bound_histogram(metrics.TOOL_CALL_DURATION, label, "failed"),
+                metrics.bound_histogram(metrics.TOOL_CALL_DURATION, label, "completed"),
             )
         return found
 

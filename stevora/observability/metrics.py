@@ -21,6 +21,7 @@ import os
 import socket
 import tempfile
 import threading
+from bisect import bisect_left
 from collections.abc import Iterable
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -122,6 +123,55 @@ def llm_answered(provider: str, known_model: str | None, usage: Usage, cost_usd:
     LLM_TOKENS.labels(provider, model, "output").inc(usage.output_tokens)
     if cost_usd:
         LLM_COST.labels(provider, model).inc(cost_usd)
+
+
+# -- children bound for a hot path -----------------------------------------------------------------
+#
+# A step visit binds its metric children once (observability/hooks.py) and observes them on every
+# model and tool call. prometheus-client's `Counter.inc` and `Histogram.observe` check, per call,
+# that the child has all its labels (three Python calls) and a histogram walks its buckets in
+# Python; a child bound with all its labels passes that check for ever. These wrappers go to the
+# child's values directly: the same values, in process and in multiprocess mode (the values are
+# prometheus-client's own, `MutexValue` or `MultiProcessValue`), tested against the library's
+# own methods in tests/unit/observability/test_bound_metrics.py.
+
+
+class BoundCounter:
+    """A labelled `Counter` child's `inc`, without the per-call label check."""
+
+    __slots__ = ("_inc",)
+
+    def __init__(self, child: Counter) -> None:
+        self._inc = child._value.inc
+
+    def inc(self, amount: float = 1) -> None:
+        if amount < 0:
+            raise ValueError("Counters can only be incremented by non-negative amounts.")
+        self._inc(amount)
+
+
+class BoundHistogram:
+    """A labelled `Histogram` child's `observe` (no exemplar), its bucket found by bisection."""
+
+    __slots__ = ("_bounds", "_buckets", "_sum")
+
+    def __init__(self, child: Histogram) -> None:
+        self._sum = child._sum.inc
+        self._bounds: list[float] = list(child._upper_bounds)  # ends with +Inf
+        self._buckets = [bucket.inc for bucket in child._buckets]
+
+    def observe(self, amount: float) -> None:
+        self._sum(amount)
+        if amount == amount:  # NaN falls in no bucket, as with `Histogram.observe`
+            self._buckets[bisect_left(self._bounds, amount)](1)
+
+
+def bound_counter(metric: Counter, *labels: str) -> BoundCounter:
+    return BoundCounter(metric.labels(*labels))
+
+
+def bound_histogram(metric: Histogram, *labels: str) -> BoundHistogram:
+    return BoundHistogram(metric.labels(*labels))
 
 
 def first_token(provider: str, model: str, seconds: float) -> None:

@@ -19,6 +19,7 @@ import asyncio
 import json
 from dataclasses import dataclass, field
 from datetime import timedelta
+from operator import itemgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -52,6 +53,7 @@ if TYPE_CHECKING:
 
 ToolKind = Literal["handler", "client", "workflow"]
 _UNREAD = object()
+_INDEX = itemgetter(0)
 
 
 @dataclass(slots=True)
@@ -207,26 +209,37 @@ class ToolRunner:
                 by_index[index] = await self._record(last, index, call, *self.recorded.answer(call))
             self._deliver(st, calls, last, by_index)
             return None
-        kinds = self.tools.kinds
+        # One pass sorts the calls: not offered (recorded at once, never run), run here, gated
+        # (run once a person approved them), answered from outside.
+        kinds, gated = self.tools.kinds, self.tools.gated
+        local: list[tuple[int, ToolCall]] = []
+        outside: list[tuple[int, ToolCall]] = []
+        waiting_approval: list[tuple[int, ToolCall]] = []
         for index, call in missing:
-            if call.name not in kinds:  # never looked up in the registry, never gated, never run
+            name = call.name
+            if name not in kinds:  # never looked up in the registry, never gated, never run
                 by_index[index] = await self._record(last, index, call, self._not_offered(call))
-        local = [(i, c) for i, c in missing if kinds.get(c.name) == "handler"]
-        outside = [(i, c) for i, c in missing if c.name in kinds and kinds[c.name] != "handler"]
+            elif kinds[name] != "handler":
+                outside.append((index, call))
+            elif name in gated:
+                waiting_approval.append((index, call))
+            else:
+                local.append((index, call))
         handed: list[NewAwaitedCall] = []
         approved: dict[int, Any] = {}
-        if any(c.name in self.tools.gated for _, c in local):
+        if waiting_approval:
             decided = {
                 row["sequence"]: row
                 for row in await db_awaited.for_step_run(self.rt.pool, [last.step_run_id])
                 if row["llm_call_id"] == last.llm_call_id and row["status"] == AwaitedStatus.APPROVED
             }
-            for index, call in [(i, c) for i, c in local if c.name in self.tools.gated]:
+            for index, call in waiting_approval:
                 if index in decided:
                     approved[index] = decided[index]["approved_arguments"]
+                    local.append((index, call))
                 else:
                     outside.append((index, call))
-            local = [(i, c) for i, c in local if c.name not in self.tools.gated or i in approved]
+            local.sort(key=_INDEX)  # the model's order
         over_budget = False
         if self.meter is not None:
             left = self.meter.tool_calls_left()
@@ -236,12 +249,15 @@ class ToolRunner:
                 local, outside, over_budget = local[:left], [], True
         if self.step.parallel_tool_calls and len(local) > 1:
             results = await asyncio.gather(*(self._run_tool(last, i, c, approved.get(i)) for i, c in local))
+            by_index.update(zip((i for i, _ in local), results, strict=True))
         else:
-            results = [await self._run_tool(last, i, c, approved.get(i)) for i, c in local]
-        by_index.update(zip((i for i, _ in local), results, strict=True))
+            for index, call in local:
+                by_index[index] = await self._run_tool(
+                    last, index, call, approved[index] if index in approved else None
+                )
         if over_budget:
             raise BudgetExceeded("maxToolCalls")
-        for index, call in sorted(outside, key=lambda item: item[0]):
+        for index, call in sorted(outside, key=_INDEX):
             immediate = await self._hand_over(last, index, call, handed)
             if immediate is not None:
                 by_index[index] = await self._record(last, index, call, immediate)
@@ -432,7 +448,9 @@ class ToolRunner:
                 max_state_bytes=self.rt.settings.max_state_bytes,
             )
             obs.finished(outcome)
-        self.rt.faults.reached("tool_returned", call_round.round, index)
+        faults = self.rt.faults
+        if faults.armed:
+            faults.reached("tool_returned", call_round.round, index)
         return await self._record(call_round, index, call, outcome, ctx.state_updates if outcome.ok else None)
 
     async def _record(
@@ -459,7 +477,9 @@ class ToolRunner:
         self.state.update(state_updates or {})
         if self.meter is not None and outcome.error_code != UNCOUNTED_TOOL_ERROR:
             self.meter.tool_calls += 1
-        self.rt.faults.reached("tool_committed", call_round.round, index)
+        faults = self.rt.faults
+        if faults.armed:
+            faults.reached("tool_committed", call_round.round, index)
         # As the trace keeps it (a handler may echo a lone surrogate the model sent): the transcript
         # this execution goes on with is the one a resumed one rebuilds, and the SDK can encode it.
         return {"status": outcome.status, "text": storable_text(outcome.result_text)}
