@@ -276,9 +276,10 @@ class GroupCommitter:
         """Write `batch` and settle every caller of it, whatever happens. `retried`: an earlier
         try of these rows had an unknown outcome (a unique violation then means "recorded")."""
         retrier: Retrier | None = None  # made on a first failure: most writes never need one
+        lone = len(batch) == 1
         while True:
             try:
-                if len(batch) == 1:  # a lone row: its statement straight from here (a frame less)
+                if lone:  # its statement straight from here (a frame less)
                     records = await self._fetch(kind.single_sql, *batch[0].values)
                 else:
                     records = await self._execute_batch(kind, batch)
@@ -286,7 +287,7 @@ class GroupCommitter:
                 if retrier is None:
                     retrier = Retrier(f"record_{kind.name}", rows=len(batch), workflow_run_id=batch[0].run_id)
                 again = retried or retrier.outcome_unknown
-                if len(batch) > 1 and not is_transient(exc):
+                if not lone and not is_transient(exc):
                     # One row's reason (or a retry's unique violation): each row alone.
                     for item in batch:
                         await self._write(kind, [item], retried=again)
@@ -303,7 +304,7 @@ class GroupCommitter:
                 continue
             self.batches += 1
             self.rows += len(records)
-            if len(batch) == 1:
+            if lone:
                 # The lone row's statement returns its row, or none when its fence failed.
                 item = batch[0]
                 if not records:

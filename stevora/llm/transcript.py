@@ -55,7 +55,7 @@ class TranscriptRepair:
     repaired prefix or whose last repaired message was replaced, is repaired from the start.
     """
 
-    __slots__ = ("_anchor", "_done", "_id_format", "_list", "_out", "_round", "_used")
+    __slots__ = ("_anchor", "_done", "_id_format", "_list", "_open", "_out", "_round", "_used")
 
     def __init__(self, provider_name: str) -> None:
         self._id_format = _id_format(provider_name)
@@ -68,6 +68,11 @@ class TranscriptRepair:
         self._round = 0  # assistant turns with tool calls in the prefix
         self._done = 0  # always 0 or the index of an assistant turn
         self._anchor: Message | None = None  # messages[_done - 1] when the prefix was repaired
+        # The open end as the last call repaired it: (its end, its last message, the repaired
+        # messages, the ids they used, the round count after it). When it has become final
+        # unchanged (the usual round: the tool results came, then the next assistant turn), it
+        # joins the prefix as it is instead of being repaired a second time.
+        self._open: tuple[int, Message, list[Message], list[str], int] | None = None
 
     def prepare(self, messages: list[Message]) -> list[Message]:
         n = len(messages)
@@ -79,16 +84,23 @@ class TranscriptRepair:
         while last > self._done and messages[last].role != "assistant":
             last -= 1
         if last > self._done:  # every segment before the last assistant turn is final
-            self._round = _repair(
-                messages, self._done, last, self._out, self._used, self._round, self._id_format, None
-            )
+            opened = self._open
+            if opened is not None and opened[0] == last and opened[1] is messages[last - 1]:
+                self._out += opened[2]  # the open end of the last call, now final, unchanged
+                self._used.update(opened[3])
+                self._round = opened[4]
+            else:
+                self._round = _repair(
+                    messages, self._done, last, self._out, self._used, self._round, self._id_format, None
+                )
             self._done = last
             self._anchor = messages[last - 1]
         tail: list[Message] = []
         added: list[str] = []
-        _repair(messages, self._done, n, tail, self._used, self._round, self._id_format, added)
+        rounds = _repair(messages, self._done, n, tail, self._used, self._round, self._id_format, added)
         for call_id in added:  # the open segment's ids are not final yet
             self._used.discard(call_id)
+        self._open = (n, messages[n - 1], tail, added, rounds) if n > self._done else None
         return self._out + tail
 
 

@@ -451,7 +451,8 @@ class ToolRunner:
         faults = self.rt.faults
         if faults.armed:
             faults.reached("tool_returned", call_round.round, index)
-        return await self._record(call_round, index, call, outcome, ctx.state_updates if outcome.ok else None)
+        updates = ctx.state_updates if outcome.status == "completed" else None  # `outcome.ok`, inlined
+        return await self._record(call_round, index, call, outcome, updates)
 
     async def _record(
         self,
