@@ -248,8 +248,12 @@ async def main(args: argparse.Namespace, url: str) -> None:
     phases: dict[int, dict[str, float]] = {}
     phase_runs: dict[int, int] = {}
     try:
-        for rounds in args.rounds:  # warm up caches, statements, connections
-            await bench.level(rounds, 8, 16)
+        # Warm up caches, statements and connections: at the highest concurrency, so that the
+        # pool has grown to its size before anything is timed or counted (opening a connection
+        # costs about 600 Python calls, once per connection of a worker's life).
+        top = max(8, *args.concurrency)
+        for rounds in args.rounds:
+            await bench.level(rounds, top, max(16, top))
         for _ in range(args.repeats):
             for rounds in args.rounds:
                 for c in args.concurrency:
