@@ -448,6 +448,7 @@ async def _write_fork(
                 row["request"] = _with_system_prompt(c["request"], plan.system_prompt, origin, point)
             new_calls.append(row)
         await db_forks.copy_llm_calls(conn, fork["id"], new_calls)
+        rt.faults.reached("fork_writing")  # the run and its model calls written, not committed
         last_round = point.round - 1 if point.round is not None else None
         new_traces = []
         for t in hist["traces"]:
