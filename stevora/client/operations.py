@@ -584,7 +584,7 @@ def retry_failed(
             body[key] = value
     if run_ids is not None:
         body["runIds"] = list(run_ids)
-    request = Request("POST", _path("workflow-runs", "retry-failed"), json=body)
+    request = Request("POST", _path("retries"), json=body)
     result: dict[str, Any] = data_of((yield request))
     return result
 

@@ -267,14 +267,19 @@ async def plan_fork(
                 "edits.model" if model is not None else "edits.systemPrompt",
                 f"step '{step_name}' is not an llm step",
             )
+    _check_model_and_prompt(rt, model, system_prompt, "edits.")
+    return ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+
+
+def _check_model_and_prompt(rt: Runtime, model: Any, system_prompt: Any, prefix: str) -> None:
+    """A model with a configured provider and a string system prompt; 400 naming `prefix`+field."""
     if model is not None:
         if not isinstance(model, str) or not model:
-            raise _bad("edits.model", "must be a model name")
+            raise _bad(f"{prefix}model", "must be a model name")
         if rt.providers.resolve(model) is None:
-            raise _bad("edits.model", f"no provider is configured for model '{model}'")
+            raise _bad(f"{prefix}model", f"no provider is configured for model '{model}'")
     if system_prompt is not None and not isinstance(system_prompt, str):
-        raise _bad("edits.systemPrompt", "must be a string")
-    return ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+        raise _bad(f"{prefix}systemPrompt", "must be a string")
 
 
 def derived_definition(
@@ -344,13 +349,7 @@ async def plan_replay(
     target_step = step or (llm_steps[0] if llm_steps else None)
     if target_step is None:
         raise _bad(field_name, "the replayed definition has no llm step")
-    if model is not None:
-        if not isinstance(model, str) or not model:
-            raise _bad("model", "must be a model name")
-        if rt.providers.resolve(model) is None:
-            raise _bad("model", f"no provider is configured for model '{model}'")
-    if system_prompt is not None and not isinstance(system_prompt, str):
-        raise _bad("systemPrompt", "must be a string")
+    _check_model_and_prompt(rt, model, system_prompt, "")
     plan.model, plan.system_prompt, plan.edited_step = model, system_prompt, target_step
     return plan
 

@@ -116,9 +116,7 @@ async def compare(
     return ok(await bulk.compare(ctx.rt, auth.workspace_id, _run_ids(ids, "runs")))
 
 
-@router.post(
-    "/workflow-runs/retry-failed", responses=errors(400), summary="Retry FAILED runs in bulk (dry run first)"
-)
+@router.post("/retries", responses=errors(400), summary="Retry FAILED runs in bulk (dry run first)")
 async def retry_failed(
     auth: Auth,
     ctx: Ctx,

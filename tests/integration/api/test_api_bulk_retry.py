@@ -1,4 +1,4 @@
-"""`POST /v1/workflow-runs/retry-failed`: every FAILED run of a definition in a time window (or of
+"""`POST /v1/retries`: every FAILED run of a definition in a time window (or of
 a list), a dry-run count first, each retried as the single-run retry, one run's failure reported
 without stopping the others."""
 
@@ -46,7 +46,7 @@ async def test_retry_every_failed_run_of_a_definition_with_a_dry_run_first(
     failed = await _failed_runs(client, tenant, harness, target, 3)
     [elsewhere] = await _failed_runs(client, tenant, harness, other, 1)
     await harness.rt.pool.execute("UPDATE workflow_runs SET current_step_run_id = NULL WHERE id = $1", broken)
-    url = "/v1/workflow-runs/retry-failed"
+    url = "/v1/retries"
 
     dry = await client.post(url, json={"definition": "billing", "dryRun": True}, headers=tenant.headers)
     assert dry.status_code == 200, dry.text

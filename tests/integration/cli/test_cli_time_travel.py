@@ -16,13 +16,8 @@ from tests.integration.loop.conftest import SdkProviders, fake, fake_llm_session
 from tests.integration.loop.test_time_travel import _five_rounds
 
 
-async def test_fork_from_the_cli_then_diff_marks_the_edited_round(
-    cli: Cli,
-    harness: Harness,
-    workspace_id: str,
-    sdk: SdkProviders,  # noqa: F811
-    fake: FakeLLMServer,  # noqa: F811
-) -> None:
+def _lookup(harness: Harness) -> list[int]:
+    """Register the `lookup` tool; the list of the n it ran for (its side-effect log)."""
     ran: list[int] = []
 
     @harness.tools.tool
@@ -31,6 +26,17 @@ async def test_fork_from_the_cli_then_diff_marks_the_edited_round(
         ran.append(n)
         return f"result {n}"
 
+    return ran
+
+
+async def test_fork_from_the_cli_then_diff_marks_the_edited_round(
+    cli: Cli,
+    harness: Harness,
+    workspace_id: str,
+    sdk: SdkProviders,  # noqa: F811
+    fake: FakeLLMServer,  # noqa: F811
+) -> None:
+    _lookup(harness)
     _five_rounds(fake)
     spec = {"name": "tt-cli", "version": "1", "steps": [llm_step(tools=["lookup"])]}
     def_id = await create_definition(harness.rt, workspace_id, spec)
@@ -89,14 +95,7 @@ async def test_bulk_replay_prints_the_comparison_and_bulk_retry_counts_first(
     sdk: SdkProviders,  # noqa: F811
     fake: FakeLLMServer,  # noqa: F811
 ) -> None:
-    ran: list[int] = []
-
-    @harness.tools.tool
-    async def lookup(n: int, ctx: ToolContext) -> str:
-        """Look n up."""
-        ran.append(n)
-        return f"result {n}"
-
+    ran = _lookup(harness)
     _five_rounds(fake)
     spec = {"name": "tt-bulk", "version": "1", "steps": [llm_step(tools=["lookup"])]}
     def_id = await create_definition(harness.rt, workspace_id, spec)

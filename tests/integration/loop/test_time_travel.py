@@ -197,16 +197,7 @@ async def test_replay_with_recorded_tools_runs_no_handler(
     client, headers = api
     side_effects.clear()
 
-    # The "other model" asks the same first three lookups, then one the origin never made.
-    def respond(body: dict[str, Any]) -> FakeResponse:
-        r = _round_of(body)
-        if r <= 3:
-            return openai_tool_calls([(f"new_{r}", "lookup", json.dumps({"n": r}))])
-        if r == 4:
-            return openai_tool_calls([("new_4", "lookup", json.dumps({"n": 99}))])
-        return openai_text("replayed")
-
-    fake.openai.responder = respond
+    _other_model_asks_99_at_round_4(fake)
     made = await client.post(
         f"/v1/workflow-runs/{origin['id']}/replay",
         json={"model": "gpt-4.1-mini", "tools": "recorded"},
