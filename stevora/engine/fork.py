@@ -17,6 +17,8 @@ after a crash (`checkpoints.load_rounds` + `llm_state.rebuild`): round r is its 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +26,7 @@ import asyncpg
 
 from stevora.db import forks as db_forks
 from stevora.db import runs
+from stevora.definitions import parse_definition
 from stevora.engine.hints import dispatch_hint
 from stevora.errors import NotFoundError, ValidationError
 from stevora.events import EventType
@@ -196,6 +199,15 @@ class ForkPlan:
         return out or None
 
 
+async def fork_origin(conn: asyncpg.Connection, workspace_id: str, run_id: str) -> dict[str, Any]:
+    """The workspace's run with its fork columns (what `fork_points` reads); NotFoundError else."""
+    origin = await db_forks.get_fork_row(conn, workspace_id, run_id)
+    full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
+    if origin is None or full is None:
+        raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
+    return {**dict(full), **dict(origin)}
+
+
 async def plan_fork(
     rt: Runtime, workspace_id: str, run_id: str, at: Any, edits: dict[str, Any] | None
 ) -> ForkPlan:
@@ -208,12 +220,7 @@ async def plan_fork(
         raise _bad(f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt)")
     step_name, rnd, visit = parse_at(at)
     async with rt.pool.acquire() as conn:
-        origin = await db_forks.get_fork_row(conn, workspace_id, run_id)
-        if origin is None:
-            raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
-        full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
-        assert full is not None
-        origin = {**dict(full), **dict(origin)}
+        origin = await fork_origin(conn, workspace_id, run_id)
         points, hist = await fork_points(conn, origin)
     candidates = [
         p
@@ -286,6 +293,23 @@ def derived_definition(
                 step["systemPrompt"] = plan.system_prompt
     data.pop("version", None)
     return data
+
+
+async def fork_definition_id(rt: Runtime, plan: ForkPlan, edited_step: str | None = None) -> str:
+    """The definition the fork runs: the origin's, or with a model / system prompt edit a derived
+    version (`<version>+fork-<digest>`), stored once per content."""
+    definition_id: str = plan.origin["definition_id"]
+    spec = await rt.definitions.get(definition_id)
+    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    derived = derived_definition(dump, plan, edited_step)
+    if derived is None:
+        return definition_id
+    digest = hashlib.sha256(json.dumps(derived, sort_keys=True).encode()).hexdigest()[:12]
+    derived["version"] = f"{spec.version}+fork-{digest}"[:50]
+    checked = parse_definition(derived).model_dump(by_alias=True, exclude_none=True, mode="json")
+    return await db_forks.store_definition_version(
+        rt.pool, definition_id, derived["version"], checked["steps"]
+    )
 
 
 async def create_fork(
