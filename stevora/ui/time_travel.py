@@ -27,6 +27,7 @@ from stevora.ids import random_token
 from stevora.ui import auth
 from stevora.ui.auth import UiUser, current_user, runtime_of
 from stevora.ui.forms import checked_form
+from stevora.ui.queries import call_arguments
 
 if TYPE_CHECKING:
     import asyncpg
@@ -77,17 +78,11 @@ def previous_calls(plan: forking.ForkPlan) -> list[PreviousCall]:
     for c in calls:
         for tc in (c["response"] or {}).get("toolCalls") or ():
             t = traces.get((c["id"], tc.get("id")))
-            arguments = tc.get("arguments")
-            if isinstance(arguments, str):
-                try:
-                    arguments = json.loads(arguments)
-                except ValueError:
-                    pass
             out.append(
                 PreviousCall(
                     tc.get("id", ""),
                     tc.get("name", "?"),
-                    arguments,
+                    call_arguments(tc.get("arguments")),
                     t["status"] if t is not None else "not run",
                     t["output_json"] if t is not None else None,
                     t["error"] if t is not None else None,
@@ -243,6 +238,9 @@ class DiffView:
     a: asyncpg.Record
     b: asyncpg.Record
     rows: list[Row]
+    inherited: set[str]  # model calls copied from an origin (not executed by their run)
+
+    arguments = staticmethod(call_arguments)  # for display: the object the model's JSON text holds
 
     @property
     def first(self) -> Row | None:
@@ -272,7 +270,8 @@ async def diff_view(rt: Runtime, workspace_id: str, a: str, b: str) -> DiffView:
         ([CallRow.of(c) for c in ta.calls], [TraceRow.of(t) for t in ta.traces]),
         ([CallRow.of(c) for c in tb.calls], [TraceRow.of(t) for t in tb.traces]),
     )
-    return DiffView(ta.run, tb.run, rows)
+    inherited = {c["id"] for c in (*ta.calls, *tb.calls) if c["inherited_from"] is not None}
+    return DiffView(ta.run, tb.run, rows, inherited)
 
 
 # -- routes ------------------------------------------------------------------------------------
