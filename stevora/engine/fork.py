@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from stevora.db import definitions as db_definitions
 from stevora.db import forks as db_forks
 from stevora.db import runs
 from stevora.definitions import parse_definition
@@ -185,6 +186,7 @@ class ForkPlan:
     system_prompt: str | None
     replay_tools: str | None = None
     replay: bool = False
+    version: asyncpg.Record | None = None  # another version of the origin's definition (id, version)
 
     def edits_json(self) -> dict[str, Any] | None:
         out: dict[str, Any] = {}
@@ -196,6 +198,8 @@ class ForkPlan:
             out["model"] = self.model
         if self.system_prompt is not None:
             out["systemPrompt"] = self.system_prompt
+        if self.version is not None:
+            out["definitionVersion"] = self.version["version"]
         return out or None
 
 
@@ -215,9 +219,11 @@ async def plan_fork(
     edits = edits or {}
     if not isinstance(edits, dict):
         raise _bad("edits", "must be an object")
-    unknown = sorted(set(edits) - {"state", "toolResults", "model", "systemPrompt"})
+    unknown = sorted(set(edits) - {"state", "toolResults", "model", "systemPrompt", "definitionVersion"})
     if unknown:
-        raise _bad(f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt)")
+        raise _bad(
+            f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt, definitionVersion)"
+        )
     step_name, rnd, visit = parse_at(at)
     async with rt.pool.acquire() as conn:
         origin = await fork_origin(conn, workspace_id, run_id)
@@ -272,7 +278,38 @@ async def plan_fork(
             raise _bad("edits.model", f"no provider is configured for model '{model}'")
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise _bad("edits.systemPrompt", "must be a string")
-    return ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+    plan = ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+    if edits.get("definitionVersion") is not None:
+        plan.version = await _other_version(rt, workspace_id, origin, point, edits["definitionVersion"])
+    return plan
+
+
+async def _other_version(
+    rt: Runtime, workspace_id: str, origin: dict[str, Any], point: ForkPoint, version: Any
+) -> asyncpg.Record:
+    """The origin's definition at `version`, checked to run the forked step where the origin ran
+    it: the same name, type and position (the fork's step run keeps its position)."""
+    path = "edits.definitionVersion"
+    if not isinstance(version, str) or not version:
+        raise _bad(path, "must be a version of the run's definition")
+    async with rt.pool.acquire() as conn:
+        name = await db_definitions.name_of(conn, origin["definition_id"])
+        row = await db_definitions.find_version(conn, workspace_id, name or "", version)
+    if row is None:
+        raise _bad(path, f"definition '{name}' has no version '{version}'")
+    spec = await rt.definitions.get(row["id"])
+    try:
+        index = spec.index_of(point.step_name)
+    except KeyError:
+        raise _bad(path, f"version '{version}' has no step '{point.step_name}'") from None
+    step = spec.steps[index]
+    if step.type != point.step_type or index != point.step_index:
+        raise _bad(
+            path,
+            f"step '{point.step_name}' is a {step.type} step at position {index + 1} in version '{version}', "
+            f"a {point.step_type} step at position {point.step_index + 1} in the run's",
+        )
+    return row
 
 
 def derived_definition(
@@ -296,9 +333,9 @@ def derived_definition(
 
 
 async def fork_definition_id(rt: Runtime, plan: ForkPlan, edited_step: str | None = None) -> str:
-    """The definition the fork runs: the origin's, or with a model / system prompt edit a derived
-    version (`<version>+fork-<digest>`), stored once per content."""
-    definition_id: str = plan.origin["definition_id"]
+    """The definition the fork runs: the origin's (or the version the edits name), or with a model /
+    system prompt edit a derived version of it (`<version>+fork-<digest>`), stored once per content."""
+    definition_id: str = plan.version["id"] if plan.version is not None else plan.origin["definition_id"]
     spec = await rt.definitions.get(definition_id)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     derived = derived_definition(dump, plan, edited_step)

@@ -158,6 +158,9 @@ def parse_edits(form: dict[str, str], previous: list[PreviousCall]) -> dict[str,
     prompt = form.get("systemPrompt", "")
     if prompt.strip():
         edits["systemPrompt"] = prompt
+    version = form.get("definitionVersion", "").strip()
+    if version:
+        edits["definitionVersion"] = version
     return edits
 
 
@@ -196,6 +199,11 @@ async def fork_page(
         return {"origin": origin, "points": points, "point": None, "problems": problems, "at": at}
     spec = await rt.definitions.get(plan.origin["definition_id"])
     step = next((s for s in spec.steps if s.name == plan.point.step_name), None)
+    versions = [
+        d["version"]
+        for d in await pages.definition_choices(rt.pool, workspace_id)
+        if d["name"] == spec.name and d["version"] != spec.version
+    ]
     return {
         "origin": plan.origin,
         "points": plan.points,
@@ -205,6 +213,8 @@ async def fork_page(
         "previous": previous_calls(plan),
         "step_model": getattr(step, "model", None),
         "step_prompt": getattr(step, "system_prompt", None),
+        "version": spec.version,
+        "other_versions": versions,
         "problems": problems,
         "typed": {},
         "key": "ui-fork-" + random_token(16),

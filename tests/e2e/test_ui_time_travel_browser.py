@@ -179,7 +179,11 @@ async def test_a_fork_point_that_does_not_exist_and_forged_posts_store_nothing(
         *(f"agent:{r}" for r in range(1, 6)),
     ]
 
+    # Another version of the definition is offered for the fork (checked by the engine).
+    spec = {"name": "research-agent", "version": "2", "steps": [llm_step(tools=["lookup"])]}
+    await create_definition(harness.rt, workspace_id, spec)
     await page.goto(f"/ui/runs/{origin}/fork?at=agent:3")
+    assert await page.locator("#fork-version option").all_inner_texts() == ["v1 (the run's)", "v2"]
     csrf = await page.locator("#fork-form input[name=csrf]").input_value()
     # Without the CSRF token: refused.
     forged = await page.request.post(

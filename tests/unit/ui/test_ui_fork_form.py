@@ -56,11 +56,20 @@ def test_only_changed_results_become_edits() -> None:
         "result.call_3": "",  # a failed call left empty keeps its error
     }
     assert parse_edits(form, previous) == {}
-    form = {"result.call_1": '{"balance": 0}', "result.call_3": '"recovered"', "model": " gpt-4.1-mini "}
+    form = {
+        "result.call_1": '{"balance": 0}',
+        "result.call_3": '"recovered"',
+        "model": " gpt-4.1-mini ",
+        "systemPrompt": "Be terse.",
+        "definitionVersion": "2",
+    }
     assert parse_edits(form, previous) == {
         "toolResults": {"call_1": {"balance": 0}, "call_3": "recovered"},
         "model": "gpt-4.1-mini",
+        "systemPrompt": "Be terse.",
+        "definitionVersion": "2",
     }
+    assert parse_edits({"model": " ", "systemPrompt": "\n", "definitionVersion": ""}, previous) == {}
 
 
 def test_a_result_that_is_not_json_names_its_call() -> None:
