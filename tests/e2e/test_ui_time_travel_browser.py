@@ -129,6 +129,8 @@ async def test_fork_at_round_2_from_the_run_page_then_diff_with_the_origin(
     await page.goto(f"/ui/runs/{fork_id}")
     assert await page.locator(".round-head .tag", has_text="inherited").count() == 1
     assert "at step agent, round 2" in await page.locator("#forked-from").inner_text()
+    # Its waterfall draws what it ran (rounds 2-5), not the copied round 1 on the origin's clock.
+    assert await page.locator(".wf-model").count() == 4
     await screenshot(page, "34-fork-run-page")
     await page.goto(f"/ui/runs/{origin}")
     assert await page.locator(f"#run-forks [data-fork-id='{fork_id}'] a.mono").get_attribute("href") == (
