@@ -12,7 +12,7 @@ bytes the origin's own rounds took. An `llm` step allows at most 20 tool rounds
 run (bench/harness.py), as for the loop benchmarks.
 
 Bulk replay: `--replays` origin runs of 5 rounds are executed, then each is replayed with recorded
-tools against another model name (`plan_replay` + `create_run_of`, what `POST /v1/replays` does
+tools against another model name (`plan_replay` + `fork.make`, what `POST /v1/replays` does
 per run, a derived definition version stored once), the replays executed by a run pool of 10, and
 compared (`engine.bulk.compare`). Printed: replays created per second, replays run to the end per
 second (creation + execution), the comparison's time, and the matched / unmatched tool calls.
@@ -28,7 +28,6 @@ import asyncpg
 
 from bench.common import bench_database_url, median, pct
 from bench.harness import LoopBench
-from stevora.api.routers.forks import create_run_of
 from stevora.engine import bulk
 from stevora.engine import fork as forking
 
@@ -75,7 +74,7 @@ async def _bulk_replay(bench: LoopBench, runs: int, rounds: int = 5) -> None:
     replay_ids = []
     for origin in origins:
         plan = await forking.plan_replay(bench.rt, bench.ws, origin, model=f"scripted:rounds={rounds}:replay")
-        run, _ = await create_run_of(bench.rt, bench.ws, plan, None)
+        run, _ = await forking.make(bench.rt, plan, None)
         replay_ids.append(run["id"])
     created = time.perf_counter() - t0
     wall, _, _ = await bench.execute(replay_ids, 10)

@@ -470,6 +470,7 @@ def fork(
     tool_results: Mapping[str, Any] | None = None,
     model: str | None = None,
     system_prompt: str | None = None,
+    definition_version: str | None = None,
     idempotency_key: str | None = None,
 ) -> Op[dict[str, Any]]:
     """Fork the run at `at` (`"agent"`, `"agent:3"` or `{"step": ..., "round": ...}`): a new run
@@ -484,6 +485,8 @@ def fork(
         edits["model"] = model
     if system_prompt is not None:
         edits["systemPrompt"] = system_prompt
+    if definition_version is not None:
+        edits["definitionVersion"] = definition_version
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     body = {"at": at if isinstance(at, str) else dict(at), "edits": edits}
     request = Request("POST", _path("workflow-runs", run_id, "fork"), json=body, headers=headers)

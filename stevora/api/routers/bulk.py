@@ -11,10 +11,11 @@ from starlette.responses import Response
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
 from stevora.api.routers.costs import parse_instant
-from stevora.api.routers.forks import REPLAY_FIELDS, create_run_of, plan_replay_body
+from stevora.api.routers.forks import REPLAY_FIELDS, plan_replay_body
 from stevora.api.schemas.envelope import ok
 from stevora.db import forks as db_forks
 from stevora.engine import bulk
+from stevora.engine import fork as forking
 from stevora.engine.fork import ForkPlan
 from stevora.errors import NotFoundError, StevoraError, ValidationError
 
@@ -93,9 +94,7 @@ async def bulk_replay(
             rows.append({"runId": run_id, "replayId": None, "error": plan.to_dict()})
             continue
         try:
-            run, created = await create_run_of(
-                ctx.rt, auth.workspace_id, plan, f"{key}:{run_id}" if key else None
-            )
+            run, created = await forking.make(ctx.rt, plan, f"{key}:{run_id}" if key else None)
         except StevoraError as exc:  # reported for this run; the others go on
             rows.append({"runId": run_id, "replayId": None, "error": exc.to_dict()})
             continue

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path
@@ -12,14 +10,11 @@ from starlette.responses import Response
 
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
-from stevora.api.routers.definitions import store_definition
 from stevora.api.schemas.envelope import ok
 from stevora.db import forks as db_forks
-from stevora.db import runs
-from stevora.definitions import parse_definition
 from stevora.engine import fork as forking
 from stevora.engine.steps.llm_recorded import RECORDED, replay_report
-from stevora.errors import NotFoundError, ValidationError
+from stevora.errors import ValidationError
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
@@ -118,25 +113,8 @@ async def plan_replay_body(
 
 
 async def _create(rt: Runtime, workspace_id: str, plan: forking.ForkPlan, key: str | None) -> Response:
-    run, created = await create_run_of(rt, workspace_id, plan, key)
+    run, created = await forking.make(rt, plan, key)
     return ok(run_view(run), 201 if created else 200)
-
-
-async def create_run_of(
-    rt: Runtime, workspace_id: str, plan: forking.ForkPlan, key: str | None
-) -> tuple[Any, bool]:
-    """The fork or replay `plan` describes, under its definition (a derived version when the
-    model or system prompt is edited); (run row, created)."""
-    definition_id = plan.definition_id or plan.origin["definition_id"]
-    spec = await rt.definitions.get(definition_id)
-    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    derived = forking.derived_definition(dump, plan, plan.edited_step)
-    if derived is not None:
-        digest = hashlib.sha256(json.dumps(derived, sort_keys=True).encode()).hexdigest()[:12]
-        derived["version"] = f"{spec.version}+fork-{digest}"[:50]
-        row, _ = await store_definition(rt, workspace_id, parse_definition(derived))
-        definition_id = row["id"]
-    return await forking.create_fork(rt, plan, definition_id, key)
 
 
 def run_view(run: Any) -> dict[str, Any]:
@@ -154,8 +132,4 @@ def run_view(run: Any) -> dict[str, Any]:
 
 async def _run(rt: Runtime, workspace_id: str, run_id: str) -> Any:
     async with rt.pool.acquire() as conn:
-        fork_row = await db_forks.get_fork_row(conn, workspace_id, run_id)
-        full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
-    if fork_row is None or full is None:
-        raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
-    return {**dict(full), **dict(fork_row)}
+        return await forking.fork_origin(conn, workspace_id, run_id)
