@@ -87,6 +87,14 @@ async def test_fork_from_the_cli_then_diff_marks_the_edited_round(
     bad_set = await cli("runs", "fork", origin, "--at", "agent:3", "--set", "flag")
     assert bad_set.exit_code != 0 and "--set" in bad_set.output, bad_set.output
 
+    # Another version of the definition from the fork point on.
+    v2 = {**spec, "version": "2", "steps": [llm_step(tools=["lookup"], systemPrompt="v2")]}
+    v2_id = await create_definition(harness.rt, workspace_id, v2)
+    other = await cli("runs", "fork", origin, "--at", "agent:3", "--definition-version", "2", "--json")
+    assert other.exit_code == 0, other.output
+    forked = json.loads(other.output)
+    assert forked["edits"] == {"definitionVersion": "2"} and forked["definitionId"] == v2_id
+
 
 async def test_bulk_replay_prints_the_comparison_and_bulk_retry_counts_first(
     cli: Cli,
