@@ -309,9 +309,10 @@ class Progress:
                 "[green]completed[/green]" if ok else f"[red]failed[/red] {escape(str(p.get('error', '')))}"
             )
             tool = escape(str(p.get("toolName")))
+            goto = f" [bold]→ goto {escape(str(p['gotoStep']))}[/bold]" if p.get("gotoStep") else ""
             return (
                 f"    [magenta]⚙[/magenta] {tool} {mark} [dim]{duration(p.get('durationMs'))}"
-                f"{_answered_by(p)}[/dim]"
+                f"{_answered_by(p)}[/dim]{goto}"
             )
         if kind == "GUARDRAIL_FAILED":
             return f"  [yellow]⚠ guardrail failed[/yellow] ({escape(str(p.get('action')))}) in {step}"

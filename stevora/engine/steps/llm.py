@@ -32,7 +32,7 @@ from stevora.engine.steps.awaited_kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
-from stevora.engine.steps.llm_tools import StepTools, ToolRunner, expires_first, resolve_tools
+from stevora.engine.steps.llm_tools import StepTools, ToolRunner, expires_first, first_goto, resolve_tools
 from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
@@ -109,6 +109,9 @@ class LlmStepRun:
                     waiting = await self.tools.run_missing(st, last, calls)
                     if waiting is not None:
                         return waiting
+                    goto = first_goto(last, calls)
+                    if goto is not None:  # a handler called ctx.goto: the step ends with this round
+                        return self._goto(st, last, msg, goto)
                 else:
                     result = await self._finish(st, last)
                     if result is not None:
@@ -121,6 +124,28 @@ class LlmStepRun:
                 st.tool_rounds += 1
 
     # -- endings ----------------------------------------------------------------------------
+
+    def _goto(self, st: LoopState, last: CommittedRound, msg: Message, goto: tuple[int, str]) -> StepResult:
+        """A tool went to another step: the round's results are committed, the model is not asked
+        again, and the driver goes on at the target (stevora.engine.advancing), skipping the steps
+        between on a forward jump. The step's output says who sent it where; no outputKey is written."""
+        index, target = goto
+        call = msg.tool_calls[index]
+        allowed = self.step.goto_targets
+        if allowed is not None and target not in allowed:
+            return StepResult(
+                status="failed",
+                retryable=False,
+                error={
+                    "code": "GOTO_NOT_ALLOWED",
+                    "message": f"Tool '{call.name}' went to step '{target}', which is not in this step's "
+                    f"gotoTargets ({', '.join(allowed) or 'none'})",
+                    "details": {"gotoStep": target, "toolName": call.name, "toolCallId": call.id},
+                },
+            )
+        output = self._output(st, msg.content or "", last)
+        output["goto"] = {"step": target, "toolName": call.name, "toolCallId": call.id, "round": last.round}
+        return StepResult(output=output, next_step=target)
 
     async def _max_rounds(self, st: LoopState, last: CommittedRound) -> StepResult:
         limit = self.step.max_tool_rounds
@@ -209,7 +234,17 @@ class LlmStepRun:
         warnings: list[dict[str, Any]] | None = None,
     ) -> StepResult:
         result = value if value is not None else text
-        output: dict[str, Any] = {
+        output = self._output(st, text, last)
+        if value is not None:
+            output["json"] = value
+        if stopped_at_limit:
+            output["stoppedAtMaxToolRounds"] = True
+        if warnings:
+            output["guardrailWarnings"] = warnings
+        return StepResult(output=output, state_updates={self.step.effective_output_key(): result})
+
+    def _output(self, st: LoopState, text: str, last: CommittedRound) -> dict[str, Any]:
+        return {
             "text": text,
             "model": last.model,
             "provider": last.provider,
@@ -218,13 +253,6 @@ class LlmStepRun:
             "costUsd": st.cost_usd,
             "usage": {"inputTokens": st.usage.input_tokens, "outputTokens": st.usage.output_tokens},
         }
-        if value is not None:
-            output["json"] = value
-        if stopped_at_limit:
-            output["stoppedAtMaxToolRounds"] = True
-        if warnings:
-            output["guardrailWarnings"] = warnings
-        return StepResult(output=output, state_updates={self.step.effective_output_key(): result})
 
 
 class LlmStepType(StepType):

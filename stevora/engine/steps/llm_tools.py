@@ -157,6 +157,16 @@ async def _workflow_tool_spec(rt: Runtime, workspace_id: str, tool: WorkflowTool
     )
 
 
+def first_goto(last: CommittedRound, calls: tuple[ToolCall, ...]) -> tuple[int, str] | None:
+    """The first of the round's calls (in the model's order) whose handler called `ctx.goto`, and
+    its target: from the committed traces, so a resumed step goes where the lost one would have."""
+    for index in range(len(calls)):
+        trace = last.tool_results.get(index)
+        if trace is not None and trace["goto_step"] is not None:
+            return index, trace["goto_step"]
+    return None
+
+
 def _failed(arguments: dict[str, Any], code: ToolErrorCode, error: str) -> ToolOutcome:
     return ToolOutcome(
         status="failed",
@@ -190,6 +200,7 @@ class ToolRunner:
         self.meter: Meter | None = None  # the run's budget, when it has one
         # A replay with recorded tools answers calls from its origin's results (read on first use).
         self.recorded: RecordedTools | object | None = _UNREAD
+        self.transcript: list[Message] = []  # the loop's conversation, which `ctx.transcript` reads
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -199,6 +210,7 @@ class ToolRunner:
         missing = [(i, c) for i, c in enumerate(calls) if i not in last.tool_results]
         if not missing:
             return None
+        self.transcript = st.transcript
         by_index: dict[int, dict[str, Any]] = {}
         if self.recorded is _UNREAD:
             self.recorded = await RecordedTools.load(self.rt.pool, self.ex.run_id)
@@ -415,6 +427,10 @@ class ToolRunner:
             tool_call_id=call.id,
             run_input=MappingProxyType(self.ex.input),
             state=MappingProxyType(dict(self.state)),
+            # Steering (`ctx.goto`, `ctx.transcript`): a reference and a length, nothing copied.
+            _conversation=self.transcript,
+            _conversation_end=len(self.transcript),
+            _steers=True,
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments
@@ -433,7 +449,9 @@ class ToolRunner:
             )
             obs.finished(outcome)
         self.rt.faults.reached("tool_returned", call_round.round, index)
-        return await self._record(call_round, index, call, outcome, ctx.state_updates if outcome.ok else None)
+        if not outcome.ok:
+            return await self._record(call_round, index, call, outcome)
+        return await self._record(call_round, index, call, outcome, ctx.state_updates, ctx.goto_step)
 
     async def _record(
         self,
@@ -442,7 +460,10 @@ class ToolRunner:
         call: ToolCall,
         outcome: ToolOutcome,
         state_updates: dict[str, Any] | None = None,
+        goto_step: str | None = None,
     ) -> dict[str, Any]:
+        if goto_step is not None:
+            goto_step = storable_text(goto_step)
         await record_outcome(
             self.rt,
             self.ex,
@@ -455,6 +476,7 @@ class ToolRunner:
             tool_name=call.name,
             idempotency_key=f"{call_round.step_run_id}:{call_round.round}:{index}",
             state_updates=state_updates,
+            goto_step=goto_step,
         )
         self.state.update(state_updates or {})
         if self.meter is not None and outcome.error_code != UNCOUNTED_TOOL_ERROR:
@@ -462,4 +484,4 @@ class ToolRunner:
         self.rt.faults.reached("tool_committed", call_round.round, index)
         # As the trace keeps it (a handler may echo a lone surrogate the model sent): the transcript
         # this execution goes on with is the one a resumed one rebuilds, and the SDK can encode it.
-        return {"status": outcome.status, "text": storable_text(outcome.result_text)}
+        return {"status": outcome.status, "text": storable_text(outcome.result_text), "goto_step": goto_step}
