@@ -233,7 +233,9 @@ def _cross_step_problems(refs: list[_StepRef], *, check_targets: bool) -> list[_
             for position, target in enumerate(ref.goto_targets):
                 if isinstance(target, str) and target not in names:  # else already a field error
                     message = f"gotoTargets '{target}' does not name a step in this workflow"
-                    problems.append((("steps", index, "gotoTargets", position), _UNKNOWN_TARGET, message, target))
+                    problems.append(
+                        (("steps", index, "gotoTargets", position), _UNKNOWN_TARGET, message, target)
+                    )
         if ref.type != "condition":
             continue
         for alias, target in (("trueStep", ref.true_step), ("falseStep", ref.false_step)):

@@ -176,7 +176,11 @@ def check_next_step(result: StepResult, definition: WorkflowDefinitionSpec, step
             "message": f"Tool '{goto.get('toolName')}' went to step '{target}', which is not a step "
             f"of this workflow (steps: {', '.join(s.name for s in definition.steps)})",
             "retryable": False,
-            "details": {"gotoStep": target, "toolName": goto.get("toolName"), "toolCallId": goto.get("toolCallId")},
+            "details": {
+                "gotoStep": target,
+                "toolName": goto.get("toolName"),
+                "toolCallId": goto.get("toolCallId"),
+            },
         }
         return StepResult(status="failed", error=error, retryable=False)
     return StepResult(status="failed", error=_unknown_target_error(target, step_name), retryable=False)

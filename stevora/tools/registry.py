@@ -67,12 +67,10 @@ class ToolContext:
     run_input: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     state: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     _state_updates: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
-    # Set by an llm step's tool loop: the conversation list (shared, never copied unless read)
-    # and where this call's view of it ends; `_steers` allows `goto`.
-    _conversation: Sequence[Any] | None = field(default=None, repr=False, compare=False)
-    _conversation_end: int = field(default=0, repr=False, compare=False)
-    _steers: bool = field(default=False, repr=False, compare=False)
-    _goto_step: str | None = field(default=None, repr=False, compare=False)
+    # Set by an llm step's tool loop, once per round and shared by its calls: the conversation
+    # list (never copied unless `transcript` is read) and its length when the round's calls
+    # started. Its presence allows `goto`, whose target is an attribute set only when called.
+    _steering: tuple[Sequence[Any], int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def log(self) -> Any:
@@ -100,7 +98,7 @@ class ToolContext:
         """End the `llm` step after this round (the model is not called again) and continue the run
         at `step_name`. Takes effect only if this call completes; a second call replaces the first;
         of several calls in one round that go somewhere, the first in the model's order wins."""
-        if not self._steers:
+        if self._steering is None:
             raise RuntimeError("ctx.goto is only available to tools called by an llm step's model")
         if not isinstance(step_name, str) or not 1 <= len(step_name) <= _MAX_STEP_NAME:
             raise ValueError(f"ctx.goto takes a step name (a string of 1-{_MAX_STEP_NAME} characters)")
@@ -109,16 +107,17 @@ class ToolContext:
     @property
     def goto_step(self) -> str | None:
         """The step this call went to with `goto`, if any."""
-        return self._goto_step
+        goto_step: str | None = self.__dict__.get("_goto_step")
+        return goto_step
 
     @property
     def transcript(self) -> tuple[Any, ...]:
         """The step's conversation so far (system and user prompt, assistant turns, tool results),
         up to and including the assistant message that made this call: a tuple of frozen
         `stevora.llm.Message`s, built when read. Empty outside an llm step."""
-        conversation, end = self._conversation, self._conversation_end
-        if conversation is None:
+        if self._steering is None:
             return ()
+        conversation, end = self._steering
         # `end` is the conversation's length when the call started: after the assistant message,
         # and after the results of this round's calls that a resumed step had already committed.
         while end > 0 and getattr(conversation[end - 1], "role", None) != "assistant":

@@ -200,7 +200,8 @@ class ToolRunner:
         self.meter: Meter | None = None  # the run's budget, when it has one
         # A replay with recorded tools answers calls from its origin's results (read on first use).
         self.recorded: RecordedTools | object | None = _UNREAD
-        self.transcript: list[Message] = []  # the loop's conversation, which `ctx.transcript` reads
+        # The round's conversation and its length, which `ctx.transcript` reads (and `ctx.goto` needs).
+        self.steering: tuple[list[Message], int] = ([], 0)
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -210,7 +211,7 @@ class ToolRunner:
         missing = [(i, c) for i, c in enumerate(calls) if i not in last.tool_results]
         if not missing:
             return None
-        self.transcript = st.transcript
+        self.steering = (st.transcript, len(st.transcript))
         by_index: dict[int, dict[str, Any]] = {}
         if self.recorded is _UNREAD:
             self.recorded = await RecordedTools.load(self.rt.pool, self.ex.run_id)
@@ -427,10 +428,7 @@ class ToolRunner:
             tool_call_id=call.id,
             run_input=MappingProxyType(self.ex.input),
             state=MappingProxyType(dict(self.state)),
-            # Steering (`ctx.goto`, `ctx.transcript`): a reference and a length, nothing copied.
-            _conversation=self.transcript,
-            _conversation_end=len(self.transcript),
-            _steers=True,
+            _steering=self.steering,  # `ctx.goto`, `ctx.transcript`: shared by the round, nothing copied
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments

@@ -14,9 +14,12 @@ from test_api_tool_outputs import start, wait_for
 from test_api_toolboxes import turn
 from test_api_workflow_tools import define, defined
 
+from stevora.cli import render
+from stevora.client.models import Event
 from stevora.ids import new_id
 from stevora.llm.messages import Message
 from stevora.tools import ToolContext
+from stevora.ui.auth import COOKIE_NAME
 from tests.conftest import Harness
 
 
@@ -104,17 +107,36 @@ async def test_goto_ends_the_step_after_the_round_and_skips_the_steps_between(
     ]
     assert run["state"]["escalation"] == "double charge"
     assert "agent" not in run["state"]  # no final answer: the step's outputKey is not written
-    agent = (await client.get(f"/v1/workflow-runs/{run_id}", headers=tenant.headers)).json()["data"]["stepRuns"][0]
-    assert agent["output"]["goto"] == {"step": "review", "toolName": "escalate", "toolCallId": agent["output"]["goto"]["toolCallId"], "round": 2}
-    assert agent["output"]["rounds"] == 2
+    traces = (await client.get(f"/v1/workflow-runs/{run_id}/tool-traces", headers=tenant.headers)).json()[
+        "data"
+    ]
+    assert [(t["toolName"], t["gotoStep"]) for t in traces] == [
+        ("lookup", None),
+        ("escalate", "review"),
+        ("lookup", None),
+    ]
+    run_view = (await client.get(f"/v1/workflow-runs/{run_id}", headers=tenant.headers)).json()["data"]
+    agent = run_view["stepRuns"][0]
+    goto = {"step": "review", "toolName": "escalate", "toolCallId": traces[1]["toolCallId"], "round": 2}
+    assert agent["output"]["goto"] == goto and agent["output"]["rounds"] == 2
 
     timeline = await events(client, tenant, run_id)
     gotos = [e["payload"] for e in timeline if e["payload"].get("gotoStep")]
     assert [(p["toolName"], p["gotoStep"], p["round"]) for p in gotos] == [("escalate", "review", 2)]
     types = [e["eventType"] for e in timeline]
     assert types.index("STEP_SKIPPED") > types.index("TOOL_CALL_COMPLETED")
-    traces = (await client.get(f"/v1/workflow-runs/{run_id}/tool-traces", headers=tenant.headers)).json()["data"]
-    assert [t["toolName"] for t in traces] == ["lookup", "escalate", "lookup"]
+    # The CLI's live timeline and the run page show where the tool sent the run.
+    progress = render.Progress()
+    lines = [progress.line(Event.model_validate(e)) for e in timeline]
+    gone = [line for line in lines if line and "goto" in line]
+    assert len(gone) == 1 and "⚙[/magenta] escalate [green]completed" in gone[0]
+    assert gone[0].endswith("[bold]→ goto review[/bold]")
+    client.cookies.set(COOKIE_NAME, tenant.key)
+    try:
+        page = (await client.get(f"/ui/runs/{run_id}")).text
+    finally:
+        client.cookies.delete(COOKIE_NAME)
+    assert page.count("went to step <b>review</b>") == 1
 
 
 async def test_goto_back_to_an_earlier_step_is_a_new_visit(
@@ -136,7 +158,12 @@ async def test_goto_back_to_an_earlier_step_is_a_new_visit(
     assert run["status"] == "COMPLETED", run["error"]
     assert ran == ["intake", "intake", "draft", "review"]
     assert [s for s, _ in await steps_of(client, tenant, run_id)] == [
-        "intake", "agent", "intake", "agent", "draft", "review"
+        "intake",
+        "agent",
+        "intake",
+        "agent",
+        "draft",
+        "review",
     ]
 
 
@@ -157,7 +184,9 @@ async def test_a_goto_to_an_unknown_step_fails_the_run_naming_it(
     assert "'human-revieww'" in run["error"]["message"] and "'escalate'" in run["error"]["message"]
     assert run["error"]["details"]["gotoStep"] == "human-revieww"
     assert ran == []
-    step = (await client.get(f"/v1/workflow-runs/{run_id}", headers=tenant.headers)).json()["data"]["stepRuns"][0]
+    step = (await client.get(f"/v1/workflow-runs/{run_id}", headers=tenant.headers)).json()["data"][
+        "stepRuns"
+    ][0]
     assert step["attempt"] == 1  # not retried
 
 
@@ -179,7 +208,9 @@ async def test_goto_targets_are_checked_when_the_definition_is_stored_and_when_a
         return "escalated"
 
     harness.scripted.enqueue(turn(("escalate", {})), turn())
-    run_id = await start(client, tenant, await defined(client, tenant, steered("escalate", gotoTargets=["review"])))
+    run_id = await start(
+        client, tenant, await defined(client, tenant, steered("escalate", gotoTargets=["review"]))
+    )
     run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
     assert run["status"] == "FAILED" and run["error"]["code"] == "GOTO_NOT_ALLOWED"
     assert "'draft'" in run["error"]["message"] and "review" in run["error"]["message"]
@@ -200,7 +231,9 @@ async def test_of_two_gotos_in_one_round_the_first_in_the_models_order_wins(
     run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
     assert run["status"] == "COMPLETED", run["error"]
     assert ran == ["review"]
-    gotos = [e["payload"]["gotoStep"] for e in await events(client, tenant, run_id) if e["payload"].get("gotoStep")]
+    gotos = [
+        e["payload"]["gotoStep"] for e in await events(client, tenant, run_id) if e["payload"].get("gotoStep")
+    ]
     assert gotos == ["review", "draft"]  # both recorded with their calls; the first one is followed
 
 
@@ -266,7 +299,10 @@ async def test_a_tool_reads_the_conversation_so_far_and_cannot_change_it(
     assert transcript[0].content == "You route support tickets."
     assert transcript[1].content == "My card was charged twice"
     assert transcript[3].name == "lookup" and '"o-1"' in (transcript[3].content or "")
-    assert [c.name for c in transcript[-1].tool_calls] == ["summarize", "lookup"]  # the message that made this call
+    assert [c.name for c in transcript[-1].tool_calls] == [
+        "summarize",
+        "lookup",
+    ]  # the message that made this call
 
     requests = list(harness.scripted.requests)[before:]
     assert len(requests) == 3
