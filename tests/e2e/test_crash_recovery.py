@@ -56,6 +56,24 @@ async def create_undispatched(setup: BrokerSetup, def_id: str) -> dict:
     return dict(run)
 
 
+async def killed_then_resumed(setup: BrokerSetup, def_id: str, fault: str) -> tuple[dict, dict]:
+    """Run `def_id` on a worker that SIGKILLs itself at `fault`, then on a second worker; returns
+    the created run and its final row, which must be COMPLETED."""
+    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
+    second = None
+    try:
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+        assert await first.wait_exit(40) == -9, first.log_tail()  # it SIGKILLed itself at the fault point
+        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
+        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
+        assert row["status"] == "COMPLETED", row["error"]
+    finally:
+        first.stop()
+        if second:
+            second.stop()
+    return dict(run), row
+
+
 LOOP_STEP = {
     "type": "llm",
     "name": "agent",
@@ -80,18 +98,7 @@ async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactl
     def_id = await create_definition(
         setup.rt, setup.workspace_id, {"name": "loop", "version": "1", "steps": [LOOP_STEP]}
     )
-    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
-    second = None
-    try:
-        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
-        assert await first.wait_exit(40) == -9, first.log_tail()  # it SIGKILLed itself at the fault point
-        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
-        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
-        assert row["status"] == "COMPLETED", row["error"]
-    finally:
-        first.stop()
-        if second:
-            second.stop()
+    run, _ = await killed_then_resumed(setup, def_id, fault)
     pool = setup.rt.pool
     traces = await pool.fetch("SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"])
     assert [t["round"] for t in traces] == [1, 2, 3, 4, 5] and all(t["status"] == "completed" for t in traces)
@@ -132,18 +139,7 @@ async def test_a_toolboxs_state_survives_the_worker_killed_mid_loop(
     def_id = await create_definition(
         setup.rt, setup.workspace_id, {"name": "tally", "version": "1", "steps": [step]}
     )
-    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
-    second = None
-    try:
-        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
-        assert await first.wait_exit(40) == -9, first.log_tail()
-        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
-        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
-        assert row["status"] == "COMPLETED", row["error"]
-    finally:
-        first.stop()
-        if second:
-            second.stop()
+    run, row = await killed_then_resumed(setup, def_id, fault)
     traces = await setup.rt.pool.fetch(
         "SELECT tool_name, output_json FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"]
     )
@@ -172,18 +168,7 @@ async def test_a_tools_goto_survives_the_worker_killed_before_the_step_ends(
         ],
     }
     def_id = await create_definition(setup.rt, setup.workspace_id, spec)
-    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
-    second = None
-    try:
-        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
-        assert await first.wait_exit(40) == -9, first.log_tail()
-        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
-        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
-        assert row["status"] == "COMPLETED", row["error"]
-    finally:
-        first.stop()
-        if second:
-            second.stop()
+    run, row = await killed_then_resumed(setup, def_id, fault)
     pool = setup.rt.pool
     steps = await pool.fetch(
         "SELECT step_name, status FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", run["id"]

@@ -56,6 +56,13 @@ def ran(harness: Harness) -> list[str]:
     return names
 
 
+async def run_to_end(
+    client: httpx.AsyncClient, tenant: Tenant, body: dict[str, Any]
+) -> tuple[str, dict[str, Any]]:
+    run_id = await start(client, tenant, await defined(client, tenant, body))
+    return run_id, await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+
+
 async def steps_of(client: httpx.AsyncClient, tenant: Tenant, run_id: str) -> list[tuple[str, str]]:
     run = (await client.get(f"/v1/workflow-runs/{run_id}", headers=tenant.headers)).json()["data"]
     return [(s["stepName"], s["status"]) for s in run["stepRuns"]]
@@ -93,8 +100,7 @@ async def test_goto_ends_the_step_after_the_round_and_skips_the_steps_between(
         turn(),  # what a model asked again would answer: never asked
     )
     before = len(harness.scripted.requests)
-    run_id = await start(client, tenant, await defined(client, tenant, steered("lookup", "escalate")))
-    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    run_id, run = await run_to_end(client, tenant, steered("lookup", "escalate"))
     assert run["status"] == "COMPLETED", run["error"]
 
     assert len(harness.scripted.requests) - before == 2  # the model's answer to the goto round is not awaited
@@ -153,8 +159,7 @@ async def test_goto_back_to_an_earlier_step_is_a_new_visit(
     body = steered("restart")
     body["steps"].insert(0, {"type": "task", "name": "intake", "handler": "note_step"})
     harness.scripted.enqueue(turn(("restart", {})), turn(("restart", {})), turn())
-    run_id = await start(client, tenant, await defined(client, tenant, body))
-    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    run_id, run = await run_to_end(client, tenant, body)
     assert run["status"] == "COMPLETED", run["error"]
     assert ran == ["intake", "intake", "draft", "review"]
     assert [s for s, _ in await steps_of(client, tenant, run_id)] == [
@@ -177,8 +182,7 @@ async def test_a_goto_to_an_unknown_step_fails_the_run_naming_it(
         return "escalated"
 
     harness.scripted.enqueue(turn(("escalate", {})), turn())
-    run_id = await start(client, tenant, await defined(client, tenant, steered("escalate")))
-    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    run_id, run = await run_to_end(client, tenant, steered("escalate"))
     assert run["status"] == "FAILED"
     assert run["error"]["code"] == "GOTO_UNKNOWN_STEP"
     assert "'human-revieww'" in run["error"]["message"] and "'escalate'" in run["error"]["message"]
@@ -208,10 +212,7 @@ async def test_goto_targets_are_checked_when_the_definition_is_stored_and_when_a
         return "escalated"
 
     harness.scripted.enqueue(turn(("escalate", {})), turn())
-    run_id = await start(
-        client, tenant, await defined(client, tenant, steered("escalate", gotoTargets=["review"]))
-    )
-    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    _, run = await run_to_end(client, tenant, steered("escalate", gotoTargets=["review"]))
     assert run["status"] == "FAILED" and run["error"]["code"] == "GOTO_NOT_ALLOWED"
     assert "'draft'" in run["error"]["message"] and "review" in run["error"]["message"]
     assert ran == []
@@ -227,8 +228,7 @@ async def test_of_two_gotos_in_one_round_the_first_in_the_models_order_wins(
         return to
 
     harness.scripted.enqueue(turn(("go", {"to": "review"}), ("go", {"to": "draft"})), turn())
-    run_id = await start(client, tenant, await defined(client, tenant, steered("go")))
-    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    run_id, run = await run_to_end(client, tenant, steered("go"))
     assert run["status"] == "COMPLETED", run["error"]
     assert ran == ["review"]
     gotos = [
@@ -247,8 +247,7 @@ async def test_a_failed_call_does_not_go_anywhere(
         raise RuntimeError("ticket system down")
 
     harness.scripted.enqueue(turn(("escalate", {})), turn())
-    run_id = await start(client, tenant, await defined(client, tenant, steered("escalate")))
-    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    run_id, run = await run_to_end(client, tenant, steered("escalate"))
     assert run["status"] == "COMPLETED", run["error"]
     assert ran == ["draft", "review"]  # the model answered after the error; the run went on in order
     assert not [e for e in await events(client, tenant, run_id) if e["payload"].get("gotoStep")]
@@ -289,8 +288,7 @@ async def test_a_tool_reads_the_conversation_so_far_and_cannot_change_it(
         turn(),
     )
     before = len(harness.scripted.requests)
-    run_id = await start(client, tenant, await defined(client, tenant, steered("lookup", "summarize")))
-    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    _, run = await run_to_end(client, tenant, steered("lookup", "summarize"))
     assert run["status"] == "COMPLETED", run["error"]
     assert refused == ["message", "tuple"]
 
