@@ -55,6 +55,9 @@ class ToolContext:
     """
 
     __stevora_tool_context__: ClassVar[bool] = True
+    # Where `goto` sent the run: this class default until a handler calls it (then an instance
+    # attribute), so a call that does not steer costs nothing.
+    _goto_step: ClassVar[str | None] = None
 
     idempotency_key: str
     workflow_run_id: str
@@ -107,8 +110,7 @@ class ToolContext:
     @property
     def goto_step(self) -> str | None:
         """The step this call went to with `goto`, if any."""
-        goto_step: str | None = self.__dict__.get("_goto_step")
-        return goto_step
+        return self._goto_step
 
     @property
     def transcript(self) -> tuple[Any, ...]:

@@ -96,6 +96,8 @@ class LlmStepRun:
             else await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
         )
         st = rebuild(rounds, prompt)
+        if rounds:
+            self.tools.steered = True  # a committed round may hold a goto the lost execution did not follow
         msg: Message | None = None  # the last round's assistant turn, once built
         while True:
             last = st.rounds[-1] if st.rounds else None
@@ -109,7 +111,7 @@ class LlmStepRun:
                     waiting = await self.tools.run_missing(st, last, calls)
                     if waiting is not None:
                         return waiting
-                    goto = first_goto(last, calls)
+                    goto = first_goto(last, calls) if self.tools.steered else None
                     if goto is not None:  # a handler called ctx.goto: the step ends with this round
                         return self._goto(st, last, msg, goto)
                 else:

@@ -202,6 +202,9 @@ class ToolRunner:
         self.recorded: RecordedTools | object | None = _UNREAD
         # The round's conversation and its length, which `ctx.transcript` reads (and `ctx.goto` needs).
         self.steering: tuple[list[Message], int] = ([], 0)
+        # Whether a round may hold a goto: a call of this execution went somewhere, or the step
+        # resumed from committed rounds. Until then the loop does not look (`first_goto`).
+        self.steered = False
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -449,7 +452,7 @@ class ToolRunner:
         self.rt.faults.reached("tool_returned", call_round.round, index)
         if not outcome.ok:
             return await self._record(call_round, index, call, outcome)
-        return await self._record(call_round, index, call, outcome, ctx.state_updates, ctx.goto_step)
+        return await self._record(call_round, index, call, outcome, ctx.state_updates, ctx._goto_step)
 
     async def _record(
         self,
@@ -462,6 +465,7 @@ class ToolRunner:
     ) -> dict[str, Any]:
         if goto_step is not None:
             goto_step = storable_text(goto_step)
+            self.steered = True
         await record_outcome(
             self.rt,
             self.ex,

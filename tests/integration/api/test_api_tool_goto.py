@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 from api_helpers import Tenant
-from test_api_tool_outputs import start, wait_for
+from test_api_tool_outputs import LOCATION, start, submit, wait_for
 from test_api_toolboxes import turn
 from test_api_workflow_tools import define, defined
 
@@ -235,6 +235,32 @@ async def test_of_two_gotos_in_one_round_the_first_in_the_models_order_wins(
         e["payload"]["gotoStep"] for e in await events(client, tenant, run_id) if e["payload"].get("gotoStep")
     ]
     assert gotos == ["review", "draft"]  # both recorded with their calls; the first one is followed
+
+
+async def test_a_goto_beside_a_client_call_goes_once_the_client_answers(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness, ran: list[str]
+) -> None:
+    """The round ends when all its calls are answered: the step waits for the client's output (a
+    new execution resumes from the committed rows), then goes where the handler said."""
+
+    @harness.tools.tool
+    def escalate(ctx: ToolContext) -> str:
+        """Hand over."""
+        ctx.goto("review")
+        return "escalated"
+
+    harness.scripted.enqueue(turn(("escalate", {}), ("get_location", {})), turn())
+    before = len(harness.scripted.requests)
+    run_id = await start(client, tenant, await defined(client, tenant, steered("escalate", LOCATION)))
+    waiting = await wait_for(client, tenant, run_id, "WAITING", "COMPLETED", "FAILED")
+    assert waiting["status"] == "WAITING" and ran == []
+    (call,) = waiting["requiredAction"]["toolCalls"]
+    answered = await submit(client, tenant, run_id, {"toolCallId": call["id"], "output": {"city": "Lisbon"}})
+    assert answered.status_code == 200, answered.text
+    run = await wait_for(client, tenant, run_id, "COMPLETED", "FAILED")
+    assert run["status"] == "COMPLETED", run["error"]
+    assert ran == ["review"] and len(harness.scripted.requests) - before == 1
+    assert [s for s, _ in await steps_of(client, tenant, run_id)] == ["agent", "draft", "review"]
 
 
 async def test_a_failed_call_does_not_go_anywhere(
