@@ -101,7 +101,9 @@ def render_typed(
             if "{{" not in value:
                 return value
             return _PLACEHOLDER.sub(
-                lambda m: _render_value(resolve(m.group(1), input=input, state=state, steps=steps, scope=scope)),
+                lambda m: _render_value(
+                    resolve(m.group(1), input=input, state=state, steps=steps, scope=scope)
+                ),
                 value,
             )
         found = resolve(exact.group(1), input=input, state=state, steps=steps, scope=scope)

@@ -171,13 +171,26 @@ async def get_map(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> 
     return await conn.fetchrow(f"SELECT {_HEADER} FROM map_steps m WHERE m.step_run_id = $1", step_run_id)
 
 
-async def items(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> list[asyncpg.Record]:
-    """A map's items in index order, each with its child run's current status."""
+async def items(
+    conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str, limit: int | None = None
+) -> list[asyncpg.Record]:
+    """A map's items in index order (the first `limit`), each with its child run's status."""
     return await conn.fetch(
         "SELECT i.item_index, i.status, i.child_run_id, i.output, i.error, i.started_at, i.ended_at, "
         "r.status AS child_status FROM map_items i LEFT JOIN workflow_runs r ON r.id = i.child_run_id "
-        "WHERE i.step_run_id = $1 ORDER BY i.item_index",
+        "WHERE i.step_run_id = $1 ORDER BY i.item_index LIMIT $2",
         step_run_id,
+        limit,
+    )
+
+
+async def item_of_child(conn: asyncpg.Connection | asyncpg.Pool, child_run_id: str) -> asyncpg.Record | None:
+    """The map item a child run was started for (its latest, if a retry took it over)."""
+    return await conn.fetchrow(
+        "SELECT m.step_name, m.total, i.item_index, i.step_run_id FROM map_items i "
+        "JOIN map_steps m ON m.step_run_id = i.step_run_id WHERE i.child_run_id = $1 "
+        "ORDER BY m.created_at DESC LIMIT 1",
+        child_run_id,
     )
 
 
