@@ -55,7 +55,7 @@ def upgrade() -> None:
         sa.Column("step_run_id", sa.String(length=40), nullable=False),
         sa.Column("item_index", sa.Integer(), nullable=False),
         sa.Column("workflow_run_id", sa.String(length=40), nullable=False),
-        sa.Column("input", postgresql.JSONB(astext_type=sa.Text()), nullable=True),
+        sa.Column("input", postgresql.JSONB(astext_type=sa.Text()), nullable=False),
         sa.Column("status", sa.String(length=16), server_default="pending", nullable=False),
         sa.Column("child_run_id", sa.String(length=40), nullable=True),
         sa.Column("output", postgresql.JSONB(astext_type=sa.Text()), nullable=True),

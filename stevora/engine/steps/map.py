@@ -193,6 +193,7 @@ class MapStepType(StepType):
         if failed and header["on_item_failure"] == "fail":
             return _item_failed(header, failed[0])
         if all(r["status"] in _ENDED for r in rows):
+            wait.rt.faults.reached("map_collecting")
             return await self._complete(wait, header, step, rows)
         # Not done: the safety re-check. Start what has a free slot (the sweep dispatches them),
         # and wait on.
