@@ -90,10 +90,13 @@ class Meter:
 
 
 async def _until_done(pool: asyncpg.Pool, run_ids: list[str]) -> None:
-    while await pool.fetchval(
-        "SELECT count(*) FROM workflow_runs WHERE id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED')",
-        run_ids,
-    ):
+    while True:
+        left = await pool.fetchval(
+            "SELECT count(*) FROM workflow_runs WHERE id = ANY($1::text[]) AND status NOT IN ('COMPLETED', 'FAILED')",
+            run_ids,
+        )
+        if not left:
+            break
         await asyncio.sleep(0.005)
     failed = await pool.fetchval(
         "SELECT count(*) FROM workflow_runs WHERE id = ANY($1::text[]) AND status = 'FAILED'", run_ids
@@ -105,7 +108,9 @@ async def main(url: str, items: int, levels: list[int]) -> None:
     settings = Settings(database_url=url, lease_s=60, heartbeat_s=20, log_level="WARNING")
     configure_logging(settings)
     tasks = TaskRegistry()
-    tasks.register("instant", lambda ctx: {"status": "completed", "stateUpdates": {"n": ctx.workflow_input["n"]}})
+    tasks.register(
+        "instant", lambda ctx: {"status": "completed", "stateUpdates": {"n": ctx.workflow_input["n"]}}
+    )
     dispatcher = InlineDispatcher()
     rt = await Runtime.start(
         settings, dispatcher=dispatcher, providers=ProviderRouter({}), tasks=tasks, tools=ToolRegistry()
@@ -115,7 +120,9 @@ async def main(url: str, items: int, levels: list[int]) -> None:
     try:
         ws = await new_workspace(rt.pool)
         child = await create_definition(
-            rt, ws, {"name": "item", "version": "1", "steps": [{"type": "task", "name": "t", "handler": "instant"}]}
+            rt,
+            ws,
+            {"name": "item", "version": "1", "steps": [{"type": "task", "name": "t", "handler": "instant"}]},
         )
         print(f"map over {items} zero-latency children (one task step each), in process, PostgreSQL")
         print(
@@ -158,9 +165,7 @@ async def main(url: str, items: int, levels: list[int]) -> None:
                 # Baseline: as many standalone runs of the child workflow, at most `concurrency` at once.
                 rt.settings = settings.model_copy(update={"max_concurrent_runs": concurrency})
                 dispatcher.run_pool = None  # created undispatched, then handed to the pool at once
-                ids = [
-                    (await commands.create_run(rt, ws, child, {"n": n}))[0]["id"] for n in range(items)
-                ]
+                ids = [(await commands.create_run(rt, ws, child, {"n": n}))[0]["id"] for n in range(items)]
                 dispatcher.run_pool = pool
                 pool._slots = asyncio.Semaphore(concurrency)
                 b0 = meter.statements

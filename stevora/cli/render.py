@@ -249,9 +249,9 @@ RESUME_REASONS = (
 def map_progress_text(p: Any) -> str:
     """`3/10 done · 2 running · 1 failed`: a `map` step's progress (its step run's `map`, or a
     MAP_ITEM_* event's payload)."""
-    get = p.get if isinstance(p, dict) else lambda key: getattr(p, key, None)
-    failed = f" · {get('failed')} failed" if get("failed") else ""
-    return f"{get('done')}/{get('total')} done · {get('running')} running{failed}"
+    fields: dict[str, Any] = p if isinstance(p, dict) else p.model_dump()
+    failed = f" · {fields.get('failed')} failed" if fields.get("failed") else ""
+    return f"{fields.get('done')}/{fields.get('total')} done · {fields.get('running')} running{failed}"
 
 
 def _option(limit: Any) -> str:

@@ -355,7 +355,7 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wak
     item's child run, write the item's result, start the next pending items into the freed slots
     (appended to `wake`, to dispatch after commit) and, when the map is done (or failed fast),
     make the parent's wait due and wake it. Idempotent: an item is written once."""
-    parent = await runs.lock_run(conn, child["parent_run_id"])
+    parent = await db_map.lock_parent(conn, child["parent_run_id"])
     status = _ITEM_STATUS[RunStatus(child["status"])]
     error = None
     if status != MapItemStatus.COMPLETED:
@@ -394,14 +394,12 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wak
     )
     events = [ended, *(_started_event(step, row, progress) for row in started)]
     wake += [row["child_run_id"] for row in started]
-    if stop or progress["done"] == header["total"]:
+    done = stop or progress["done"] == header["total"]
+    if done:
         # Done: the parent's worker collects (on_due), with the settings its checks need.
         await runs.update_step(
             conn, header["step_run_id"], expect=[StepStatus.WAITING], sets={}, now_columns=["wait_until"]
         )
-        await runs.update_run(
-            conn, parent["id"], expect=[RunStatus.WAITING], events=events, now_columns=["next_run_at"]
-        )
+    await db_map.write_events(conn, parent["id"], events, due=done)
+    if done:
         wake.append(parent["id"])
-        return
-    await runs.update_run(conn, parent["id"], expect=[RunStatus.WAITING], events=events)
