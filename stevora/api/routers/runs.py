@@ -193,7 +193,7 @@ async def list_runs(
         str | None,
         Query(
             alias="parentRunId",
-            description="Only the child runs this run started (workflows called as tools).",
+            description="Only the child runs this run started (workflows called as tools, map step items).",
         ),
     ] = None,
 ) -> Response:

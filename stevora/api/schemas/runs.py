@@ -132,7 +132,8 @@ class RunOut(ApiOut):
     idempotency_key: str | None
     version: int
     parent_run_id: str | None = Field(
-        default=None, description="The run whose model called this workflow as a tool."
+        default=None,
+        description="The run whose model called this workflow as a tool, or whose map step started it.",
     )
     parent_tool_call_id: str | None = Field(
         default=None, description="The model's tool-call id in the parent."
