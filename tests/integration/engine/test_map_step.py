@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from stevora.db import map_items, runs
 from stevora.engine import commands
 from stevora.ids import new_id
 from stevora.settings import Settings
@@ -56,6 +57,22 @@ def _register_after(harness: Harness) -> list[Any]:
 
     harness.tasks.register("after", after)
     return seen
+
+
+def _register_bad_ticket_fails(harness: Harness, ran: list[str]) -> None:
+    """`work`: the ticket "bad" fails its child run (not retried), any other completes with it."""
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        ran.append(ctx.workflow_input["ticket"])
+        if ctx.workflow_input["ticket"] == "bad":
+            return {
+                "status": "failed",
+                "error": {"code": "NOPE", "message": "bad ticket"},
+                "retryable": False,
+            }
+        return {"status": "completed", "stateUpdates": {"t": ctx.workflow_input["ticket"]}}
+
+    harness.tasks.register("work", work)
 
 
 async def test_results_come_back_in_item_order_within_the_concurrency_bound(
@@ -147,16 +164,7 @@ async def test_the_parent_waits_holding_no_lease_while_children_run(
 async def test_continue_collects_every_childs_status_output_and_error(
     harness: Harness, workspace_id: str
 ) -> None:
-    async def work(ctx: Any) -> dict[str, Any]:
-        if ctx.workflow_input["ticket"] == "bad":
-            return {
-                "status": "failed",
-                "error": {"code": "NOPE", "message": "bad ticket"},
-                "retryable": False,
-            }
-        return {"status": "completed", "stateUpdates": {"t": ctx.workflow_input["ticket"]}}
-
-    harness.tasks.register("work", work)
+    _register_bad_ticket_fails(harness, [])
     _register_after(harness)
     child = await _child_workflow(harness, workspace_id, "work")
     run_id = await _start(
@@ -178,18 +186,7 @@ async def test_fail_stops_starting_items_and_names_the_failed_index(
     harness: Harness, workspace_id: str
 ) -> None:
     ran: list[str] = []
-
-    async def work(ctx: Any) -> dict[str, Any]:
-        ran.append(ctx.workflow_input["ticket"])
-        if ctx.workflow_input["ticket"] == "bad":
-            return {
-                "status": "failed",
-                "error": {"code": "NOPE", "message": "bad ticket"},
-                "retryable": False,
-            }
-        return {"status": "completed", "stateUpdates": {"t": ctx.workflow_input["ticket"]}}
-
-    harness.tasks.register("work", work)
+    _register_bad_ticket_fails(harness, ran)
     _register_after(harness)
     child = await _child_workflow(harness, workspace_id, "work")
     run_id = await _start(harness, workspace_id, child, ["a", "bad", "c", "d"], concurrency=1)
@@ -353,3 +350,30 @@ async def test_an_empty_list_completes_at_once(harness: Harness, workspace_id: s
     run_id = await _start(harness, workspace_id, "never-looked-up", [])
     row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED")
     assert row["status"] == "COMPLETED" and row["output"]["results"] == [] and seen == [[]]
+
+
+async def test_an_item_can_never_get_a_second_child_run(harness: Harness, workspace_id: str) -> None:
+    harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"ok": 1}})
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "b"], concurrency=2)
+    await harness.wait_for_status(run_id, "COMPLETED")
+    step_run_id = await harness.rt.pool.fetchval(
+        "SELECT step_run_id FROM map_items WHERE workflow_run_id = $1 LIMIT 1", run_id
+    )
+    # A start replayed over the same items (as if item 1's start had not been recorded) finds the
+    # child run's unique key taken: no second child run, the item is not marked started again.
+    async with harness.rt.pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "UPDATE map_items SET status = 'pending' WHERE step_run_id = $1 AND item_index = 1", step_run_id
+        )
+        await conn.execute(
+            "UPDATE map_steps SET completed = completed - 1 WHERE step_run_id = $1", step_run_id
+        )
+        parent = await runs.lock_run(conn, run_id)
+        header = await map_items.get_map(conn, step_run_id)
+        assert await map_items.start_pending(conn, parent, header, 2) == []
+    assert (
+        await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id)
+        == 2
+    )
