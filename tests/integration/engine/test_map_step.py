@@ -377,3 +377,46 @@ async def test_an_item_can_never_get_a_second_child_run(harness: Harness, worksp
         await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id)
         == 2
     )
+
+
+async def test_a_retry_takes_over_a_child_still_running_from_the_failed_attempt(
+    harness: Harness, workspace_id: str
+) -> None:
+    calls: Counter[str] = Counter()
+    release = asyncio.Event()
+    broken = {"bad"}
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        ticket = ctx.workflow_input["ticket"]
+        calls[ticket] += 1
+        if ticket == "slow":
+            await release.wait()
+        if ticket in broken:
+            return {"status": "failed", "error": {"code": "NOPE", "message": ticket}, "retryable": False}
+        return {"status": "completed", "stateUpdates": {"t": ticket}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["slow", "bad", "c"], concurrency=2)
+    row = await harness.wait_for_status(run_id, "FAILED", timeout_s=30)
+    assert row["error"]["details"]["itemIndex"] == 1
+    assert calls == Counter({"slow": 1, "bad": 1})  # "c" never started; "slow" is still out
+
+    broken.clear()
+    await commands.retry_run(harness.rt, workspace_id, run_id)
+    await harness.wait_for_status(run_id, "WAITING")
+    for _ in range(250):  # the retry starts "bad" again and "c" beside the running "slow"
+        if calls["bad"] == 2 and calls["c"] == 1:
+            break
+        await asyncio.sleep(0.02)
+    release.set()
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert row["output"]["results"] == [{"t": "slow"}, {"t": "bad"}, {"t": "c"}]
+    assert calls == Counter({"slow": 1, "bad": 2, "c": 1})
+    # 4 child runs in all: "slow" once (taken over by the retry), "bad" twice, "c" once.
+    assert (
+        await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id)
+        == 4
+    )
