@@ -1,7 +1,7 @@
 """The `map` step: its fan-out (map_steps) and its items (map_items)
 
 Revision ID: 0014
-Revises: 0012
+Revises: 0013
 Create Date: 2026-11-26 13:30:00
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0014"
-down_revision: str | None = "0012"
+down_revision: str | None = "0013"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
