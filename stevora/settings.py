@@ -129,6 +129,8 @@ class Settings(BaseSettings):
     max_tool_output_bytes: int = 100_000
     # Workflows called as tools: a root run is depth 1; a call that would go deeper fails at once.
     max_workflow_depth: int = Field(default=5, ge=1, le=50)
+    # The most items one `map` step may fan out over; more fails the step (MAP_TOO_MANY_ITEMS).
+    map_max_items: int = Field(default=10_000, ge=1, le=1_000_000)
     # The ceiling of every run's budget (docs/definitions.md#budgets): a run asking for more is
     # refused at create (400); a run asking for nothing, or a definition default above it, gets it.
     # None: no ceiling.

@@ -174,7 +174,7 @@ def steps_table(run: WorkflowRun) -> Table:
             str(index),
             escape(step.step_name),
             step.step_type,
-            status(step.status),
+            status(step.status) + (f" [dim]{map_progress_text(step.map)}[/dim]" if step.map else ""),
             str(step.attempt),
             duration(step.duration_ms),
             escape(error_text(step.error)),
@@ -243,7 +243,16 @@ RESUME_REASONS = (
     ResumeReason.CHILD_RUN,
     ResumeReason.TOOL_OUTPUT_TIMEOUT,
     ResumeReason.BUDGET,
+    ResumeReason.MAP,
 )
+
+
+def map_progress_text(p: Any) -> str:
+    """`3/10 done · 2 running · 1 failed`: a `map` step's progress (its step run's `map`, or a
+    MAP_ITEM_* event's payload)."""
+    fields: dict[str, Any] = p if isinstance(p, dict) else p.model_dump()
+    failed = f" · {fields.get('failed')} failed" if fields.get("failed") else ""
+    return f"{fields.get('done')}/{fields.get('total')} done · {fields.get('running')} running{failed}"
 
 
 def _option(limit: Any) -> str:
@@ -317,6 +326,17 @@ class Progress:
             )
         if kind == "GUARDRAIL_FAILED":
             return f"  [yellow]⚠ guardrail failed[/yellow] ({escape(str(p.get('action')))}) in {step}"
+        if kind in ("MAP_ITEM_COMPLETED", "MAP_ITEM_FAILED"):
+            ok = kind == "MAP_ITEM_COMPLETED"
+            mark = (
+                "[green]completed[/green]"
+                if ok
+                else f"[red]{escape(str(p.get('status', 'failed')).lower())}[/red]"
+            )
+            return (
+                f"    [magenta]⇶[/magenta] {step}[{p.get('index')}] {mark} "
+                f"[dim]child run {escape(str(p.get('childRunId')))} · {map_progress_text(p)}[/dim]"
+            )
         return self._run_line(event, step)
 
     def _llm_round(self, p: dict[str, Any]) -> str:
@@ -343,6 +363,12 @@ class Progress:
                 return f"[cyan]⏸[/cyan] {step} waiting for signal '{escape(str(p.get('signalType')))}'"
             if reason == PauseReason.MANUAL:
                 return "[magenta]⏸ paused[/magenta]"
+            if reason == PauseReason.MAP:
+                fanout = p.get("map") or {}
+                return (
+                    f"[cyan]⏸[/cyan] {step} mapping {fanout.get('total')} item(s) over "
+                    f"'{escape(str(fanout.get('workflow')))}', {fanout.get('concurrency')} at a time"
+                )
             if reason in (PauseReason.TOOL_OUTPUTS, PauseReason.CHILD_RUNS):
                 return _awaited_pause(event.workflow_run_id, p, step)
             if reason == PauseReason.BUDGET:

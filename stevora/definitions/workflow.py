@@ -39,6 +39,7 @@ from stevora.definitions.steps import (
     ApprovalStep,
     ConditionStep,
     ExternalEventStep,
+    MapStep,
     TaskStep,
     ToolStep,
     WaitStep,
@@ -47,10 +48,19 @@ from stevora.definitions.steps import (
 from stevora.errors import ValidationError
 
 StepDefinition = Annotated[
-    TaskStep | WaitStep | ConditionStep | ExternalEventStep | ApprovalStep | LlmStep | ToolStep,
+    TaskStep | WaitStep | ConditionStep | ExternalEventStep | ApprovalStep | LlmStep | ToolStep | MapStep,
     Field(discriminator="type"),
 ]
-STEP_TYPES: tuple[str, ...] = ("task", "wait", "condition", "external_event", "llm", "approval", "tool")
+STEP_TYPES: tuple[str, ...] = (
+    "task",
+    "wait",
+    "condition",
+    "external_event",
+    "llm",
+    "approval",
+    "tool",
+    "map",
+)
 
 
 def _check_default_params(text: str) -> str:
