@@ -14,6 +14,7 @@ from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay
 from stevora.engine import endings
 from stevora.engine.driving import TIMER_SLACK_MS, DriverCore
 from stevora.engine.hints import dispatch_hint
+from stevora.engine.provider_limits import RATE_LIMITED
 from stevora.events import Event, EventType, step_failed
 from stevora.statuses import RunStatus, StepStatus
 from stevora.tasks import StepResult
@@ -55,6 +56,8 @@ class Retrying(DriverCore):
             await self._dispatch(wake)
             return False
         delay_ms = compute_next_retry_delay_ms(policy, attempt)
+        if error.get("code") == RATE_LIMITED:  # not sent: retried no earlier than its turn
+            delay_ms = max(delay_ms, int(1000 * ((error.get("details") or {}).get("retryAfterSeconds") or 0)))
         async with self.pool.acquire() as conn, conn.transaction():
             new = await runs.insert_step_run(
                 conn,

@@ -16,6 +16,8 @@ from stevora.db.database import storable_text
 from stevora.definitions import LlmStep
 from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
+from stevora.engine import provider_limits
+from stevora.engine.provider_limits import LimitedProvider
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import BudgetExceeded, ProviderError, ProviderNotFound, StevoraError
@@ -148,9 +150,10 @@ class ModelCaller:
         """The provider of candidate `index`, resolved once per step visit."""
         if index in self._providers:
             return self._providers[index]
-        found = self._providers[index] = self.rt.providers.resolve(
-            model, self.step.provider if index == 0 else None
-        )
+        found = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
+        if found is not None and self.rt.settings.rate_limits:  # STEVORA_RATE_LIMITS: once per visit
+            found = provider_limits.of(self.rt).wrap(found, model, fallback=index < len(self.step.fallback_models))
+        self._providers[index] = found
         return found
 
     def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
@@ -231,6 +234,8 @@ class ModelCaller:
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
         }
+        if isinstance(provider, LimitedProvider):  # only models under STEVORA_RATE_LIMITS
+            payload["rateLimitWaitMs"] = provider.last_wait_ms
         committed_at = await checkpoints.record_llm_call(
             self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )
