@@ -60,7 +60,9 @@ class Budget:
     def of(cls, key: str, limit: ProviderRateLimit, window_s: float) -> Budget:
         requests = float(limit.rpm) if limit.rpm is not None else _UNLIMITED
         tokens = float(limit.tpm) if limit.tpm is not None else _UNLIMITED
-        return cls(key, (requests * BURST, tokens * BURST), (requests / window_s, tokens / window_s))
+        # At least one call's worth, or a limit of one request per window would never grant one.
+        capacity = (max(1.0, requests * BURST), tokens * BURST)
+        return cls(key, capacity, (requests / window_s, tokens / window_s))
 
 
 def estimate_tokens(request: LlmRequest) -> int:
