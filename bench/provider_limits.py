@@ -26,8 +26,8 @@ import time
 from typing import Any
 
 from bench.common import bench_database_url, median, new_workspace, pct
-from stevora.engine import commands
 from stevora.db.database import create_pool
+from stevora.engine import commands
 from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.engine.provider_limits import ProviderLimits
@@ -75,14 +75,17 @@ async def _mode(url: str, args: argparse.Namespace, limited: bool) -> dict[str, 
                         "model": MODEL,
                         "maxTokens": MAX_TOKENS,
                         "messages": [{"role": "user", "content": PROMPT + "{{input.n}}"}],
-                        "retry": {"maxAttempts": 20, "backoffMs": 1000, "backoffMultiplier": 1.5, "maxBackoffMs": 10000},
+                        "retry": {
+                            "maxAttempts": 20,
+                            "backoffMs": 1000,
+                            "backoffMultiplier": 1.5,
+                            "maxBackoffMs": 10000,
+                        },
                     }
                 ],
             },
         )
-        ids = [
-            (await commands.create_run(rt, ws, def_id, {"n": str(i)}))[0]["id"] for i in range(args.runs)
-        ]
+        ids = [(await commands.create_run(rt, ws, def_id, {"n": str(i)}))[0]["id"] for i in range(args.runs)]
         env = {
             "OPENAI_API_KEY": "test",
             "OPENAI_BASE_URL": server.openai_base_url,
@@ -124,7 +127,15 @@ async def _mode(url: str, args: argparse.Namespace, limited: bool) -> dict[str, 
     span = (served[-1].at - served[0].at) if len(served) > 1 else float("nan")
     # What the provider allows over that span: a full bucket, then the window's rate.
     allowance = args.rpm + args.rpm * span / args.window_s
+    # Seconds from the first served call until each tenth of them was served (a tail of runs
+    # resumed late, e.g. after a lease expired, shows at the end).
+    tenths = (
+        [served[min(len(served) - 1, len(served) * k // 10)].at - served[0].at for k in range(1, 11)]
+        if served
+        else []
+    )
     return {
+        "tenths": tenths,
         "calls": len(log),
         "refused": len(log) - len(served),
         "served": len(served),
@@ -152,9 +163,11 @@ async def _cost(url: str, n: int) -> dict[str, float]:
         async def commits() -> int:
             await pool.fetchval("SELECT pg_stat_force_next_flush()")
             await asyncio.sleep(0.3)
-            return int(await other.fetchval(
-                "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
-            ))
+            return int(
+                await other.fetchval(
+                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
+                )
+            )
 
         before = await commits()
         for _ in range(n):
@@ -180,13 +193,17 @@ async def _cost(url: str, n: int) -> dict[str, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--runs", type=int, default=2000)
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--rpm", type=int, default=600, help="requests per window")
     parser.add_argument("--tpm", type=int, default=100_000, help="tokens per window")
     parser.add_argument("--window-s", type=float, default=10.0)
-    parser.add_argument("--modes", nargs="+", default=["limited", "unlimited"], choices=["limited", "unlimited"])
+    parser.add_argument(
+        "--modes", nargs="+", default=["limited", "unlimited"], choices=["limited", "unlimited"]
+    )
     parser.add_argument("--timeout-s", type=float, default=240.0, help="per mode")
     parser.add_argument("--cost-calls", type=int, default=2000)
     args = parser.parse_args()
@@ -208,6 +225,9 @@ def main() -> None:
             f"{mode:<10}{r['calls']:>7}{r['refused']:>7}{100 * r['refused'] / max(1, r['calls']):>7.2f}"
             f"{r['served_per_s']:>10.1f}{r['limit_per_s']:>9.1f}{100 * r['share_of_allowance']:>13.1f}%"
             f"{r['left']:>10}{r['wall_s']:>8.1f}{waits:>18}"
+        )
+        print(
+            f"{'':<10}served calls by tenths, s after the first: {' '.join(f'{t:.0f}' for t in r['tenths'])}"
         )
     cost = asyncio.run(_cost(url, args.cost_calls))
     print(

@@ -472,4 +472,3 @@ class ProviderRateLimit(Base):
     # The share of the configured limits in force: a provider 429 lowers it, answered calls raise it.
     scale: Mapped[float] = mapped_column(Float, server_default=text("1"))
     updated_at: Mapped[datetime] = _created()
-

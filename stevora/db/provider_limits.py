@@ -97,7 +97,16 @@ async def reserve(
     """Take one request and `tokens` if the wait for them is at most `max_wait_s`; the wait either
     way. None when the bucket does not exist yet (`create` it)."""
     row = await pool.fetchrow(
-        RESERVE_SQL, key, capacity[0], capacity[1], per_s[0], per_s[1], tokens, max_wait_s, given_back, recover
+        RESERVE_SQL,
+        key,
+        capacity[0],
+        capacity[1],
+        per_s[0],
+        per_s[1],
+        tokens,
+        max_wait_s,
+        given_back,
+        recover,
     )
     return None if row is None else Reservation(float(row["wait_s"]), bool(row["granted"]))
 
@@ -119,7 +128,16 @@ async def refused(
     tokens: float,
 ) -> None:
     await pool.execute(
-        REFUSED_SQL, key, factor, lowest, retry_after_s, remaining[0], remaining[1], per_s[0], per_s[1], tokens
+        REFUSED_SQL,
+        key,
+        factor,
+        lowest,
+        retry_after_s,
+        remaining[0],
+        remaining[1],
+        per_s[0],
+        per_s[1],
+        tokens,
     )
 
 

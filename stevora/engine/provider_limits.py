@@ -30,7 +30,7 @@ from stevora.llm.messages import LlmRequest, LlmResponse
 from stevora.llm.provider import Provider
 from stevora.observability import hooks as observe
 from stevora.observability import metrics
-from stevora.settings import ProviderRateLimit
+from stevora.settings import ProviderRateLimit, Settings
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -208,3 +208,40 @@ class LimitedProvider:
 
     async def aclose(self) -> None:
         """The router closes the inner provider; a wrapper owns nothing."""
+
+
+@dataclass(frozen=True)
+class LimitUse:
+    """One configured limit's current use, as the UI shows it."""
+
+    key: str
+    window_s: float
+    requests: tuple[float, int] | None  # (in use now, the limit per window); None: not limited
+    tokens: tuple[float, int] | None
+    in_force: float  # the share of the limits a provider 429 left in force (1.0: all)
+
+
+async def current_use(pool: asyncpg.Pool, settings: Settings) -> list[LimitUse]:
+    """Every configured limit's use: what its shared buckets hold reserved now (beyond the limit
+    when calls are waiting for their turn). One statement."""
+    window_s = settings.rate_limit_window_s
+    stored = {b.key: b for b in await db.snapshot(pool, list(settings.rate_limits))}
+    out = []
+    for key, limit in settings.rate_limits.items():
+        budget = Budget.of(key, limit, window_s)
+        bucket = stored.get(key)
+        scale = bucket.scale if bucket is not None else 1.0
+        used: list[tuple[float, int] | None] = []
+        for i, configured in enumerate((limit.rpm, limit.tpm)):
+            if configured is None:
+                used.append(None)
+                continue
+            if bucket is None:
+                used.append((0.0, configured))
+                continue
+            level = (bucket.requests, bucket.tokens)[i] + bucket.age_s * budget.per_s[i] * scale
+            used.append(
+                (max(0.0, budget.capacity[i] * scale - min(budget.capacity[i] * scale, level)), configured)
+            )
+        out.append(LimitUse(key, window_s, used[0], used[1], scale))
+    return out

@@ -120,5 +120,9 @@ class FakeRateLimit:
     def _refill(self, now: float) -> None:
         elapsed = now - self._at
         self._at = now
-        self._requests = min(float(self.requests_limit), self._requests + elapsed * self.requests_limit / self.window_s)
-        self._tokens = min(float(self.tokens_limit), self._tokens + elapsed * self.tokens_limit / self.window_s)
+        self._requests = min(
+            float(self.requests_limit), self._requests + elapsed * self.requests_limit / self.window_s
+        )
+        self._tokens = min(
+            float(self.tokens_limit), self._tokens + elapsed * self.tokens_limit / self.window_s
+        )

@@ -14,9 +14,9 @@ from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound, LlmCallRecord
 from stevora.db.database import storable_text
 from stevora.definitions import LlmStep
+from stevora.engine import provider_limits
 from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
-from stevora.engine import provider_limits
 from stevora.engine.provider_limits import LimitedProvider
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
@@ -152,7 +152,9 @@ class ModelCaller:
             return self._providers[index]
         found = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
         if found is not None and self.rt.settings.rate_limits:  # STEVORA_RATE_LIMITS: once per visit
-            found = provider_limits.of(self.rt).wrap(found, model, fallback=index < len(self.step.fallback_models))
+            found = provider_limits.of(self.rt).wrap(
+                found, model, fallback=index < len(self.step.fallback_models)
+            )
         self._providers[index] = found
         return found
 
@@ -235,7 +237,7 @@ class ModelCaller:
             "finishReason": response.finish_reason,
         }
         if isinstance(provider, LimitedProvider):  # only models under STEVORA_RATE_LIMITS
-            payload["rateLimitWaitMs"] = provider.last_wait_ms
+            payload["rateLimitWaitMs"] = rec.response["rateLimitWaitMs"] = provider.last_wait_ms  # type: ignore[index]
         committed_at = await checkpoints.record_llm_call(
             self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )

@@ -5,7 +5,6 @@ for a model without a limit. Across worker processes: tests/e2e/test_provider_li
 
 from __future__ import annotations
 
-import asyncio
 import secrets
 from typing import Any
 
@@ -37,7 +36,9 @@ def _limit(harness: Harness, limits: dict[str, dict[str, int]], **settings: Any)
 
 async def _runs(harness: Harness, workspace_id: str, step: dict[str, Any], n: int) -> list[LoopRun]:
     """`n` runs of one definition of `step`, one after the other."""
-    def_id = await create_definition(harness.rt, workspace_id, {"name": _model(), "version": "1", "steps": [step]})
+    def_id = await create_definition(
+        harness.rt, workspace_id, {"name": _model(), "version": "1", "steps": [step]}
+    )
     done = []
     for _ in range(n):
         run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"question": "q"})
@@ -47,7 +48,9 @@ async def _runs(harness: Harness, workspace_id: str, step: dict[str, Any], n: in
 
 
 async def _run_many(harness: Harness, workspace_id: str, steps: dict[str, Any], n: int) -> list[str]:
-    def_id = await create_definition(harness.rt, workspace_id, {"name": "limited", "version": "1", "steps": [steps]})
+    def_id = await create_definition(
+        harness.rt, workspace_id, {"name": "limited", "version": "1", "steps": [steps]}
+    )
     ids = [
         (await commands.create_run(harness.rt, workspace_id, def_id, {"question": f"q{i}"}))[0]["id"]
         for i in range(n)
@@ -91,12 +94,12 @@ async def test_without_the_limiter_the_same_burst_draws_429s(
     def_id = await create_definition(
         harness.rt, workspace_id, {"name": "unlimited", "version": "1", "steps": [llm_step(model=model)]}
     )
-    ids = [(await commands.create_run(harness.rt, workspace_id, def_id, {"question": "q"}))[0]["id"] for _ in range(8)]
-    for run_id in ids:
-        await harness.wait_for_status(run_id, "COMPLETED", "FAILED", "RUNNING", "WAITING", timeout_s=30)
-    deadline = asyncio.get_running_loop().time() + 10
-    while fake.rate_limit.refused == 0 and asyncio.get_running_loop().time() < deadline:
-        await asyncio.sleep(0.05)
+    ids = [
+        (await commands.create_run(harness.rt, workspace_id, def_id, {"question": "q"}))[0]["id"]
+        for _ in range(8)
+    ]
+    for run_id in ids:  # answered at once, or after 429s and step retries, or failed
+        await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
     assert fake.rate_limit.refused > 0
 
 
@@ -162,7 +165,9 @@ async def test_a_turn_beyond_the_longest_wait_fails_the_attempt_and_retries_no_e
     _, second = await _runs(harness, workspace_id, step, 2)
     assert second.status == "COMPLETED"
     (retrying,) = second.events_of("STEP_RETRYING")
-    assert retrying["error"]["code"] == "RATE_LIMITED" and retrying["delayMs"] >= 1000  # not the 100 ms backoff
+    assert (
+        retrying["error"]["code"] == "RATE_LIMITED" and retrying["delayMs"] >= 1000
+    )  # not the 100 ms backoff
     assert len(fake.openai.requests) == 2  # nothing was sent for the refused attempt
 
 
@@ -181,5 +186,6 @@ async def test_a_model_without_a_limit_is_called_as_before(
     (run,) = await _runs(harness, workspace_id, llm_step(model=model), 1)
     (done,) = run.events_of("LLM_CALL_COMPLETED")
     assert "rateLimitWaitMs" not in done
-    assert provider_limits.of(harness.rt).wrap(sdk.openai(name="openai"), model, fallback=False).__class__.__name__ == "OpenAIProvider"
+    provider = sdk.openai(name="openai")
+    assert provider_limits.of(harness.rt).wrap(provider, model, fallback=False) is provider
     assert await db.snapshot(harness.rt.pool, [f"openai:{model}"]) == []
