@@ -4,8 +4,9 @@
                                              [--window-s 10] [--modes limited unlimited]
 
 A fake OpenAI (stevora/testing/fake_llm.py in its enforcing mode) allows `--rpm` requests and
-`--tpm` tokens per `--window-s` (the issue's per-minute limits on a window scaled down to 10 s) and
-answers 429 with retry-after beyond. `--runs` runs of a one-call `llm` step (a ~400-character
+`--tpm` tokens per `--window-s` (default: the issue's 600 and 100,000 per minute, unscaled: four
+worker processes on a loaded 2-core machine cannot offer the 60 calls a second a 10 s window
+asks, so the limiter would have nothing to hold back) and answers 429 with retry-after beyond. `--runs` runs of a one-call `llm` step (a ~400-character
 prompt, maxTokens 100: ~200 tokens estimated, ~130 used) are created first, then `--processes`
 real worker processes (`python -m workers`, RabbitMQ) execute them: once with `STEVORA_RATE_LIMITS`
 set to the provider's limits, once without. Printed per mode: the model calls the fake received,
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import logging
 import os
 import secrets
 import time
@@ -107,6 +109,11 @@ async def _mode(url: str, args: argparse.Namespace, limited: bool) -> dict[str, 
                 "SELECT count(*) FROM workflow_runs WHERE id = ANY($1::text[]) AND status <> 'COMPLETED'", ids
             )
         wall = time.monotonic() - started
+        not_sent = await rt.pool.fetchval(
+            "SELECT count(*) FROM workflow_events WHERE workflow_run_id = ANY($1::text[]) "
+            "AND event_type = 'LLM_CALL_FAILED' AND payload->'error'->>'code' = 'RATE_LIMITED'",
+            ids,
+        )
         waits = [
             float(r["w"])
             for r in await rt.pool.fetch(
@@ -136,6 +143,7 @@ async def _mode(url: str, args: argparse.Namespace, limited: bool) -> dict[str, 
     )
     return {
         "tenths": tenths,
+        "not_sent": not_sent,
         "calls": len(log),
         "refused": len(log) - len(served),
         "served": len(served),
@@ -200,7 +208,7 @@ def main() -> None:
     parser.add_argument("--processes", type=int, default=4)
     parser.add_argument("--rpm", type=int, default=600, help="requests per window")
     parser.add_argument("--tpm", type=int, default=100_000, help="tokens per window")
-    parser.add_argument("--window-s", type=float, default=10.0)
+    parser.add_argument("--window-s", type=float, default=60.0, help="the window of --rpm / --tpm")
     parser.add_argument(
         "--modes", nargs="+", default=["limited", "unlimited"], choices=["limited", "unlimited"]
     )
@@ -208,6 +216,8 @@ def main() -> None:
     parser.add_argument("--cost-calls", type=int, default=2000)
     args = parser.parse_args()
     configure_logging(Settings(log_level="WARNING", log_format="console"))
+    # pika reports its idle publishing connection reset by RabbitMQ while a mode runs; harmless.
+    logging.getLogger("pika").setLevel(logging.CRITICAL)
     url = bench_database_url("provider_limits")
     print(
         f"provider rate limits: {args.runs} one-call runs over {args.processes} worker processes (RabbitMQ); "
@@ -227,7 +237,8 @@ def main() -> None:
             f"{r['left']:>10}{r['wall_s']:>8.1f}{waits:>18}"
         )
         print(
-            f"{'':<10}served calls by tenths, s after the first: {' '.join(f'{t:.0f}' for t in r['tenths'])}"
+            f"{'':<10}served calls by tenths, s after the first: {' '.join(f'{t:.0f}' for t in r['tenths'])}; "
+            f"attempts not sent (turn beyond STEVORA_RATE_LIMIT_MAX_WAIT_S, retried at their turn): {r['not_sent']}"
         )
     cost = asyncio.run(_cost(url, args.cost_calls))
     print(

@@ -80,7 +80,7 @@ def of(rt: Runtime) -> ProviderLimits:
     found = rt.extras.get("provider_limits")
     if found is None:
         found = rt.extras["provider_limits"] = ProviderLimits.from_settings(rt)
-    return found  # type: ignore[no-any-return]
+    return found
 
 
 class ProviderLimits:
