@@ -1,19 +1,21 @@
 """Provider rate limits shared by every worker (docs/flow-control.md, "Provider rate limits").
 
     .venv/bin/python -m bench.provider_limits [--runs 2000] [--processes 4] [--rpm 600] [--tpm 100000]
-                                             [--window-s 10] [--modes limited unlimited]
+                                             [--window-s 60] [--modes limited unlimited]
 
 A fake OpenAI (stevora/testing/fake_llm.py in its enforcing mode) allows `--rpm` requests and
-`--tpm` tokens per `--window-s` (default: the issue's 600 and 100,000 per minute, unscaled: four
-worker processes on a loaded 2-core machine cannot offer the 60 calls a second a 10 s window
-asks, so the limiter would have nothing to hold back) and answers 429 with retry-after beyond. `--runs` runs of a one-call `llm` step (a ~400-character
-prompt, maxTokens 100: ~200 tokens estimated, ~130 used) are created first, then `--processes`
-real worker processes (`python -m workers`, RabbitMQ) execute them: once with `STEVORA_RATE_LIMITS`
-set to the provider's limits, once without. Printed per mode: the model calls the fake received,
-how many got a 429 (and their share), calls served per second against the provider's limit (its
-allowance over the time served: a full bucket, then the window's rate), tokens, and the wall time
-until every run completed. Then the limiter's own cost: statements and transactions per call
-(from pg_stat_database) and microseconds per reservation, one client and eight at once.
+`--tpm` tokens per `--window-s` and answers 429 with retry-after beyond. The default is the issue's
+600 and 100,000 per minute, unscaled: four worker processes on a loaded 2-core machine cannot offer
+the 60 calls a second a 10 s window asks, so the limiter would have nothing to hold back.
+`--runs` runs of a one-call `llm` step (a ~400-character prompt, maxTokens 100: ~200 tokens
+estimated, ~130 used) are created first, then `--processes` real worker processes
+(`python -m workers`, RabbitMQ) execute them: once with `STEVORA_RATE_LIMITS` set to the
+provider's limits, once without. Printed per mode: the model calls the fake received, how many got
+a 429 (and their share), calls served per second against the provider's limit and as a share of
+its allowance over the time served (a full bucket, then the window's rate), the wall time until
+every run completed, the waits for a turn, when each tenth of the calls was served, and the
+attempts the limiter did not send (turn beyond the longest wait). Then the limiter's own cost:
+transactions per call (pg_stat_database) and the median reservation time beside a `SELECT 1`.
 """
 
 from __future__ import annotations
