@@ -55,6 +55,7 @@ class ModelCaller:
         self._observe = observe.ModelCalls(ex.step_run_id, rt.pricing.known_name)
         self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
         self.meter: Meter | None = None  # the run's budget, when it has one
+        self._limited = False  # a candidate waits for its turn under STEVORA_RATE_LIMITS
 
     async def call(self, st: LoopState) -> CommittedRound:
         faults = self.rt.faults
@@ -155,6 +156,7 @@ class ModelCaller:
             found = provider_limits.of(self.rt).wrap(
                 found, model, fallback=index < len(self.step.fallback_models)
             )
+            self._limited = True
         self._providers[index] = found
         return found
 
@@ -236,7 +238,7 @@ class ModelCaller:
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
         }
-        if isinstance(provider, LimitedProvider):  # only models under STEVORA_RATE_LIMITS
+        if self._limited and isinstance(provider, LimitedProvider):  # STEVORA_RATE_LIMITS only
             payload["rateLimitWaitMs"] = rec.response["rateLimitWaitMs"] = provider.last_wait_ms  # type: ignore[index]
         committed_at = await checkpoints.record_llm_call(
             self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
