@@ -155,13 +155,14 @@ async def test_a_fallback_model_is_tried_when_the_primary_turn_is_too_far_away(
     assert done["model"] == backup and "rateLimitWaitMs" in done
 
 
-async def test_a_turn_beyond_the_longest_wait_fails_the_attempt_and_retries_no_earlier_than_the_turn(
+async def test_a_turn_beyond_the_longest_wait_is_retried_at_its_turn_without_spending_an_attempt(
     harness: Harness, workspace_id: str, sdk: SdkProviders, fake: FakeLLMServer
 ) -> None:
     model = _model()
     fake.responder = lambda _body: openai_text("ok", model=model)
     _limit(harness, {f"openai:{model}": {"rpm": 1}}, rate_limit_window_s=2.0, rate_limit_max_wait_s=0.5)
-    step = llm_step(model=model, retry={"maxAttempts": 3, "backoffMs": 100})
+    # No retries in the policy: an attempt that sent nothing does not spend one.
+    step = llm_step(model=model, retry={"maxAttempts": 1, "backoffMs": 100})
     _, second = await _runs(harness, workspace_id, step, 2)
     assert second.status == "COMPLETED"
     (retrying,) = second.events_of("STEP_RETRYING")
