@@ -209,9 +209,10 @@ def trace_lines(traces: list[ToolTrace]) -> list[str]:
     for trace in traces:
         ok = trace.status == "completed"
         mark = "[green]completed[/green]" if ok else "[red]failed[/red]"
+        goto = f" [bold]→ goto {escape(trace.goto_step)}[/bold]" if trace.goto_step else ""
         lines.append(
             f"[magenta]⚙[/magenta] round {trace.round}.{trace.sequence} [bold]{escape(trace.tool_name)}[/bold] "
-            f"{mark} [dim]{duration(trace.duration_ms)}[/dim]"
+            f"{mark} [dim]{duration(trace.duration_ms)}[/dim]{goto}"
         )
         lines.append(f"    args    {escape(short_json(trace.input_json, 400))}")
         if ok:
@@ -309,9 +310,10 @@ class Progress:
                 "[green]completed[/green]" if ok else f"[red]failed[/red] {escape(str(p.get('error', '')))}"
             )
             tool = escape(str(p.get("toolName")))
+            goto = f" [bold]→ goto {escape(str(p['gotoStep']))}[/bold]" if p.get("gotoStep") else ""
             return (
                 f"    [magenta]⚙[/magenta] {tool} {mark} [dim]{duration(p.get('durationMs'))}"
-                f"{_answered_by(p)}[/dim]"
+                f"{_answered_by(p)}[/dim]{goto}"
             )
         if kind == "GUARDRAIL_FAILED":
             return f"  [yellow]⚠ guardrail failed[/yellow] ({escape(str(p.get('action')))}) in {step}"

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import typer
@@ -13,7 +12,7 @@ from rich.markup import escape
 from stevora.cli import output
 from stevora.cli.output import JsonFlag
 from stevora.cli.remote import DEFAULT_URL, ApiKey, Url, connect, console, runs_app
-from stevora.client import LlmCall, ToolTrace
+from stevora.engine.run_diff import diff_rows
 
 RunId = Annotated[str, typer.Argument(help="Run id (wfrun_...).")]
 
@@ -113,96 +112,6 @@ def runs_replay(
 
 
 # -- diff ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Side:
-    """One run's model call at a (step, round) and the tool results it got."""
-
-    model: str
-    text: str | None
-    tool_calls: list[tuple[str, Any]]  # (name, arguments)
-    results: list[Any] = field(default_factory=list)
-    tokens: int = 0
-    cost_usd: float = 0.0
-    duration_ms: float | None = None
-
-    def content(self) -> tuple[Any, ...]:
-        """What the comparison looks at: the model's text, its tool calls and the results."""
-        return (
-            self.text,
-            json.dumps(self.tool_calls, sort_keys=True),
-            json.dumps(self.results, sort_keys=True),
-        )
-
-
-def _sides(calls: list[LlmCall], traces: list[ToolTrace]) -> dict[tuple[str, int, int], Side]:
-    by_call: dict[str, list[ToolTrace]] = {}
-    for t in traces:
-        if t.llm_call_id:
-            by_call.setdefault(t.llm_call_id, []).append(t)
-    out: dict[tuple[str, int, int], Side] = {}
-    seen: dict[tuple[str, int], int] = {}
-    for c in calls:
-        if c.status != "completed":
-            continue
-        occurrence = seen.get((c.step_name, c.round), 0) + 1  # a step visited again
-        seen[(c.step_name, c.round)] = occurrence
-        response = c.response or {}
-        tool_calls = [(tc.get("name"), tc.get("arguments")) for tc in response.get("toolCalls") or ()]
-        results = [
-            t.output_json if t.status == "completed" else {"error": t.error}
-            for t in sorted(by_call.get(c.id, []), key=lambda t: t.sequence)
-        ]
-        out[(c.step_name, occurrence, c.round)] = Side(
-            c.model,
-            response.get("text"),
-            tool_calls,
-            results,
-            c.input_tokens + c.output_tokens,
-            c.cost_usd,
-            c.duration_ms,
-        )
-    return out
-
-
-def diff_rows(
-    a: tuple[list[LlmCall], list[ToolTrace]], b: tuple[list[LlmCall], list[ToolTrace]]
-) -> list[dict[str, Any]]:
-    """Both runs' model calls aligned by step (and its visit) and round, in A's order then B's
-    extra rows; each row says whether the two sides are the same, and the first that is not is
-    marked `firstDivergence`."""
-    left, right = _sides(*a), _sides(*b)
-    keys = list(left) + [k for k in right if k not in left]
-    rows: list[dict[str, Any]] = []
-    diverged = False
-    for key in keys:
-        sa, sb = left.get(key), right.get(key)
-        same = sa is not None and sb is not None and sa.content() == sb.content()
-        row = {
-            "stepName": key[0],
-            "visit": key[1],
-            "round": key[2],
-            "a": None if sa is None else _side_view(sa),
-            "b": None if sb is None else _side_view(sb),
-            "same": same,
-            "firstDivergence": not same and not diverged,
-        }
-        diverged = diverged or not same
-        rows.append(row)
-    return rows
-
-
-def _side_view(s: Side) -> dict[str, Any]:
-    return {
-        "model": s.model,
-        "text": s.text,
-        "toolCalls": [{"name": n, "arguments": args} for n, args in s.tool_calls],
-        "results": s.results,
-        "tokens": s.tokens,
-        "costUsd": s.cost_usd,
-        "durationMs": s.duration_ms,
-    }
 
 
 def _brief(side: dict[str, Any] | None) -> str:

@@ -240,6 +240,8 @@ class ToolTrace(Model):
     idempotency_key: str | None = None
     child_run_id: str | None = None
     """For a workflow called as a tool: the child run that answered the call."""
+    goto_step: str | None = None
+    """The step the handler sent the run to with `ctx.goto` (the llm step ended after this round)."""
     created_at: datetime | None = None
 
 

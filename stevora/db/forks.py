@@ -243,3 +243,30 @@ async def replay_counts(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) ->
     )
     assert row is not None
     return {"matched": row["matched"], "unmatched": row["unmatched"]}
+
+
+async def store_definition_version(
+    conn: asyncpg.Connection | asyncpg.Pool, definition_id: str, version: str, steps: list[Any]
+) -> str:
+    """A copy of a definition under another version with other steps (a fork's model or system
+    prompt edit); the stored copy's id when that version exists already (same content, same version)."""
+    created: str | None = await conn.fetchval(
+        "INSERT INTO workflow_definitions (id, workspace_id, name, version, description, steps, "
+        "input_schema, default_params, budget, concurrency, priority) "
+        "SELECT $1, workspace_id, name, $3, description, $4, input_schema, default_params, budget, "
+        "concurrency, priority FROM workflow_definitions WHERE id = $2 "
+        "ON CONFLICT ON CONSTRAINT uq_definition_version DO NOTHING RETURNING id",
+        new_id("wfdef"),
+        definition_id,
+        version,
+        steps,
+    )
+    if created is not None:
+        return created
+    existing: str = await conn.fetchval(
+        "SELECT d.id FROM workflow_definitions d JOIN workflow_definitions o "
+        "ON o.workspace_id = d.workspace_id AND o.name = d.name WHERE o.id = $1 AND d.version = $2",
+        definition_id,
+        version,
+    )
+    return existing

@@ -336,6 +336,9 @@ class ToolTrace(Base):
     child_run_id: Mapped[str | None] = mapped_column(String(40))
     # The tool's `update_state` (the state-change log) and, in a fork, the origin row copied.
     state_updates: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # The step the handler sent the run to (`ctx.goto`), written with its result: the llm step
+    # ends after this round and the run goes on there, even if a worker dies in between.
+    goto_step: Mapped[str | None] = mapped_column(Text)
     inherited_from: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
 

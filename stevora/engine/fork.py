@@ -17,13 +17,17 @@ after a crash (`checkpoints.load_rounds` + `llm_state.rebuild`): round r is its 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from stevora.db import definitions as db_definitions
 from stevora.db import forks as db_forks
 from stevora.db import runs
+from stevora.definitions import parse_definition
 from stevora.engine.hints import dispatch_hint
 from stevora.errors import NotFoundError, ValidationError
 from stevora.events import EventType
@@ -182,6 +186,7 @@ class ForkPlan:
     system_prompt: str | None
     replay_tools: str | None = None
     replay: bool = False
+    version: asyncpg.Record | None = None  # another version of the origin's definition (id, version)
 
     def edits_json(self) -> dict[str, Any] | None:
         out: dict[str, Any] = {}
@@ -193,7 +198,18 @@ class ForkPlan:
             out["model"] = self.model
         if self.system_prompt is not None:
             out["systemPrompt"] = self.system_prompt
+        if self.version is not None:
+            out["definitionVersion"] = self.version["version"]
         return out or None
+
+
+async def fork_origin(conn: asyncpg.Connection, workspace_id: str, run_id: str) -> dict[str, Any]:
+    """The workspace's run with its fork columns (what `fork_points` reads); NotFoundError else."""
+    origin = await db_forks.get_fork_row(conn, workspace_id, run_id)
+    full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
+    if origin is None or full is None:
+        raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
+    return {**dict(full), **dict(origin)}
 
 
 async def plan_fork(
@@ -203,17 +219,14 @@ async def plan_fork(
     edits = edits or {}
     if not isinstance(edits, dict):
         raise _bad("edits", "must be an object")
-    unknown = sorted(set(edits) - {"state", "toolResults", "model", "systemPrompt"})
+    unknown = sorted(set(edits) - {"state", "toolResults", "model", "systemPrompt", "definitionVersion"})
     if unknown:
-        raise _bad(f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt)")
+        raise _bad(
+            f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt, definitionVersion)"
+        )
     step_name, rnd, visit = parse_at(at)
     async with rt.pool.acquire() as conn:
-        origin = await db_forks.get_fork_row(conn, workspace_id, run_id)
-        if origin is None:
-            raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
-        full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
-        assert full is not None
-        origin = {**dict(full), **dict(origin)}
+        origin = await fork_origin(conn, workspace_id, run_id)
         points, hist = await fork_points(conn, origin)
     candidates = [
         p
@@ -265,7 +278,38 @@ async def plan_fork(
             raise _bad("edits.model", f"no provider is configured for model '{model}'")
     if system_prompt is not None and not isinstance(system_prompt, str):
         raise _bad("edits.systemPrompt", "must be a string")
-    return ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+    plan = ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+    if edits.get("definitionVersion") is not None:
+        plan.version = await _other_version(rt, workspace_id, origin, point, edits["definitionVersion"])
+    return plan
+
+
+async def _other_version(
+    rt: Runtime, workspace_id: str, origin: dict[str, Any], point: ForkPoint, version: Any
+) -> asyncpg.Record:
+    """The origin's definition at `version`, checked to run the forked step where the origin ran
+    it: the same name, type and position (the fork's step run keeps its position)."""
+    path = "edits.definitionVersion"
+    if not isinstance(version, str) or not version:
+        raise _bad(path, "must be a version of the run's definition")
+    async with rt.pool.acquire() as conn:
+        name = await db_definitions.name_of(conn, origin["definition_id"])
+        row = await db_definitions.find_version(conn, workspace_id, name or "", version)
+    if row is None:
+        raise _bad(path, f"definition '{name}' has no version '{version}'")
+    spec = await rt.definitions.get(row["id"])
+    try:
+        index = spec.index_of(point.step_name)
+    except KeyError:
+        raise _bad(path, f"version '{version}' has no step '{point.step_name}'") from None
+    step = spec.steps[index]
+    if step.type != point.step_type or index != point.step_index:
+        raise _bad(
+            path,
+            f"step '{point.step_name}' is a {step.type} step at position {index + 1} in version '{version}', "
+            f"a {point.step_type} step at position {point.step_index + 1} in the run's",
+        )
+    return row
 
 
 def derived_definition(
@@ -286,6 +330,23 @@ def derived_definition(
                 step["systemPrompt"] = plan.system_prompt
     data.pop("version", None)
     return data
+
+
+async def fork_definition_id(rt: Runtime, plan: ForkPlan, edited_step: str | None = None) -> str:
+    """The definition the fork runs: the origin's (or the version the edits name), or with a model /
+    system prompt edit a derived version of it (`<version>+fork-<digest>`), stored once per content."""
+    definition_id: str = plan.version["id"] if plan.version is not None else plan.origin["definition_id"]
+    spec = await rt.definitions.get(definition_id)
+    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    derived = derived_definition(dump, plan, edited_step)
+    if derived is None:
+        return definition_id
+    digest = hashlib.sha256(json.dumps(derived, sort_keys=True).encode()).hexdigest()[:12]
+    derived["version"] = f"{spec.version}+fork-{digest}"[:50]
+    checked = parse_definition(derived).model_dump(by_alias=True, exclude_none=True, mode="json")
+    return await db_forks.store_definition_version(
+        rt.pool, definition_id, derived["version"], checked["steps"]
+    )
 
 
 async def create_fork(

@@ -128,7 +128,7 @@ class RunView:
         return None
 
 
-def _arguments(raw: Any) -> Any:
+def call_arguments(raw: Any) -> Any:
     """A call's arguments as its trace would hold them: the object, else the model's string (also
     when it is nested past what the page can render, as a hostile model may send)."""
     if isinstance(raw, str):
@@ -152,7 +152,7 @@ def _rounds(calls: list[asyncpg.Record], traces: list[asyncpg.Record]) -> list[R
                 tool_call_id=c.get("id", ""),
                 arguments=recorded[i]["input_json"]
                 if i in recorded and recorded[i]["input_json"] is not None
-                else _arguments(c.get("arguments")),
+                else call_arguments(c.get("arguments")),
                 trace=recorded.get(i),
             )
             for i, c in enumerate(requested)

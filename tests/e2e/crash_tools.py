@@ -73,3 +73,11 @@ class Tally(Toolbox):
         """Count one more; returns the count so far."""
         self.count += 1
         return self.count
+
+
+@tool
+async def route(note: str, ctx: ToolContext) -> dict[str, Any]:
+    """Record a side effect, then send the run to the `finish` step (test_crash_recovery)."""
+    executions = await record_effect(ctx.idempotency_key)
+    ctx.goto("finish")
+    return {"ok": True, "executions": executions}

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path
@@ -12,13 +10,10 @@ from starlette.responses import Response
 
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
-from stevora.api.routers.definitions import store_definition
 from stevora.api.schemas.envelope import ok
 from stevora.db import forks as db_forks
-from stevora.db import runs
-from stevora.definitions import parse_definition
 from stevora.engine import fork as forking
-from stevora.errors import NotFoundError, ValidationError
+from stevora.errors import ValidationError
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
@@ -116,15 +111,7 @@ async def replay(
 async def _create(
     rt: Runtime, workspace_id: str, plan: forking.ForkPlan, key: str | None, edited_step: str | None = None
 ) -> Response:
-    definition_id = plan.origin["definition_id"]
-    spec = await rt.definitions.get(definition_id)
-    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    derived = forking.derived_definition(dump, plan, edited_step)
-    if derived is not None:
-        digest = hashlib.sha256(json.dumps(derived, sort_keys=True).encode()).hexdigest()[:12]
-        derived["version"] = f"{spec.version}+fork-{digest}"[:50]
-        row, _ = await store_definition(rt, workspace_id, parse_definition(derived))
-        definition_id = row["id"]
+    definition_id = await forking.fork_definition_id(rt, plan, edited_step)
     run, created = await forking.create_fork(rt, plan, definition_id, key)
     view = {
         "id": run["id"],
@@ -141,8 +128,4 @@ async def _create(
 
 async def _run(rt: Runtime, workspace_id: str, run_id: str) -> Any:
     async with rt.pool.acquire() as conn:
-        fork_row = await db_forks.get_fork_row(conn, workspace_id, run_id)
-        full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
-    if fork_row is None or full is None:
-        raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
-    return {**dict(full), **dict(fork_row)}
+        return await forking.fork_origin(conn, workspace_id, run_id)
