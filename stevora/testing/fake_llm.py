@@ -620,6 +620,7 @@ class FakeLLMServer:
             self.openai._reset()
             self.anthropic._reset()
             self.responder = None
+            self.rate_limit = None
 
     def close(self) -> None:
         if self._closing.is_set():
