@@ -55,6 +55,7 @@ class WebhookEvent(StrEnum):
     WORKFLOW_TOOL_OUTPUTS_REQUIRED = "workflow.tool_outputs_required"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
+    WORKFLOW_FORKED = "workflow.forked"  # a fork or replay was made (its run id, the origin's)
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,6 +14,9 @@ reaches that point: `<point>[:<round>[:<call index>]]`. Points:
                          batch of several runs' rows): callers queued, the batch not sent
 * `batch_sent`         — the batch statement is handed to its connection, its result not read
 * `batch_committed`    — the batch committed, none of its callers woken yet
+* `fork_writing`       — a fork's transaction (docs/time-travel.md) has written its run, step runs
+                         and model calls; its tool traces and events are not written, nothing
+                         is committed
 
 Production never sets it; the cost when unset is one attribute check per checkpoint (per batch).
 """

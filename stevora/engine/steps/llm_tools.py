@@ -218,11 +218,18 @@ class ToolRunner:
         by_index: dict[int, dict[str, Any]] = {}
         if self.recorded is _UNREAD:
             self.recorded = await RecordedTools.load(self.rt.pool, self.ex.run_id)
-        if isinstance(self.recorded, RecordedTools):  # a replay: every call answered from the recording
+        if isinstance(self.recorded, RecordedTools):  # a replay: calls answered from the recording
+            live = []
             for index, call in missing:
-                by_index[index] = await self._record(last, index, call, *self.recorded.answer(call))
-            self._deliver(st, calls, last, by_index)
-            return None
+                answer = self.recorded.answer(call)
+                if answer is None:  # unmatched, and the replay runs those live: as in any run
+                    live.append((index, call))
+                else:
+                    by_index[index] = await self._record(last, index, call, *answer)
+            if not live:
+                self._deliver(st, calls, last, by_index)
+                return None
+            missing = live
         kinds = self.tools.kinds
         for index, call in missing:
             if call.name not in kinds:  # never looked up in the registry, never gated, never run
