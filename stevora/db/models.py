@@ -510,3 +510,18 @@ class RateLimitBucket(Base):
     )
     tokens: Mapped[float] = mapped_column(Float)
     updated_at: Mapped[datetime] = _created()
+
+
+class ProviderRateLimit(Base):
+    """A model's request and token buckets, shared by every worker process (docs/flow-control.md,
+    "Provider rate limits"; stevora/engine/provider_limits.py). Both may go negative: a reservation
+    of a call that waits for its turn."""
+
+    __tablename__ = "provider_rate_limits"
+    __table_args__ = {"prefixes": ["UNLOGGED"]}  # soft state: no WAL flush per update
+    key: Mapped[str] = mapped_column(Text, primary_key=True)  # "provider:model", as configured
+    requests: Mapped[float] = mapped_column(Float)
+    tokens: Mapped[float] = mapped_column(Float)
+    # The share of the configured limits in force: a provider 429 lowers it, answered calls raise it.
+    scale: Mapped[float] = mapped_column(Float, server_default=text("1"))
+    updated_at: Mapped[datetime] = _created()

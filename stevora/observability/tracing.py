@@ -236,6 +236,15 @@ def chat_span(
         yield span
 
 
+def current_span_attribute(key: str, value: Any) -> None:
+    """Set an attribute on the current span (the `chat` span around a provider call), if tracing is on."""
+    if _state.tracer is None:
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attribute(key, value)
+
+
 def chat_first_token(span: Span | None, seconds: float) -> None:
     """A streamed call's time to first token, on its `chat` span (and as a span event)."""
     if span is None:

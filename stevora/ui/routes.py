@@ -19,6 +19,7 @@ from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse,
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from stevora.engine import provider_limits
 from stevora.engine.steps.approval import Decision, decide_approval
 from stevora.errors import RateLimitError, StevoraError
 from stevora.statuses import TERMINAL_RUN_STATUSES
@@ -169,6 +170,8 @@ def build_ui_router() -> APIRouter:
             "nav": "runs", "page": page, "f": filters, "problems": problems,
             "query": filter_query(request.query_params),
             "definitions": await queries.definition_choices(rt, user.workspace_id),
+            # STEVORA_RATE_LIMITS: current use per model (none configured: no statement).
+            "rate_limits": await provider_limits.current_use(rt.pool, rt.settings) if rt.settings.rate_limits else [],
         }  # fmt: skip
 
     @router.get("/runs")
