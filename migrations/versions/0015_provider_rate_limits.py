@@ -1,7 +1,7 @@
 """Provider rate limits shared by every worker (docs/flow-control.md, "Provider rate limits")
 
 Revision ID: 0015
-Revises: 0013
+Revises: 0014
 Create Date: 2026-11-26 13:15:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0015"
-down_revision: str | None = "0013"
+down_revision: str | None = "0014"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
