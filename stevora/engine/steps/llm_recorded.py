@@ -5,7 +5,7 @@ tool name and the same canonical arguments (the parsed argument object as JSON w
 and no insignificant whitespace, so key order and spacing do not matter, values do). Identical
 calls are matched in order: the n-th such call of the replay gets the n-th recorded result (each
 recorded result answers one call). A matched call gets the recorded status, output or error and
-the recorded `update_state`; no handler, client tool or child run is started. An unmatched call
+the recorded `update_state` and `ctx.goto` (the replay goes where its origin went); no handler, client tool or child run is started. An unmatched call
 gets a failed result `TOOL_CALL_NOT_RECORDED` and the loop goes on, unless the replay was made
 with `unmatched: "live"` (`replay_tools` = `recorded+live`): then the call runs as in any run.
 """
@@ -80,9 +80,9 @@ class RecordedTools:
         used = await db_forks.own_tool_calls(pool, run_id)
         return cls(origin, recorded, used, live=mode == RECORDED_LIVE)
 
-    def answer(self, call: ToolCall) -> tuple[ToolOutcome, dict[str, Any] | None] | None:
-        """The recorded outcome for `call` and its recorded state updates; None for an unmatched
-        call of a replay that runs those live (the caller runs it)."""
+    def answer(self, call: ToolCall) -> tuple[ToolOutcome, dict[str, Any] | None, str | None] | None:
+        """The recorded outcome for `call`, its recorded state updates and `ctx.goto` target; None
+        for an unmatched call of a replay that runs those live (the caller runs it)."""
         arguments, _ = parse_arguments(call.arguments)
         queue = self._queues.get(canonical(call.name, arguments))
         if not queue and self.live:
@@ -100,6 +100,7 @@ class RecordedTools:
                     json.dumps({"error": error}),
                 ),
                 None,
+                None,
             )
         r = queue.popleft()
         ok = r["status"] == "completed"
@@ -112,7 +113,7 @@ class RecordedTools:
             0.0,
             replay_result_text(r),
         )
-        return outcome, (r["state_updates"] if ok else None)
+        return outcome, (r["state_updates"] if ok else None), (r["goto_step"] if ok else None)
 
 
 async def replay_report(pool: asyncpg.Pool, run_id: str) -> dict[str, int] | None:

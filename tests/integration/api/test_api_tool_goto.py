@@ -351,3 +351,44 @@ def test_goto_outside_an_llm_step_says_so() -> None:
     with pytest.raises(RuntimeError, match="only available to tools called by an llm step"):
         ctx.goto("review")
     assert ctx.transcript == ()
+
+
+async def test_a_replay_with_recorded_tools_goes_where_its_origin_went(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness, ran: list[str]
+) -> None:
+    """A matched call's recorded `ctx.goto` is replayed with its result: the replay skips `draft`
+    as the origin did, and no handler runs."""
+    calls: list[str] = []
+
+    @harness.tools.tool
+    def escalate(reason: str, ctx: ToolContext) -> str:
+        """Hand the ticket to a person."""
+        calls.append(reason)
+        ctx.goto("review")
+        return "escalated"
+
+    # One turn each: the model is not asked again after a goto round.
+    harness.scripted.enqueue(turn(("escalate", {"reason": "double charge"})))
+    origin_id, origin = await run_to_end(client, tenant, steered("escalate"))
+    assert origin["status"] == "COMPLETED", origin["error"]
+    assert calls == ["double charge"] and ran == ["review"]
+
+    harness.scripted.enqueue(turn(("escalate", {"reason": "double charge"})))
+    made = await client.post(
+        f"/v1/workflow-runs/{origin_id}/replay", json={"tools": "recorded"}, headers=tenant.headers
+    )
+    assert made.status_code == 201, made.text
+    replay_id = made.json()["data"]["id"]
+    replay = await wait_for(client, tenant, replay_id, "COMPLETED", "FAILED")
+    assert replay["status"] == "COMPLETED", replay["error"]
+    assert calls == ["double charge"]  # answered from the recording: the handler did not run again
+    assert ran == ["review", "review"]
+    assert await steps_of(client, tenant, replay_id) == [
+        ("agent", "COMPLETED"),
+        ("draft", "SKIPPED"),
+        ("review", "COMPLETED"),
+    ]
+    traces = (await client.get(f"/v1/workflow-runs/{replay_id}/tool-traces", headers=tenant.headers)).json()[
+        "data"
+    ]
+    assert [(t["toolName"], t["gotoStep"]) for t in traces] == [("escalate", "review")]
