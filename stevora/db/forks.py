@@ -210,7 +210,8 @@ async def recorded_results(conn: asyncpg.Connection | asyncpg.Pool, run_id: str)
     return list(
         await conn.fetch(
             "SELECT t.tool_name, t.input_json, t.output_json, t.status, t.error, t.error_code, t.result_text, "
-            "t.state_updates, t.goto_step, t.tool_call_id, c.response FROM tool_trace t LEFT JOIN llm_calls c ON c.id = t.llm_call_id "
+            "t.state_updates, t.goto_step, t.tool_call_id, c.response "
+            "FROM tool_trace t LEFT JOIN llm_calls c ON c.id = t.llm_call_id "
             "WHERE t.workflow_run_id = $1 ORDER BY t.round, t.created_at, t.sequence",
             run_id,
         )

@@ -4,10 +4,11 @@ Matching rule (docs/time-travel.md): a call matches a recorded call of the origi
 tool name and the same canonical arguments (the parsed argument object as JSON with sorted keys
 and no insignificant whitespace, so key order and spacing do not matter, values do). Identical
 calls are matched in order: the n-th such call of the replay gets the n-th recorded result (each
-recorded result answers one call). A matched call gets the recorded status, output or error and
-the recorded `update_state` and `ctx.goto` (the replay goes where its origin went); no handler, client tool or child run is started. An unmatched call
-gets a failed result `TOOL_CALL_NOT_RECORDED` and the loop goes on, unless the replay was made
-with `unmatched: "live"` (`replay_tools` = `recorded+live`): then the call runs as in any run.
+recorded result answers one call). A matched call gets the recorded status, output or error, the
+recorded `update_state` and the recorded `ctx.goto` (the replay goes where its origin went); no
+handler, client tool or child run is started. An unmatched call gets a failed result
+`TOOL_CALL_NOT_RECORDED` and the loop goes on, unless the replay was made with `unmatched: "live"`
+(`replay_tools` = `recorded+live`): then the call runs as in any run.
 """
 
 from __future__ import annotations
