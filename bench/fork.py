@@ -1,6 +1,6 @@
-"""Fork creation latency and the storage a fork costs per inherited round.
+"""Fork creation latency, the storage a fork costs per inherited round, and bulk replay.
 
-    .venv/bin/python -m bench.fork [--rounds 5 20] [--forks 50]
+    .venv/bin/python -m bench.fork [--rounds 5 20 100] [--forks 30] [--replays 100]
 
 For each round count one origin run of the scripted agent (one `noop` tool per round) is executed,
 then forked `--forks` times at its middle round (`plan_fork` + `create_fork`: the whole HTTP path
@@ -8,7 +8,14 @@ minus the HTTP layer), the forks not executed. Printed per round count: fork cre
 ms, and the bytes a fork adds per inherited round (the growth of `llm_calls`, `tool_trace`,
 `step_runs` and `workflow_runs` heap + indexes, divided by the rounds it inherits), beside the
 bytes the origin's own rounds took. An `llm` step allows at most 20 tool rounds
-(`maxToolRounds`), so 100-round runs are not measured.
+(`maxToolRounds`); the bench lifts that cap in the worker's cached definition for the 100-round
+run (bench/harness.py), as for the loop benchmarks.
+
+Bulk replay: `--replays` origin runs of 5 rounds are executed, then each is replayed with recorded
+tools against another model name (`plan_replay` + `fork.make`, what `POST /v1/replays` does
+per run, a derived definition version stored once), the replays executed by a run pool of 10, and
+compared (`engine.bulk.compare`). Printed: replays created per second, replays run to the end per
+second (creation + execution), the comparison's time, and the matched / unmatched tool calls.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ import asyncpg
 
 from bench.common import bench_database_url, median, pct
 from bench.harness import LoopBench
+from stevora.engine import bulk
 from stevora.engine import fork as forking
 
 _TABLES = ("llm_calls", "tool_trace", "step_runs", "workflow_runs")
@@ -58,11 +66,39 @@ async def _measure(bench: LoopBench, rounds: int, forks: int) -> None:
     )
 
 
-async def main(url: str, rounds: list[int], forks: int) -> None:
+async def _bulk_replay(bench: LoopBench, runs: int, rounds: int = 5) -> None:
+    origins = await bench.create_runs(rounds, runs)
+    await bench.execute(origins, 10)
+    bench.provider.calls.clear()  # the replays' model calls count from their first round again
+    t0 = time.perf_counter()
+    replay_ids = []
+    for origin in origins:
+        plan = await forking.plan_replay(bench.rt, bench.ws, origin, model=f"scripted:rounds={rounds}:replay")
+        run, _ = await forking.make(bench.rt, plan, None)
+        replay_ids.append(run["id"])
+    created = time.perf_counter() - t0
+    wall, _, _ = await bench.execute(replay_ids, 10)
+    t1 = time.perf_counter()
+    comparison = await bulk.compare(bench.rt, bench.ws, replay_ids)
+    compared = time.perf_counter() - t1
+    matched = sum(r["replay"]["toolCalls"]["matched"] for r in comparison["runs"])
+    unmatched = sum(r["replay"]["toolCalls"]["unmatched"] for r in comparison["runs"])
+    same_rounds = sum(1 for r in comparison["runs"] if r["origin"]["rounds"] == r["replay"]["rounds"])
+    print(
+        f"bulk replay of {runs} runs x {rounds} rounds: created {runs / created:6.1f} replays/s, "
+        f"run to the end {runs / (created + wall):6.1f} runs/s ({wall:.2f} s executing, 10 at once), "
+        f"compared in {compared * 1000:.0f} ms  |  tool calls matched {matched}, unmatched {unmatched}; "
+        f"{same_rounds}/{runs} replays with the origin's rounds"
+    )
+
+
+async def main(url: str, rounds: list[int], forks: int, replays: int) -> None:
     bench = await LoopBench.start(url)
     try:
         for n in rounds:
             await _measure(bench, n, forks)
+        if replays:
+            await _bulk_replay(bench, replays)
     finally:
         await bench.close()
 
@@ -71,7 +107,8 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--rounds", type=int, nargs="+", default=[5, 20])
-    parser.add_argument("--forks", type=int, default=50)
+    parser.add_argument("--rounds", type=int, nargs="+", default=[5, 20, 100])
+    parser.add_argument("--forks", type=int, default=30)
+    parser.add_argument("--replays", type=int, default=100, help="runs replayed in bulk (0: none)")
     args = parser.parse_args()
-    asyncio.run(main(bench_database_url("fork"), args.rounds, args.forks))
+    asyncio.run(main(bench_database_url("fork"), args.rounds, args.forks, args.replays))

@@ -109,6 +109,7 @@ class ProviderError(StepError):
         retryable: bool = False,
         retry_after_s: float | None = None,
         code: str | None = None,
+        remaining: tuple[float | None, float | None] = (None, None),
     ) -> None:
         super().__init__(
             message,
@@ -119,6 +120,8 @@ class ProviderError(StepError):
         self.provider = provider
         self.status_code = status_code
         self.retry_after_s = retry_after_s
+        # (requests, tokens) the provider's rate-limit headers said remain, when it said.
+        self.remaining = remaining
 
 
 class ProviderNotFound(StepError):

@@ -40,6 +40,9 @@ class EventType(StrEnum):
     APPROVAL_DECIDED = "APPROVAL_DECIDED"
     BUDGET_UPDATED = "BUDGET_UPDATED"
     WORKFLOW_FORKED = "WORKFLOW_FORKED"  # on a fork (its origin) and on the origin (the fork)
+    MAP_ITEM_STARTED = "MAP_ITEM_STARTED"  # a `map` step started an item's child run
+    MAP_ITEM_COMPLETED = "MAP_ITEM_COMPLETED"  # ... whose child run completed
+    MAP_ITEM_FAILED = "MAP_ITEM_FAILED"  # ... whose child run failed or was cancelled
 
 
 # Events after which a run has ended (the UI stream and the client's watch stop on them).
@@ -55,6 +58,7 @@ class WebhookEvent(StrEnum):
     WORKFLOW_TOOL_OUTPUTS_REQUIRED = "workflow.tool_outputs_required"
     APPROVAL_REQUESTED = "approval.requested"
     APPROVAL_DECIDED = "approval.decided"
+    WORKFLOW_FORKED = "workflow.forked"  # a fork or replay was made (its run id, the origin's)
 
 
 @dataclass(frozen=True, slots=True)

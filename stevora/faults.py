@@ -8,12 +8,20 @@ reaches that point: `<point>[:<round>[:<call index>]]`. Points:
 * `tool_committed`     — right after a tool trace + event commit
 * `step_started`       — a step run just went RUNNING (before its handler runs)
 * `llm_call_starting`  — about to send a round's model request (`:<round>`)
-* `parent_told`        — a child run's ending committed its parent's tool result; the parent
-                         has not been dispatched yet
+* `parent_told`        — a child run's ending committed its parent's tool result (or its map
+                         item's result and the next items' child runs); none of the runs it
+                         woke has been dispatched yet
+* `wait_committed`     — a step went WAITING (`:<step type>`), e.g. a `map` step with its first
+                         child runs created; none of them (nor its timer) dispatched yet
+* `map_collecting`     — a `map` step's due wait is collecting its items' results, before the
+                         step completes (in the transaction: the kill rolls it back)
 * `batch_sending`      — group commit (`:<kind>[:<n>]`, kind `llm_call` or `tool_trace`, the n-th
                          batch of several runs' rows): callers queued, the batch not sent
 * `batch_sent`         — the batch statement is handed to its connection, its result not read
 * `batch_committed`    — the batch committed, none of its callers woken yet
+* `fork_writing`       — a fork's transaction (docs/time-travel.md) has written its run, step runs
+                         and model calls; its tool traces and events are not written, nothing
+                         is committed
 
 Production never sets it; the cost when unset is one attribute check per checkpoint (per batch).
 """

@@ -49,6 +49,17 @@ OPENAI_CAPABILITIES = ServerCapabilities(
 )
 
 
+class ProviderRateLimit(BaseModel):
+    """One model's limits per `rate_limit_window_s` (a minute by default): requests and tokens."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rpm: int | None = Field(default=None, ge=1)
+    """Requests per window; None: not limited."""
+    tpm: int | None = Field(default=None, ge=1)
+    """Tokens per window (prompt and answer); None: not limited."""
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="STEVORA_", extra="ignore", populate_by_name=True)
 
@@ -124,11 +135,23 @@ class Settings(BaseSettings):
     provider_timeout_s: float = 120.0
     # Per-provider or per-model caps on concurrent calls in one process: {"openai": 200, "gpt-4o": 50}.
     llm_concurrency: dict[str, int] = {}
+    # Provider rate limits shared by every worker (docs/flow-control.md, "Provider rate limits"):
+    # {"openai:gpt-4o-mini": {"rpm": 600, "tpm": 100000}}, keyed "provider:model", a model name
+    # or a provider name; per `rate_limit_window_s` seconds.
+    rate_limits: dict[str, ProviderRateLimit] = {}
+    rate_limit_window_s: float = Field(default=60.0, gt=0)
+    # A call whose turn is further away than this tries the step's next fallback model instead.
+    rate_limit_fallback_after_s: float = Field(default=10.0, ge=0)
+    # The longest a worker waits inline for a call's turn; beyond it (and no fallback within its
+    # bound) the attempt fails with a retryable RATE_LIMITED, retried no earlier than its turn.
+    rate_limit_max_wait_s: float = Field(default=60.0, ge=0)
     # Price overrides in USD per million tokens: {"my-model": [input, output]}.
     model_prices: dict[str, tuple[float, float]] = {}
     max_tool_output_bytes: int = 100_000
     # Workflows called as tools: a root run is depth 1; a call that would go deeper fails at once.
     max_workflow_depth: int = Field(default=5, ge=1, le=50)
+    # The most items one `map` step may fan out over; more fails the step (MAP_TOO_MANY_ITEMS).
+    map_max_items: int = Field(default=10_000, ge=1, le=1_000_000)
     # The ceiling of every run's budget (docs/definitions.md#budgets): a run asking for more is
     # refused at create (400); a run asking for nothing, or a definition default above it, gets it.
     # None: no ceiling.

@@ -57,6 +57,7 @@ class PauseReason(StrEnum):
     CHILD_RUNS = "child_runs"  # only workflow tool calls are out
     MANUAL = "manual"  # the pause command
     BUDGET = "budget"  # a limit of the run's budget, with `onBudgetExceeded: "pause"`
+    MAP = "map"  # a `map` step's child runs are out
 
 
 class ResumeReason(StrEnum):
@@ -71,6 +72,7 @@ class ResumeReason(StrEnum):
     CHILD_RUN = "child_run"
     TOOL_OUTPUT_TIMEOUT = "tool_output_timeout"
     BUDGET = "budget"  # the budget was raised
+    MAP = "map"  # every child run of a `map` step ended (or its first failure, with `onItemFailure: "fail"`)
 
 
 class AwaitedKind(StrEnum):
@@ -96,6 +98,16 @@ class AnsweredBy(StrEnum):
     WORKFLOW = "workflow"
     TIMEOUT = "timeout"
     PERSON = "person"
+
+
+class MapItemStatus(StrEnum):
+    """`map_items.status`: one element of a `map` step's items."""
+
+    PENDING = "pending"  # not started yet (waits for a free slot)
+    RUNNING = "running"  # its child run is out
+    COMPLETED = "completed"
+    FAILED = "failed"  # its child run failed
+    CANCELLED = "cancelled"  # its child run was cancelled
 
 
 TERMINAL_RUN_STATUSES: frozenset[RunStatus] = frozenset(

@@ -34,10 +34,18 @@ def lookup(root: Any, path: list[str]) -> Any:
 
 
 def resolve(
-    expr: str, *, input: Mapping[str, Any], state: Mapping[str, Any], steps: Mapping[str, Any] | None = None
+    expr: str,
+    *,
+    input: Mapping[str, Any],
+    state: Mapping[str, Any],
+    steps: Mapping[str, Any] | None = None,
+    scope: Mapping[str, Any] | None = None,
 ) -> Any:
+    """`scope`: extra roots read before the others (a `map` step's `item` and `index`)."""
     parts = expr.split(".")
     head, rest = parts[0], parts[1:]
+    if scope is not None and head in scope:
+        return lookup(scope[head], rest)
     if head == "input":
         return lookup(input, rest)
     if head == "state":
@@ -81,6 +89,7 @@ def render_typed(
     state: Mapping[str, Any],
     steps: Mapping[str, Any] | None = None,
     field: str = "input",
+    scope: Mapping[str, Any] | None = None,
 ) -> Any:
     """Render the templates in a JSON value (a `tool` step's `input`). A string that is exactly one
     template keeps the JSON type of what it names, and a missing path raises MissingTemplatePath
@@ -92,20 +101,23 @@ def render_typed(
             if "{{" not in value:
                 return value
             return _PLACEHOLDER.sub(
-                lambda m: _render_value(resolve(m.group(1), input=input, state=state, steps=steps)), value
+                lambda m: _render_value(
+                    resolve(m.group(1), input=input, state=state, steps=steps, scope=scope)
+                ),
+                value,
             )
-        found = resolve(exact.group(1), input=input, state=state, steps=steps)
+        found = resolve(exact.group(1), input=input, state=state, steps=steps, scope=scope)
         if found is MISSING:
             raise MissingTemplatePath(exact.group(1), field)
         return found
     if isinstance(value, dict):
         return {
-            k: render_typed(v, input=input, state=state, steps=steps, field=f"{field}.{k}")
+            k: render_typed(v, input=input, state=state, steps=steps, field=f"{field}.{k}", scope=scope)
             for k, v in value.items()
         }
     if isinstance(value, list):
         return [
-            render_typed(v, input=input, state=state, steps=steps, field=f"{field}[{i}]")
+            render_typed(v, input=input, state=state, steps=steps, field=f"{field}[{i}]", scope=scope)
             for i, v in enumerate(value)
         ]
     return value

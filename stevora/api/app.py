@@ -25,6 +25,7 @@ from stevora.api.openapi import install_openapi
 from stevora.api.routers import (
     api_keys,
     approvals,
+    bulk,
     costs,
     definitions,
     events,
@@ -54,7 +55,7 @@ Responses are `{"success": true, "data": ...}` (lists with pages add `meta`); er
 
 def build_v1_router() -> APIRouter:
     v1 = APIRouter(dependencies=[Depends(reject_nul)])
-    for module in (workspaces, api_keys, definitions, runs, forks, events, traces, approvals, webhooks):
+    for module in (workspaces, api_keys, definitions, runs, forks, bulk, events, traces, approvals, webhooks):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)
     v1.include_router(costs.router)

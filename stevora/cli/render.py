@@ -174,7 +174,7 @@ def steps_table(run: WorkflowRun) -> Table:
             str(index),
             escape(step.step_name),
             step.step_type,
-            status(step.status),
+            status(step.status) + (f" [dim]{map_progress_text(step.map)}[/dim]" if step.map else ""),
             str(step.attempt),
             duration(step.duration_ms),
             escape(error_text(step.error)),
@@ -209,9 +209,10 @@ def trace_lines(traces: list[ToolTrace]) -> list[str]:
     for trace in traces:
         ok = trace.status == "completed"
         mark = "[green]completed[/green]" if ok else "[red]failed[/red]"
+        goto = f" [bold]→ goto {escape(trace.goto_step)}[/bold]" if trace.goto_step else ""
         lines.append(
             f"[magenta]⚙[/magenta] round {trace.round}.{trace.sequence} [bold]{escape(trace.tool_name)}[/bold] "
-            f"{mark} [dim]{duration(trace.duration_ms)}[/dim]"
+            f"{mark} [dim]{duration(trace.duration_ms)}[/dim]{goto}"
         )
         lines.append(f"    args    {escape(short_json(trace.input_json, 400))}")
         if ok:
@@ -242,7 +243,16 @@ RESUME_REASONS = (
     ResumeReason.CHILD_RUN,
     ResumeReason.TOOL_OUTPUT_TIMEOUT,
     ResumeReason.BUDGET,
+    ResumeReason.MAP,
 )
+
+
+def map_progress_text(p: Any) -> str:
+    """`3/10 done · 2 running · 1 failed`: a `map` step's progress (its step run's `map`, or a
+    MAP_ITEM_* event's payload)."""
+    fields: dict[str, Any] = p if isinstance(p, dict) else p.model_dump()
+    failed = f" · {fields.get('failed')} failed" if fields.get("failed") else ""
+    return f"{fields.get('done')}/{fields.get('total')} done · {fields.get('running')} running{failed}"
 
 
 def _option(limit: Any) -> str:
@@ -309,12 +319,24 @@ class Progress:
                 "[green]completed[/green]" if ok else f"[red]failed[/red] {escape(str(p.get('error', '')))}"
             )
             tool = escape(str(p.get("toolName")))
+            goto = f" [bold]→ goto {escape(str(p['gotoStep']))}[/bold]" if p.get("gotoStep") else ""
             return (
                 f"    [magenta]⚙[/magenta] {tool} {mark} [dim]{duration(p.get('durationMs'))}"
-                f"{_answered_by(p)}[/dim]"
+                f"{_answered_by(p)}[/dim]{goto}"
             )
         if kind == "GUARDRAIL_FAILED":
             return f"  [yellow]⚠ guardrail failed[/yellow] ({escape(str(p.get('action')))}) in {step}"
+        if kind in ("MAP_ITEM_COMPLETED", "MAP_ITEM_FAILED"):
+            ok = kind == "MAP_ITEM_COMPLETED"
+            mark = (
+                "[green]completed[/green]"
+                if ok
+                else f"[red]{escape(str(p.get('status', 'failed')).lower())}[/red]"
+            )
+            return (
+                f"    [magenta]⇶[/magenta] {step}[{p.get('index')}] {mark} "
+                f"[dim]child run {escape(str(p.get('childRunId')))} · {map_progress_text(p)}[/dim]"
+            )
         return self._run_line(event, step)
 
     def _llm_round(self, p: dict[str, Any]) -> str:
@@ -341,6 +363,12 @@ class Progress:
                 return f"[cyan]⏸[/cyan] {step} waiting for signal '{escape(str(p.get('signalType')))}'"
             if reason == PauseReason.MANUAL:
                 return "[magenta]⏸ paused[/magenta]"
+            if reason == PauseReason.MAP:
+                fanout = p.get("map") or {}
+                return (
+                    f"[cyan]⏸[/cyan] {step} mapping {fanout.get('total')} item(s) over "
+                    f"'{escape(str(fanout.get('workflow')))}', {fanout.get('concurrency')} at a time"
+                )
             if reason in (PauseReason.TOOL_OUTPUTS, PauseReason.CHILD_RUNS):
                 return _awaited_pause(event.workflow_run_id, p, step)
             if reason == PauseReason.BUDGET:

@@ -35,7 +35,6 @@ SIMPLE_COMMANDS = {
         "cancelled",
         "Cancel a run that has not finished; its open steps and approvals are cancelled.",
     ),
-    "retry": ("retrying", "Run a FAILED run's failed step again, with a fresh attempt budget."),
     "pause": (
         "paused",
         "Pause a RUNNING run; the worker stops at its next checkpoint (`runs resume` continues).",
@@ -56,6 +55,54 @@ def _simple_command(name: str, verb: str) -> Callable[..., None]:
 
 for _name, (_verb, _help) in SIMPLE_COMMANDS.items():
     runs_app.command(_name, help=_help)(_simple_command(_name, _verb))
+
+
+@runs_app.command("retry")
+def runs_retry(
+    run_ids: Annotated[list[str] | None, typer.Argument(help="Run ids (wfrun_...) to retry.")] = None,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="Every FAILED run of --definition (in --since/--until).")
+    ] = False,
+    definition: Annotated[str | None, typer.Option("--definition", help="With --failed: its runs.")] = None,
+    since: Annotated[str | None, typer.Option("--since", help="Failed at or after (ISO 8601).")] = None,
+    until: Annotated[str | None, typer.Option("--until", help="Failed before (ISO 8601).")] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Only count the runs a bulk retry takes.")
+    ] = False,
+    as_json: JsonFlag = False,
+    url: Url = DEFAULT_URL,
+    api_key: ApiKey = None,
+) -> None:
+    """Run a FAILED run's failed step again, with a fresh attempt budget. With --failed (or several
+    ids): every FAILED run of --definition that failed in the window, one by one, each reported
+    (one run's failure does not stop the others); --dry-run counts them first."""
+    ids = run_ids or []
+    if not failed and not ids:
+        raise typer.BadParameter("give run ids, or --failed --definition NAME", param_hint="RUN_IDS")
+    if failed and definition is None and not ids:
+        raise typer.BadParameter("--failed needs --definition (or run ids)", param_hint="--definition")
+    with connect(url, api_key) as rt:
+        if not failed and len(ids) == 1 and not dry_run:
+            _done("retrying", rt.workflows.retry(ids[0]), as_json)
+            return
+        result = rt.workflows.retry_failed(
+            definition=definition, run_ids=ids or None, since=since, until=until, dry_run=dry_run
+        )
+    if as_json:
+        output.emit(result)
+        return
+    more = " (more left: run again)" if result["truncated"] else ""
+    if dry_run:
+        console.print(f"{result['count']} FAILED run(s) would be retried{more}")
+        for run_id in result["runIds"]:
+            console.print(f"  {run_id}")
+        return
+    for row in result["results"]:
+        if row["outcome"] == "RETRIED":
+            console.print(f"  {row['runId']}: retrying")
+        else:
+            console.print(f"  [red]{row['runId']}: {escape(render.error_text(row['error']))}[/red]")
+    console.print(f"retried {result['retried']} of {result['count']} FAILED run(s){more}")
 
 
 def _payload(text: str | None) -> dict[str, Any] | None:

@@ -4,16 +4,18 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
+import time
 from typing import Annotated, Any
 
 import typer
+from rich import box
 from rich.markup import escape
+from rich.table import Table
 
-from stevora.cli import output
+from stevora.cli import output, render
 from stevora.cli.output import JsonFlag
 from stevora.cli.remote import DEFAULT_URL, ApiKey, Url, connect, console, runs_app
-from stevora.client import LlmCall, ToolTrace
+from stevora.engine.run_diff import diff_rows
 
 RunId = Annotated[str, typer.Argument(help="Run id (wfrun_...).")]
 
@@ -69,6 +71,10 @@ def runs_fork(
             "--tool-result", help="CALL_ID=JSON: replace a result of the previous round (repeatable)."
         ),
     ] = None,
+    definition_version: Annotated[
+        str | None,
+        typer.Option("--definition-version", help="Run this version of the definition from the fork point."),
+    ] = None,
     idempotency_key: Annotated[str | None, typer.Option("--idempotency-key")] = None,
     as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
@@ -85,6 +91,7 @@ def runs_fork(
             tool_results=results,
             model=model,
             system_prompt=system_prompt,
+            definition_version=definition_version,
             idempotency_key=idempotency_key,
         )
     if as_json:
@@ -95,114 +102,120 @@ def runs_fork(
 
 @runs_app.command("replay")
 def runs_replay(
-    run_id: RunId,
+    run_ids: Annotated[
+        list[str] | None, typer.Argument(help="Run ids to replay (or --definition NAME --last N).")
+    ] = None,
+    definition: Annotated[
+        str | None, typer.Option("--definition", help="Replay the last --last ended runs of this definition.")
+    ] = None,
+    last: Annotated[int, typer.Option("--last", help="With --definition: how many runs.")] = 10,
     model: Annotated[str | None, typer.Option("--model", help="The model to replay with.")] = None,
     system_prompt: Annotated[str | None, typer.Option("--system-prompt")] = None,
     step: Annotated[str | None, typer.Option("--step", help="The llm step the model applies to.")] = None,
+    definition_version: Annotated[
+        str | None, typer.Option("--definition-version", help="Replay under this version of the definition.")
+    ] = None,
+    unmatched: Annotated[
+        str | None,
+        typer.Option("--unmatched", help="'error' (default): unmatched tool calls fail; 'live': they run."),
+    ] = None,
+    wait: Annotated[
+        float, typer.Option("--wait", help="Seconds to wait for the replays to end (bulk; 0: do not wait).")
+    ] = 300.0,
     as_json: JsonFlag = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
-    """Drive the run again with its tool calls answered from its recorded results (no side effects)."""
+    """Drive runs again with their tool calls answered from their recorded results (no side
+    effects). One RUN: start its replay. Several, or --definition NAME --last N: replay them all,
+    wait (up to --wait s) for the replays to end and print each beside its origin."""
+    ids = run_ids or []
+    if definition is None and not ids:
+        raise typer.BadParameter("give run ids or --definition NAME", param_hint="RUN_IDS")
+    if definition is not None and ids:
+        raise typer.BadParameter("give run ids or --definition, not both", param_hint="--definition")
+    options = {
+        "model": model,
+        "system_prompt": system_prompt,
+        "step": step,
+        "definition_version": definition_version,
+        "unmatched": unmatched,
+    }
     with connect(url, api_key) as rt:
-        run = rt.workflows.replay(run_id, model=model, system_prompt=system_prompt, step=step)
+        if definition is None and len(ids) == 1:
+            run = rt.workflows.replay(ids[0], **options)
+            if as_json:
+                output.emit(run)
+            else:
+                console.print(f"replaying {ids[0]}: {run['id']}")
+            return
+        made = rt.workflows.bulk_replay(
+            definition=definition, last=last if definition else None, run_ids=ids or None, **options
+        )
+        replay_ids = [r["replayId"] for r in made["replays"] if r["replayId"]]
+        comparison = _wait_compare(rt, replay_ids, wait) if replay_ids else {"done": True, "runs": []}
     if as_json:
-        output.emit(run)
+        output.emit({"replays": made["replays"], "comparison": comparison})
         return
-    console.print(f"replaying {run_id}: {run['id']}")
+    for failed in (r for r in made["replays"] if not r["replayId"]):
+        console.print(f"[red]{escape(failed['runId'])}: {escape(failed['error']['message'])}[/red]")
+    console.print(comparison_table(comparison))
+    if not comparison["done"]:
+        console.print(
+            f"[yellow]not every replay ended within {wait:g} s: rerun with --wait or see `runs get`[/yellow]"
+        )
+
+
+def _wait_compare(rt: Any, replay_ids: list[str], timeout: float) -> dict[str, Any]:
+    """The comparison once every replay has ended, or as it is after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        comparison: dict[str, Any] = rt.workflows.compare_replays(replay_ids)
+        if comparison["done"] or time.monotonic() >= deadline:
+            return comparison
+        time.sleep(min(1.0, max(0.05, deadline - time.monotonic())))
+
+
+def comparison_table(comparison: dict[str, Any]) -> Table:
+    """One row per replay: origin → replay for status, rounds, tokens, cost and latency, the
+    replay's matched / unmatched tool calls, and whether the final output is the same."""
+    table = Table(title=f"Replays · {len(comparison['runs'])}", box=box.SIMPLE_HEAD)
+    for name in ("Run", "Replay", "Status", "Rounds", "Tools m/u", "Tokens", "Cost", "Latency", "Output"):
+        table.add_column(name, no_wrap=name != "Output")
+    totals = {"origin": [0, 0.0, 0.0], "replay": [0, 0.0, 0.0]}
+    for row in comparison["runs"]:
+        o, r = row["origin"] or {}, row["replay"]
+        for key, side in (("origin", o), ("replay", r)):
+            totals[key][0] += side.get("inputTokens", 0) + side.get("outputTokens", 0)
+            totals[key][1] += side.get("costUsd", 0.0)
+            totals[key][2] += side.get("latencyMs") or 0.0
+        tools = r["toolCalls"] or {}
+        table.add_row(
+            row["runId"],
+            row["replayId"],
+            f"{render.status(o.get('status', '?'))} → {render.status(r['status'])}",
+            f"{o.get('rounds', '?')} → {r['rounds']}",
+            f"{tools.get('matched', 0)}/{tools.get('unmatched', 0)}",
+            f"{_tokens(o)} → {_tokens(r)}",
+            f"{render.usd(o.get('costUsd', 0.0))} → {render.usd(r['costUsd'])}",
+            f"{render.duration(o.get('latencyMs'))} → {render.duration(r['latencyMs'])}",
+            "same" if row["sameOutput"] else escape(render.short_json(r["output"], 60)),
+        )
+    (ot, oc, ol), (rt_, rc, rl) = totals["origin"], totals["replay"]
+    table.caption = (
+        f"total tokens {ot:.0f} → {rt_:.0f} · cost {render.usd(oc)} → {render.usd(rc)} · "
+        f"latency {render.duration(ol)} → {render.duration(rl)}"
+    )
+    return table
+
+
+def _tokens(side: dict[str, Any]) -> str:
+    if not side:
+        return "?"
+    return str(side["inputTokens"] + side["outputTokens"])
 
 
 # -- diff ------------------------------------------------------------------------------------
-
-
-@dataclass
-class Side:
-    """One run's model call at a (step, round) and the tool results it got."""
-
-    model: str
-    text: str | None
-    tool_calls: list[tuple[str, Any]]  # (name, arguments)
-    results: list[Any] = field(default_factory=list)
-    tokens: int = 0
-    cost_usd: float = 0.0
-    duration_ms: float | None = None
-
-    def content(self) -> tuple[Any, ...]:
-        """What the comparison looks at: the model's text, its tool calls and the results."""
-        return (
-            self.text,
-            json.dumps(self.tool_calls, sort_keys=True),
-            json.dumps(self.results, sort_keys=True),
-        )
-
-
-def _sides(calls: list[LlmCall], traces: list[ToolTrace]) -> dict[tuple[str, int, int], Side]:
-    by_call: dict[str, list[ToolTrace]] = {}
-    for t in traces:
-        if t.llm_call_id:
-            by_call.setdefault(t.llm_call_id, []).append(t)
-    out: dict[tuple[str, int, int], Side] = {}
-    seen: dict[tuple[str, int], int] = {}
-    for c in calls:
-        if c.status != "completed":
-            continue
-        occurrence = seen.get((c.step_name, c.round), 0) + 1  # a step visited again
-        seen[(c.step_name, c.round)] = occurrence
-        response = c.response or {}
-        tool_calls = [(tc.get("name"), tc.get("arguments")) for tc in response.get("toolCalls") or ()]
-        results = [
-            t.output_json if t.status == "completed" else {"error": t.error}
-            for t in sorted(by_call.get(c.id, []), key=lambda t: t.sequence)
-        ]
-        out[(c.step_name, occurrence, c.round)] = Side(
-            c.model,
-            response.get("text"),
-            tool_calls,
-            results,
-            c.input_tokens + c.output_tokens,
-            c.cost_usd,
-            c.duration_ms,
-        )
-    return out
-
-
-def diff_rows(
-    a: tuple[list[LlmCall], list[ToolTrace]], b: tuple[list[LlmCall], list[ToolTrace]]
-) -> list[dict[str, Any]]:
-    """Both runs' model calls aligned by step (and its visit) and round, in A's order then B's
-    extra rows; each row says whether the two sides are the same, and the first that is not is
-    marked `firstDivergence`."""
-    left, right = _sides(*a), _sides(*b)
-    keys = list(left) + [k for k in right if k not in left]
-    rows: list[dict[str, Any]] = []
-    diverged = False
-    for key in keys:
-        sa, sb = left.get(key), right.get(key)
-        same = sa is not None and sb is not None and sa.content() == sb.content()
-        row = {
-            "stepName": key[0],
-            "visit": key[1],
-            "round": key[2],
-            "a": None if sa is None else _side_view(sa),
-            "b": None if sb is None else _side_view(sb),
-            "same": same,
-            "firstDivergence": not same and not diverged,
-        }
-        diverged = diverged or not same
-        rows.append(row)
-    return rows
-
-
-def _side_view(s: Side) -> dict[str, Any]:
-    return {
-        "model": s.model,
-        "text": s.text,
-        "toolCalls": [{"name": n, "arguments": args} for n, args in s.tool_calls],
-        "results": s.results,
-        "tokens": s.tokens,
-        "costUsd": s.cost_usd,
-        "durationMs": s.duration_ms,
-    }
 
 
 def _brief(side: dict[str, Any] | None) -> str:

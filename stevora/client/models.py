@@ -89,6 +89,18 @@ class DefinitionRef(Model):
     version: str
 
 
+class MapProgress(Model):
+    """A `map` step run's progress: its items' child runs done, out and failed."""
+
+    total: int
+    done: int
+    completed: int
+    failed: int
+    running: int
+    concurrency: int
+    on_item_failure: str
+
+
 class StepRun(Model):
     id: str
     workflow_run_id: str
@@ -108,6 +120,7 @@ class StepRun(Model):
     duration_ms: int | None = None
     created_at: datetime | None = None
     updated_at: datetime | None = None
+    map: MapProgress | None = None  # for a `map` step run
 
 
 class PendingToolCall(Model):
@@ -240,6 +253,8 @@ class ToolTrace(Model):
     idempotency_key: str | None = None
     child_run_id: str | None = None
     """For a workflow called as a tool: the child run that answered the call."""
+    goto_step: str | None = None
+    """The step the handler sent the run to with `ctx.goto` (the llm step ended after this round)."""
     created_at: datetime | None = None
 
 

@@ -7,7 +7,7 @@ The docstrings here are the public methods' docstrings: `resources.py` binds the
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any, Literal
 from urllib.parse import quote
@@ -470,6 +470,7 @@ def fork(
     tool_results: Mapping[str, Any] | None = None,
     model: str | None = None,
     system_prompt: str | None = None,
+    definition_version: str | None = None,
     idempotency_key: str | None = None,
 ) -> Op[dict[str, Any]]:
     """Fork the run at `at` (`"agent"`, `"agent:3"` or `{"step": ..., "round": ...}`): a new run
@@ -484,11 +485,32 @@ def fork(
         edits["model"] = model
     if system_prompt is not None:
         edits["systemPrompt"] = system_prompt
+    if definition_version is not None:
+        edits["definitionVersion"] = definition_version
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     body = {"at": at if isinstance(at, str) else dict(at), "edits": edits}
     request = Request("POST", _path("workflow-runs", run_id, "fork"), json=body, headers=headers)
     result: dict[str, Any] = data_of((yield request))
     return result
+
+
+def _replay_options(
+    model: str | None,
+    system_prompt: str | None,
+    step: str | None,
+    definition_version: str | None,
+    unmatched: str | None,
+) -> dict[str, Any]:
+    body: dict[str, Any] = {"tools": "recorded"}
+    options = (
+        ("model", model),
+        ("systemPrompt", system_prompt),
+        ("step", step),
+        ("definitionVersion", definition_version),
+        ("unmatched", unmatched),
+    )
+    body.update((key, value) for key, value in options if value is not None)
+    return body
 
 
 def replay(
@@ -497,17 +519,75 @@ def replay(
     model: str | None = None,
     system_prompt: str | None = None,
     step: str | None = None,
+    definition_version: str | None = None,
+    unmatched: str | None = None,
     idempotency_key: str | None = None,
 ) -> Op[dict[str, Any]]:
     """Drive the run again from its first step (with another `model` / `system_prompt` for `step`,
-    default its first llm step), each tool call answered from the run's recorded results: no
-    handler, client tool or child run is started. Returns the new run (`id`, `replayOf`)."""
-    body: dict[str, Any] = {"tools": "recorded"}
-    for key, value in (("model", model), ("systemPrompt", system_prompt), ("step", step)):
-        if value is not None:
-            body[key] = value
+    default its first llm step; under another `definition_version` of its definition), each tool
+    call answered from the run's recorded results: no handler, client tool or child run is
+    started. An unmatched call fails (`unmatched="error"`, the default) or runs live
+    (`unmatched="live"`). Returns the new run (`id`, `replayOf`)."""
+    body = _replay_options(model, system_prompt, step, definition_version, unmatched)
     headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
     request = Request("POST", _path("workflow-runs", run_id, "replay"), json=body, headers=headers)
+    result: dict[str, Any] = data_of((yield request))
+    return result
+
+
+def bulk_replay(
+    *,
+    definition: str | None = None,
+    last: int | None = None,
+    run_ids: Sequence[str] | None = None,
+    model: str | None = None,
+    system_prompt: str | None = None,
+    step: str | None = None,
+    definition_version: str | None = None,
+    unmatched: str | None = None,
+    idempotency_key: str | None = None,
+) -> Op[dict[str, Any]]:
+    """Replay the last `last` ended runs of `definition` (or each of `run_ids`) with recorded tools:
+    `{count, replays: [{runId, replayId, error}]}`. `compare_replays` puts them beside their origins."""
+    body = _replay_options(model, system_prompt, step, definition_version, unmatched)
+    if definition is not None:
+        body["definition"] = definition
+    if last is not None:
+        body["last"] = last
+    if run_ids is not None:
+        body["runIds"] = list(run_ids)
+    if idempotency_key is not None:
+        body["idempotencyKey"] = idempotency_key
+    result: dict[str, Any] = data_of((yield Request("POST", _path("replays"), json=body)))
+    return result
+
+
+def compare_replays(replay_ids: Sequence[str]) -> Op[dict[str, Any]]:
+    """Each replay beside its origin: status, output, rounds, tool calls (matched / unmatched /
+    live), tokens, cost, latency; `done` once every replay has ended."""
+    params = {"runs": ",".join(replay_ids)}
+    result: dict[str, Any] = data_of((yield Request("GET", _path("replays", "compare"), params=params)))
+    return result
+
+
+def retry_failed(
+    *,
+    definition: str | None = None,
+    run_ids: Sequence[str] | None = None,
+    since: str | None = None,
+    until: str | None = None,
+    dry_run: bool = False,
+) -> Op[dict[str, Any]]:
+    """Retry every FAILED run of `definition` that failed in [since, until) (ISO 8601), or of
+    `run_ids`; with `dry_run` only `{count, runIds}`. Otherwise `{count, retried, results: [{runId,
+    outcome: "RETRIED" | "ERROR", error}]}`: one run's failure does not stop the others."""
+    body: dict[str, Any] = {"dryRun": dry_run}
+    for key, value in (("definition", definition), ("since", since), ("until", until)):
+        if value is not None:
+            body[key] = value
+    if run_ids is not None:
+        body["runIds"] = list(run_ids)
+    request = Request("POST", _path("retries"), json=body)
     result: dict[str, Any] = data_of((yield request))
     return result
 

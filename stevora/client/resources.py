@@ -125,6 +125,9 @@ class Workflows(Namespace[Mode]):
     fork = operation(ops.fork)
     replay = operation(ops.replay)
     lineage = operation(ops.lineage)
+    bulk_replay = operation(ops.bulk_replay)
+    compare_replays = operation(ops.compare_replays)
+    retry_failed = operation(ops.retry_failed)
 
 
 class Approvals(Namespace[Mode]):

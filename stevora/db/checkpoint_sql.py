@@ -65,6 +65,8 @@ TOOL_TRACE_COLUMNS: tuple[tuple[str, str], ...] = (
     # The call's `update_state`, also merged into the run below: the state-change log that fork
     # points are recovered from (docs/time-travel.md).
     ("state_updates", "jsonb"),
+    # The step the call's handler went to (`ctx.goto`), in the checkpoint that records its result.
+    ("goto_step", "text"),
 )
 
 _RUN_COLUMNS = (("run_id", "text"), ("owner", "text"))

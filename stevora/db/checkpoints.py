@@ -70,6 +70,7 @@ class ToolTraceRecord:
     idempotency_key: str
     child_run_id: str | None = None
     state_updates: dict[str, Any] | None = None  # the call's update_state (the state-change log)
+    goto_step: str | None = None  # the step its handler went to (`ctx.goto`)
     id: str = field(default_factory=lambda: new_id("tt"))
 
 
@@ -166,7 +167,7 @@ async def load_rounds(pool: asyncpg.Pool, run_id: str, step_name: str, visit: in
     if not calls:
         return []
     traces = await pool.fetch(
-        "SELECT llm_call_id, sequence, tool_call_id, tool_name, status, output_json, result_text "
+        "SELECT llm_call_id, sequence, tool_call_id, tool_name, status, output_json, result_text, goto_step "
         "FROM tool_trace WHERE llm_call_id = ANY($1::text[])",
         [c["id"] for c in calls],
     )

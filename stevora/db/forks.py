@@ -17,7 +17,8 @@ from stevora.ids import new_id
 
 FORK_COLUMNS = (
     "id, workspace_id, definition_id, status, input, state, initial_state, forked_from_run_id, "
-    "forked_at_step, forked_at_round, fork_edits, replay_of, replay_tools, idempotency_key, created_at"
+    "forked_at_step, forked_at_round, fork_edits, replay_of, replay_tools, idempotency_key, trace_context, "
+    "created_at"
 )
 
 
@@ -79,6 +80,7 @@ async def insert_fork_run(
     replay_tools: str | None,
     replay: bool,
     totals: tuple[float, int, int],
+    trace_context: dict[str, str] | None = None,
 ) -> asyncpg.Record | None:
     """The fork's run row: RUNNING, unleased, due now (the sweep or a dispatch hint picks it up).
     None when the idempotency key is taken."""
@@ -86,9 +88,9 @@ async def insert_fork_run(
         "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, state, initial_state, "
         "idempotency_key, dispatched_at, started_at, depth, budget, forked_from_run_id, forked_at_step, "
         "forked_at_round, fork_edits, replay_of, replay_tools, total_cost_cents, total_input_tokens, "
-        "total_output_tokens, current_step_name) "
+        "total_output_tokens, current_step_name, trace_context) "
         "VALUES ($1, $2, $3, 'RUNNING', $4, $5, $6, $7, now(), now(), 1, $8, $9, $10, $11, $12, $13, $14, "
-        "$15, $16, $17, $10) "
+        "$15, $16, $17, $10, $18) "
         "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING "
         f"RETURNING {FORK_COLUMNS}",
         new_id("wfrun"),
@@ -106,6 +108,7 @@ async def insert_fork_run(
         origin["id"] if replay else None,
         replay_tools,
         *totals,
+        trace_context,
     )
 
 
@@ -207,7 +210,8 @@ async def recorded_results(conn: asyncpg.Connection | asyncpg.Pool, run_id: str)
     return list(
         await conn.fetch(
             "SELECT t.tool_name, t.input_json, t.output_json, t.status, t.error, t.error_code, t.result_text, "
-            "t.state_updates, t.tool_call_id, c.response FROM tool_trace t LEFT JOIN llm_calls c ON c.id = t.llm_call_id "
+            "t.state_updates, t.goto_step, t.tool_call_id, c.response "
+            "FROM tool_trace t LEFT JOIN llm_calls c ON c.id = t.llm_call_id "
             "WHERE t.workflow_run_id = $1 ORDER BY t.round, t.created_at, t.sequence",
             run_id,
         )
@@ -233,13 +237,92 @@ async def own_tool_calls(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -
     )
 
 
-async def replay_counts(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> dict[str, int]:
-    """How many of a replay's own tool calls matched a recorded call, and how many did not."""
-    row = await conn.fetchrow(
-        "SELECT count(*) FILTER (WHERE error_code IS DISTINCT FROM 'TOOL_CALL_NOT_RECORDED') AS matched, "
-        "count(*) FILTER (WHERE error_code = 'TOOL_CALL_NOT_RECORDED') AS unmatched "
-        "FROM tool_trace WHERE workflow_run_id = $1 AND inherited_from IS NULL",
-        run_id,
+async def last_runs(
+    conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, definition_name: str, limit: int
+) -> list[str]:
+    """The ids of the last `limit` ended (COMPLETED or FAILED) runs of any version of the
+    definition `definition_name`, newest first; replays are not counted (a replay's origin is)."""
+    rows = await conn.fetch(
+        "SELECT r.id FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+        "WHERE r.workspace_id = $1 AND d.name = $2 AND r.status IN ('COMPLETED', 'FAILED') "
+        "AND r.replay_of IS NULL ORDER BY r.created_at DESC, r.id DESC LIMIT $3",
+        workspace_id,
+        definition_name,
+        limit,
     )
-    assert row is not None
-    return {"matched": row["matched"], "unmatched": row["unmatched"]}
+    return [r["id"] for r in rows]
+
+
+async def run_summaries(
+    conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, run_ids: list[str]
+) -> dict[str, asyncpg.Record]:
+    """Per run of the workspace among `run_ids`: status, output, error, its completed model calls
+    (`rounds`), tool calls, tokens, cost and latency (start to end, NULL while it runs)."""
+    rows = await conn.fetch(
+        "SELECT r.id, r.status, r.output, r.error, r.replay_of, r.replay_tools, r.total_input_tokens, "
+        "r.total_output_tokens, r.total_cost_cents, r.created_at, "
+        "(extract(epoch FROM coalesce(r.completed_at, r.failed_at, r.cancelled_at) - r.started_at) * 1000)"
+        "::float8 AS latency_ms, "
+        "(SELECT count(*) FROM llm_calls c WHERE c.workflow_run_id = r.id AND c.status = 'completed') AS rounds, "
+        "(SELECT count(*) FROM tool_trace t WHERE t.workflow_run_id = r.id) AS tool_calls "
+        "FROM workflow_runs r WHERE r.workspace_id = $1 AND r.id = ANY($2::text[])",
+        workspace_id,
+        run_ids,
+    )
+    return {r["id"]: r for r in rows}
+
+
+async def failed_runs(
+    conn: asyncpg.Connection | asyncpg.Pool,
+    workspace_id: str,
+    *,
+    definition_name: str | None,
+    since: Any,
+    until: Any,
+    run_ids: list[str] | None,
+    limit: int,
+) -> list[str]:
+    """The FAILED runs of the workspace a bulk retry takes, oldest failure first: of any version
+    of `definition_name`, failed in [since, until) (each bound optional), or among `run_ids`."""
+    rows = await conn.fetch(
+        "SELECT r.id FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+        "WHERE r.workspace_id = $1 AND r.status = 'FAILED' "
+        "AND ($2::text IS NULL OR d.name = $2) "
+        "AND ($3::timestamptz IS NULL OR r.failed_at >= $3) AND ($4::timestamptz IS NULL OR r.failed_at < $4) "
+        "AND ($5::text[] IS NULL OR r.id = ANY($5)) "
+        "ORDER BY r.failed_at, r.id LIMIT $6",
+        workspace_id,
+        definition_name,
+        since,
+        until,
+        run_ids,
+        limit,
+    )
+    return [r["id"] for r in rows]
+
+
+async def store_definition_version(
+    conn: asyncpg.Connection | asyncpg.Pool, definition_id: str, version: str, steps: list[Any]
+) -> str:
+    """A copy of a definition under another version with other steps (a fork's model or system
+    prompt edit); the stored copy's id when that version exists already (same content, same version)."""
+    created: str | None = await conn.fetchval(
+        "INSERT INTO workflow_definitions (id, workspace_id, name, version, description, steps, "
+        "input_schema, default_params, budget, concurrency, priority) "
+        "SELECT $1, workspace_id, name, $3, description, $4, input_schema, default_params, budget, "
+        "concurrency, priority FROM workflow_definitions WHERE id = $2 "
+        "ON CONFLICT ON CONSTRAINT uq_definition_version DO NOTHING RETURNING id",
+        new_id("wfdef"),
+        definition_id,
+        version,
+        steps,
+    )
+    if created is not None:
+        return created
+    existing: str = await conn.fetchval(
+        "SELECT d.id FROM workflow_definitions d JOIN workflow_definitions o "
+        "ON o.workspace_id = d.workspace_id AND o.name = d.name WHERE o.id = $1 AND d.version = $2",
+        definition_id,
+        version,
+    )
+    return existing

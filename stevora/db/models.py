@@ -34,6 +34,7 @@ from stevora.statuses import (
     ApprovalStatus,
     AwaitedKind,
     AwaitedStatus,
+    MapItemStatus,
     RunStatus,
     StepStatus,
     values,
@@ -336,6 +337,9 @@ class ToolTrace(Base):
     child_run_id: Mapped[str | None] = mapped_column(String(40))
     # The tool's `update_state` (the state-change log) and, in a fork, the origin row copied.
     state_updates: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    # The step the handler sent the run to (`ctx.goto`), written with its result: the llm step
+    # ends after this round and the run goes on there, even if a worker dies in between.
+    goto_step: Mapped[str | None] = mapped_column(Text)
     inherited_from: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
 
@@ -381,6 +385,55 @@ class AwaitedToolCall(Base):
     child_run_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
     answered_at: Mapped[datetime | None] = _ts()
+
+
+class MapStep(Base):
+    """A `map` step run's fan-out: what its child runs are and how many are out, done, failed.
+
+    Written in the transaction that makes the step WAITING; its counters are kept by the child
+    runs' endings, under the parent run's row lock."""
+
+    __tablename__ = "map_steps"
+    __table_args__ = (
+        CheckConstraint("on_item_failure IN ('fail', 'continue')", name="on_item_failure"),
+        Index("ix_map_steps_run_step", "workflow_run_id", "step_name"),
+    )
+    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), primary_key=True)
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    step_name: Mapped[str] = mapped_column(String(100))
+    child_definition_id: Mapped[str] = mapped_column(String(40))
+    child_budget: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    concurrency: Mapped[int] = mapped_column(Integer)
+    on_item_failure: Mapped[str] = mapped_column(String(16))
+    total: Mapped[int] = mapped_column(Integer)
+    running: Mapped[int] = mapped_column(Integer, server_default="0")
+    completed: Mapped[int] = mapped_column(Integer, server_default="0")
+    failed: Mapped[int] = mapped_column(Integer, server_default="0")
+    created_at: Mapped[datetime] = _created()
+
+
+class MapItem(Base):
+    """One item of a `map` step run: its child input, its child run, and that run's result.
+
+    One row per (step run, index): a replayed creation never starts a second child run. A retry
+    of a failed map step copies the completed (and still running) items into the new step run,
+    so only the failed ones run again; a copied running item shares its child run."""
+
+    __tablename__ = "map_items"
+    __table_args__ = (
+        CheckConstraint(_in("status", values(MapItemStatus)), name="status"),
+        Index("ix_map_items_child", "child_run_id", postgresql_where=text("child_run_id IS NOT NULL")),
+    )
+    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), primary_key=True)
+    item_index: Mapped[int] = mapped_column(Integer, primary_key=True)
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    input: Mapped[Any] = mapped_column(JSONB)
+    status: Mapped[str] = mapped_column(String(16), server_default=MapItemStatus.PENDING.value)
+    child_run_id: Mapped[str | None] = mapped_column(String(40))
+    output: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    started_at: Mapped[datetime | None] = _ts()
+    ended_at: Mapped[datetime | None] = _ts()
 
 
 class ApprovalRequest(Base):
@@ -456,4 +509,19 @@ class RateLimitBucket(Base):
         ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True
     )
     tokens: Mapped[float] = mapped_column(Float)
+    updated_at: Mapped[datetime] = _created()
+
+
+class ProviderRateLimit(Base):
+    """A model's request and token buckets, shared by every worker process (docs/flow-control.md,
+    "Provider rate limits"; stevora/engine/provider_limits.py). Both may go negative: a reservation
+    of a call that waits for its turn."""
+
+    __tablename__ = "provider_rate_limits"
+    __table_args__ = {"prefixes": ["UNLOGGED"]}  # soft state: no WAL flush per update
+    key: Mapped[str] = mapped_column(Text, primary_key=True)  # "provider:model", as configured
+    requests: Mapped[float] = mapped_column(Float)
+    tokens: Mapped[float] = mapped_column(Float)
+    # The share of the configured limits in force: a provider 429 lowers it, answered calls raise it.
+    scale: Mapped[float] = mapped_column(Float, server_default=text("1"))
     updated_at: Mapped[datetime] = _created()

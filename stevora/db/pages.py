@@ -133,6 +133,35 @@ async def run_rows(
     return RunRows(run, list(steps), list(calls), list(traces), list(events), events_total)
 
 
+@dataclass(frozen=True, slots=True)
+class RunTrace:
+    """One side of the diff view: the run (with its definition's name and version), its model
+    calls oldest first and its tool calls (the order `GET .../llm-calls` and `.../tool-traces` use)."""
+
+    run: asyncpg.Record
+    calls: list[asyncpg.Record]
+    traces: list[asyncpg.Record]
+
+
+async def run_trace(pool: asyncpg.Pool, workspace_id: str, run_id: str) -> RunTrace | None:
+    async with pool.acquire() as conn:
+        run = await conn.fetchrow(
+            f"SELECT {_RUN_LIST_COLUMNS}, r.forked_from_run_id, r.forked_at_step, r.forked_at_round, "
+            f"r.replay_of FROM {_RUNS_JOIN} WHERE r.id = $1 AND r.workspace_id = $2",
+            run_id,
+            workspace_id,
+        )
+        if run is None:
+            return None
+        calls = await conn.fetch(
+            "SELECT * FROM llm_calls WHERE workflow_run_id = $1 ORDER BY created_at, round, id", run_id
+        )
+        traces = await conn.fetch(
+            "SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round, sequence", run_id
+        )
+    return RunTrace(run, list(calls), list(traces))
+
+
 async def run_status(db: Reader, workspace_id: str, run_id: str) -> str | None:
     return await db.fetchval(  # type: ignore[no-any-return]
         "SELECT status FROM workflow_runs WHERE id = $1 AND workspace_id = $2", run_id, workspace_id

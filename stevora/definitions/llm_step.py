@@ -239,6 +239,11 @@ class LlmStep(StepBase):
     outputs_expire_after_ms: int | None = Field(default=None, ge=1)
     """With a client tool's output still missing this long after the model asked for it, the run
     fails with CONTEXT_EXPIRED (a call's own, shorter `timeoutMs` fails just that call instead)."""
+    goto_targets: list[Annotated[str, Field(min_length=1, max_length=100)]] | None = Field(
+        default=None, max_length=100
+    )
+    """The steps this step's tools may send the run to with `ctx.goto` (each must name a step of
+    the workflow, checked when the definition is stored); unset: any step of the workflow."""
 
     @field_validator("tools")
     @classmethod

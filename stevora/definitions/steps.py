@@ -1,10 +1,11 @@
-"""Step models for the five non-LLM step types (docs/definitions.md).
+"""Step models for the non-LLM step types (docs/definitions.md).
 
 The `llm` step has its own module because it is as large as the other five together.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, ClassVar, Literal
 
@@ -133,3 +134,38 @@ class ApprovalStep(StepBase):
     content_key: str = Field(min_length=1)
     prompt: str | None = Field(default=None, max_length=4000)
     timeout_ms: int | None = Field(default=None, ge=1)
+
+
+MAP_RETRY_POLICY = DEFAULT_RETRY_POLICY.model_copy(update={"max_attempts": 1})
+"""Map steps are not retried automatically (a retry re-runs the failed items) unless asked."""
+
+
+class MapStep(StepBase):
+    """Runs the workflow `workflow` once per element of `items` as child runs, at most
+    `concurrency` at a time, and puts their outputs, in item order, in `state[outputKey]`
+    (default: the step name). `input` is templated per item: `{{item}}`, `{{item.x}}` and
+    `{{index}}` besides `{{input.x}}` / `{{state.x}}`."""
+
+    default_retry: ClassVar[RetryPolicy] = MAP_RETRY_POLICY
+
+    type: Literal["map"] = "map"
+    # A template naming a list (`{{input.tickets}}`), or a literal list.
+    items: str | list[Any]
+    workflow: str = Field(min_length=1, max_length=200)
+    version: str | None = Field(default=None, min_length=1)
+    input: dict[str, Any] = Field(default_factory=lambda: {"item": "{{item}}"})
+    concurrency: int = Field(default=8, ge=1, le=1000)
+    on_item_failure: Literal["fail", "continue"] = "fail"
+    output_key: str | None = Field(default=None, min_length=1)
+
+    @field_validator("items")
+    @classmethod
+    def _items_is_a_template(cls, value: str | list[Any]) -> str | list[Any]:
+        if isinstance(value, str) and not re.fullmatch(r"\{\{\s*[A-Za-z0-9_$.\-]+\s*\}\}", value):
+            raise PydanticCustomError(
+                "map_items", "items must be one template naming a list (e.g. '{{input.tickets}}') or a list"
+            )
+        return value
+
+    def effective_output_key(self) -> str:
+        return self.output_key if self.output_key is not None else self.name

@@ -39,6 +39,7 @@ from stevora.definitions.steps import (
     ApprovalStep,
     ConditionStep,
     ExternalEventStep,
+    MapStep,
     TaskStep,
     ToolStep,
     WaitStep,
@@ -47,10 +48,19 @@ from stevora.definitions.steps import (
 from stevora.errors import ValidationError
 
 StepDefinition = Annotated[
-    TaskStep | WaitStep | ConditionStep | ExternalEventStep | ApprovalStep | LlmStep | ToolStep,
+    TaskStep | WaitStep | ConditionStep | ExternalEventStep | ApprovalStep | LlmStep | ToolStep | MapStep,
     Field(discriminator="type"),
 ]
-STEP_TYPES: tuple[str, ...] = ("task", "wait", "condition", "external_event", "llm", "approval", "tool")
+STEP_TYPES: tuple[str, ...] = (
+    "task",
+    "wait",
+    "condition",
+    "external_event",
+    "llm",
+    "approval",
+    "tool",
+    "map",
+)
 
 
 def _check_default_params(text: str) -> str:
@@ -128,7 +138,11 @@ class WorkflowDefinitionSpec(CamelModel):
     def _check_cross_step_rules(self) -> WorkflowDefinitionSpec:
         refs = [
             _StepRef(
-                step.name, step.type, getattr(step, "true_step", None), getattr(step, "false_step", None)
+                step.name,
+                step.type,
+                getattr(step, "true_step", None),
+                getattr(step, "false_step", None),
+                getattr(step, "goto_targets", None),
             )
             for step in self.steps
         ]
@@ -207,6 +221,7 @@ class _StepRef(NamedTuple):
     type: Any
     true_step: Any
     false_step: Any
+    goto_targets: Any = None
 
 
 _Problem = tuple[tuple[str | int, ...], str, str, Any]
@@ -214,7 +229,8 @@ _Problem = tuple[tuple[str | int, ...], str, str, Any]
 
 
 def _cross_step_problems(refs: list[_StepRef], *, check_targets: bool) -> list[_Problem]:
-    """Duplicate step names and condition targets that name no step (or the step itself)."""
+    """Duplicate step names, condition targets that name no step (or the step itself), and llm
+    steps' `gotoTargets` that name no step."""
     problems: list[_Problem] = []
     for index, name, first in find_duplicates([ref.name for ref in refs]):
         message = f"Duplicate step name '{name}' (already used by steps[{first}])"
@@ -223,6 +239,13 @@ def _cross_step_problems(refs: list[_StepRef], *, check_targets: bool) -> list[_
         return problems
     names = {ref.name for ref in refs}
     for index, ref in enumerate(refs):
+        if ref.type == "llm" and isinstance(ref.goto_targets, list):
+            for position, target in enumerate(ref.goto_targets):
+                if isinstance(target, str) and target not in names:  # else already a field error
+                    message = f"gotoTargets '{target}' does not name a step in this workflow"
+                    problems.append(
+                        (("steps", index, "gotoTargets", position), _UNKNOWN_TARGET, message, target)
+                    )
         if ref.type != "condition":
             continue
         for alias, target in (("trueStep", ref.true_step), ("falseStep", ref.false_step)):
@@ -250,6 +273,7 @@ def _raw_cross_step_problems(data: Any) -> list[_Problem]:
             step.get("type"),
             step.get("trueStep", step.get("true_step")),
             step.get("falseStep", step.get("false_step")),
+            step.get("gotoTargets", step.get("goto_targets")),
         )
         for step in steps
     ]

@@ -164,8 +164,23 @@ def _unknown_target_error(target: Any, step_name: str) -> dict[str, Any]:
 
 
 def check_next_step(result: StepResult, definition: WorkflowDefinitionSpec, step_name: str) -> StepResult:
-    """A completed result whose `__nextStep` names no step fails the step (not retryable)."""
+    """A completed result whose `__nextStep` names no step fails the step (not retryable); a tool's
+    `ctx.goto` (an llm step's `goto` output) with GOTO_UNKNOWN_STEP, naming the tool and the step."""
     target = result.next_step or (result.output or {}).get("__nextStep")
     if target is None or (isinstance(target, str) and target in _step_names(definition)):
         return result
+    goto = (result.output or {}).get("goto")
+    if isinstance(goto, dict):
+        error = {
+            "code": "GOTO_UNKNOWN_STEP",
+            "message": f"Tool '{goto.get('toolName')}' went to step '{target}', which is not a step "
+            f"of this workflow (steps: {', '.join(s.name for s in definition.steps)})",
+            "retryable": False,
+            "details": {
+                "gotoStep": target,
+                "toolName": goto.get("toolName"),
+                "toolCallId": goto.get("toolCallId"),
+            },
+        }
+        return StepResult(status="failed", error=error, retryable=False)
     return StepResult(status="failed", error=_unknown_target_error(target, step_name), retryable=False)

@@ -3,7 +3,8 @@
 Each function runs inside the caller's transaction and writes the run's final status, its event
 and its webhook outbox row together. This is the one place a run ends, so it is also where a
 run's ending is announced to whoever waits for it: a child run started by a workflow tool writes
-its parent's tool result here (stevora.engine.steps.awaited.workflow), and a cancelled run cancels its
+its parent's tool result here (stevora.engine.steps.awaited.workflow), a `map` step's child run its
+item's result (stevora.engine.steps.map), and a cancelled run cancels its
 active children. Runs that must be dispatched after commit are appended to `wake`: among them a run
 that frees a concurrency slot, whose claim then dispatches the runs queued for it.
 """
@@ -19,6 +20,7 @@ import structlog
 from stevora.db import approvals, runs, transitions
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
+from stevora.engine.steps import map as map_step
 from stevora.engine.steps.awaited import workflow as workflow_calls
 from stevora.events import Event, EventType, WebhookEvent
 from stevora.observability.metrics import RUNS_FINISHED
@@ -158,5 +160,9 @@ def needs_queue_wake(run: asyncpg.Record) -> bool:
 
 
 async def _tell_parent(conn: asyncpg.Connection, final: asyncpg.Record, wake: list[str]) -> None:
-    if final["parent_run_id"] is not None:
+    if final["parent_run_id"] is None:
+        return
+    if final["parent_tool_call_id"] is not None:  # started by a workflow tool call
         await workflow_calls.answer_from_child(conn, final, wake)
+    else:  # started by a `map` step for one of its items
+        await map_step.answer_from_child(conn, final, wake)

@@ -17,23 +17,30 @@ after a crash (`checkpoints.load_rounds` + `llm_state.rebuild`): round r is its 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
+from stevora.db import definitions as db_definitions
 from stevora.db import forks as db_forks
 from stevora.db import runs
+from stevora.db.outbox import enqueue_webhooks
+from stevora.definitions import parse_definition
 from stevora.engine.hints import dispatch_hint
+from stevora.engine.steps.llm_recorded import RECORDED, RECORDED_LIVE
 from stevora.errors import NotFoundError, ValidationError
-from stevora.events import EventType
+from stevora.events import EventType, WebhookEvent
 from stevora.ids import new_id
+from stevora.observability import tracing
 from stevora.templating import render_template
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
 
-RECORDED = "recorded"
+UNMATCHED = {"error": RECORDED, "live": RECORDED_LIVE}  # a replay's `unmatched` → replay_tools
 
 
 @dataclass(slots=True)
@@ -182,6 +189,11 @@ class ForkPlan:
     system_prompt: str | None
     replay_tools: str | None = None
     replay: bool = False
+    version: asyncpg.Record | None = None  # another version of the origin's definition (id, version)
+    # A replay under another version starts with that version's first step (name, type, index)
+    # instead of the origin's.
+    start_step: tuple[str, str, int] | None = None
+    edited_step: str | None = None  # the step `model` / `system_prompt` apply to (a replay)
 
     def edits_json(self) -> dict[str, Any] | None:
         out: dict[str, Any] = {}
@@ -193,7 +205,18 @@ class ForkPlan:
             out["model"] = self.model
         if self.system_prompt is not None:
             out["systemPrompt"] = self.system_prompt
+        if self.version is not None:
+            out["definitionVersion"] = self.version["version"]
         return out or None
+
+
+async def fork_origin(conn: asyncpg.Connection, workspace_id: str, run_id: str) -> dict[str, Any]:
+    """The workspace's run with its fork columns (what `fork_points` reads); NotFoundError else."""
+    origin = await db_forks.get_fork_row(conn, workspace_id, run_id)
+    full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
+    if origin is None or full is None:
+        raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
+    return {**dict(full), **dict(origin)}
 
 
 async def plan_fork(
@@ -203,17 +226,14 @@ async def plan_fork(
     edits = edits or {}
     if not isinstance(edits, dict):
         raise _bad("edits", "must be an object")
-    unknown = sorted(set(edits) - {"state", "toolResults", "model", "systemPrompt"})
+    unknown = sorted(set(edits) - {"state", "toolResults", "model", "systemPrompt", "definitionVersion"})
     if unknown:
-        raise _bad(f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt)")
+        raise _bad(
+            f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt, definitionVersion)"
+        )
     step_name, rnd, visit = parse_at(at)
     async with rt.pool.acquire() as conn:
-        origin = await db_forks.get_fork_row(conn, workspace_id, run_id)
-        if origin is None:
-            raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
-        full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
-        assert full is not None
-        origin = {**dict(full), **dict(origin)}
+        origin = await fork_origin(conn, workspace_id, run_id)
         points, hist = await fork_points(conn, origin)
     candidates = [
         p
@@ -258,14 +278,50 @@ async def plan_fork(
                 "edits.model" if model is not None else "edits.systemPrompt",
                 f"step '{step_name}' is not an llm step",
             )
+    _check_model_and_prompt(rt, model, system_prompt, "edits.")
+    plan = ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+    if edits.get("definitionVersion") is not None:
+        plan.version = await _other_version(rt, workspace_id, origin, point, edits["definitionVersion"])
+    return plan
+
+
+def _check_model_and_prompt(rt: Runtime, model: Any, system_prompt: Any, prefix: str) -> None:
+    """A model with a configured provider and a string system prompt; 400 naming `prefix`+field."""
     if model is not None:
         if not isinstance(model, str) or not model:
-            raise _bad("edits.model", "must be a model name")
+            raise _bad(f"{prefix}model", "must be a model name")
         if rt.providers.resolve(model) is None:
-            raise _bad("edits.model", f"no provider is configured for model '{model}'")
+            raise _bad(f"{prefix}model", f"no provider is configured for model '{model}'")
     if system_prompt is not None and not isinstance(system_prompt, str):
-        raise _bad("edits.systemPrompt", "must be a string")
-    return ForkPlan(origin, point, points, hist, state_edits, tool_results, model, system_prompt)
+        raise _bad(f"{prefix}systemPrompt", "must be a string")
+
+
+async def _other_version(
+    rt: Runtime, workspace_id: str, origin: dict[str, Any], point: ForkPoint, version: Any
+) -> asyncpg.Record:
+    """The origin's definition at `version`, checked to run the forked step where the origin ran
+    it: the same name, type and position (the fork's step run keeps its position)."""
+    path = "edits.definitionVersion"
+    if not isinstance(version, str) or not version:
+        raise _bad(path, "must be a version of the run's definition")
+    async with rt.pool.acquire() as conn:
+        name = await db_definitions.name_of(conn, origin["definition_id"])
+        row = await db_definitions.find_version(conn, workspace_id, name or "", version)
+    if row is None:
+        raise _bad(path, f"definition '{name}' has no version '{version}'")
+    spec = await rt.definitions.get(row["id"])
+    try:
+        index = spec.index_of(point.step_name)
+    except KeyError:
+        raise _bad(path, f"version '{version}' has no step '{point.step_name}'") from None
+    step = spec.steps[index]
+    if step.type != point.step_type or index != point.step_index:
+        raise _bad(
+            path,
+            f"step '{point.step_name}' is a {step.type} step at position {index + 1} in version '{version}', "
+            f"a {point.step_type} step at position {point.step_index + 1} in the run's",
+        )
+    return row
 
 
 def derived_definition(
@@ -288,16 +344,109 @@ def derived_definition(
     return data
 
 
+async def plan_replay(
+    rt: Runtime,
+    workspace_id: str,
+    run_id: str,
+    *,
+    model: str | None = None,
+    system_prompt: str | None = None,
+    step: str | None = None,
+    definition_version: str | None = None,
+    unmatched: str = "error",
+) -> ForkPlan:
+    """Check a replay request: the run driven again from its first step, tool calls answered from
+    its recording (unmatched ones fail, or run live with `unmatched="live"`), optionally under
+    another version of its definition and with another model / system prompt for `step` (default:
+    the first llm step). Nothing is written; 400 naming the field."""
+    if unmatched not in UNMATCHED:
+        raise _bad("unmatched", "must be 'error' (the default) or 'live'")
+    async with rt.pool.acquire() as conn:
+        run = await db_forks.get_fork_row(conn, workspace_id, run_id)
+        if run is None:
+            raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
+        target = None
+        if definition_version is not None:
+            if not isinstance(definition_version, str) or not definition_version:
+                raise _bad("definitionVersion", "must be a version of the run's definition")
+            name = await db_definitions.name_of(conn, run["definition_id"])
+            target = await db_definitions.find_version(conn, workspace_id, name or "", definition_version)
+            if target is None:
+                raise _bad("definitionVersion", f"definition '{name}' has no version '{definition_version}'")
+        points, _ = await fork_points(conn, run)
+    if not points:
+        raise _bad("runId", "the run has not started a step")
+    plan = await plan_fork(rt, workspace_id, run_id, {"step": points[0].step_name}, {})
+    plan.replay, plan.replay_tools = True, UNMATCHED[unmatched]
+    spec = await rt.definitions.get(target["id"] if target is not None else run["definition_id"])
+    if target is not None:
+        first = spec.steps[0]
+        plan.version, plan.start_step = target, (first.name, first.type, 0)
+    if model is None and system_prompt is None:
+        return plan
+    field_name = "model" if model is not None else "systemPrompt"
+    llm_steps = [s.name for s in spec.steps if s.type == "llm"]
+    if step is not None and step not in llm_steps:
+        raise _bad("step", f"'{step}' is not an llm step of the replayed definition")
+    target_step = step or (llm_steps[0] if llm_steps else None)
+    if target_step is None:
+        raise _bad(field_name, "the replayed definition has no llm step")
+    _check_model_and_prompt(rt, model, system_prompt, "")
+    plan.model, plan.system_prompt, plan.edited_step = model, system_prompt, target_step
+    return plan
+
+
+async def fork_definition_id(rt: Runtime, plan: ForkPlan, edited_step: str | None = None) -> str:
+    """The definition the fork runs: the origin's (or the version the edits name), or with a model /
+    system prompt edit a derived version of it (`<version>+fork-<digest>`), stored once per content."""
+    definition_id: str = plan.version["id"] if plan.version is not None else plan.origin["definition_id"]
+    spec = await rt.definitions.get(definition_id)
+    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
+    derived = derived_definition(dump, plan, edited_step)
+    if derived is None:
+        return definition_id
+    digest = hashlib.sha256(json.dumps(derived, sort_keys=True).encode()).hexdigest()[:12]
+    derived["version"] = f"{spec.version}+fork-{digest}"[:50]
+    checked = parse_definition(derived).model_dump(by_alias=True, exclude_none=True, mode="json")
+    return await db_forks.store_definition_version(
+        rt.pool, definition_id, derived["version"], checked["steps"]
+    )
+
+
+async def make(rt: Runtime, plan: ForkPlan, idempotency_key: str | None) -> tuple[asyncpg.Record, bool]:
+    """The fork or replay `plan` describes, under its definition (`fork_definition_id`); (run
+    row, created)."""
+    definition_id = await fork_definition_id(rt, plan, plan.edited_step)
+    return await create_fork(rt, plan, definition_id, idempotency_key)
+
+
 async def create_fork(
     rt: Runtime, plan: ForkPlan, definition_id: str, idempotency_key: str | None
 ) -> tuple[asyncpg.Record, bool]:
     """Write the fork in one transaction; (run row, created). With a taken idempotency key, the
-    existing run and False."""
+    existing run and False. The new run's trace starts at a `fork_run` span linked to the origin's."""
+    origin = plan.origin
+    state = {**plan.point.state, **plan.state_edits}
+    with tracing.run_forked(origin["workspace_id"], origin["id"], origin.get("trace_context")) as trace:
+        fork, created = await _write_fork(rt, plan, definition_id, idempotency_key, state, trace.carrier)
+        trace.created(fork["id"])
+    if created:
+        await dispatch_hint(rt.dispatcher, fork["id"])
+    return fork, created
+
+
+async def _write_fork(
+    rt: Runtime,
+    plan: ForkPlan,
+    definition_id: str,
+    idempotency_key: str | None,
+    state: dict[str, Any],
+    trace_context: dict[str, str] | None,
+) -> tuple[asyncpg.Record, bool]:
     origin, point, hist = plan.origin, plan.point, plan.history
     point_idx = next(i for i, p in enumerate(plan.points) if p is point)
     before_visits = {(p.step_name, p.visit) for p in plan.points[:point_idx] if p.round is None}
     before_visits.discard((point.step_name, point.visit))
-    state = {**point.state, **plan.state_edits}
     async with rt.pool.acquire() as conn, conn.transaction():
         calls_before = [
             c
@@ -318,13 +467,14 @@ async def create_fork(
             definition_id=definition_id,
             state=state,
             initial_state=dict(origin["initial_state"] or {}),
-            step_name=point.step_name,
+            step_name=plan.start_step[0] if plan.start_step else point.step_name,
             round_=point.round,
             edits=plan.edits_json(),
             idempotency_key=idempotency_key,
             replay_tools=plan.replay_tools,
             replay=plan.replay,
             totals=totals,
+            trace_context=trace_context,
         )
         if fork is None:
             existing = await db_forks.get_by_key(conn, origin["workspace_id"], idempotency_key or "")
@@ -334,7 +484,10 @@ async def create_fork(
         for s in hist["steps"]:
             if (s["step_name"], s["visit"]) in before_visits:
                 step_ids[s["id"]] = await db_forks.copy_step_run(conn, fork["id"], s)
-        first = next(s for s in hist["steps"] if s["id"] == point.step_run_ids[0])
+        first: Any = next(s for s in hist["steps"] if s["id"] == point.step_run_ids[0])
+        if plan.start_step is not None:
+            name, kind, index = plan.start_step
+            first = {"step_name": name, "step_type": kind, "step_index": index, "visit": 1}
         own = await db_forks.copy_step_run(
             conn, fork["id"], first, status="PENDING" if point.round is None else "RUNNING"
         )
@@ -360,6 +513,7 @@ async def create_fork(
                 row["request"] = _with_system_prompt(c["request"], plan.system_prompt, origin, point)
             new_calls.append(row)
         await db_forks.copy_llm_calls(conn, fork["id"], new_calls)
+        rt.faults.reached("fork_writing")  # the run and its model calls written, not committed
         last_round = point.round - 1 if point.round is not None else None
         new_traces = []
         for t in hist["traces"]:
@@ -414,7 +568,18 @@ async def create_fork(
                 "replay": plan.replay,
             },
         )
-    await dispatch_hint(rt.dispatcher, fork["id"])
+        await enqueue_webhooks(
+            conn,
+            origin["workspace_id"],
+            WebhookEvent.WORKFLOW_FORKED,
+            {
+                "workflowRunId": fork["id"],
+                "status": fork["status"],
+                "forkedFrom": forked_from,
+                "replayOf": origin["id"] if plan.replay else None,
+                "edits": plan.edits_json(),
+            },
+        )
     return fork, True
 
 

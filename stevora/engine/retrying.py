@@ -14,6 +14,7 @@ from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay
 from stevora.engine import endings
 from stevora.engine.driving import TIMER_SLACK_MS, DriverCore
 from stevora.engine.hints import dispatch_hint
+from stevora.engine.provider_limits import RATE_LIMITED
 from stevora.events import Event, EventType, step_failed
 from stevora.statuses import RunStatus, StepStatus
 from stevora.tasks import StepResult
@@ -47,7 +48,10 @@ class Retrying(DriverCore):
         policy = step.effective_retry()
         error = dict(step_run["error"] or {})
         attempt = step_run["attempt"]
-        if not (error.get("retryable", True) and attempt < policy.max_attempts):
+        # A call the provider rate limit did not send is retried at its turn without spending an
+        # attempt: nothing ran, the step waits for the budget (docs/flow-control.md).
+        not_sent = error.get("code") == RATE_LIMITED
+        if not (error.get("retryable", True) and (attempt < policy.max_attempts or not_sent)):
             wake: list[str] = []
             async with self.pool.acquire() as conn, conn.transaction():
                 error = {**error, "stepName": step.name, "attempts": attempt}
@@ -55,6 +59,8 @@ class Retrying(DriverCore):
             await self._dispatch(wake)
             return False
         delay_ms = compute_next_retry_delay_ms(policy, attempt)
+        if not_sent:  # no earlier than its turn
+            delay_ms = max(delay_ms, int(1000 * ((error.get("details") or {}).get("retryAfterSeconds") or 0)))
         async with self.pool.acquire() as conn, conn.transaction():
             new = await runs.insert_step_run(
                 conn,

@@ -67,6 +67,12 @@ class RunPool:
         self._idle = asyncio.Event()
         self._idle.set()
         self._crashes: dict[str, int] = {}  # run id -> consecutive driver crashes in this process
+        # Runs dispatched while this process was still driving them (e.g. a child run that ended
+        # and woke its parent before the parent's pass had returned): submitted again once that
+        # pass ends, instead of being left to the sweep.
+        self._again: set[str] = set()
+        self._resubmits: set[asyncio.Task[bool]] = set()
+        self._closing = False
 
     @property
     def active_run_ids(self) -> list[str]:
@@ -80,6 +86,7 @@ class RunPool:
         """Claim and start `run_id`. False when it is not ours to run (duplicate message, leased
         elsewhere, not due, finished). Waits for a free slot when the process is full."""
         if run_id in self._tasks:
+            self._again.add(run_id)
             return False
         await self._slots.acquire()
         try:
@@ -148,6 +155,11 @@ class RunPool:
         finally:
             self._tasks.pop(run_id, None)
             self._slots.release()
+            if run_id in self._again and not self._closing:
+                self._again.discard(run_id)
+                again = asyncio.get_running_loop().create_task(self.submit(run_id))
+                self._resubmits.add(again)
+                again.add_done_callback(self._resubmits.discard)
             if not self._tasks:
                 self._idle.set()
 
@@ -193,6 +205,7 @@ class RunPool:
 
     async def close(self) -> None:
         """Stop every run and hand its lease back so another worker resumes it at once."""
+        self._closing = True
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)

@@ -56,6 +56,7 @@ class Waiting(DriverCore):
                 sets={"status": RunStatus.WAITING, "next_run_at": until, **RELEASE},
                 events=[*plan.events, paused],
             )
+        self.rt.faults.reached("wait_committed", step_run["step_type"])
         # A run that gives up its concurrency slot while it waits wakes the runs queued for it.
         for other in (*plan.dispatch, *flow.released_by_wait(run)):
             await dispatch_hint(self.rt.dispatcher, other)

@@ -138,7 +138,33 @@ def provider_error_for_status(
         status_code=status_code,
         retryable=retryable,
         retry_after_s=retry_after_from_headers(lowered) if retryable else None,
+        remaining=remaining_from_headers(lowered) if status_code == 429 else (None, None),
     )
+
+
+# What OpenAI (`x-ratelimit-remaining-*`) and Anthropic (`anthropic-ratelimit-*-remaining`) say is
+# left of the organisation's requests and tokens; a 429 lowers the shared budget to it.
+_REMAINING_HEADERS = (
+    ("x-ratelimit-remaining-requests", "anthropic-ratelimit-requests-remaining"),
+    ("x-ratelimit-remaining-tokens", "anthropic-ratelimit-tokens-remaining"),
+)
+
+
+def remaining_from_headers(lowered: Mapping[str, str]) -> tuple[float | None, float | None]:
+    """(requests, tokens) remaining by the provider's rate-limit headers (lower-cased names)."""
+    found: list[float | None] = []
+    for names in _REMAINING_HEADERS:
+        value: float | None = None
+        for name in names:
+            try:
+                value = float(lowered[name])
+            except (KeyError, ValueError):
+                continue
+            if math.isfinite(value) and value >= 0:
+                break
+            value = None
+        found.append(value)
+    return found[0], found[1]
 
 
 def connection_error(provider: str, detail: str) -> ProviderError:

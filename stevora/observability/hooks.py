@@ -185,6 +185,14 @@ class ModelCalls:
         (self._children.get((provider, model)) or self._bind(provider, model)).answered(usage, cost_usd)
 
 
+def rate_limit_waited(provider: str, label: str, wait_s: float, outcome: str) -> None:
+    """A model call's turn under the provider rate limits: the metric and, for a call sent, the
+    `stevora.rate_limit.wait_ms` attribute of its `chat` span (`label`: `metrics.model_label`)."""
+    metrics.LLM_RATE_LIMIT_WAIT.labels(provider, label, outcome).observe(wait_s)
+    if outcome == "sent":
+        tracing.current_span_attribute("stevora.rate_limit.wait_ms", round(wait_s * 1000, 3))
+
+
 @contextmanager
 def model_call(
     provider: str,

@@ -74,6 +74,13 @@ LLM_TIME_TO_FIRST_TOKEN = Histogram(
 )
 LLM_TOKENS = Counter("stevora_llm_tokens", "Tokens used by model calls", ["provider", "model", "kind"])
 LLM_COST = Counter("stevora_llm_cost_usd", "Cost of model calls in USD", ["provider", "model"])
+LLM_RATE_LIMIT_WAIT = Histogram(
+    "stevora_llm_rate_limit_wait_seconds",
+    "Time a model call waited for its turn under STEVORA_RATE_LIMITS (outcome: sent, or refused "
+    "when the turn was beyond the bound)",
+    ["provider", "model", "outcome"],
+    buckets=_FAST,
+)
 TOOL_CALL_DURATION = Histogram(
     "stevora_tool_call_duration_seconds", "Tool handler latency", ["tool", "status"], buckets=_FAST
 )

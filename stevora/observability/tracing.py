@@ -115,6 +115,47 @@ def run_created(workspace_id: str, definition_id: str) -> Iterator[NewRunTrace]:
         yield NewRunTrace(carrier, span)
 
 
+# In a fork's stored trace context: the origin's `traceparent`, so every span the fork's run makes
+# links to the origin's trace (trace ids are random, not derived from run ids: the link is stored).
+ORIGIN_KEY = "stevora-origin-traceparent"
+
+
+@contextmanager
+def run_forked(
+    workspace_id: str, origin_id: str, origin_context: Mapping[str, str] | None
+) -> Iterator[NewRunTrace]:
+    """The `fork_run` span of a fork or replay: the root of the new run's trace, with a link to
+    the origin's root span when the origin was traced; its carrier (stored on the new run) keeps
+    the origin's `traceparent` under ORIGIN_KEY, so the new run's `run` spans carry the link too."""
+    tracer = _state.tracer
+    if tracer is None:
+        yield NewRunTrace()
+        return
+    from opentelemetry.propagate import inject
+
+    origin = (origin_context or {}).get("traceparent")
+    with tracer.start_as_current_span(
+        "fork_run",
+        links=_origin_links(origin),
+        attributes={"stevora.workspace.id": workspace_id, "stevora.workflow_run.forked_from": origin_id},
+    ) as span:
+        carrier: dict[str, str] = {}
+        inject(carrier)
+        if origin:
+            carrier[ORIGIN_KEY] = origin
+        yield NewRunTrace(carrier, span)
+
+
+def _origin_links(traceparent: str | None) -> list[Any]:
+    if not traceparent:
+        return []
+    from opentelemetry.propagate import extract
+    from opentelemetry.trace import Link, get_current_span
+
+    context = get_current_span(extract({"traceparent": traceparent})).get_span_context()
+    return [Link(context, {"stevora.link": "forked_from"})] if context.is_valid else []
+
+
 def current_carrier() -> dict[str, str] | None:
     """The W3C context of the current span (a child run joins its parent's trace), else None."""
     if _state.tracer is None:
@@ -140,6 +181,7 @@ def run_span(run: Mapping[str, Any], workflow_name: str, worker_id: str) -> Iter
     with tracer.start_as_current_span(
         f"run {workflow_name}",
         context=parent,
+        links=_origin_links(stored.get(ORIGIN_KEY)) if stored else None,
         attributes={
             "stevora.workflow_run.id": run["id"],
             "stevora.workspace.id": run["workspace_id"],
@@ -192,6 +234,15 @@ def chat_span(
         attributes["gen_ai.input.messages"] = _json([m.to_dict() for m in messages])
     with tracer.start_as_current_span(f"chat {model}", kind=SpanKind.CLIENT, attributes=attributes) as span:
         yield span
+
+
+def current_span_attribute(key: str, value: Any) -> None:
+    """Set an attribute on the current span (the `chat` span around a provider call), if tracing is on."""
+    if _state.tracer is None:
+        return
+    from opentelemetry import trace
+
+    trace.get_current_span().set_attribute(key, value)
 
 
 def chat_first_token(span: Span | None, seconds: float) -> None:

@@ -34,6 +34,7 @@ from stevora.llm.messages import (
     tool_choice_of,
 )
 from stevora.llm.scripted_provider import scripted_response
+from stevora.testing.fake_rate_limit import FakeRateLimit
 from stevora.testing.fake_stream import FakeResponse as FakeResponse  # re-exported: the scripted answer
 from stevora.testing.fake_stream import Kind, StreamDefaults, write_stream
 
@@ -573,6 +574,8 @@ class FakeLLMServer:
         self.validate = validate
         self.require_auth = require_auth
         self.requests: list[RecordedRequest] = []
+        # The enforcing mode: requests and tokens per window, 429 beyond (None: no limit).
+        self.rate_limit: FakeRateLimit | None = None
         # Per request, the client's port: the same one again means a kept-alive connection reused.
         self.client_ports: list[int] = []
         self._lock = threading.Lock()
@@ -617,6 +620,7 @@ class FakeLLMServer:
             self.openai._reset()
             self.anthropic._reset()
             self.responder = None
+            self.rate_limit = None
 
     def close(self) -> None:
         if self._closing.is_set():
@@ -651,6 +655,18 @@ class FakeLLMServer:
                 problem = validate_llamacpp(body)
                 if problem is not None:
                     return FakeResponse(status=500, error_message=problem, error_type="internal_server_error")
+        limit = self.rate_limit
+        if limit is None:
+            return self._scripted(kind, path, body)
+        refusal, reserved = limit.admit(kind, body)
+        if refusal is not None:
+            return refusal
+        answer = self._scripted(kind, path, body)
+        limit.settle(reserved, answer)
+        return answer
+
+    def _scripted(self, kind: Kind, path: str, body: dict[str, Any]) -> FakeResponse:
+        """The queued answer, else the responder's."""
         with self._lock:
             queued = next((entry for entry in self._queue if entry[0] in (None, kind)), None)
             if queued is not None:

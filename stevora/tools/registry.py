@@ -14,7 +14,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any, ClassVar, Literal, TypeVar, overload
@@ -36,6 +36,7 @@ Binder = Callable[[dict[str, Any], "ToolContext"], tuple[tuple[Any, ...], dict[s
 _NAME_RE = re.compile(r"[A-Za-z0-9_-]{1,64}")
 _NO_KWARGS: dict[str, Any] = {}  # shared: `**` unpacking copies it, nothing mutates it
 _ANY_OBJECT: dict[str, Any] = {"type": "object"}
+_MAX_STEP_NAME = 100  # a step name's length limit (stevora.definitions.steps.StepBase.name)
 
 
 @dataclass(frozen=True)
@@ -47,9 +48,16 @@ class ToolContext:
     `update_state({...})` changes are merged (shallowly) into the run's state in the same
     transaction as the call's trace row, so a crash never applies them twice and a failed call
     (raised, timed out, or an output failing its schema) applies none.
+
+    In an `llm` step, `goto("step")` ends the step after this round and continues the run at that
+    step (recorded with the call's trace row, and like `update_state` only if the call completes),
+    and `transcript` is the step's conversation up to the assistant message that made this call.
     """
 
     __stevora_tool_context__: ClassVar[bool] = True
+    # Where `goto` sent the run: this class default until a handler calls it (then an instance
+    # attribute), so a call that does not steer costs nothing.
+    _goto_step: ClassVar[str | None] = None
 
     idempotency_key: str
     workflow_run_id: str
@@ -62,6 +70,10 @@ class ToolContext:
     run_input: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     state: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
     _state_updates: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # Set by an llm step's tool loop, once per round and shared by its calls: the conversation
+    # list (never copied unless `transcript` is read) and its length when the round's calls
+    # started. Its presence allows `goto`, whose target is an attribute set only when called.
+    _steering: tuple[Sequence[Any], int] | None = field(default=None, repr=False, compare=False)
 
     @property
     def log(self) -> Any:
@@ -84,6 +96,35 @@ class ToolContext:
     @property
     def state_updates(self) -> dict[str, Any]:
         return dict(self._state_updates)
+
+    def goto(self, step_name: str) -> None:
+        """End the `llm` step after this round (the model is not called again) and continue the run
+        at `step_name`. Takes effect only if this call completes; a second call replaces the first;
+        of several calls in one round that go somewhere, the first in the model's order wins."""
+        if self._steering is None:
+            raise RuntimeError("ctx.goto is only available to tools called by an llm step's model")
+        if not isinstance(step_name, str) or not 1 <= len(step_name) <= _MAX_STEP_NAME:
+            raise ValueError(f"ctx.goto takes a step name (a string of 1-{_MAX_STEP_NAME} characters)")
+        object.__setattr__(self, "_goto_step", step_name)
+
+    @property
+    def goto_step(self) -> str | None:
+        """The step this call went to with `goto`, if any."""
+        return self._goto_step
+
+    @property
+    def transcript(self) -> tuple[Any, ...]:
+        """The step's conversation so far (system and user prompt, assistant turns, tool results),
+        up to and including the assistant message that made this call: a tuple of frozen
+        `stevora.llm.Message`s, built when read. Empty outside an llm step."""
+        if self._steering is None:
+            return ()
+        conversation, end = self._steering
+        # `end` is the conversation's length when the call started: after the assistant message,
+        # and after the results of this round's calls that a resumed step had already committed.
+        while end > 0 and getattr(conversation[end - 1], "role", None) != "assistant":
+            end -= 1
+        return tuple(conversation[:end])
 
 
 class ToolArgumentError(ValueError):

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from stevora.db import concurrency, pages
+from stevora.db import concurrency, map_items, pages
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.definitions import find_version, workflow_input_schema
 from stevora.db.pages import RunFilters
@@ -87,12 +87,18 @@ class ToolDefView:
     source: str  # "inline" (declared in the definition), "registered" (looked up by name), "workflow"
 
 
+MAP_ITEMS_SHOWN = 200  # items listed under a `map` step on the run page (the counts cover all)
+
+
 @dataclass(slots=True)
 class StepView:
     row: asyncpg.Record
     rounds: list[RoundView] = field(default_factory=list)
     tools: list[ToolDefView] = field(default_factory=list)
     tool_trace: asyncpg.Record | None = None  # a `tool` step's call (no model call)
+    # A `map` step's fan-out (its progress counters) and its first MAP_ITEMS_SHOWN items.
+    fanout: asyncpg.Record | None = None
+    map_items: list[asyncpg.Record] = field(default_factory=list)
 
     @property
     def cost_usd(self) -> float:
@@ -113,6 +119,8 @@ class RunView:
     budget_used: dict[str, Any] | None = None
     # A queued run's place in its concurrency key's queue (1: next to start).
     queue_position: int | None = None
+    # For a child run a `map` step started: `step_name, total, item_index` of its item.
+    map_item: asyncpg.Record | None = None
 
     @property
     def waiting_for_budget(self) -> bool:
@@ -128,7 +136,7 @@ class RunView:
         return None
 
 
-def _arguments(raw: Any) -> Any:
+def call_arguments(raw: Any) -> Any:
     """A call's arguments as its trace would hold them: the object, else the model's string (also
     when it is nested past what the page can render, as a hostile model may send)."""
     if isinstance(raw, str):
@@ -152,7 +160,7 @@ def _rounds(calls: list[asyncpg.Record], traces: list[asyncpg.Record]) -> list[R
                 tool_call_id=c.get("id", ""),
                 arguments=recorded[i]["input_json"]
                 if i in recorded and recorded[i]["input_json"] is not None
-                else _arguments(c.get("arguments")),
+                else call_arguments(c.get("arguments")),
                 trace=recorded.get(i),
             )
             for i, c in enumerate(requested)
@@ -265,6 +273,9 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
     if entries:
         async with rt.pool.acquire() as conn:
             workflows = await stored_workflows(conn, rt, workspace_id, entries)
+    fanouts = {}
+    if any(s["step_type"] == "map" for s in steps):
+        fanouts = {m["step_run_id"]: m for m in await map_items.maps_of_run(rt.pool, run_id)}
     views = []
     for s in steps:
         view = StepView(row=s)
@@ -274,6 +285,10 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
             view.tools = step_tools(rt, definition_steps, s["step_name"], offered, workflows)
         elif s["step_type"] == "tool":
             view.tool_trace = next(iter(traces_by_step.get(s["id"], [])), None)
+        elif s["step_type"] == "map":
+            view.fanout = fanouts.get(s["id"])
+            if view.fanout is not None:
+                view.map_items = await map_items.items(rt.pool, s["id"], MAP_ITEMS_SHOWN)
         views.append(view)
     used = None
     if run["budget"] is not None:
@@ -286,6 +301,9 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
     position = None
     if run["queued_at"] is not None and run["status"] == "PENDING":
         position = await concurrency.queue_position(rt.pool, run_id)
+    item = None
+    if run["parent_run_id"] is not None and run["parent_tool_call_id"] is None:
+        item = await map_items.item_of_child(rt.pool, run_id)
     return RunView(
         run=run,
         steps=views,
@@ -293,6 +311,7 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
         events_total=rows.events_total,
         budget_used=used,
         queue_position=position,
+        map_item=item,
     )
 
 

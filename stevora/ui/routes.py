@@ -19,10 +19,11 @@ from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse,
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from stevora.engine import provider_limits
 from stevora.engine.steps.approval import Decision, decide_approval
 from stevora.errors import RateLimitError, StevoraError
 from stevora.statuses import TERMINAL_RUN_STATUSES
-from stevora.ui import auth, queries, waterfall
+from stevora.ui import auth, queries, time_travel, waterfall
 from stevora.ui.actions import add_action_routes, definition_context
 from stevora.ui.auth import UiUser, current_user, runtime_of
 from stevora.ui.format import FILTERS, run_duration_ms
@@ -169,6 +170,8 @@ def build_ui_router() -> APIRouter:
             "nav": "runs", "page": page, "f": filters, "problems": problems,
             "query": filter_query(request.query_params),
             "definitions": await queries.definition_choices(rt, user.workspace_id),
+            # STEVORA_RATE_LIMITS: current use per model (none configured: no statement).
+            "rate_limits": await provider_limits.current_use(rt.pool, rt.settings) if rt.settings.rate_limits else [],
         }  # fmt: skip
 
     @router.get("/runs")
@@ -199,6 +202,7 @@ def build_ui_router() -> APIRouter:
             "waterfall": waterfall.build(view),
             "event_types": ",".join(EVENT_TYPES),
             **await run_page_context(runtime_of(request), view.run),
+            **await time_travel.run_page_context(runtime_of(request), view.run),
         }
 
     @router.get("/runs/{run_id}")
@@ -321,5 +325,7 @@ def build_ui_router() -> APIRouter:
             return await not_found(request, user, f"Definition {definition_id}")
         return await render(request, user, "definition.html", context)
 
+    # Before the run actions: their `/runs/{id}/{action}` would take `/runs/{id}/fork`.
+    time_travel.add_time_travel_routes(router, render)
     add_action_routes(router, render)
     return router

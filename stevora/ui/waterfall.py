@@ -2,7 +2,9 @@
 
 Rows come from the stored rows, not the events: a step run has `started_at`/`completed_at`; a model
 call and a tool call are committed when they end (`created_at`) with their `duration_ms`, so
-they start at `created_at - duration_ms`. A step still running stretches to now.
+they start at `created_at - duration_ms`. A step still running stretches to now. A fork's
+inherited rows (copies of its origin's, `inherited_from`) are left out: they ran in the origin, on
+its time axis, not in this run.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ def build(view: RunView) -> Waterfall | None:
     now = utcnow()
     for step in view.steps:
         row = step.row
-        if row["started_at"] is None:
+        if row["started_at"] is None or row["inherited_from"] is not None:
             continue
         end = row["completed_at"] or (now if row["status"] in ("RUNNING", "WAITING") else row["updated_at"])
         attempt = f" · attempt {row['attempt']}" if row["attempt"] > 1 else ""
@@ -60,6 +62,8 @@ def build(view: RunView) -> Waterfall | None:
         )
         for rnd in step.rounds:
             call = rnd.call
+            if call["inherited_from"] is not None:
+                continue
             start, end = _ended(call["created_at"], call["duration_ms"])
             provider = call["provider"] or "provider ?"
             if provider == "scripted":

@@ -54,6 +54,18 @@ async def slow_effect(ctx: StepContext) -> dict[str, Any]:
 register_task_handler("slow_effect", slow_effect)
 
 
+async def map_item_effect(ctx: StepContext) -> dict[str, Any]:
+    """A `map` step's item (test_map_processes): its side effect names the item and the child run
+    that ran it, so a second child run for one item shows as a second row."""
+    tag, n = ctx.workflow_input["tag"], ctx.workflow_input["n"]
+    await asyncio.sleep(float(ctx.config.get("sleepS", 0.05)))
+    await record_effect(f"map:{tag}:{n}:{ctx.workflow_run_id}")
+    return {"status": "completed", "stateUpdates": {"n": n, "square": n * n}}
+
+
+register_task_handler("map_item_effect", map_item_effect)
+
+
 @tool
 async def remember(note: str, ctx: ToolContext) -> dict[str, Any]:
     """Record a side effect and append this call's key to the run's state."""
@@ -73,3 +85,11 @@ class Tally(Toolbox):
         """Count one more; returns the count so far."""
         self.count += 1
         return self.count
+
+
+@tool
+async def route(note: str, ctx: ToolContext) -> dict[str, Any]:
+    """Record a side effect, then send the run to the `finish` step (test_crash_recovery)."""
+    executions = await record_effect(ctx.idempotency_key)
+    ctx.goto("finish")
+    return {"ok": True, "executions": executions}

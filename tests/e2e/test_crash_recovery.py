@@ -56,6 +56,24 @@ async def create_undispatched(setup: BrokerSetup, def_id: str) -> dict:
     return dict(run)
 
 
+async def killed_then_resumed(setup: BrokerSetup, def_id: str, fault: str) -> tuple[dict, dict]:
+    """Run `def_id` on a worker that SIGKILLs itself at `fault`, then on a second worker; returns
+    the created run and its final row, which must be COMPLETED."""
+    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
+    second = None
+    try:
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+        assert await first.wait_exit(40) == -9, first.log_tail()  # it SIGKILLed itself at the fault point
+        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
+        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
+        assert row["status"] == "COMPLETED", row["error"]
+    finally:
+        first.stop()
+        if second:
+            second.stop()
+    return dict(run), row
+
+
 LOOP_STEP = {
     "type": "llm",
     "name": "agent",
@@ -80,18 +98,7 @@ async def test_worker_killed_at_a_checkpoint_of_a_five_round_loop_resumes_exactl
     def_id = await create_definition(
         setup.rt, setup.workspace_id, {"name": "loop", "version": "1", "steps": [LOOP_STEP]}
     )
-    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
-    second = None
-    try:
-        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
-        assert await first.wait_exit(40) == -9, first.log_tail()  # it SIGKILLed itself at the fault point
-        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
-        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
-        assert row["status"] == "COMPLETED", row["error"]
-    finally:
-        first.stop()
-        if second:
-            second.stop()
+    run, _ = await killed_then_resumed(setup, def_id, fault)
     pool = setup.rt.pool
     traces = await pool.fetch("SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"])
     assert [t["round"] for t in traces] == [1, 2, 3, 4, 5] and all(t["status"] == "completed" for t in traces)
@@ -132,23 +139,56 @@ async def test_a_toolboxs_state_survives_the_worker_killed_mid_loop(
     def_id = await create_definition(
         setup.rt, setup.workspace_id, {"name": "tally", "version": "1", "steps": [step]}
     )
-    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
-    second = None
-    try:
-        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
-        assert await first.wait_exit(40) == -9, first.log_tail()
-        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
-        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(first, second))
-        assert row["status"] == "COMPLETED", row["error"]
-    finally:
-        first.stop()
-        if second:
-            second.stop()
+    run, row = await killed_then_resumed(setup, def_id, fault)
     traces = await setup.rt.pool.fetch(
         "SELECT tool_name, output_json FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"]
     )
     assert [(t["tool_name"], t["output_json"]) for t in traces] == [("Tally_add", n) for n in range(1, 6)]
     assert row["state"]["toolbox:Tally"] == {"calls": 5, "attributes": {"count": 5}}
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("broker_setup", ["rabbitmq"], indirect=True)
+@pytest.mark.parametrize("fault", ["tool_returned:1:0", "tool_committed:1:0"])
+async def test_a_tools_goto_survives_the_worker_killed_before_the_step_ends(
+    broker_setup: BrokerSetup, fault: str
+) -> None:
+    """Issue 22, tools that steer: the goto is written with the call's trace row. Killed after that
+    commit, the resuming worker goes to the target without running the tool or asking the model
+    again; killed before it, the tool runs again under the same key and then goes there."""
+    setup = broker_setup
+    step = {**LOOP_STEP, "model": "scripted:rounds=3", "messages": [{"role": "user", "content": "route it"}]}
+    spec = {
+        "name": "steer",
+        "version": "1",
+        "steps": [
+            {**step, "tools": ["route"], "gotoTargets": ["finish"]},
+            {"type": "task", "name": "middle", "handler": "slow_effect", "config": {"sleepS": 0}},
+            {"type": "task", "name": "finish", "handler": "slow_effect", "config": {"sleepS": 0}},
+        ],
+    }
+    def_id = await create_definition(setup.rt, setup.workspace_id, spec)
+    run, row = await killed_then_resumed(setup, def_id, fault)
+    pool = setup.rt.pool
+    steps = await pool.fetch(
+        "SELECT step_name, status FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", run["id"]
+    )
+    assert [(s["step_name"], s["status"]) for s in steps] == [
+        ("agent", "COMPLETED"),
+        ("middle", "SKIPPED"),
+        ("finish", "COMPLETED"),
+    ]
+    assert row["state"].get("finish") == "done" and "middle" not in row["state"]
+    # One model call: the goto round's answer is never asked for, before or after the crash.
+    assert await pool.fetchval("SELECT count(*) FROM llm_calls WHERE workflow_run_id = $1", run["id"]) == 1
+    trace = await pool.fetchrow("SELECT * FROM tool_trace WHERE workflow_run_id = $1", run["id"])
+    assert trace["goto_step"] == "finish"
+    executions = await pool.fetchval(
+        "SELECT executions FROM test_side_effects WHERE idempotency_key = $1", trace["idempotency_key"]
+    )
+    assert executions == (2 if fault.startswith("tool_returned") else 1)  # a committed call never runs again
+    types = await assert_gap_free(setup, run["id"])
+    assert types.count("TOOL_CALL_COMPLETED") == 1 and types.count("STEP_SKIPPED") == 1
 
 
 @pytest.mark.broker

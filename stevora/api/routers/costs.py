@@ -43,7 +43,7 @@ async def run_cost(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     return ok(cost)
 
 
-def _parse_instant(value: str | None, name: str) -> datetime | None:
+def parse_instant(value: str | None, name: str) -> datetime | None:
     if value is None:
         return None
     try:
@@ -76,7 +76,7 @@ async def cost_summary(
     """Totals and a per-model breakdown over calls created in [from, to); omitted = unbounded.
     A fork's inherited calls are its origin's (counted once, there); replays are left out unless
     `includeReplays=true` (docs/time-travel.md)."""
-    start, end = _parse_instant(from_, "from"), _parse_instant(to, "to")
+    start, end = parse_instant(from_, "from"), parse_instant(to, "to")
     rows = await fetch_all(ctx.rt, resources.cost_by_model(auth.workspace_id, start, end, include_replays))
     run_count = (
         await fetch_value(ctx.rt, resources.cost_run_count(auth.workspace_id, start, end, include_replays))

@@ -15,7 +15,7 @@ from stevora.api.schemas.definitions import DefinitionOut
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
 from stevora.db import resources
 from stevora.db.definitions import find_version
-from stevora.definitions import WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
+from stevora.definitions import MapStep, WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
 from stevora.engine import limits
 from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.runtime import Runtime
@@ -76,21 +76,26 @@ async def store_definition(
 
 
 async def check_workflow_tools(rt: Runtime, workspace_id: str, spec: WorkflowDefinitionSpec) -> None:
-    """A workflow tool must name a definition of this workspace (or this one: a definition may
+    """A workflow tool or a `map` step must name a definition of this workspace (or this one: a definition may
     name itself, and its runs then get a clear recursion error instead of a runaway)."""
-    problems = []
+    named: list[tuple[str, str, str | None]] = []  # (path, workflow, version)
     for step_index, step in enumerate(spec.steps):
+        if isinstance(step, MapStep):  # a `map` step's workflow, the same way
+            named.append((f"steps[{step_index}].workflow", step.workflow, step.version))
         for tool_index, tool in enumerate(getattr(step, "tools", ())):
-            if not isinstance(tool, WorkflowToolDef) or tool.workflow == spec.name:
-                continue
-            if await find_version(rt.pool, workspace_id, tool.workflow, tool.version) is None:
-                what = f"'{tool.workflow}'" + (f" version '{tool.version}'" if tool.version else "")
-                problems.append(
-                    {
-                        "path": f"steps[{step_index}].tools[{tool_index}].workflow",
-                        "message": f"Workflow definition {what} does not exist in this workspace",
-                    }
+            if isinstance(tool, WorkflowToolDef):
+                named.append(
+                    (f"steps[{step_index}].tools[{tool_index}].workflow", tool.workflow, tool.version)
                 )
+    problems = []
+    for path, workflow, version in named:
+        if workflow == spec.name:
+            continue
+        if await find_version(rt.pool, workspace_id, workflow, version) is None:
+            what = f"'{workflow}'" + (f" version '{version}'" if version else "")
+            problems.append(
+                {"path": path, "message": f"Workflow definition {what} does not exist in this workspace"}
+            )
     if problems:
         raise ValidationError.from_problems(problems)
 

@@ -3,8 +3,6 @@
 
 from __future__ import annotations
 
-import hashlib
-import json
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Header, Path
@@ -12,13 +10,11 @@ from starlette.responses import Response
 
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
-from stevora.api.routers.definitions import store_definition
 from stevora.api.schemas.envelope import ok
 from stevora.db import forks as db_forks
-from stevora.db import runs
-from stevora.definitions import parse_definition
 from stevora.engine import fork as forking
-from stevora.errors import NotFoundError, ValidationError
+from stevora.engine.steps.llm_recorded import RECORDED, replay_report
+from stevora.errors import ValidationError
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
@@ -56,7 +52,7 @@ async def lineage(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
         ],
     }
     if run["replay_of"] is not None:
-        data["toolCalls"] = await db_forks.replay_counts(ctx.rt.pool, run_id)
+        data["toolCalls"] = await replay_report(ctx.rt.pool, run_id)
     return ok(data)
 
 
@@ -86,47 +82,43 @@ async def replay(
     body: Annotated[dict[str, Any], Body(examples=[{"model": "gpt-4o-mini", "tools": "recorded"}])],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
-    """The run driven again from its first step with another model / system prompt; with
-    `tools: "recorded"` (the default) each tool call is answered from the origin's recorded result."""
-    tools = body.get("tools", forking.RECORDED)
-    if tools != forking.RECORDED:
+    """The run driven again from its first step with another model / system prompt / definition
+    version; with `tools: "recorded"` (the default) each tool call is answered from the origin's
+    recorded result, and an unmatched call fails (`unmatched: "error"`, the default) or runs live
+    (`unmatched: "live"`)."""
+    plan = await plan_replay_body(ctx.rt, auth.workspace_id, run_id, body)
+    return await _create(ctx.rt, auth.workspace_id, plan, idempotency_key or body.get("idempotencyKey"))
+
+
+REPLAY_FIELDS = {"tools", "model", "systemPrompt", "step", "definitionVersion", "unmatched", "idempotencyKey"}
+
+
+async def plan_replay_body(
+    rt: Runtime, workspace_id: str, run_id: str, body: dict[str, Any]
+) -> forking.ForkPlan:
+    """A replay request's body (one run's, or a bulk replay's options) checked into a plan."""
+    tools = body.get("tools", RECORDED)
+    if tools != RECORDED:
         raise ValidationError.from_problems([{"path": "tools", "message": "only 'recorded' is supported"}])
-    run = await _run(ctx.rt, auth.workspace_id, run_id)
-    points, _ = await forking.fork_points(ctx.rt.pool, run)
-    if not points:
-        raise ValidationError.from_problems([{"path": "runId", "message": "the run has not started a step"}])
-    edits: dict[str, Any] = {k: body[k] for k in ("model", "systemPrompt") if k in body}
-    target: str | None = None
-    if edits:
-        # The step the model / prompt applies to: `step`, else the run's first llm step.
-        target = body.get("step") or next((p.step_name for p in points if p.step_type == "llm"), None)
-        if target is None:
-            raise ValidationError.from_problems([{"path": "model", "message": "the run has no llm step"}])
-    plan = await forking.plan_fork(ctx.rt, auth.workspace_id, run_id, {"step": points[0].step_name}, {})
-    if target is not None:
-        # The model / prompt edit names the llm step it applies to (validated as a fork there would be).
-        checked = await forking.plan_fork(ctx.rt, auth.workspace_id, run_id, {"step": target}, edits)
-        plan.model, plan.system_prompt = checked.model, checked.system_prompt
-    plan.replay, plan.replay_tools = True, forking.RECORDED
-    return await _create(
-        ctx.rt, auth.workspace_id, plan, idempotency_key or body.get("idempotencyKey"), target
+    return await forking.plan_replay(
+        rt,
+        workspace_id,
+        run_id,
+        model=body.get("model"),
+        system_prompt=body.get("systemPrompt"),
+        step=body.get("step"),
+        definition_version=body.get("definitionVersion"),
+        unmatched=body.get("unmatched", "error"),
     )
 
 
-async def _create(
-    rt: Runtime, workspace_id: str, plan: forking.ForkPlan, key: str | None, edited_step: str | None = None
-) -> Response:
-    definition_id = plan.origin["definition_id"]
-    spec = await rt.definitions.get(definition_id)
-    dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    derived = forking.derived_definition(dump, plan, edited_step)
-    if derived is not None:
-        digest = hashlib.sha256(json.dumps(derived, sort_keys=True).encode()).hexdigest()[:12]
-        derived["version"] = f"{spec.version}+fork-{digest}"[:50]
-        row, _ = await store_definition(rt, workspace_id, parse_definition(derived))
-        definition_id = row["id"]
-    run, created = await forking.create_fork(rt, plan, definition_id, key)
-    view = {
+async def _create(rt: Runtime, workspace_id: str, plan: forking.ForkPlan, key: str | None) -> Response:
+    run, created = await forking.make(rt, plan, key)
+    return ok(run_view(run), 201 if created else 200)
+
+
+def run_view(run: Any) -> dict[str, Any]:
+    return {
         "id": run["id"],
         "status": run["status"],
         "definitionId": run["definition_id"],
@@ -136,13 +128,8 @@ async def _create(
         "state": run["state"],
         "createdAt": run["created_at"].isoformat(),
     }
-    return ok(view, 201 if created else 200)
 
 
 async def _run(rt: Runtime, workspace_id: str, run_id: str) -> Any:
     async with rt.pool.acquire() as conn:
-        fork_row = await db_forks.get_fork_row(conn, workspace_id, run_id)
-        full = await runs.get_run_in_workspace(conn, workspace_id, run_id)
-    if fork_row is None or full is None:
-        raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
-    return {**dict(full), **dict(fork_row)}
+        return await forking.fork_origin(conn, workspace_id, run_id)

@@ -31,7 +31,7 @@ from stevora.api.schemas.runs import (
 from stevora.api.waiting import RequestedWait, applied, settle
 from stevora.db import awaited as db_awaited
 from stevora.db import budgets as db_budgets
-from stevora.db import concurrency, resources
+from stevora.db import concurrency, map_items, resources
 from stevora.definitions import Budget, parse_definition
 from stevora.engine import commands, limits
 from stevora.engine.budget import update_budget
@@ -75,10 +75,17 @@ async def run_out(rt: Runtime, workspace_id: str, run_id: str) -> RunOut:
     return RunOut.model_validate(row)
 
 
-def step_run_out(row: Mapping[Any, Any]) -> StepRunOut:
+def step_run_out(row: Mapping[Any, Any], fanout: Mapping[Any, Any] | None = None) -> StepRunOut:
     started, completed = row["started_at"], row["completed_at"]
     duration = int((completed - started).total_seconds() * 1000) if started and completed else None
-    return StepRunOut.model_validate({**row, "duration_ms": duration})
+    return StepRunOut.model_validate({**row, "duration_ms": duration, "map": map_progress(fanout)})
+
+
+def map_progress(fanout: Mapping[Any, Any] | None) -> dict[str, Any] | None:
+    """A `map_steps` row as the API shows it (None: not a map step run, or not started yet)."""
+    if fanout is None:
+        return None
+    return {**fanout, "done": fanout["completed"] + fanout["failed"]}
 
 
 @router.post(
@@ -186,7 +193,7 @@ async def list_runs(
         str | None,
         Query(
             alias="parentRunId",
-            description="Only the child runs this run started (workflows called as tools).",
+            description="Only the child runs this run started (workflows called as tools, map step items).",
         ),
     ] = None,
 ) -> Response:
@@ -225,6 +232,7 @@ async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOu
     """The run as `GET /workflow-runs/{id}` returns it: with its step runs and `requiredAction`."""
     (run,) = await with_required_action(rt, [await load_run(rt, workspace_id, run_id)])
     steps = await fetch_all(rt, resources.step_runs(run_id))
+    fanouts = {m["step_run_id"]: m for m in await map_items.maps_of_run(rt.pool, run_id)}
     definition = await fetch_one(rt, resources.definition_ref(run["definition_id"]))
     assert definition is not None  # a foreign key guarantees it
     used = await db_budgets.usage(rt.pool, run_id) if run["budget"] is not None else None
@@ -233,7 +241,7 @@ async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOu
         {
             **run,
             "queue_position": await concurrency.queue_position(rt.pool, run_id) if queued else None,
-            "step_runs": [step_run_out(s) for s in steps],
+            "step_runs": [step_run_out(s, fanouts.get(s["id"])) for s in steps],
             "definition": DefinitionRef.model_validate(definition),
             "budget_used": None
             if used is None

@@ -132,7 +132,8 @@ class RunOut(ApiOut):
     idempotency_key: str | None
     version: int
     parent_run_id: str | None = Field(
-        default=None, description="The run whose model called this workflow as a tool."
+        default=None,
+        description="The run whose model called this workflow as a tool, or whose map step started it.",
     )
     parent_tool_call_id: str | None = Field(
         default=None, description="The model's tool-call id in the parent."
@@ -173,6 +174,18 @@ class RunListItemOut(RunOut):
     )
 
 
+class MapProgressOut(ApiOut):
+    """A `map` step run's fan-out: how many of its items' child runs are done, out, failed."""
+
+    total: int = Field(description="Items to run (one child run each).")
+    done: int = Field(description="Items whose child run ended (completed + failed).")
+    completed: int
+    failed: int = Field(description="Items whose child run failed or was cancelled.")
+    running: int = Field(description="Child runs out now (at most `concurrency`).")
+    concurrency: int
+    on_item_failure: str
+
+
 class StepRunOut(ApiOut):
     id: str = Field(examples=["srun_aaa111"])
     workflow_run_id: str
@@ -192,6 +205,9 @@ class StepRunOut(ApiOut):
     duration_ms: int | None = Field(description="completedAt - startedAt, when both are set.")
     created_at: Timestamp
     updated_at: Timestamp
+    map: MapProgressOut | None = Field(
+        default=None, description="For a `map` step run that started its items: their progress."
+    )
 
 
 class DefinitionRef(ApiOut):

@@ -59,6 +59,10 @@ class ToolTraceOut(ApiOut):
     child_run_id: str | None = Field(
         default=None, description="For a workflow called as a tool: the child run that answered the call."
     )
+    goto_step: str | None = Field(
+        default=None,
+        description="The step the handler sent the run to with `ctx.goto` (the llm step ended after this round).",
+    )
     created_at: Timestamp
 
 

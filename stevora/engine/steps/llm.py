@@ -32,7 +32,7 @@ from stevora.engine.steps.awaited_kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
-from stevora.engine.steps.llm_tools import StepTools, ToolRunner, expires_first, resolve_tools
+from stevora.engine.steps.llm_tools import StepTools, ToolRunner, expires_first, first_goto, resolve_tools
 from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
@@ -96,6 +96,8 @@ class LlmStepRun:
             else await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
         )
         st = rebuild(rounds, prompt)
+        if rounds:
+            self.tools.steered = True  # a committed round may hold a goto the lost execution did not follow
         msg: Message | None = None  # the last round's assistant turn, once built
         while True:
             last = st.rounds[-1] if st.rounds else None
@@ -109,6 +111,9 @@ class LlmStepRun:
                     waiting = await self.tools.run_missing(st, last, calls)
                     if waiting is not None:
                         return waiting
+                    goto = first_goto(last, calls) if self.tools.steered else None
+                    if goto is not None:  # a handler called ctx.goto: the step ends with this round
+                        return self._goto(st, last, msg, goto)
                 else:
                     result = await self._finish(st, last)
                     if result is not None:
@@ -121,6 +126,28 @@ class LlmStepRun:
                 st.tool_rounds += 1
 
     # -- endings ----------------------------------------------------------------------------
+
+    def _goto(self, st: LoopState, last: CommittedRound, msg: Message, goto: tuple[int, str]) -> StepResult:
+        """A tool went to another step: the round's results are committed, the model is not asked
+        again, and the driver goes on at the target (stevora.engine.advancing), skipping the steps
+        between on a forward jump. The step's output says who sent it where; no outputKey is written."""
+        index, target = goto
+        call = msg.tool_calls[index]
+        allowed = self.step.goto_targets
+        if allowed is not None and target not in allowed:
+            return StepResult(
+                status="failed",
+                retryable=False,
+                error={
+                    "code": "GOTO_NOT_ALLOWED",
+                    "message": f"Tool '{call.name}' went to step '{target}', which is not in this step's "
+                    f"gotoTargets ({', '.join(allowed) or 'none'})",
+                    "details": {"gotoStep": target, "toolName": call.name, "toolCallId": call.id},
+                },
+            )
+        output = self._output(st, msg.content or "", last)
+        output["goto"] = {"step": target, "toolName": call.name, "toolCallId": call.id, "round": last.round}
+        return StepResult(output=output, next_step=target)
 
     async def _max_rounds(self, st: LoopState, last: CommittedRound) -> StepResult:
         limit = self.step.max_tool_rounds
@@ -209,7 +236,17 @@ class LlmStepRun:
         warnings: list[dict[str, Any]] | None = None,
     ) -> StepResult:
         result = value if value is not None else text
-        output: dict[str, Any] = {
+        output = self._output(st, text, last)
+        if value is not None:
+            output["json"] = value
+        if stopped_at_limit:
+            output["stoppedAtMaxToolRounds"] = True
+        if warnings:
+            output["guardrailWarnings"] = warnings
+        return StepResult(output=output, state_updates={self.step.effective_output_key(): result})
+
+    def _output(self, st: LoopState, text: str, last: CommittedRound) -> dict[str, Any]:
+        return {
             "text": text,
             "model": last.model,
             "provider": last.provider,
@@ -218,13 +255,6 @@ class LlmStepRun:
             "costUsd": st.cost_usd,
             "usage": {"inputTokens": st.usage.input_tokens, "outputTokens": st.usage.output_tokens},
         }
-        if value is not None:
-            output["json"] = value
-        if stopped_at_limit:
-            output["stoppedAtMaxToolRounds"] = True
-        if warnings:
-            output["guardrailWarnings"] = warnings
-        return StepResult(output=output, state_updates={self.step.effective_output_key(): result})
 
 
 class LlmStepType(StepType):

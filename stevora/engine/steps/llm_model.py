@@ -14,8 +14,10 @@ from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound, LlmCallRecord
 from stevora.db.database import storable_text
 from stevora.definitions import LlmStep
+from stevora.engine import provider_limits
 from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
+from stevora.engine.provider_limits import LimitedProvider
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import BudgetExceeded, ProviderError, ProviderNotFound, StevoraError
@@ -53,6 +55,7 @@ class ModelCaller:
         self._observe = observe.ModelCalls(ex.step_run_id, rt.pricing.known_name)
         self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
         self.meter: Meter | None = None  # the run's budget, when it has one
+        self._limited = False  # a candidate waits for its turn under STEVORA_RATE_LIMITS
 
     async def call(self, st: LoopState) -> CommittedRound:
         faults = self.rt.faults
@@ -148,9 +151,13 @@ class ModelCaller:
         """The provider of candidate `index`, resolved once per step visit."""
         if index in self._providers:
             return self._providers[index]
-        found = self._providers[index] = self.rt.providers.resolve(
-            model, self.step.provider if index == 0 else None
-        )
+        found = self.rt.providers.resolve(model, self.step.provider if index == 0 else None)
+        if found is not None and self.rt.settings.rate_limits:  # STEVORA_RATE_LIMITS: once per visit
+            found = provider_limits.of(self.rt).wrap(
+                found, model, fallback=index < len(self.step.fallback_models)
+            )
+            self._limited = True
+        self._providers[index] = found
         return found
 
     def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
@@ -231,6 +238,8 @@ class ModelCaller:
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
         }
+        if self._limited and isinstance(provider, LimitedProvider):  # STEVORA_RATE_LIMITS only
+            payload["rateLimitWaitMs"] = rec.response["rateLimitWaitMs"] = provider.last_wait_ms  # type: ignore[index]
         committed_at = await checkpoints.record_llm_call(
             self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
         )

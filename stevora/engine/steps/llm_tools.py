@@ -159,6 +159,16 @@ async def _workflow_tool_spec(rt: Runtime, workspace_id: str, tool: WorkflowTool
     )
 
 
+def first_goto(last: CommittedRound, calls: tuple[ToolCall, ...]) -> tuple[int, str] | None:
+    """The first of the round's calls (in the model's order) whose handler called `ctx.goto`, and
+    its target: from the committed traces, so a resumed step goes where the lost one would have."""
+    for index in range(len(calls)):
+        trace = last.tool_results.get(index)
+        if trace is not None and trace["goto_step"] is not None:
+            return index, trace["goto_step"]
+    return None
+
+
 def _failed(arguments: dict[str, Any], code: ToolErrorCode, error: str) -> ToolOutcome:
     return ToolOutcome(
         status="failed",
@@ -192,6 +202,11 @@ class ToolRunner:
         self.meter: Meter | None = None  # the run's budget, when it has one
         # A replay with recorded tools answers calls from its origin's results (read on first use).
         self.recorded: RecordedTools | object | None = _UNREAD
+        # The round's conversation and its length, which `ctx.transcript` reads (and `ctx.goto` needs).
+        self.steering: tuple[list[Message], int] = ([], 0)
+        # Whether a round may hold a goto: a call of this execution went somewhere, or the step
+        # resumed from committed rounds. Until then the loop does not look (`first_goto`).
+        self.steered = False
 
     async def run_missing(
         self, st: LoopState, last: CommittedRound, calls: tuple[ToolCall, ...]
@@ -201,14 +216,22 @@ class ToolRunner:
         missing = [(i, c) for i, c in enumerate(calls) if i not in last.tool_results]
         if not missing:
             return None
+        self.steering = (st.transcript, len(st.transcript))
         by_index: dict[int, dict[str, Any]] = {}
         if self.recorded is _UNREAD:
             self.recorded = await RecordedTools.load(self.rt.pool, self.ex.run_id)
-        if isinstance(self.recorded, RecordedTools):  # a replay: every call answered from the recording
+        if isinstance(self.recorded, RecordedTools):  # a replay: calls answered from the recording
+            live = []
             for index, call in missing:
-                by_index[index] = await self._record(last, index, call, *self.recorded.answer(call))
-            self._deliver(st, calls, last, by_index)
-            return None
+                answer = self.recorded.answer(call)
+                if answer is None:  # unmatched, and the replay runs those live: as in any run
+                    live.append((index, call))
+                else:
+                    by_index[index] = await self._record(last, index, call, *answer)
+            if not live:
+                self._deliver(st, calls, last, by_index)
+                return None
+            missing = live
         # One pass sorts the calls: not offered (recorded at once, never run), run here, gated
         # (run once a person approved them), answered from outside.
         kinds, gated = self.tools.kinds, self.tools.gated
@@ -431,6 +454,7 @@ class ToolRunner:
             tool_call_id=call.id,
             run_input=MappingProxyType(self.ex.input),
             state=MappingProxyType(dict(self.state)),
+            _steering=self.steering,  # `ctx.goto`, `ctx.transcript`: shared by the round, nothing copied
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments
@@ -451,8 +475,9 @@ class ToolRunner:
         faults = self.rt.faults
         if faults.armed:
             faults.reached("tool_returned", call_round.round, index)
-        updates = ctx.state_updates if outcome.status == "completed" else None  # `outcome.ok`, inlined
-        return await self._record(call_round, index, call, outcome, updates)
+        if outcome.status != "completed":  # `outcome.ok`, inlined
+            return await self._record(call_round, index, call, outcome)
+        return await self._record(call_round, index, call, outcome, ctx.state_updates, ctx._goto_step)
 
     async def _record(
         self,
@@ -461,7 +486,11 @@ class ToolRunner:
         call: ToolCall,
         outcome: ToolOutcome,
         state_updates: dict[str, Any] | None = None,
+        goto_step: str | None = None,
     ) -> dict[str, Any]:
+        if goto_step is not None:
+            goto_step = storable_text(goto_step)
+            self.steered = True
         await record_outcome(
             self.rt,
             self.ex,
@@ -474,6 +503,7 @@ class ToolRunner:
             tool_name=call.name,
             idempotency_key=f"{call_round.step_run_id}:{call_round.round}:{index}",
             state_updates=state_updates,
+            goto_step=goto_step,
         )
         self.state.update(state_updates or {})
         if self.meter is not None and outcome.error_code != UNCOUNTED_TOOL_ERROR:
@@ -483,4 +513,4 @@ class ToolRunner:
             faults.reached("tool_committed", call_round.round, index)
         # As the trace keeps it (a handler may echo a lone surrogate the model sent): the transcript
         # this execution goes on with is the one a resumed one rebuilds, and the SDK can encode it.
-        return {"status": outcome.status, "text": storable_text(outcome.result_text)}
+        return {"status": outcome.status, "text": storable_text(outcome.result_text), "goto_step": goto_step}

@@ -7,6 +7,7 @@ from stevora.engine.steps.base import StepType
 from stevora.engine.steps.condition import ConditionStepType
 from stevora.engine.steps.external_event import ExternalEventStepType
 from stevora.engine.steps.llm import LlmStepType
+from stevora.engine.steps.map import MapStepType
 from stevora.engine.steps.task import TaskStepType
 from stevora.engine.steps.tool import ToolStepType
 from stevora.engine.steps.wait import WaitStepType
@@ -21,6 +22,7 @@ STEP_TYPES: dict[str, StepType] = {
         ApprovalStepType(),
         LlmStepType(),
         ToolStepType(),
+        MapStepType(),
     )
 }
 

@@ -42,6 +42,7 @@ async def record_outcome(
     tool_name: str,
     idempotency_key: str,
     state_updates: dict[str, Any] | None,
+    goto_step: str | None = None,
 ) -> None:
     tool_name = column_text(tool_name, TOOL_NAME_WIDTH)
     tool_call_id = column_text(tool_call_id, TOOL_CALL_ID_WIDTH)
@@ -61,6 +62,7 @@ async def record_outcome(
         result_text=None if ok else outcome.result_text,
         duration_ms=outcome.duration_ms,
         idempotency_key=idempotency_key,
+        goto_step=goto_step,
     )
     payload: dict[str, Any] = {
         "toolTraceId": rec.id,
@@ -75,5 +77,7 @@ async def record_outcome(
         payload.update(error=outcome.error, errorCode=outcome.error_code)
     if state_updates:
         payload["stateKeys"] = sorted(state_updates)
+    if goto_step is not None:
+        payload["gotoStep"] = goto_step
     event = EventType.TOOL_CALL_COMPLETED if ok else EventType.TOOL_CALL_FAILED
     await checkpoints.record_tool_trace(rt.committer, ex.run_id, ex.owner, rec, event, payload, state_updates)

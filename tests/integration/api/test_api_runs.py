@@ -17,7 +17,7 @@ RUN_FIELDS = {
 STEP_FIELDS = {
     "id", "workflowRunId", "stepName", "stepType", "stepIndex", "status", "visit", "attempt", "input",
     "output", "error", "signalType", "waitUntil", "startedAt", "completedAt", "durationMs", "createdAt",
-    "updatedAt",
+    "updatedAt", "map",
 }  # fmt: skip
 
 

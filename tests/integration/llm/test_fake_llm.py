@@ -15,6 +15,7 @@ from stevora.testing.fake_llm import (
     error,
     openai_text,
 )
+from stevora.testing.fake_rate_limit import FakeRateLimit
 
 ANTHROPIC_TOOL_TURN = {
     "role": "assistant",
@@ -208,3 +209,25 @@ def test_base_urls_match_what_each_sdk_expects():
     with FakeLLMServer() as server:
         assert server.openai_base_url == f"http://127.0.0.1:{server.port}/v1"
         assert server.anthropic_base_url == f"http://127.0.0.1:{server.port}"
+
+
+def test_the_enforcing_mode_answers_429_beyond_the_window_and_charges_the_usage(fake_llm: FakeLLMServer):
+    fake_llm.rate_limit = FakeRateLimit(requests=2, tokens=1_000, window_s=60)
+    fake_llm.responder = lambda _body: openai_text("ok", usage={"prompt_tokens": 3, "completion_tokens": 2})
+    body = {"model": "gpt-4o-mini", "messages": [{"role": "user", "content": "x" * 400}], "max_tokens": 100}
+    assert _post(fake_llm, "/v1/chat/completions", body)[0] == 200  # estimated 200 tokens, used 5
+    assert _post(fake_llm, "/v1/chat/completions", body)[0] == 200
+    request = urllib.request.Request(
+        fake_llm.base_url + "/v1/chat/completions",
+        data=json.dumps(body).encode(),
+        headers={"content-type": "application/json", "authorization": "Bearer test"},
+    )
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(request, timeout=5)
+    with refused.value as answer:
+        assert answer.code == 429
+        assert float(answer.headers["retry-after-ms"]) > 25_000  # one request per 30 s
+        assert answer.headers["x-ratelimit-remaining-requests"] == "0"
+        # The two answered calls were charged their usage (5 each), not their estimates (200 each).
+        assert int(answer.headers["x-ratelimit-remaining-tokens"]) >= 989
+    assert [d.status for d in fake_llm.rate_limit.log] == [200, 200, 429]

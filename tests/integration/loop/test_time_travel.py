@@ -197,16 +197,7 @@ async def test_replay_with_recorded_tools_runs_no_handler(
     client, headers = api
     side_effects.clear()
 
-    # The "other model" asks the same first three lookups, then one the origin never made.
-    def respond(body: dict[str, Any]) -> FakeResponse:
-        r = _round_of(body)
-        if r <= 3:
-            return openai_tool_calls([(f"new_{r}", "lookup", json.dumps({"n": r}))])
-        if r == 4:
-            return openai_tool_calls([("new_4", "lookup", json.dumps({"n": 99}))])
-        return openai_text("replayed")
-
-    fake.openai.responder = respond
+    _other_model_asks_99_at_round_4(fake)
     made = await client.post(
         f"/v1/workflow-runs/{origin['id']}/replay",
         json={"model": "gpt-4.1-mini", "tools": "recorded"},
@@ -229,7 +220,7 @@ async def test_replay_with_recorded_tools_runs_no_handler(
     assert texts[3][1] == "failed" and replay.traces[3]["error_code"] == "TOOL_CALL_NOT_RECORDED"
     assert replay.state["seen2"] == 2  # the recorded update_state applied
     lineage = (await client.get(f"/v1/workflow-runs/{replay_id}/lineage", headers=headers)).json()["data"]
-    assert lineage["toolCalls"] == {"matched": 3, "unmatched": 1}
+    assert lineage["toolCalls"] == {"matched": 3, "unmatched": 1, "live": 0}
 
 
 async def test_forks_of_forks_and_a_fork_before_a_step(
@@ -320,3 +311,183 @@ async def test_cost_summary_counts_inherited_calls_once_and_replays_only_when_as
     assert summary["callCount"] == 5 + 3
     with_replays = (await client.get("/v1/cost/summary?includeReplays=true", headers=headers)).json()["data"]
     assert with_replays["callCount"] == 5 + 3 + 5
+
+
+def _other_model_asks_99_at_round_4(fake: FakeLLMServer) -> None:
+    """The "other model": the origin's first three lookups, then one the origin never made."""
+
+    def respond(body: dict[str, Any]) -> FakeResponse:
+        r = _round_of(body)
+        if r <= 3:
+            return openai_tool_calls([(f"new_{r}", "lookup", json.dumps({"n": r}))])
+        if r == 4:
+            return openai_tool_calls([("new_4", "lookup", json.dumps({"n": 99}))])
+        return openai_text("replayed")
+
+    fake.openai.responder = respond
+
+
+async def test_replay_runs_unmatched_calls_live_only_when_allowed(
+    harness: Harness, sdk: SdkProviders, fake: FakeLLMServer, api: Any, side_effects: list[int]
+) -> None:
+    origin = await _origin(harness, api, fake)
+    client, headers = api
+    side_effects.clear()
+    _other_model_asks_99_at_round_4(fake)
+    bad = await client.post(
+        f"/v1/workflow-runs/{origin['id']}/replay", json={"unmatched": "sometimes"}, headers=headers
+    )
+    assert bad.status_code == 400 and bad.json()["error"]["details"]["errors"][0]["path"] == "unmatched"
+    made = await client.post(
+        f"/v1/workflow-runs/{origin['id']}/replay", json={"unmatched": "live"}, headers=headers
+    )
+    assert made.status_code == 201, made.text
+    replay_id = made.json()["data"]["id"]
+    row = await harness.wait_for_status(replay_id, "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED", row["error"]
+    assert side_effects == [99]  # only the unmatched call ran, live; the three matched did not
+    replay = await load_run(harness, replay_id)
+    assert [(t["status"], t["output_json"]) for t in replay.traces] == [
+        ("completed", "result 1"),
+        ("completed", "result 2"),
+        ("completed", "result 3"),
+        ("completed", "result 99"),
+    ]
+    assert replay.state["seen99"] == 99
+    lineage = (await client.get(f"/v1/workflow-runs/{replay_id}/lineage", headers=headers)).json()["data"]
+    assert lineage["toolCalls"] == {"matched": 3, "unmatched": 1, "live": 1}
+
+
+async def test_replay_against_another_definition_version(
+    harness: Harness, sdk: SdkProviders, fake: FakeLLMServer, api: Any, side_effects: list[int]
+) -> None:
+    origin = await _origin(harness, api, fake)
+    client, headers = api
+    side_effects.clear()
+    # Version 2 of "tt": a step before the agent, another system prompt, no wait step after it.
+    v2 = {
+        "name": "tt",
+        "version": "2",
+        "steps": [
+            {"type": "wait", "name": "warmup", "durationMs": 1},
+            llm_step(tools=["lookup"], maxToolRounds=10, systemPrompt="Version two."),
+        ],
+    }
+    stored = await client.post("/v1/workflow-definitions", json=v2, headers=headers)
+    assert stored.status_code in (200, 201), stored.text
+    missing = await client.post(
+        f"/v1/workflow-runs/{origin['id']}/replay", json={"definitionVersion": "9"}, headers=headers
+    )
+    assert missing.status_code == 400
+    assert missing.json()["error"]["details"]["errors"][0]["path"] == "definitionVersion"
+    sent_before = len(fake.openai.requests)
+    made = await client.post(
+        f"/v1/workflow-runs/{origin['id']}/replay",
+        json={"definitionVersion": "2", "model": "gpt-4.1-mini"},
+        headers=headers,
+    )
+    assert made.status_code == 201, made.text
+    replay_id = made.json()["data"]["id"]
+    row = await harness.wait_for_status(replay_id, "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED", row["error"]
+    assert side_effects == []
+    steps = await harness.rt.pool.fetch(
+        "SELECT step_name FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", replay_id
+    )
+    assert [s["step_name"] for s in steps] == ["warmup", "agent"]  # version 2's steps, not 1's
+    first = fake.openai.requests[sent_before].json
+    assert first["model"] == "gpt-4.1-mini"
+    assert first["messages"][0] == {"role": "system", "content": "Version two."}
+    version = await harness.rt.pool.fetchval(
+        "SELECT d.version FROM workflow_runs r JOIN workflow_definitions d ON d.id = r.definition_id "
+        "WHERE r.id = $1",
+        replay_id,
+    )
+    assert version.startswith("2+fork-")  # version 2 with the model edit
+
+
+async def test_bulk_replay_of_the_last_runs_and_their_comparison(
+    harness: Harness, sdk: SdkProviders, fake: FakeLLMServer, api: Any, side_effects: list[int]
+) -> None:
+    client, headers = api
+    origins = [await _origin(harness, api, fake) for _ in range(3)]
+    side_effects.clear()
+    _other_model_asks_99_at_round_4(fake)
+    count = await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs")
+    bad = await client.post("/v1/replays", json={"definition": "tt", "model": "nomodel-x"}, headers=headers)
+    assert bad.status_code == 400 and bad.json()["error"]["details"]["errors"][0]["path"] == "model"
+    neither = await client.post("/v1/replays", json={"last": 2}, headers=headers)
+    assert neither.status_code == 400
+    assert await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs") == count
+    made = await client.post(
+        "/v1/replays",
+        json={"definition": "tt", "last": 2, "model": "gpt-4.1-mini", "idempotencyKey": "b1"},
+        headers=headers,
+    )
+    assert made.status_code == 201, made.text
+    rows = made.json()["data"]["replays"]
+    # The last two runs, newest first.
+    assert [r["runId"] for r in rows] == [origins[2]["id"], origins[1]["id"]]
+    replay_ids = [r["replayId"] for r in rows]
+    again = await client.post(
+        "/v1/replays",
+        json={"definition": "tt", "last": 2, "model": "gpt-4.1-mini", "idempotencyKey": "b1"},
+        headers=headers,
+    )
+    assert [r["replayId"] for r in again.json()["data"]["replays"]] == replay_ids  # the same replays
+    for replay_id in replay_ids:
+        await harness.wait_for_status(replay_id, "COMPLETED", "FAILED")
+    assert side_effects == []
+    got = await client.get(f"/v1/replays/compare?runs={','.join(replay_ids)}", headers=headers)
+    assert got.status_code == 200, got.text
+    comparison = got.json()["data"]
+    assert comparison["done"] is True and comparison["unknown"] == []
+    for row, origin in zip(comparison["runs"], [origins[2], origins[1]], strict=True):
+        assert row["runId"] == origin["id"]
+        o, r = row["origin"], row["replay"]
+        assert (o["status"], r["status"]) == ("COMPLETED", "COMPLETED")
+        assert (o["rounds"], r["rounds"]) == (5, 5)
+        assert r["toolCalls"] == {"matched": 3, "unmatched": 1, "live": 0}
+        assert o["toolCalls"] == {"total": 4}
+        assert o["output"] == origin["output"] and r["output"]["agent"].startswith("replayed")
+        assert row["sameOutput"] is False and row["sameStatus"] is True
+        assert r["inputTokens"] > 0 and o["inputTokens"] > 0
+        assert o["latencyMs"] is not None and r["latencyMs"] is not None
+        replay_row = await harness.rt.pool.fetchrow(
+            "SELECT total_input_tokens, total_cost_cents FROM workflow_runs WHERE id = $1", row["replayId"]
+        )
+        assert r["inputTokens"] == replay_row["total_input_tokens"]
+        assert r["costUsd"] == round(replay_row["total_cost_cents"] / 100, 10)
+    listed = await client.post(
+        "/v1/replays", json={"runIds": [origins[0]["id"], "wfrun_nope"]}, headers=headers
+    )
+    assert listed.status_code == 201, listed.text
+    first, missing = listed.json()["data"]["replays"]
+    assert first["replayId"] and missing["replayId"] is None and missing["error"]["code"] == "NOT_FOUND"
+    not_replay = (await client.get(f"/v1/replays/compare?runs={origins[0]['id']}", headers=headers)).json()
+    assert not_replay["data"]["unknown"] == [origins[0]["id"]]
+
+
+async def test_a_fork_is_announced_by_webhook(
+    harness: Harness, sdk: SdkProviders, fake: FakeLLMServer, api: Any, side_effects: list[int]
+) -> None:
+    origin = await _origin(harness, api, fake)
+    client, headers = api
+    hook = await client.post(
+        "/v1/webhooks",
+        json={"url": "https://hooks.example.com/stevora", "events": ["workflow.forked"]},
+        headers=headers,
+    )
+    assert hook.status_code == 201, hook.text
+    made = await client.post(
+        f"/v1/workflow-runs/{origin['id']}/fork", json={"at": "agent:3"}, headers=headers
+    )
+    fork_id = made.json()["data"]["id"]
+    rows = await harness.rt.pool.fetch(
+        "SELECT event, payload FROM webhook_deliveries WHERE webhook_id = $1", hook.json()["data"]["id"]
+    )
+    assert [r["event"] for r in rows] == ["workflow.forked"]
+    data = rows[0]["payload"]["data"]
+    assert data["workflowRunId"] == fork_id
+    assert data["forkedFrom"] == {"runId": origin["id"], "stepName": "agent", "round": 3}
+    assert data["replayOf"] is None

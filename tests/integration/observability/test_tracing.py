@@ -135,3 +135,36 @@ async def test_runs_carry_no_trace_context_when_tracing_is_off(harness: Harness,
     result = await run_workflow(harness, workspace_id, {"type": "wait", "name": "pause", "durationMs": 0})
     assert result.status == "COMPLETED", result.run["error"]
     assert result.run["trace_context"] is None
+
+
+async def test_a_forks_trace_is_linked_to_its_origins(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders, spans: InMemorySpanExporter
+) -> None:
+    from stevora.engine import fork as forking
+
+    _register_lookup(harness)
+    origin = await run_workflow(harness, workspace_id, _two_rounds(fake))
+    assert origin.status == "COMPLETED", origin.run["error"]
+    [origin_root] = _by_name(spans.get_finished_spans(), "create_run")
+    spans.clear()
+    fake.openai.enqueue(openai_text("Forked."))
+    plan = await forking.plan_fork(harness.rt, workspace_id, origin.id, "agent:2", {})
+    fork, created = await forking.create_fork(harness.rt, plan, origin.run["definition_id"], None)
+    assert created
+    await harness.wait_for_status(fork["id"], "COMPLETED")
+    finished = spans.get_finished_spans()
+    [root] = _by_name(finished, "fork_run")
+    [run] = _by_name(finished, "run loop-test")
+    # The fork is its own trace (rooted at fork_run), every span of it in that trace...
+    assert {s.context.trace_id for s in finished} == {root.context.trace_id}
+    assert root.context.trace_id != origin_root.context.trace_id
+    assert _parent_id(run) == root.context.span_id
+    # ...and its root and each of its run spans link to the origin's root span.
+    for span in (root, run):
+        [link] = span.links
+        assert (link.context.trace_id, link.context.span_id) == (
+            origin_root.context.trace_id,
+            origin_root.context.span_id,
+        )
+        assert dict(link.attributes or {}) == {"stevora.link": "forked_from"}
+    assert dict(root.attributes or {})["stevora.workflow_run.id"] == fork["id"]

@@ -11,6 +11,7 @@ from stevora.definitions import (
     ConditionStep,
     ExternalEventStep,
     LlmStep,
+    MapStep,
     TaskStep,
     ToolStep,
     WaitStep,
@@ -26,9 +27,18 @@ def problems_for_step(step: dict[str, Any]) -> dict[str, str]:
     return {problem["path"]: problem["message"] for problem in info.value.details["errors"]}
 
 
-def test_step_types_lists_the_six_documented_types_plus_tool_and_matches_the_models() -> None:
-    assert set(STEP_TYPES) == {"task", "wait", "condition", "external_event", "llm", "approval", "tool"}
-    models = (TaskStep, WaitStep, ConditionStep, ExternalEventStep, ApprovalStep, LlmStep, ToolStep)
+def test_step_types_lists_the_documented_types_and_matches_the_models() -> None:
+    assert set(STEP_TYPES) == {
+        "task",
+        "wait",
+        "condition",
+        "external_event",
+        "llm",
+        "approval",
+        "tool",
+        "map",
+    }
+    models = (TaskStep, WaitStep, ConditionStep, ExternalEventStep, ApprovalStep, LlmStep, ToolStep, MapStep)
     assert {model.model_fields["type"].default for model in models} == set(STEP_TYPES)
 
 

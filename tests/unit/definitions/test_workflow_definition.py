@@ -201,6 +201,20 @@ def test_condition_targets_must_name_existing_steps() -> None:
     assert problems == {"steps[0].falseStep": "falseStep 'nowhere' does not name a step in this workflow"}
 
 
+def test_goto_targets_must_name_existing_steps_and_are_reported_beside_field_errors() -> None:
+    step = {"type": "llm", "name": "ask", "model": "gpt-4o", "messages": [{"role": "user", "content": "q"}]}
+    assert paths_of(definition_with([{**step, "gotoTargets": ["a", "nowhere"]}, task("a")])) == {
+        "steps[0].gotoTargets[1]": "gotoTargets 'nowhere' does not name a step in this workflow"
+    }
+    # With another field invalid, pydantic skips the model's rules; the raw check still reports it.
+    problems = paths_of(
+        definition_with([{**step, "gotoTargets": ["nowhere"], "maxToolRounds": 0}, task("a")])
+    )
+    assert set(problems) == {"steps[0].maxToolRounds", "steps[0].gotoTargets[0]"}
+    parsed = parse_definition(definition_with([{**step, "gotoTargets": ["a", "ask"]}, task("a")]))
+    assert isinstance(parsed.steps[0], LlmStep) and parsed.steps[0].goto_targets == ["a", "ask"]
+
+
 def test_condition_branching_to_itself_is_rejected() -> None:
     condition = {"type": "condition", "name": "c", "expression": "x", "trueStep": "c", "falseStep": "a"}
     problems = paths_of(definition_with([condition, task("a")]))

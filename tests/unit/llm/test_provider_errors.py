@@ -104,3 +104,18 @@ def test_a_5xx_whose_body_says_the_request_is_invalid_is_recognised(body: object
 )
 def test_other_server_errors_stay_retryable_server_errors(status: int, body: object) -> None:
     assert not is_invalid_request_answer(status, body)
+
+
+def test_a_429_carries_what_the_rate_limit_headers_say_remains():
+    openai_style = provider_error_for_status(
+        "openai", 429, "x", {"X-RateLimit-Remaining-Requests": "0", "x-ratelimit-remaining-tokens": "1500"}
+    )
+    assert openai_style.remaining == (0.0, 1500.0)
+    anthropic_style = provider_error_for_status(
+        "anthropic", 429, "x", {"anthropic-ratelimit-tokens-remaining": "7"}
+    )
+    assert anthropic_style.remaining == (None, 7.0)
+    assert provider_error_for_status("openai", 500, "x", {"x-ratelimit-remaining-tokens": "3"}).remaining == (
+        None,
+        None,
+    )

@@ -1,0 +1,405 @@
+"""`map`: runs a workflow once per item of a list, as child runs, at most `concurrency` at a time.
+
+    {"type": "map", "name": "triage", "items": "{{input.tickets}}", "workflow": "triage-ticket",
+     "input": {"ticket": "{{item}}", "n": "{{index}}"}, "concurrency": 8,
+     "onItemFailure": "fail", "outputKey": "results"}
+
+* Execute: resolve `items` (a list, at most `STEVORA_MAP_MAX_ITEMS`), find the workflow, render
+  each item's child input (`{{item}}`, `{{index}}`); any problem fails the step naming the path
+  or the item. Nothing is written: the step goes WAITING with the plan.
+* Going WAITING (`on_waiting`, in the driver's transaction, under the parent's row lock): one
+  `map_steps` row and one `map_items` row per index, then the first `concurrency` child runs,
+  dispatched after commit. The parent holds no lease, task or thread while they run.
+* Answered: each child's ending (`stevora.engine.endings` calls `answer_from_child` in the
+  child's terminal transaction: child row, then parent row, the house lock order) writes the
+  item's result, starts the next pending items into the freed slots, and writes the progress
+  events. When every item has ended, or an item failed with `onItemFailure: "fail"`, it makes
+  the parent's wait due and dispatches it.
+* Due (`on_due`, in the parent's worker): collect. All ended → the step completes with the results
+  in item order in `state[outputKey]`; a failed item with `fail` → the step fails naming the first
+  failed index (running siblings run to their end and keep their results for a retry; items not
+  started are not started). Otherwise (a safety re-check every `RECHECK`) start what has a free
+  slot and wait on.
+* Retry: a new step run of a map whose last step run FAILED takes over the items that completed
+  (their results) or still run (their child run), so only the failed items run again.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import timedelta
+from typing import TYPE_CHECKING, Any
+
+import asyncpg
+
+from stevora.clock import utcnow
+from stevora.db import definitions as db_definitions
+from stevora.db import map_items as db_map
+from stevora.db import runs
+from stevora.db.map_items import NewMap
+from stevora.definitions import MapStep
+from stevora.engine import budget as budget_rules
+from stevora.engine import limits
+from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
+from stevora.errors import StevoraError
+from stevora.events import Event, EventType, step_completed
+from stevora.statuses import MapItemStatus, PauseReason, ResumeReason, RunStatus, StepStatus
+from stevora.tasks import StepResult
+from stevora.templating import MissingTemplatePath, render_typed
+from stevora.tools import schema_problems, with_defaults
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+# A waiting map is re-checked this often even if no child's ending reaches it (a safety net: a
+# child's ending normally starts the next items and makes the wait due when all have ended).
+RECHECK = timedelta(minutes=5)
+_ENDED = (MapItemStatus.COMPLETED, MapItemStatus.FAILED, MapItemStatus.CANCELLED)
+_ITEM_STATUS = {
+    RunStatus.COMPLETED: MapItemStatus.COMPLETED,
+    RunStatus.FAILED: MapItemStatus.FAILED,
+    RunStatus.CANCELLED: MapItemStatus.CANCELLED,
+}
+
+
+def _failed(code: str, message: str, retryable: bool = False, **details: Any) -> StepResult:
+    error: dict[str, Any] = {"code": code, "message": message}
+    if details:
+        error["details"] = details
+    return StepResult(status="failed", error=error, retryable=retryable)
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    """What `execute` resolved, for `on_waiting` to write."""
+
+    definition_id: str
+    budget: dict[str, Any] | None
+    inputs: list[Any]
+
+
+class MapStepType(StepType):
+    name = "map"
+    waits_for = "child run"
+
+    async def execute(self, rt: Runtime, ex: StepExecution, step: MapStep) -> StepResult:
+        steps = await runs.completed_step_outputs(rt.pool, ex.run_id)
+        try:
+            items = render_typed(step.items, input=ex.input, state=ex.state, steps=steps, field="items")
+        except MissingTemplatePath as exc:
+            return _failed("MAP_ITEMS_MISSING", str(exc), path="items")
+        if not isinstance(items, list):
+            what = "null" if items is None else type(items).__name__
+            return _failed(
+                "MAP_ITEMS_NOT_A_LIST", f"items: '{step.items}' resolved to {what}, not a list", path="items"
+            )
+        if len(items) > rt.settings.map_max_items:
+            return _failed(
+                "MAP_TOO_MANY_ITEMS",
+                f"items: {len(items)} items, more than STEVORA_MAP_MAX_ITEMS ({rt.settings.map_max_items})",
+                path="items",
+            )
+        key = step.effective_output_key()
+        if not items:  # nothing to fan out over: done, without looking the workflow up
+            return StepResult(output={"total": 0, "completed": 0, "failed": 0}, state_updates={key: []})
+        row = await db_definitions.find_version(rt.pool, ex.workspace_id, step.workflow, step.version)
+        if row is None:
+            what = f"'{step.workflow}'" + (f" version '{step.version}'" if step.version else "")
+            return _failed("WORKFLOW_NOT_FOUND", f"workflow: Workflow {what} does not exist", path="workflow")
+        problem = await _nesting_problem(rt, ex.run_id, step.workflow)
+        if problem is not None:
+            return problem
+        schema = db_definitions.workflow_input_schema(row)
+        inputs: list[Any] = []
+        for index, item in enumerate(items):
+            try:
+                child_input = render_typed(
+                    step.input,
+                    input=ex.input,
+                    state=ex.state,
+                    steps=steps,
+                    scope={"item": item, "index": index},
+                )
+            except MissingTemplatePath as exc:
+                return _failed("TEMPLATE_PATH_MISSING", f"items[{index}]: {exc}", path=f"items[{index}]")
+            if schema is not None:
+                child_input = with_defaults(schema, child_input)
+                problems = schema_problems(schema, child_input)
+                if problems:
+                    return _failed(
+                        "INVALID_ARGUMENTS",
+                        f"items[{index}]: input for workflow '{step.workflow}': {'; '.join(problems)}",
+                        path=f"items[{index}]",
+                    )
+            inputs.append(child_input)
+        carried = _carried(
+            await db_map.retried_items(rt.pool, ex.run_id, ex.step_name, ex.step_run_id), inputs
+        )
+        if len(carried) == len(inputs) and all(r["status"] == MapItemStatus.COMPLETED for r in carried):
+            return _collected(step, carried)  # a retry whose failed items are all gone already
+        budget = budget_rules.resolve(rt.settings, (await rt.definitions.get(row["id"])).budget)
+        return StepResult(
+            status="waiting",
+            wait_until=utcnow() + RECHECK,
+            pause_reason=PauseReason.MAP,
+            pause_details={
+                "map": {"workflow": step.workflow, "total": len(inputs), "concurrency": step.concurrency}
+            },
+            awaiting=[_Plan(row["id"], budget, inputs)],
+        )
+
+    async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
+        assert result.awaiting, "a waiting map step carries its plan"
+        plan: _Plan = result.awaiting[0]
+        step: MapStep = wait.step
+        conn, step_run = wait.conn, wait.step_run
+        # Under the parent's row lock, a child run this map takes over from the step run it
+        # retries either ended before (its result is read here) or waits until this commits.
+        parent = await runs.lock_run(conn, wait.run["id"])
+        assert parent is not None
+        carried = _carried(
+            await db_map.retried_items(conn, parent["id"], step_run["step_name"], step_run["id"]), plan.inputs
+        )
+        new = NewMap(
+            step_run_id=step_run["id"],
+            run_id=parent["id"],
+            step_name=step_run["step_name"],
+            child_definition_id=plan.definition_id,
+            child_budget=plan.budget,
+            concurrency=step.concurrency,
+            on_item_failure=step.on_item_failure,
+            inputs=plan.inputs,
+        )
+        await db_map.insert_map(conn, new, carried)
+        header = await db_map.get_map(conn, step_run["id"])
+        assert header is not None
+        started = await db_map.start_pending(conn, parent, header, header["concurrency"] - header["running"])
+        progress = _progress(header, started=len(started))
+        events = [_started_event(step_run, row, progress) for row in started]
+        return WaitPlan(
+            events=tuple(events),
+            pause_details={"map": {**progress, "workflow": step.workflow, "concurrency": step.concurrency}},
+            dispatch=tuple(row["child_run_id"] for row in started),
+        )
+
+    async def on_due(self, wait: WaitContext) -> StepResult | None:
+        conn, step_run, step = wait.conn, wait.step_run, wait.step
+        header = await db_map.get_map(conn, step_run["id"])
+        if header is None:  # cannot happen: the map is written with the wait
+            return _failed("MAP_LOST", f"Map step '{step_run['step_name']}' has no items recorded")
+        rows = await db_map.items(conn, step_run["id"])
+        failed = [r for r in rows if r["status"] in (MapItemStatus.FAILED, MapItemStatus.CANCELLED)]
+        if failed and header["on_item_failure"] == "fail":
+            return _item_failed(header, failed[0])
+        if all(r["status"] in _ENDED for r in rows):
+            wait.rt.faults.reached("map_collecting")
+            return await self._complete(wait, header, step, rows)
+        # Not done: the safety re-check. Start what has a free slot (the sweep dispatches them),
+        # and wait on.
+        run = await runs.lock_run(conn, wait.run["id"])
+        assert run is not None
+        started = await db_map.start_pending(conn, run, header, header["concurrency"] - header["running"])
+        until = utcnow() + RECHECK
+        await runs.update_step(conn, step_run["id"], expect=[StepStatus.WAITING], sets={"wait_until": until})
+        progress = _progress(header, started=len(started))
+        await runs.update_run(
+            conn,
+            run["id"],
+            expect=[RunStatus.WAITING],
+            owner=wait.owner,
+            sets={"next_run_at": until},
+            events=[_started_event(step_run, row, progress) for row in started],
+        )
+        return None
+
+    async def _complete(
+        self, wait: WaitContext, header: asyncpg.Record, step: MapStep, rows: list[asyncpg.Record]
+    ) -> StepResult | None:
+        """Complete the step with the results, and the run back to RUNNING with them merged into
+        its state (what the driver's due path does not do: a due wait has no state updates)."""
+        result = limits.checked_result(wait.rt.settings, wait.run["state"] or {}, _collected(step, rows))
+        if result.status != "completed":
+            return result
+        try:
+            limits.check_state_merge(wait.rt.settings, wait.run["state"], result.state_updates)
+        except StevoraError as exc:
+            return StepResult(status="failed", error=exc.to_dict(), retryable=False)
+        done = await runs.update_step(
+            wait.conn,
+            wait.step_run["id"],
+            expect=[StepStatus.WAITING],
+            sets={
+                "status": StepStatus.COMPLETED,
+                "output": result.output,
+                "state_updates": result.state_updates,
+                "wait_until": None,
+            },
+            now_columns=["completed_at"],
+        )
+        await runs.update_run(
+            wait.conn,
+            wait.run["id"],
+            expect=[RunStatus.WAITING, RunStatus.RUNNING],
+            owner=wait.owner,
+            sets={"status": RunStatus.RUNNING, "next_run_at": None},
+            merge_state=result.state_updates,
+            events=[
+                step_completed(done),
+                Event(
+                    EventType.WORKFLOW_RESUMED,
+                    {"reason": ResumeReason.MAP, "stepName": done["step_name"], **_progress(header)},
+                    done["id"],
+                ),
+            ],
+        )
+        return None
+
+
+async def _nesting_problem(rt: Runtime, run_id: str, workflow: str) -> StepResult | None:
+    chain = await runs.ancestor_definition_names(rt.pool, run_id)
+    if workflow in chain:
+        path = " → ".join([*reversed(chain), workflow])
+        return _failed(
+            "WORKFLOW_RECURSION",
+            f"workflow: '{workflow}' is already running above this map ({path})",
+            path="workflow",
+        )
+    limit = rt.settings.max_workflow_depth
+    if len(chain) + 1 > limit:
+        return _failed(
+            "WORKFLOW_DEPTH_EXCEEDED",
+            f"workflow: mapping over '{workflow}' would nest runs {len(chain) + 1} deep (limit {limit})",
+            path="workflow",
+        )
+    return None
+
+
+def _carried(rows: list[asyncpg.Record], inputs: list[Any]) -> list[asyncpg.Record]:
+    """Items of a failed map to take over: completed or still running, for the same input."""
+
+    def same(a: Any, b: Any) -> bool:
+        return json.dumps(a, sort_keys=True) == json.dumps(b, sort_keys=True)
+
+    return [
+        r
+        for r in rows
+        if r["status"] in (MapItemStatus.COMPLETED, MapItemStatus.RUNNING)
+        and r["item_index"] < len(inputs)
+        and same(r["input"], inputs[r["item_index"]])
+    ]
+
+
+def _collected(step: MapStep, rows: list[asyncpg.Record]) -> StepResult:
+    """The completed step's result: outputs in item order (`fail`), or for `continue` each item's
+    `{index, status, output, error, childRunId}`."""
+    completed = sum(1 for r in rows if r["status"] == MapItemStatus.COMPLETED)
+    if step.on_item_failure == "continue":
+        results: list[Any] = [
+            {
+                "index": r["item_index"],
+                "status": r["status"].upper(),
+                "output": r["output"],
+                "error": r["error"],
+                "childRunId": r["child_run_id"],
+            }
+            for r in rows
+        ]
+    else:
+        results = [r["output"] for r in rows]
+    output = {"total": len(rows), "completed": completed, "failed": len(rows) - completed}
+    return StepResult(output=output, state_updates={step.effective_output_key(): results})
+
+
+def _item_failed(header: asyncpg.Record, item: asyncpg.Record) -> StepResult:
+    error = item["error"] or {}
+    message = (
+        f"Item {item['item_index']} of {header['total']} failed: child run {item['child_run_id']} "
+        f"{item['status'].upper()}: {error.get('code') or 'ERROR'}: {error.get('message') or ''}"
+    ).rstrip(": ")
+    # Retryable: a map step given a `retry` policy runs its failed items again.
+    return _failed(
+        "MAP_ITEM_FAILED",
+        message,
+        retryable=True,
+        itemIndex=item["item_index"],
+        childRunId=item["child_run_id"],
+        path=f"items[{item['item_index']}]",
+    )
+
+
+def _progress(header: asyncpg.Record, *, started: int = 0) -> dict[str, int]:
+    return {
+        "total": header["total"],
+        "done": header["completed"] + header["failed"],
+        "running": header["running"] + started,
+        "failed": header["failed"],
+    }
+
+
+def _started_event(step_run: asyncpg.Record, row: asyncpg.Record, progress: dict[str, int]) -> Event:
+    return Event(
+        EventType.MAP_ITEM_STARTED,
+        {
+            "stepName": step_run["step_name"],
+            "index": row["item_index"],
+            "childRunId": row["child_run_id"],
+            **progress,
+        },
+        step_run["id"],
+    )
+
+
+async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wake: list[str]) -> None:
+    """Called in the terminal transaction of a run with a parent and no tool call: if it is a map
+    item's child run, write the item's result, start the next pending items into the freed slots
+    (appended to `wake`, to dispatch after commit) and, when the map is done (or failed fast),
+    make the parent's wait due and wake it. Idempotent: an item is written once."""
+    parent = await db_map.lock_parent(conn, child["parent_run_id"])
+    status = _ITEM_STATUS[RunStatus(child["status"])]
+    error = None
+    if status != MapItemStatus.COMPLETED:
+        error = dict(child["error"] or {})
+        error.setdefault(
+            "code", "CHILD_RUN_CANCELLED" if status == MapItemStatus.CANCELLED else "CHILD_RUN_FAILED"
+        )
+        error.setdefault("message", "Run was cancelled" if status == MapItemStatus.CANCELLED else "")
+    maps = await db_map.record_child_end(
+        conn, child["id"], status, child["output"] if status == MapItemStatus.COMPLETED else None, error
+    )
+    if parent is None or parent["status"] != RunStatus.WAITING:
+        return  # a cancelled or failed parent: the result is kept on the item (for a retry)
+    header = next((m for m in maps if m["step_run_id"] == parent["current_step_run_id"]), None)
+    if header is None:
+        return
+    step = {"step_name": header["step_name"], "id": header["step_run_id"]}
+    stop = header["on_item_failure"] == "fail" and header["failed"] > 0
+    started = (
+        []
+        if stop
+        else await db_map.start_pending(conn, parent, header, header["concurrency"] - header["running"])
+    )
+    progress = _progress(header, started=len(started))
+    ended = Event(
+        EventType.MAP_ITEM_COMPLETED if status == MapItemStatus.COMPLETED else EventType.MAP_ITEM_FAILED,
+        {
+            "stepName": header["step_name"],
+            "index": header["item_index"],
+            "childRunId": child["id"],
+            "status": child["status"],
+            **({"error": error} if error else {}),
+            **progress,
+        },
+        header["step_run_id"],
+    )
+    events = [ended, *(_started_event(step, row, progress) for row in started)]
+    wake += [row["child_run_id"] for row in started]
+    done = stop or progress["done"] == header["total"]
+    if done:
+        # Done: the parent's worker collects (on_due), with the settings its checks need.
+        await runs.update_step(
+            conn, header["step_run_id"], expect=[StepStatus.WAITING], sets={}, now_columns=["wait_until"]
+        )
+    await db_map.write_events(conn, parent["id"], events, due=done)
+    if done:
+        wake.append(parent["id"])

@@ -1,0 +1,422 @@
+"""The `map` step over real child runs (in-process workers, real claims and leases): order, the
+concurrency bound, exactly one child per item, `continue` vs `fail`, cancel cascade, retry of the
+failed items only, bad items and the item limit."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from stevora.db import map_items, runs
+from stevora.engine import commands
+from stevora.ids import new_id
+from stevora.settings import Settings
+from tests.conftest import Harness, create_definition
+
+
+async def _child_workflow(harness: Harness, workspace_id: str, handler: str) -> str:
+    name = new_id("item")
+    await create_definition(
+        harness.rt,
+        workspace_id,
+        {"name": name, "version": "1", "steps": [{"type": "task", "name": "work", "handler": handler}]},
+    )
+    return name
+
+
+async def _start(harness: Harness, workspace_id: str, child: str, tickets: Any, **map_fields: Any) -> str:
+    spec = {
+        "name": new_id("fanout"),
+        "version": "1",
+        "steps": [
+            {
+                "type": "map",
+                "name": "triage",
+                "items": "{{input.tickets}}",
+                "workflow": child,
+                "input": {"ticket": "{{item}}", "n": "{{index}}"},
+                "outputKey": "results",
+                **map_fields,
+            },
+            {"type": "task", "name": "after", "handler": "after"},
+        ],
+    }
+    def_id = await create_definition(harness.rt, workspace_id, spec)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"tickets": tickets})
+    return str(run["id"])
+
+
+def _register_after(harness: Harness) -> list[Any]:
+    seen: list[Any] = []
+
+    async def after(ctx: Any) -> None:
+        seen.append(ctx.workflow_state.get("results"))
+
+    harness.tasks.register("after", after)
+    return seen
+
+
+def _register_bad_ticket_fails(harness: Harness, ran: list[str]) -> None:
+    """`work`: the ticket "bad" fails its child run (not retried), any other completes with it."""
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        ran.append(ctx.workflow_input["ticket"])
+        if ctx.workflow_input["ticket"] == "bad":
+            return {
+                "status": "failed",
+                "error": {"code": "NOPE", "message": "bad ticket"},
+                "retryable": False,
+            }
+        return {"status": "completed", "stateUpdates": {"t": ctx.workflow_input["ticket"]}}
+
+    harness.tasks.register("work", work)
+
+
+async def test_results_come_back_in_item_order_within_the_concurrency_bound(
+    harness: Harness, workspace_id: str
+) -> None:
+    calls: Counter[int] = Counter()
+    running = 0
+    most = 0
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        nonlocal running, most
+        n = ctx.workflow_input["n"]
+        calls[n] += 1
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01 * ((n * 7) % 5))  # items end out of order
+        running -= 1
+        return {"status": "completed", "stateUpdates": {"double": ctx.workflow_input["ticket"] * 2}}
+
+    harness.tasks.register("work", work)
+    seen = _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, list(range(12)), concurrency=3)
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
+
+    assert row["status"] == "COMPLETED", row["error"]
+    assert row["output"]["results"] == [{"double": 2 * i} for i in range(12)]
+    assert seen == [row["output"]["results"]]
+    assert calls == Counter(range(12))  # each item ran exactly once
+    assert most <= 3
+    # One child run per item, each under the parent.
+    children = await harness.rt.pool.fetch(
+        "SELECT input, status FROM workflow_runs WHERE parent_run_id = $1", run_id
+    )
+    assert sorted(c["input"]["n"] for c in children) == list(range(12))
+    assert {c["status"] for c in children} == {"COMPLETED"}
+    # The events never show more than `concurrency` children out at once.
+    events = await harness.events(run_id)
+    out = 0
+    for e in events:
+        if e["event_type"] == "MAP_ITEM_STARTED":
+            out += 1
+            assert out <= 3 and e["payload"]["running"] <= 3
+        elif e["event_type"] in ("MAP_ITEM_COMPLETED", "MAP_ITEM_FAILED"):
+            out -= 1
+    types = [e["event_type"] for e in events]
+    assert types.count("MAP_ITEM_STARTED") == 12 and types.count("MAP_ITEM_COMPLETED") == 12
+    paused = next(e for e in events if e["event_type"] == "WORKFLOW_PAUSED")
+    assert paused["payload"]["reason"] == "map" and paused["payload"]["map"]["total"] == 12
+    resumed = next(e for e in events if e["event_type"] == "WORKFLOW_RESUMED")
+    assert resumed["payload"]["reason"] == "map" and resumed["payload"]["done"] == 12
+    # The children's start times confirm the bound: never more than 3 not ended at any start.
+    spans = await harness.rt.pool.fetch(
+        "SELECT started_at, ended_at FROM map_items WHERE workflow_run_id = $1", run_id
+    )
+    for s in spans:
+        overlapping = [o for o in spans if o["started_at"] <= s["started_at"] < o["ended_at"]]
+        assert len(overlapping) <= 3
+
+
+async def test_the_parent_waits_holding_no_lease_while_children_run(
+    harness: Harness, workspace_id: str
+) -> None:
+    release = asyncio.Event()
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        await release.wait()
+        return {"status": "completed", "stateUpdates": {"ok": True}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "b", "c"], concurrency=2)
+    row = await harness.wait_for_status(run_id, "WAITING")
+    assert row["lease_owner"] is None
+    for _ in range(200):
+        items = await harness.rt.pool.fetch(
+            "SELECT status FROM map_items WHERE workflow_run_id = $1 ORDER BY item_index", run_id
+        )
+        if [i["status"] for i in items] == ["running", "running", "pending"]:
+            break
+        await asyncio.sleep(0.02)
+    assert [i["status"] for i in items] == ["running", "running", "pending"]
+    release.set()
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=20)
+    assert row["output"]["results"] == [{"ok": True}] * 3
+
+
+async def test_continue_collects_every_childs_status_output_and_error(
+    harness: Harness, workspace_id: str
+) -> None:
+    _register_bad_ticket_fails(harness, [])
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(
+        harness, workspace_id, child, ["a", "bad", "c"], concurrency=1, onItemFailure="continue"
+    )
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
+    assert row["status"] == "COMPLETED", row["error"]
+    results = row["output"]["results"]
+    assert [r["status"] for r in results] == ["COMPLETED", "FAILED", "COMPLETED"]
+    assert results[0]["output"] == {"t": "a"} and results[2]["output"] == {"t": "c"}
+    assert results[1]["output"] is None and results[1]["error"]["code"] == "NOPE"
+    assert all(r["childRunId"].startswith("wfrun_") for r in results)
+    assert [r["index"] for r in results] == [0, 1, 2]
+    types = await harness.event_types(run_id)
+    assert types.count("MAP_ITEM_FAILED") == 1 and types.count("MAP_ITEM_COMPLETED") == 2
+
+
+async def test_fail_stops_starting_items_and_names_the_failed_index(
+    harness: Harness, workspace_id: str
+) -> None:
+    ran: list[str] = []
+    _register_bad_ticket_fails(harness, ran)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "bad", "c", "d"], concurrency=1)
+    row = await harness.wait_for_status(run_id, "FAILED", "COMPLETED", timeout_s=30)
+    assert row["status"] == "FAILED"
+    assert row["error"]["code"] == "MAP_ITEM_FAILED"
+    assert "Item 1 of 4" in row["error"]["message"] and "NOPE" in row["error"]["message"]
+    assert row["error"]["details"]["itemIndex"] == 1
+    assert ran == ["a", "bad"]  # the items after it were never started
+    statuses = await harness.rt.pool.fetch(
+        "SELECT status FROM map_items WHERE workflow_run_id = $1 ORDER BY item_index", run_id
+    )
+    assert [s["status"] for s in statuses] == ["completed", "failed", "pending", "pending"]
+
+
+async def test_retry_of_the_failed_parent_reruns_only_the_failed_items(
+    harness: Harness, workspace_id: str
+) -> None:
+    calls: Counter[str] = Counter()
+    broken = {"b", "d"}
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        ticket = ctx.workflow_input["ticket"]
+        calls[ticket] += 1
+        if ticket in broken:
+            return {"status": "failed", "error": {"code": "NOPE", "message": ticket}, "retryable": False}
+        return {"status": "completed", "stateUpdates": {"t": ticket, "call": calls[ticket]}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "b", "c", "d", "e"], concurrency=5)
+    row = await harness.wait_for_status(run_id, "FAILED", "COMPLETED", timeout_s=30)
+    assert row["status"] == "FAILED"
+    # Let the siblings that were still running end (they run to their end).
+    for _ in range(200):
+        if sum(calls.values()) == 5 and not await harness.rt.pool.fetchval(
+            "SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1 AND status NOT IN "
+            "('COMPLETED', 'FAILED', 'CANCELLED')",
+            run_id,
+        ):
+            break
+        await asyncio.sleep(0.02)
+    assert calls == Counter("abcde")
+
+    broken.clear()
+    await commands.retry_run(harness.rt, workspace_id, run_id)
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert calls == Counter({"a": 1, "b": 2, "c": 1, "d": 2, "e": 1})
+    assert row["output"]["results"] == [
+        {"t": "a", "call": 1},
+        {"t": "b", "call": 2},
+        {"t": "c", "call": 1},
+        {"t": "d", "call": 2},
+        {"t": "e", "call": 1},
+    ]
+    children = await harness.rt.pool.fetchval(
+        "SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id
+    )
+    assert children == 7
+
+
+async def test_cancelling_the_parent_cancels_its_children(harness: Harness, workspace_id: str) -> None:
+    async def work(ctx: Any) -> None:
+        await asyncio.sleep(60)
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "b", "c"], concurrency=2)
+    await harness.wait_for_status(run_id, "WAITING")
+    for _ in range(200):
+        running = await harness.rt.pool.fetchval(
+            "SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1 AND status = 'RUNNING'", run_id
+        )
+        if running == 2:
+            break
+        await asyncio.sleep(0.02)
+    await commands.cancel_run(harness.rt, workspace_id, run_id)
+    row = await harness.wait_for_status(run_id, "CANCELLED")
+    assert row["status"] == "CANCELLED"
+    children = await harness.rt.pool.fetch(
+        "SELECT status FROM workflow_runs WHERE parent_run_id = $1", run_id
+    )
+    assert [c["status"] for c in children] == ["CANCELLED", "CANCELLED"]  # the third never started
+
+
+@pytest.mark.parametrize(
+    ("tickets", "items", "code", "needle"),
+    [
+        (
+            "not a list",
+            "{{input.tickets}}",
+            "MAP_ITEMS_NOT_A_LIST",
+            "items: '{{input.tickets}}' resolved to str",
+        ),
+        (None, "{{input.tickets}}", "MAP_ITEMS_NOT_A_LIST", "resolved to null"),
+        ([1], "{{input.missing}}", "MAP_ITEMS_MISSING", "items: '{{input.missing}}' names nothing"),
+    ],
+)
+async def test_items_that_are_not_a_list_fail_the_step_naming_the_path(
+    harness: Harness, workspace_id: str, tickets: Any, items: str, code: str, needle: str
+) -> None:
+    harness.tasks.register("work", lambda ctx: None)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, tickets, items=items)
+    row = await harness.wait_for_status(run_id, "FAILED", "COMPLETED")
+    assert row["status"] == "FAILED"
+    assert row["error"]["code"] == code and needle in row["error"]["message"], row["error"]
+    assert row["error"]["details"]["path"] == "items"
+    assert (
+        await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id)
+        == 0
+    )
+
+
+async def test_an_item_template_naming_nothing_fails_naming_the_item(
+    harness: Harness, workspace_id: str
+) -> None:
+    harness.tasks.register("work", lambda ctx: None)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(
+        harness, workspace_id, child, [{"title": "x"}, {"nope": 1}], input={"title": "{{item.title}}"}
+    )
+    row = await harness.wait_for_status(run_id, "FAILED", "COMPLETED")
+    assert row["error"]["code"] == "TEMPLATE_PATH_MISSING"
+    assert row["error"]["message"].startswith("items[1]: input.title: '{{item.title}}' names nothing")
+
+
+async def test_an_unknown_workflow_fails_the_step(harness: Harness, workspace_id: str) -> None:
+    _register_after(harness)
+    run_id = await _start(harness, workspace_id, "no-such-workflow", [1, 2])
+    row = await harness.wait_for_status(run_id, "FAILED", "COMPLETED")
+    assert row["error"]["code"] == "WORKFLOW_NOT_FOUND" and "'no-such-workflow'" in row["error"]["message"]
+
+
+async def test_the_item_count_limit_is_the_setting(harness: Harness, workspace_id: str) -> None:
+    limited: Settings = harness.rt.settings.model_copy(update={"map_max_items": 3})
+    original = harness.rt.settings
+    harness.rt.settings = limited
+    try:
+        harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"ok": 1}})
+        _register_after(harness)
+        child = await _child_workflow(harness, workspace_id, "work")
+        too_many = await _start(harness, workspace_id, child, [1, 2, 3, 4])
+        row = await harness.wait_for_status(too_many, "FAILED", "COMPLETED")
+        assert row["error"]["code"] == "MAP_TOO_MANY_ITEMS"
+        assert "4 items, more than STEVORA_MAP_MAX_ITEMS (3)" in row["error"]["message"]
+        just_enough = await _start(harness, workspace_id, child, [1, 2, 3])
+        row = await harness.wait_for_status(just_enough, "FAILED", "COMPLETED", timeout_s=20)
+        assert row["status"] == "COMPLETED" and row["output"]["results"] == [{"ok": 1}] * 3
+    finally:
+        harness.rt.settings = original
+
+
+async def test_an_empty_list_completes_at_once(harness: Harness, workspace_id: str) -> None:
+    seen = _register_after(harness)
+    run_id = await _start(harness, workspace_id, "never-looked-up", [])
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED" and row["output"]["results"] == [] and seen == [[]]
+
+
+async def test_an_item_can_never_get_a_second_child_run(harness: Harness, workspace_id: str) -> None:
+    harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"ok": 1}})
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "b"], concurrency=2)
+    await harness.wait_for_status(run_id, "COMPLETED")
+    step_run_id = await harness.rt.pool.fetchval(
+        "SELECT step_run_id FROM map_items WHERE workflow_run_id = $1 LIMIT 1", run_id
+    )
+    # A start replayed over the same items (as if item 1's start had not been recorded) finds the
+    # child run's unique key taken: no second child run, the item is not marked started again.
+    async with harness.rt.pool.acquire() as conn, conn.transaction():
+        await conn.execute(
+            "UPDATE map_items SET status = 'pending' WHERE step_run_id = $1 AND item_index = 1", step_run_id
+        )
+        await conn.execute(
+            "UPDATE map_steps SET completed = completed - 1 WHERE step_run_id = $1", step_run_id
+        )
+        parent = await runs.lock_run(conn, run_id)
+        header = await map_items.get_map(conn, step_run_id)
+        assert await map_items.start_pending(conn, parent, header, 2) == []
+    assert (
+        await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id)
+        == 2
+    )
+
+
+async def test_a_retry_takes_over_a_child_still_running_from_the_failed_attempt(
+    harness: Harness, workspace_id: str
+) -> None:
+    calls: Counter[str] = Counter()
+    release = asyncio.Event()
+    broken = {"bad"}
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        ticket = ctx.workflow_input["ticket"]
+        calls[ticket] += 1
+        if ticket == "slow":
+            await release.wait()
+        if ticket in broken:
+            return {"status": "failed", "error": {"code": "NOPE", "message": ticket}, "retryable": False}
+        return {"status": "completed", "stateUpdates": {"t": ticket}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["slow", "bad", "c"], concurrency=2)
+    row = await harness.wait_for_status(run_id, "FAILED", timeout_s=30)
+    assert row["error"]["details"]["itemIndex"] == 1
+    assert calls == Counter({"slow": 1, "bad": 1})  # "c" never started; "slow" is still out
+
+    broken.clear()
+    await commands.retry_run(harness.rt, workspace_id, run_id)
+    await harness.wait_for_status(run_id, "WAITING")
+    for _ in range(250):  # the retry starts "bad" again and "c" beside the running "slow"
+        if calls["bad"] == 2 and calls["c"] == 1:
+            break
+        await asyncio.sleep(0.02)
+    release.set()
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert row["output"]["results"] == [{"t": "slow"}, {"t": "bad"}, {"t": "c"}]
+    assert calls == Counter({"slow": 1, "bad": 2, "c": 1})
+    # 4 child runs in all: "slow" once (taken over by the retry), "bad" twice, "c" once.
+    assert (
+        await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id)
+        == 4
+    )
