@@ -31,6 +31,7 @@ from stevora.api.routers import (
     events,
     forks,
     health,
+    rate_limits,
     runs,
     traces,
     webhooks,
@@ -55,7 +56,19 @@ Responses are `{"success": true, "data": ...}` (lists with pages add `meta`); er
 
 def build_v1_router() -> APIRouter:
     v1 = APIRouter(dependencies=[Depends(reject_nul)])
-    for module in (workspaces, api_keys, definitions, runs, forks, bulk, events, traces, approvals, webhooks):
+    for module in (
+        workspaces,
+        api_keys,
+        definitions,
+        runs,
+        forks,
+        bulk,
+        events,
+        traces,
+        approvals,
+        webhooks,
+        rate_limits,
+    ):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)
     v1.include_router(costs.router)

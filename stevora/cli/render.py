@@ -182,6 +182,27 @@ def steps_table(run: WorkflowRun) -> Table:
     return table
 
 
+def rate_limit_lines(limits: list[dict[str, Any]]) -> list[str]:
+    """`stevora rate-limits`: one line per configured provider limit, its use in the window."""
+
+    def use(name: str, pair: dict[str, Any] | None) -> str:
+        if pair is None:
+            return f"{name} not limited"
+        used, limit = pair["used"], pair["limit"]
+        mark = "red" if used > limit else "yellow" if used >= 0.9 * limit else "green"
+        return f"{name} [{mark}]{used:,.0f}[/{mark}] / {limit:,}"
+
+    lines = []
+    for item in limits:
+        shrunk = item["inForce"] < 1
+        in_force = f"  [red]{item['inForce']:.0%} in force after a provider 429[/red]" if shrunk else ""
+        lines.append(
+            f"[cyan]{escape(item['key'])}[/cyan]  {use('requests', item['requests'])} · "
+            f"{use('tokens', item['tokens'])}  [dim]per {item['windowS']:g} s[/dim]{in_force}"
+        )
+    return lines or ["[dim]no provider rate limits configured (STEVORA_RATE_LIMITS)[/dim]"]
+
+
 def llm_call_lines(calls: list[LlmCall]) -> list[str]:
     """`runs llm-calls`: one line per model call (step #round, model · provider, tokens, cost,
     latency and a streamed call's time to first token, the tools it asked for or how it finished),

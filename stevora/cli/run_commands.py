@@ -13,7 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.markup import escape
 
-from stevora.cli import output, render
+from stevora.cli import app, output, render
 from stevora.cli.output import JsonFlag
 from stevora.cli.remote import DEFAULT_URL, ApiKey, Url, connect, console, runs_app
 from stevora.client import WorkflowRun
@@ -211,3 +211,10 @@ def runs_traces(
     """The run's tool calls in execution order: arguments, result or error, duration."""
     with connect(url, api_key) as rt:
         _show(rt.workflows.tool_traces(run_id, step_name=step), as_json, render.trace_lines)
+
+
+@app.command("rate-limits")
+def rate_limits(as_json: JsonFlag = False, url: Url = DEFAULT_URL, api_key: ApiKey = None) -> None:
+    """The provider rate limits shared by every worker, and what each has in use in its window."""
+    with connect(url, api_key) as rt:
+        _show(rt.rate_limits(), as_json, render.rate_limit_lines)

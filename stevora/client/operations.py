@@ -592,6 +592,13 @@ def retry_failed(
     return result
 
 
+def rate_limits() -> Op[list[dict[str, Any]]]:
+    """The deployment's provider rate limits (`STEVORA_RATE_LIMITS`) and their current use: per
+    key, `requests` / `tokens` as `{used, limit}` (null when not limited), `windowS`, `inForce`."""
+    result: list[dict[str, Any]] = data_of((yield Request("GET", _path("rate-limits"))))
+    return result
+
+
 def lineage(run_id: str) -> Op[dict[str, Any]]:
     """The run's origin (`forkedFrom`, `replayOf`), its forks, and for a replay its matched /
     unmatched tool calls."""

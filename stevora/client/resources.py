@@ -154,6 +154,7 @@ class ClientRoot(Namespace[Mode]):
     _driver_class: Callable[[Any, str | None], Driver]
 
     health = operation(ops.health)
+    rate_limits = operation(ops.rate_limits)
 
     def __init__(
         self,
