@@ -12,6 +12,7 @@ import pytest
 
 from stevora.db import map_items, runs
 from stevora.engine import commands
+from stevora.engine.sweep import sweep_once
 from stevora.ids import new_id
 from stevora.settings import Settings
 from tests.conftest import Harness, create_definition
@@ -420,3 +421,56 @@ async def test_a_retry_takes_over_a_child_still_running_from_the_failed_attempt(
         await harness.rt.pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id)
         == 4
     )
+
+
+async def test_the_safety_recheck_starts_items_into_slots_no_ending_filled(
+    harness: Harness, workspace_id: str
+) -> None:
+    """A free slot that no child's ending filled (the retry race of docs/definitions.md: a failed
+    item's child ending between `execute` and the wait being written) is filled by the map's own
+    re-check when its `wait_until` comes due, and the map then completes as usual."""
+    release = asyncio.Event()
+    started: list[str] = []
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        started.append(ctx.workflow_input["ticket"])
+        if ctx.workflow_input["ticket"] == "a":
+            await release.wait()
+        return {"status": "completed", "stateUpdates": {"t": ctx.workflow_input["ticket"]}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "b", "c"], concurrency=1)
+    await harness.wait_for_status(run_id, "WAITING")
+    for _ in range(200):
+        if started == ["a"]:
+            break
+        await asyncio.sleep(0.02)
+    assert started == ["a"]
+    # Two slots free that no ending will fill (the map's slots grow as they would free in the
+    # race), and the re-check due now instead of in 5 minutes.
+    await harness.rt.pool.execute("UPDATE map_steps SET concurrency = 3 WHERE workflow_run_id = $1", run_id)
+    await asyncio.sleep(0.3)
+    assert started == ["a"]  # nothing else starts items: only the re-check can
+    await harness.rt.pool.execute(
+        "UPDATE step_runs SET wait_until = now() WHERE workflow_run_id = $1 AND step_name = 'triage'", run_id
+    )
+    await harness.rt.pool.execute("UPDATE workflow_runs SET next_run_at = now() WHERE id = $1", run_id)
+    # The sweep (a worker's loop; the harness runs none) dispatches the due parent, then the
+    # children its re-check started.
+    for _ in range(100):
+        await sweep_once(harness.rt)
+        if sorted(started) == ["a", "b", "c"]:
+            break
+        await asyncio.sleep(0.1)
+    assert sorted(started) == ["a", "b", "c"]  # b and c started by the re-check while a still runs
+    step = await harness.rt.pool.fetchrow(
+        "SELECT status, wait_until FROM step_runs WHERE workflow_run_id = $1 AND step_name = 'triage'", run_id
+    )
+    assert step["status"] == "WAITING" and step["wait_until"] is not None  # and it waits on
+    release.set()
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=20)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert row["output"]["results"] == [{"t": "a"}, {"t": "b"}, {"t": "c"}]
+    assert started.count("b") == 1 and started.count("c") == 1
