@@ -519,6 +519,10 @@ async def test_consecutive_checkpoints_keep_one_connection_and_give_it_back_when
     assert len(pids) == 1
     assert len(await traces_of(pool, ids, 724)) == 1
     await asyncio.sleep(group_commit.HOLD_IDLE_S * 2.5)
+    for _ in range(100):  # a loaded machine may run the idle release late: wait for it, bounded
+        if gc._conn is None and not gc._releasing:
+            break
+        await asyncio.sleep(0.05)
     assert gc._conn is None  # back in the pool
     assert not gc._releasing
     await record_trace(gc, anchors[0], 725)  # and taken again when needed
