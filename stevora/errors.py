@@ -56,6 +56,11 @@ class ValidationError(StevoraError):
             )
         return cls(message, details={"errors": problems})
 
+    @classmethod
+    def at(cls, path: str, message: str) -> ValidationError:
+        """One problem at one field path."""
+        return cls.from_problems([{"path": path, "message": message}])
+
 
 class AuthError(StevoraError):
     code = "AUTH_ERROR"

@@ -160,21 +160,17 @@ def parse_at(at: Any) -> tuple[str, int | None, int | None]:
     if isinstance(at, str):
         name, sep, number = at.partition(":")
         if not name or (sep and not number.isdigit()):
-            raise _bad("at", "expected 'STEP' or 'STEP:ROUND'")
+            raise ValidationError.at("at", "expected 'STEP' or 'STEP:ROUND'")
         return name, int(number) if sep else None, None
     if not isinstance(at, dict) or not isinstance(at.get("step"), str) or not at["step"]:
-        raise _bad("at.step", "a step name is required")
+        raise ValidationError.at("at.step", "a step name is required")
     rnd, visit = at.get("round"), at.get("visit")
     if rnd is not None and (not isinstance(rnd, int) or isinstance(rnd, bool) or rnd < 1):
-        raise _bad("at.round", "must be a positive integer")
+        raise ValidationError.at("at.round", "must be a positive integer")
     if visit is not None and (not isinstance(visit, int) or isinstance(visit, bool) or visit < 1):
-        raise _bad("at.visit", "must be a positive integer")
+        raise ValidationError.at("at.visit", "must be a positive integer")
     step: str = at["step"]
     return step, rnd, visit
-
-
-def _bad(path: str, message: str) -> ValidationError:
-    return ValidationError.from_problems([{"path": path, "message": message}])
 
 
 @dataclass(slots=True)
@@ -225,10 +221,10 @@ async def plan_fork(
     """Check a fork request against the run's fork points: nothing is written. 400 naming the field."""
     edits = edits or {}
     if not isinstance(edits, dict):
-        raise _bad("edits", "must be an object")
+        raise ValidationError.at("edits", "must be an object")
     unknown = sorted(set(edits) - {"state", "toolResults", "model", "systemPrompt", "definitionVersion"})
     if unknown:
-        raise _bad(
+        raise ValidationError.at(
             f"edits.{unknown[0]}", "unknown edit (state, toolResults, model, systemPrompt, definitionVersion)"
         )
     step_name, rnd, visit = parse_at(at)
@@ -246,26 +242,26 @@ async def plan_fork(
             + (f" round {rnd}" if rnd is not None else "")
             + (f" visit {visit}" if visit else "")
         )
-        raise _bad("at", f"run {run_id} has no fork point at {where} (GET .../checkpoints lists them)")
+        raise ValidationError.at(
+            "at", f"run {run_id} has no fork point at {where} (GET .../checkpoints lists them)"
+        )
     point = candidates[0]  # the first visit unless one is named
     state_edits = edits.get("state") or {}
     if not isinstance(state_edits, dict):
-        raise _bad("edits.state", "must be an object of top-level state keys")
+        raise ValidationError.at("edits.state", "must be an object of top-level state keys")
     tool_results = edits.get("toolResults") or {}
     if not isinstance(tool_results, dict):
-        raise _bad("edits.toolResults", "must be an object: tool call id → result")
+        raise ValidationError.at("edits.toolResults", "must be an object: tool call id → result")
     if tool_results:
         if point.round is None:
-            raise _bad("edits.toolResults", "tool results can only be replaced for a fork at a round")
-        prev = [
-            c
-            for c in hist["calls"]
-            if c["step_run_id"] in point.step_run_ids and c["round"] == point.round - 1
-        ]
+            raise ValidationError.at(
+                "edits.toolResults", "tool results can only be replaced for a fork at a round"
+            )
+        prev = previous_round_calls(point, hist)
         ids = {tc["id"] for c in prev for tc in (c["response"] or {}).get("toolCalls") or ()}
         for call_id in tool_results:
             if call_id not in ids:
-                raise _bad(
+                raise ValidationError.at(
                     f"edits.toolResults.{call_id}",
                     f"not a tool call of round {point.round - 1} of step '{step_name}' "
                     f"(its calls: {', '.join(sorted(ids)) or 'none'})",
@@ -274,7 +270,7 @@ async def plan_fork(
     system_prompt = edits.get("systemPrompt")
     if model is not None or system_prompt is not None:
         if point.step_type != "llm":
-            raise _bad(
+            raise ValidationError.at(
                 "edits.model" if model is not None else "edits.systemPrompt",
                 f"step '{step_name}' is not an llm step",
             )
@@ -285,15 +281,24 @@ async def plan_fork(
     return plan
 
 
+def previous_round_calls(point: ForkPoint, hist: dict[str, list[asyncpg.Record]]) -> list[asyncpg.Record]:
+    """The model calls of the round before a fork point at a round: the calls whose tool results
+    a fork may replace (none for a point before a step)."""
+    if point.round is None:
+        return []
+    previous = point.round - 1
+    return [c for c in hist["calls"] if c["step_run_id"] in point.step_run_ids and c["round"] == previous]
+
+
 def _check_model_and_prompt(rt: Runtime, model: Any, system_prompt: Any, prefix: str) -> None:
     """A model with a configured provider and a string system prompt; 400 naming `prefix`+field."""
     if model is not None:
         if not isinstance(model, str) or not model:
-            raise _bad(f"{prefix}model", "must be a model name")
+            raise ValidationError.at(f"{prefix}model", "must be a model name")
         if rt.providers.resolve(model) is None:
-            raise _bad(f"{prefix}model", f"no provider is configured for model '{model}'")
+            raise ValidationError.at(f"{prefix}model", f"no provider is configured for model '{model}'")
     if system_prompt is not None and not isinstance(system_prompt, str):
-        raise _bad(f"{prefix}systemPrompt", "must be a string")
+        raise ValidationError.at(f"{prefix}systemPrompt", "must be a string")
 
 
 async def _other_version(
@@ -303,20 +308,20 @@ async def _other_version(
     it: the same name, type and position (the fork's step run keeps its position)."""
     path = "edits.definitionVersion"
     if not isinstance(version, str) or not version:
-        raise _bad(path, "must be a version of the run's definition")
+        raise ValidationError.at(path, "must be a version of the run's definition")
     async with rt.pool.acquire() as conn:
         name = await db_definitions.name_of(conn, origin["definition_id"])
         row = await db_definitions.find_version(conn, workspace_id, name or "", version)
     if row is None:
-        raise _bad(path, f"definition '{name}' has no version '{version}'")
+        raise ValidationError.at(path, f"definition '{name}' has no version '{version}'")
     spec = await rt.definitions.get(row["id"])
     try:
         index = spec.index_of(point.step_name)
     except KeyError:
-        raise _bad(path, f"version '{version}' has no step '{point.step_name}'") from None
+        raise ValidationError.at(path, f"version '{version}' has no step '{point.step_name}'") from None
     step = spec.steps[index]
     if step.type != point.step_type or index != point.step_index:
-        raise _bad(
+        raise ValidationError.at(
             path,
             f"step '{point.step_name}' is a {step.type} step at position {index + 1} in version '{version}', "
             f"a {point.step_type} step at position {point.step_index + 1} in the run's",
@@ -360,7 +365,7 @@ async def plan_replay(
     another version of its definition and with another model / system prompt for `step` (default:
     the first llm step). Nothing is written; 400 naming the field."""
     if unmatched not in UNMATCHED:
-        raise _bad("unmatched", "must be 'error' (the default) or 'live'")
+        raise ValidationError.at("unmatched", "must be 'error' (the default) or 'live'")
     async with rt.pool.acquire() as conn:
         run = await db_forks.get_fork_row(conn, workspace_id, run_id)
         if run is None:
@@ -368,14 +373,16 @@ async def plan_replay(
         target = None
         if definition_version is not None:
             if not isinstance(definition_version, str) or not definition_version:
-                raise _bad("definitionVersion", "must be a version of the run's definition")
+                raise ValidationError.at("definitionVersion", "must be a version of the run's definition")
             name = await db_definitions.name_of(conn, run["definition_id"])
             target = await db_definitions.find_version(conn, workspace_id, name or "", definition_version)
             if target is None:
-                raise _bad("definitionVersion", f"definition '{name}' has no version '{definition_version}'")
+                raise ValidationError.at(
+                    "definitionVersion", f"definition '{name}' has no version '{definition_version}'"
+                )
         points, _ = await fork_points(conn, run)
     if not points:
-        raise _bad("runId", "the run has not started a step")
+        raise ValidationError.at("runId", "the run has not started a step")
     plan = await plan_fork(rt, workspace_id, run_id, {"step": points[0].step_name}, {})
     plan.replay, plan.replay_tools = True, UNMATCHED[unmatched]
     spec = await rt.definitions.get(target["id"] if target is not None else run["definition_id"])
@@ -387,10 +394,10 @@ async def plan_replay(
     field_name = "model" if model is not None else "systemPrompt"
     llm_steps = [s.name for s in spec.steps if s.type == "llm"]
     if step is not None and step not in llm_steps:
-        raise _bad("step", f"'{step}' is not an llm step of the replayed definition")
+        raise ValidationError.at("step", f"'{step}' is not an llm step of the replayed definition")
     target_step = step or (llm_steps[0] if llm_steps else None)
     if target_step is None:
-        raise _bad(field_name, "the replayed definition has no llm step")
+        raise ValidationError.at(field_name, "the replayed definition has no llm step")
     _check_model_and_prompt(rt, model, system_prompt, "")
     plan.model, plan.system_prompt, plan.edited_step = model, system_prompt, target_step
     return plan

@@ -101,7 +101,6 @@ class ProviderLimits:
         self.budgets = {key: Budget.of(key, limit, window_s) for key, limit in limits.items()}
         self.fallback_after_s = fallback_after_s
         self.max_wait_s = max_wait_s
-        self._created: set[str] = set()
         # Tokens reserved beyond what answered calls used, given back at the next reservation.
         self._given_back: dict[str, float] = {}
 

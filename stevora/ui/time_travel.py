@@ -68,11 +68,7 @@ def previous_calls(plan: forking.ForkPlan) -> list[PreviousCall]:
     point = plan.point
     if point.round is None or point.round < 2:
         return []
-    calls = [
-        c
-        for c in plan.history["calls"]
-        if c["step_run_id"] in point.step_run_ids and c["round"] == point.round - 1
-    ]
+    calls = forking.previous_round_calls(point, plan.history)
     traces = {(t["llm_call_id"], t["tool_call_id"]): t for t in plan.history["traces"]}
     out = []
     for c in calls:
@@ -92,15 +88,11 @@ def previous_calls(plan: forking.ForkPlan) -> list[PreviousCall]:
     return out
 
 
-def _problem(path: str, message: str) -> ValidationError:
-    return ValidationError.from_problems([{"path": path, "message": message}])
-
-
 def _json(text: str, path: str) -> Any:
     try:
         return json.loads(text)
     except (ValueError, RecursionError) as exc:
-        raise _problem(path, f'not valid JSON ({exc}); quote text: "like this"') from None
+        raise ValidationError.at(path, f'not valid JSON ({exc}); quote text: "like this"') from None
 
 
 def parse_state(text: str) -> dict[str, Any]:
@@ -111,7 +103,7 @@ def parse_state(text: str) -> dict[str, Any]:
     if text.startswith("{"):
         value = _json(text, "edits.state")
         if not isinstance(value, dict):
-            raise _problem("edits.state", "must be a JSON object")
+            raise ValidationError.at("edits.state", "must be a JSON object")
         return value
     out: dict[str, Any] = {}
     for number, line in enumerate(text.splitlines(), 1):
@@ -120,7 +112,7 @@ def parse_state(text: str) -> dict[str, Any]:
         key, sep, value = line.partition("=")
         key = key.strip()
         if not sep or not key:
-            raise _problem(
+            raise ValidationError.at(
                 "edits.state", f"line {number}: expected KEY=JSON or a JSON object, got {line[:60]!r}"
             )
         out[key] = _json(value.strip(), f"edits.state.{key}")
@@ -273,7 +265,7 @@ async def diff_view(rt: Runtime, workspace_id: str, a: str, b: str) -> DiffView:
     for field, run_id in (("a", a), ("b", b)):
         trace = await pages.run_trace(rt.pool, workspace_id, run_id)
         if trace is None:
-            raise _problem(field, f"no run {run_id!r} in this workspace")
+            raise ValidationError.at(field, f"no run {run_id!r} in this workspace")
         found.append(trace)
     ta, tb = found
     rows = align(

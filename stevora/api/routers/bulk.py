@@ -24,15 +24,11 @@ router = APIRouter(tags=["time-travel"])
 DEFAULT_LAST = 10
 
 
-def _bad(path: str, message: str) -> ValidationError:
-    return ValidationError.from_problems([{"path": path, "message": message}])
-
-
 def _run_ids(value: Any, path: str) -> list[str]:
     if not isinstance(value, list) or not value or not all(isinstance(v, str) and v for v in value):
-        raise _bad(path, "must be a non-empty list of run ids")
+        raise ValidationError.at(path, "must be a non-empty list of run ids")
     if len(value) > bulk.MAX_RUNS:
-        raise _bad(path, f"at most {bulk.MAX_RUNS} runs")
+        raise ValidationError.at(path, f"at most {bulk.MAX_RUNS} runs")
     return list(dict.fromkeys(value))
 
 
@@ -40,9 +36,9 @@ def _selection(body: dict[str, Any]) -> tuple[str | None, list[str] | None]:
     """`definition` (a name) or `runIds`, exactly one."""
     name, ids = body.get("definition"), body.get("runIds")
     if (name is None) == (ids is None):
-        raise _bad("definition", "give a definition name or runIds (one of them)")
+        raise ValidationError.at("definition", "give a definition name or runIds (one of them)")
     if name is not None and (not isinstance(name, str) or not name):
-        raise _bad("definition", "must be a definition name")
+        raise ValidationError.at("definition", "must be a definition name")
     return name, None if ids is None else _run_ids(ids, "runIds")
 
 
@@ -65,18 +61,18 @@ async def bulk_replay(
     replays). `GET /replays/compare?runs=...` compares them with their origins."""
     unknown = sorted(set(body) - REPLAY_FIELDS - {"definition", "runIds", "last"})
     if unknown:
-        raise _bad(unknown[0], "unknown field")
+        raise ValidationError.at(unknown[0], "unknown field")
     name, ids = _selection(body)
     if name is not None:
         last = body.get("last", DEFAULT_LAST)
         if not isinstance(last, int) or isinstance(last, bool) or not 1 <= last <= bulk.MAX_RUNS:
-            raise _bad("last", f"must be an integer from 1 to {bulk.MAX_RUNS}")
+            raise ValidationError.at("last", f"must be an integer from 1 to {bulk.MAX_RUNS}")
         ids = await db_forks.last_runs(ctx.rt.pool, auth.workspace_id, name, last)
     assert ids is not None
     options = {k: v for k, v in body.items() if k in REPLAY_FIELDS}
     key = options.pop("idempotencyKey", None)
     if key is not None and (not isinstance(key, str) or not key):
-        raise _bad("idempotencyKey", "must be a string")
+        raise ValidationError.at("idempotencyKey", "must be a string")
     plans: list[tuple[str, ForkPlan | StevoraError]] = []
     for run_id in ids:
         try:
@@ -131,12 +127,12 @@ async def retry_failed(
     row and the others go on."""
     unknown = sorted(set(body) - {"definition", "runIds", "since", "until", "dryRun"})
     if unknown:
-        raise _bad(unknown[0], "unknown field")
+        raise ValidationError.at(unknown[0], "unknown field")
     name, ids = _selection(body)
     since, until = _instant(body, "since"), _instant(body, "until")
     dry_run = body.get("dryRun", False)
     if not isinstance(dry_run, bool):
-        raise _bad("dryRun", "must be true or false")
+        raise ValidationError.at("dryRun", "must be true or false")
     found, truncated = await bulk.failed_runs(
         ctx.rt, auth.workspace_id, definition_name=name, since=since, until=until, run_ids=ids
     )
@@ -153,5 +149,5 @@ async def retry_failed(
 def _instant(body: dict[str, Any], name: str) -> Any:
     value = body.get(name)
     if value is not None and not isinstance(value, str):
-        raise _bad(name, "must be an ISO 8601 date or date-time")
+        raise ValidationError.at(name, "must be an ISO 8601 date or date-time")
     return parse_instant(value, name)

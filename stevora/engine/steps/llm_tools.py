@@ -26,7 +26,6 @@ from typing import TYPE_CHECKING, Any, Literal
 import structlog
 
 from stevora.db import awaited as db_awaited
-from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.checkpoints import CommittedRound
@@ -35,6 +34,7 @@ from stevora.db.definitions import find_version, workflow_input_schema
 from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef
 from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited import tool_call_view
+from stevora.engine.steps.awaited.workflow import nesting_problem
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_recorded import RecordedTools
 from stevora.engine.steps.llm_state import LoopState
@@ -367,21 +367,13 @@ class ToolRunner:
         if row is None:
             what = f"'{tool.workflow}'" + (f" version '{tool.version}'" if tool.version else "")
             return _failed(arguments, "WORKFLOW_NOT_FOUND", f"Workflow {what} does not exist")
-        chain = await runs.ancestor_definition_names(self.rt.pool, self.ex.run_id)
-        if tool.workflow in chain:
-            path = " → ".join([*reversed(chain), tool.workflow])
-            return _failed(
-                arguments,
-                "WORKFLOW_RECURSION",
-                f"Workflow '{tool.workflow}' is already running above this call ({path})",
-            )
-        limit = self.rt.settings.max_workflow_depth
-        if len(chain) + 1 > limit:
-            return _failed(
-                arguments,
-                "WORKFLOW_DEPTH_EXCEEDED",
-                f"Calling workflow '{tool.workflow}' would nest runs {len(chain) + 1} deep (limit {limit})",
-            )
+        nesting = await nesting_problem(self.rt, self.ex.run_id, tool.workflow)
+        if nesting is not None:
+            if nesting.code == "WORKFLOW_RECURSION":
+                message = f"Workflow '{tool.workflow}' is already running above this call ({nesting.path})"
+            else:
+                message = f"Calling workflow '{tool.workflow}' would nest runs {nesting.depth} deep (limit {nesting.limit})"
+            return _failed(arguments, nesting.code, message)
         child_input = arguments
         schema = workflow_input_schema(row)
         if schema is not None:

@@ -41,6 +41,7 @@ from stevora.db.map_items import NewMap
 from stevora.definitions import MapStep
 from stevora.engine import budget as budget_rules
 from stevora.engine import limits
+from stevora.engine.steps.awaited.workflow import nesting_problem
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.errors import StevoraError
 from stevora.events import Event, EventType, step_completed
@@ -257,22 +258,14 @@ class MapStepType(StepType):
 
 
 async def _nesting_problem(rt: Runtime, run_id: str, workflow: str) -> StepResult | None:
-    chain = await runs.ancestor_definition_names(rt.pool, run_id)
-    if workflow in chain:
-        path = " → ".join([*reversed(chain), workflow])
-        return _failed(
-            "WORKFLOW_RECURSION",
-            f"workflow: '{workflow}' is already running above this map ({path})",
-            path="workflow",
-        )
-    limit = rt.settings.max_workflow_depth
-    if len(chain) + 1 > limit:
-        return _failed(
-            "WORKFLOW_DEPTH_EXCEEDED",
-            f"workflow: mapping over '{workflow}' would nest runs {len(chain) + 1} deep (limit {limit})",
-            path="workflow",
-        )
-    return None
+    nesting = await nesting_problem(rt, run_id, workflow)
+    if nesting is None:
+        return None
+    if nesting.code == "WORKFLOW_RECURSION":
+        message = f"workflow: '{workflow}' is already running above this map ({nesting.path})"
+    else:
+        message = f"workflow: mapping over '{workflow}' would nest runs {nesting.depth} deep (limit {nesting.limit})"
+    return _failed(nesting.code, message, path="workflow")
 
 
 def _carried(rows: list[asyncpg.Record], inputs: list[Any]) -> list[asyncpg.Record]:

@@ -11,6 +11,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Literal
+
 import asyncpg
 
 from stevora.db import awaited as db_awaited
@@ -22,6 +25,32 @@ from stevora.engine.steps.awaited import Answer, answer
 from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.observability import tracing
 from stevora.statuses import AnsweredBy, AwaitedStatus, ResumeReason, RunStatus
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
+
+
+@dataclass(frozen=True, slots=True)
+class NestingProblem:
+    """Why a run may not start `workflow` as a child (a workflow tool's call, a map's items)."""
+
+    code: Literal["WORKFLOW_RECURSION", "WORKFLOW_DEPTH_EXCEEDED"]
+    path: str  # the workflows from the root down to the child, "a → b → a"
+    depth: int  # how deep the child would nest
+    limit: int  # STEVORA_MAX_WORKFLOW_DEPTH
+
+
+async def nesting_problem(rt: Runtime, run_id: str, workflow: str) -> NestingProblem | None:
+    """A child run of `workflow` under `run_id` would run a workflow already running above it, or
+    nest deeper than the limit; None when it may start."""
+    chain = await runs.ancestor_definition_names(rt.pool, run_id)
+    path = " → ".join([*reversed(chain), workflow])
+    limit = rt.settings.max_workflow_depth
+    if workflow in chain:
+        return NestingProblem("WORKFLOW_RECURSION", path, len(chain) + 1, limit)
+    if len(chain) + 1 > limit:
+        return NestingProblem("WORKFLOW_DEPTH_EXCEEDED", path, len(chain) + 1, limit)
+    return None
 
 
 async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]) -> WaitPlan:
