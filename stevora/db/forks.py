@@ -27,7 +27,7 @@ async def history(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> dict[
     steps = await conn.fetch(
         "SELECT id, step_name, step_type, step_index, visit, attempt, status, input, output, error, "
         "state_updates, inherited_from, started_at, completed_at, created_at "
-        "FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, visit, attempt, id",
+        "FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index, visit, attempt, id",
         run_id,
     )
     calls = await conn.fetch(

@@ -171,7 +171,8 @@ async def test_a_tools_goto_survives_the_worker_killed_before_the_step_ends(
     run, row = await killed_then_resumed(setup, def_id, fault)
     pool = setup.rt.pool
     steps = await pool.fetch(
-        "SELECT step_name, status FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", run["id"]
+        "SELECT step_name, status FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index",
+        run["id"],
     )
     assert [(s["step_name"], s["status"]) for s in steps] == [
         ("agent", "COMPLETED"),
@@ -230,7 +231,7 @@ async def test_worker_killed_during_a_slow_task_is_finished_by_another_worker(
         if second:
             second.stop()
     steps = await setup.rt.pool.fetch(
-        "SELECT id FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", run["id"]
+        "SELECT id FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index", run["id"]
     )
     effects = await setup.rt.pool.fetch(
         "SELECT * FROM test_side_effects WHERE idempotency_key = ANY($1::text[])",

@@ -67,7 +67,7 @@ async def test_a_run_whose_driver_crashes_every_time_fails_with_run_crash_limit(
     assert row["error"]["stepName"] == f"poisoned_{tag}"
     assert row["lease_owner"] is None
     steps = await harness.rt.pool.fetch(
-        "SELECT step_name, status, error FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at",
+        "SELECT step_name, status, error FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index",
         run["id"],
     )
     assert [(s["step_name"], s["status"]) for s in steps] == [

@@ -76,7 +76,8 @@ async def test_a_fork_runs_the_named_version_from_the_fork_point_and_a_bad_one_i
     assert row["status"] == "COMPLETED", row["error"]
     assert notified == [4]  # version 2's step after the agent ran, not version 1's wait
     steps = await harness.rt.pool.fetch(
-        "SELECT step_name FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", fork["id"]
+        "SELECT step_name FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index",
+        fork["id"],
     )
     assert [s["step_name"] for s in steps] == ["agent", "notify"]
 

@@ -260,7 +260,7 @@ async def test_forks_of_forks_and_a_fork_before_a_step(
     assert len(fake.openai.requests) == sent_before and side_effects == []
     assert row["state"]["last"] == 0 and row["state"]["seen4"] == 4
     steps = await harness.rt.pool.fetch(
-        "SELECT step_name, inherited_from FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at",
+        "SELECT step_name, inherited_from FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index",
         row["id"],
     )
     assert [(s["step_name"], s["inherited_from"] is not None) for s in steps] == [
@@ -392,7 +392,8 @@ async def test_replay_against_another_definition_version(
     assert row["status"] == "COMPLETED", row["error"]
     assert side_effects == []
     steps = await harness.rt.pool.fetch(
-        "SELECT step_name FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at", replay_id
+        "SELECT step_name FROM step_runs WHERE workflow_run_id = $1 ORDER BY created_at, step_index",
+        replay_id,
     )
     assert [s["step_name"] for s in steps] == ["warmup", "agent"]  # version 2's steps, not 1's
     first = fake.openai.requests[sent_before].json
