@@ -123,7 +123,9 @@ async def cancel_run(
     cancelled with it. Children are locked and cancelled before their parent: the same order a
     child's own ending takes (child, then parent), so the two never deadlock."""
     for child_id in await runs.active_children(conn, run_id):
-        await cancel_run(conn, child_id, wake=wake, tell_parent=False)
+        child = await cancel_run(conn, child_id, wake=wake, tell_parent=False)
+        if child["parent_tool_call_id"] is None:  # a map item's child: the item says so too
+            await map_step.record_cancelled_with_parent(conn, child)
     cancelled_steps = await runs.cancel_open_steps(conn, run_id)
     await approvals.cancel_for_run(conn, run_id)
     final = await runs.update_run(

@@ -343,6 +343,18 @@ def _started_event(step_run: asyncpg.Record, row: asyncpg.Record, progress: dict
     )
 
 
+async def record_cancelled_with_parent(conn: asyncpg.Connection, child: asyncpg.Record) -> None:
+    """A child run cancelled because its parent is: its item ends `cancelled` (and stops counting
+    as running), with no slot filled, since the parent is ending in the same transaction."""
+    await db_map.record_child_end(
+        conn,
+        child["id"],
+        MapItemStatus.CANCELLED,
+        None,
+        {"code": "CHILD_RUN_CANCELLED", "message": "Run was cancelled with its parent"},
+    )
+
+
 async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wake: list[str]) -> None:
     """Called in the terminal transaction of a run with a parent and no tool call: if it is a map
     item's child run, write the item's result, start the next pending items into the freed slots

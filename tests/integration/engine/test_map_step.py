@@ -274,6 +274,20 @@ async def test_cancelling_the_parent_cancels_its_children(harness: Harness, work
         "SELECT status FROM workflow_runs WHERE parent_run_id = $1", run_id
     )
     assert [c["status"] for c in children] == ["CANCELLED", "CANCELLED"]  # the third never started
+    # The items say what became of them, and the map counts none as running.
+    items = await harness.rt.pool.fetch(
+        "SELECT i.status, i.error FROM map_items i JOIN step_runs s ON s.id = i.step_run_id "
+        "WHERE s.workflow_run_id = $1 ORDER BY i.item_index",
+        run_id,
+    )
+    assert [i["status"] for i in items] == ["cancelled", "cancelled", "pending"]
+    assert items[0]["error"]["code"] == "CHILD_RUN_CANCELLED"
+    header = await harness.rt.pool.fetchrow(
+        "SELECT m.running, m.failed FROM map_steps m JOIN step_runs s ON s.id = m.step_run_id "
+        "WHERE s.workflow_run_id = $1",
+        run_id,
+    )
+    assert (header["running"], header["failed"]) == (0, 2)
 
 
 @pytest.mark.parametrize(
