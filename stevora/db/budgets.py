@@ -35,3 +35,9 @@ async def usage_of_runs(
 ) -> dict[str, asyncpg.Record]:
     """`usage` of several runs in one statement, by run id."""
     return {r["id"]: r for r in await conn.fetch(_MANY, run_ids)}
+
+
+async def locked_budget(conn: asyncpg.Connection, run_id: str) -> object:
+    """The run's budget as committed, its row locked until the transaction ends (the lock a raise
+    takes first, so a raise and a step's budget wait are ordered)."""
+    return await conn.fetchval("SELECT budget FROM workflow_runs WHERE id = $1 FOR UPDATE", run_id)

@@ -191,9 +191,9 @@ async def update_budget(
 
     Allowed on any run that has not completed or been cancelled: a FAILED run keeps the new budget
     for `retry`. A running step sees new limits when it next starts or resumes, or when it reaches
-    an old limit (it reads them again before it stops). One window is left: a raise that commits
-    between that read and the step's WAITING commit (milliseconds) leaves the run waiting with
-    enough budget; raising again resumes it. Returns the run and whether it resumed."""
+    an old limit (it reads them again before it stops). A raise that commits after that read and
+    before the step's WAITING commit is caught by `raised_since_stop`, in the WAITING transaction.
+    Returns the run and whether it resumed."""
     resumed = False
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await runs.get_run_in_workspace(conn, workspace_id, run_id, for_update=True)
@@ -217,20 +217,8 @@ async def update_budget(
             and step_run["status"] == StepStatus.WAITING
             and step_run["signal_type"] == BUDGET_SIGNAL
         ):
-            await runs.update_step(
-                conn,
-                step_run["id"],
-                expect=[StepStatus.WAITING],
-                sets={"status": StepStatus.RUNNING, "wait_until": None, "signal_type": None},
-            )
-            events.append(
-                Event(
-                    EventType.WORKFLOW_RESUMED,
-                    {"reason": ResumeReason.BUDGET, "stepName": step_run["step_name"]},
-                    step_run["id"],
-                )
-            )
-            sets.update(status=RunStatus.RUNNING, next_run_at=None, **RELEASE)
+            events.append(await _resume_step(conn, step_run))
+            sets.update(_RESUMED_RUN)
             resumed = True
         row = await runs.update_run(
             conn,
@@ -243,3 +231,44 @@ async def update_budget(
     if resumed:
         await dispatch_hint(rt.dispatcher, run_id)
     return row, resumed
+
+
+# What a run resumed from its budget wait is set to (dispatched again, owned by nobody).
+_RESUMED_RUN: dict[str, Any] = {"status": RunStatus.RUNNING, "next_run_at": None, **RELEASE}
+
+
+async def _resume_step(conn: asyncpg.Connection, step_run: asyncpg.Record) -> Event:
+    """The step's budget wait ends (WAITING → RUNNING); returns the run's WORKFLOW_RESUMED event."""
+    await runs.update_step(
+        conn,
+        step_run["id"],
+        expect=[StepStatus.WAITING],
+        sets={"status": StepStatus.RUNNING, "wait_until": None, "signal_type": None},
+    )
+    return Event(
+        EventType.WORKFLOW_RESUMED,
+        {"reason": ResumeReason.BUDGET, "stepName": step_run["step_name"]},
+        step_run["id"],
+    )
+
+
+async def raised_since_stop(conn: asyncpg.Connection, run_id: str, result: StepResult) -> bool:
+    """Called first in the transaction that makes a step wait for its budget: locks the run (so
+    a raise commits either before, and is seen here, or after, and finds the run WAITING) and
+    says whether its budget changed since the step read the one that stopped it."""
+    stopped_by = (result.pause_details or {}).get("budget")
+    return await db_budgets.locked_budget(conn, run_id) != stopped_by
+
+
+async def resume_raised(conn: asyncpg.Connection, run_id: str, step_run: asyncpg.Record) -> None:
+    """A budget wait written after a raise had committed ends at once, as the raise would have
+    ended it had it come after: the step runs again under the new limits."""
+    resumed = await _resume_step(conn, step_run)
+    await runs.update_run(
+        conn,
+        run_id,
+        expect=[RunStatus.WAITING],
+        sets=_RESUMED_RUN,
+        now_columns=["dispatched_at"],
+        events=[resumed],
+    )

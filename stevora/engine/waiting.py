@@ -11,7 +11,7 @@ from stevora.clock import iso, utcnow
 from stevora.db import runs
 from stevora.db.runs import RELEASE
 from stevora.definitions import WorkflowDefinitionSpec
-from stevora.engine import flow
+from stevora.engine import budget, flow
 from stevora.engine.driving import DriverCore, delay_until
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.base import WaitContext
@@ -28,6 +28,8 @@ class Waiting(DriverCore):
         until = result.wait_until
         reason = result.pause_reason or PauseReason.WAIT
         async with self.pool.acquire() as conn, conn.transaction():
+            # A budget raised after the step last read it must not be missed (budget.py).
+            raised = reason == PauseReason.BUDGET and await budget.raised_since_stop(conn, run["id"], result)
             await runs.update_step(
                 conn,
                 step_run["id"],
@@ -56,7 +58,11 @@ class Waiting(DriverCore):
                 sets={"status": RunStatus.WAITING, "next_run_at": until, **RELEASE},
                 events=[*plan.events, paused],
             )
+            if raised:
+                await budget.resume_raised(conn, run["id"], step_run)
         self.rt.faults.reached("wait_committed", step_run["step_type"])
+        if raised:
+            await dispatch_hint(self.rt.dispatcher, run["id"])
         # A run that gives up its concurrency slot while it waits wakes the runs queued for it.
         for other in (*plan.dispatch, *flow.released_by_wait(run)):
             await dispatch_hint(self.rt.dispatcher, other)

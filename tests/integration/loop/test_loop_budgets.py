@@ -11,7 +11,7 @@ from typing import Any
 
 from stevora.definitions import Budget
 from stevora.engine import commands
-from stevora.engine.budget import update_budget
+from stevora.engine.budget import Meter, update_budget
 from stevora.llm.pricing import Pricing
 from stevora.testing.fake_llm import FakeLLMServer, FakeResponse, error, openai_text, openai_tool_calls
 from stevora.tools import ToolContext
@@ -262,4 +262,43 @@ async def test_a_raise_that_lands_while_the_step_runs_is_seen_when_the_old_limit
         asked = [c["id"] for m in messages if m["role"] == "assistant" for c in m.get("tool_calls") or []]
         answered = [m["tool_call_id"] for m in messages if m["role"] == "tool"]
         assert asked == answered
+    await assert_trace_event_consistency(harness, result.id)
+
+
+async def test_a_raise_that_commits_between_the_last_read_and_the_wait_resumes_the_run(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders, monkeypatch: Any
+) -> None:
+    """The window a re-read cannot close: the step reads its limits, finds them unchanged, and a
+    raise commits before the step's WAITING does. The WAITING transaction sees the raise and
+    resumes the step at once, so the run does not wait for a raise that already happened."""
+    ran = _lookup(harness)
+    _runaway(fake, "lookup")
+    reads = 0
+    real_read = Meter.read.__func__  # type: ignore[attr-defined]
+
+    async def read_then_raise(cls: type[Meter], pool: Any, run_id: str) -> Meter | None:
+        nonlocal reads
+        reads += 1
+        meter = await real_read(cls, pool, run_id)
+        if reads == 2:  # the re-read before stopping: the raise lands right after it
+            fake.openai.responder = None
+            fake.openai.enqueue(openai_tool_calls([("call_x", "lookup", "{}")]), openai_text("Done."))
+            await update_budget(harness.rt, workspace_id, run_id, Budget.model_validate({"maxToolCalls": 5}))
+        return meter
+
+    monkeypatch.setattr(Meter, "read", classmethod(read_then_raise))
+    def_id = await create_definition(
+        harness.rt, workspace_id, _workflow({"maxToolCalls": 2, "onBudgetExceeded": "pause"})
+    )
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"question": "go"})
+    row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED", timeout_s=30)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert len(ran) == 4 and reads >= 2
+    result = await load_run(harness, run["id"])
+    assert result.state == {"agent": "Done."}
+    # The timeline says what happened: the step stopped at the old limit and resumed at once.
+    types = result.event_types()
+    paused = types.index("WORKFLOW_PAUSED")
+    assert types[paused + 1] == "WORKFLOW_RESUMED"
+    assert result.events_of("WORKFLOW_RESUMED") == [{"reason": "budget", "stepName": "agent"}]
     await assert_trace_event_consistency(harness, result.id)
