@@ -145,6 +145,9 @@ class Settings(BaseSettings):
     # The longest a worker waits inline for a call's turn; beyond it (and no fallback within its
     # bound) the attempt fails with a retryable RATE_LIMITED, retried no earlier than its turn.
     rate_limit_max_wait_s: float = Field(default=60.0, ge=0)
+    # A step visit deferred this many times (RATE_LIMITED, not sent) fails instead of waiting for
+    # another turn: about two hours at the default wait bound under an overload that never ends.
+    rate_limit_max_deferrals: int = Field(default=120, ge=1)
     # Price overrides in USD per million tokens: {"my-model": [input, output]}.
     model_prices: dict[str, tuple[float, float]] = {}
     max_tool_output_bytes: int = 100_000

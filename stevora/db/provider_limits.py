@@ -145,3 +145,16 @@ async def snapshot(pool: asyncpg.Pool, keys: list[str]) -> list[Bucket]:
     """The buckets of `keys` as stored (the UI's current use per model)."""
     rows = await pool.fetch(SNAPSHOT_SQL, keys)
     return [Bucket(r["key"], r["requests"], r["tokens"], r["scale"], float(r["age_s"])) for r in rows]
+
+
+async def deferrals(conn: asyncpg.Connection | asyncpg.Pool, step_run: asyncpg.Record) -> int:
+    """How many attempts of this step visit the rate limit did not send (`RATE_LIMITED`)."""
+    return int(
+        await conn.fetchval(
+            "SELECT count(*) FROM step_runs WHERE workflow_run_id = $1 AND step_name = $2 AND visit = $3 "
+            "AND error->>'code' = 'RATE_LIMITED'",
+            step_run["workflow_run_id"],
+            step_run["step_name"],
+            step_run["visit"],
+        )
+    )

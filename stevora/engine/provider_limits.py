@@ -48,6 +48,23 @@ _UNLIMITED = 1e12  # a bucket that never binds (a limit on requests only, or tok
 BURST = 0.9
 
 
+async def deferred_too_often(
+    pool: asyncpg.Pool, settings: Settings, step_run: asyncpg.Record, error: dict[str, object]
+) -> dict[str, object] | None:
+    """A step visit the rate limit has deferred `STEVORA_RATE_LIMIT_MAX_DEFERRALS` times stops
+    being retried at its turn: the error that fails the run then (not retryable), else None.
+    Permanent overload ends runs with a reason instead of deferring them for ever."""
+    count = await db.deferrals(pool, step_run)
+    if count < settings.rate_limit_max_deferrals:
+        return None
+    return {
+        **error,
+        "retryable": False,
+        "message": f"The provider rate limit deferred this step {count} times without a turn "
+        f"(STEVORA_RATE_LIMIT_MAX_DEFERRALS={settings.rate_limit_max_deferrals}); last: {error.get('message')}",
+    }
+
+
 @dataclass(frozen=True)
 class Budget:
     """One configured limit, as the bucket statement takes it."""

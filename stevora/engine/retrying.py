@@ -14,7 +14,7 @@ from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay
 from stevora.engine import endings
 from stevora.engine.driving import TIMER_SLACK_MS, DriverCore
 from stevora.engine.hints import dispatch_hint
-from stevora.engine.provider_limits import RATE_LIMITED
+from stevora.engine.provider_limits import RATE_LIMITED, deferred_too_often
 from stevora.events import Event, EventType, step_failed
 from stevora.statuses import RunStatus, StepStatus
 from stevora.tasks import StepResult
@@ -51,6 +51,8 @@ class Retrying(DriverCore):
         # A call the provider rate limit did not send is retried at its turn without spending an
         # attempt: nothing ran, the step waits for the budget (docs/flow-control.md).
         not_sent = error.get("code") == RATE_LIMITED
+        if not_sent and (stop := await deferred_too_often(self.pool, self.rt.settings, step_run, error)):
+            error, not_sent = stop, False
         if not (error.get("retryable", True) and (attempt < policy.max_attempts or not_sent)):
             wake: list[str] = []
             async with self.pool.acquire() as conn, conn.transaction():

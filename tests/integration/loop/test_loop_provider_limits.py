@@ -172,6 +172,27 @@ async def test_a_turn_beyond_the_longest_wait_is_retried_at_its_turn_without_spe
     assert len(fake.openai.requests) == 2  # nothing was sent for the refused attempt
 
 
+async def test_a_step_deferred_max_deferrals_times_fails_instead_of_waiting_for_ever(
+    harness: Harness, workspace_id: str, sdk: SdkProviders, fake: FakeLLMServer
+) -> None:
+    model = _model()
+    fake.responder = lambda _body: openai_text("ok", model=model)
+    _limit(
+        harness,
+        {f"openai:{model}": {"rpm": 1}},
+        rate_limit_window_s=60.0,
+        rate_limit_max_wait_s=0.5,
+        rate_limit_max_deferrals=1,
+    )
+    _, second = await _runs(harness, workspace_id, llm_step(model=model), 2)
+    assert second.status == "FAILED"
+    error = second.run["error"]
+    assert error["code"] == "RATE_LIMITED" and error["retryable"] is False
+    assert "deferred this step 1 times" in error["message"] and "MAX_DEFERRALS=1" in error["message"]
+    assert second.events_of("STEP_RETRYING") == []
+    assert len(fake.openai.requests) == 1  # the second run sent nothing
+
+
 async def test_a_model_without_a_limit_is_called_as_before(
     harness: Harness, workspace_id: str, sdk: SdkProviders, fake: FakeLLMServer
 ) -> None:
