@@ -184,7 +184,7 @@ SELECT * FROM r
 
 
 async def complete_last_step(
-    pool: asyncpg.Pool,
+    pool: asyncpg.Pool | asyncpg.Connection,
     run_id: str,
     step_run_id: str,
     owner: str,

@@ -3,6 +3,7 @@ target, skipped steps, or the run's ending) in the transaction that completes it
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import asyncpg
@@ -28,23 +29,30 @@ class Advancing(DriverCore):
         definition: WorkflowDefinitionSpec,
     ) -> Next:
         """Complete the step and move on in one go: the next step run is inserted (or the run
-        ends) in the transaction that completes this one, and the last step of a run without a
-        parent completes with its run in a single statement."""
+        ends) in the transaction that completes this one, and the last step completes with its
+        run in a single statement (in a transaction that also tells the run's parent, or wakes
+        its concurrency slot's queue, when it has one)."""
         output = dict(result.output or {})
         if result.next_step is not None:
             output["__nextStep"] = result.next_step
+        wake: list[str] = []
         last = step_run["step_index"] + 1 >= len(definition.steps) and not output.get("__nextStep")
-        if last and run["parent_run_id"] is None and not endings.needs_queue_wake(run):
-            await endings.complete_with_last_step(
-                self.pool,
-                run,
-                step_run["id"],
+        if last:
+            end = functools.partial(
+                endings.complete_with_last_step,
+                run=run,
+                step_run_id=step_run["id"],
                 owner=self.owner,
                 output=output,
                 state_updates=result.state_updates,
             )
+            if run["parent_run_id"] is None and not endings.needs_queue_wake(run):
+                await end(self.pool)  # one statement, no transaction around it
+                return False
+            async with self.pool.acquire() as conn, conn.transaction():
+                await end(conn, wake=wake)
+            await self._dispatch(wake)
             return False
-        wake: list[str] = []
         async with self.pool.acquire() as conn, conn.transaction():
             done = await runs.update_step(
                 conn,

@@ -62,24 +62,30 @@ async def complete_run(
 
 
 async def complete_with_last_step(
-    pool: asyncpg.Pool,
+    db: asyncpg.Pool | asyncpg.Connection,
     run: asyncpg.Record,
     step_run_id: str,
     *,
     owner: str,
     output: dict[str, Any],
     state_updates: dict[str, Any] | None,
+    wake: list[str] | None = None,
 ) -> asyncpg.Record:
     """The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED, its events and its
-    webhook outbox rows in one statement (`transitions.complete_last_step`). Only for a run
-    without a parent and without a concurrency slot: a child's ending also answers its parent,
-    and a slot's ending dispatches the runs queued for it, which `complete_run` does in the
-    caller's transaction."""
-    assert run["parent_run_id"] is None, "a child run ends through complete_run (it tells its parent)"
-    assert not needs_queue_wake(run), "a run with a slot ends through complete_run (it wakes the queue)"
-    final = await transitions.complete_last_step(pool, run["id"], step_run_id, owner, output, state_updates)
+    webhook outbox rows in one statement (`transitions.complete_last_step`). A run with a parent
+    or a concurrency slot passes a connection in a transaction and `wake`: in that transaction
+    its ending then answers its parent (a map item or a workflow tool call), and its slot's
+    queue is woken after the commit."""
+    if wake is None:
+        assert run["parent_run_id"] is None, "a child run's ending tells its parent: pass `wake`"
+        assert not needs_queue_wake(run), "a run with a slot wakes its queue: pass `wake`"
+    final = await transitions.complete_last_step(db, run["id"], step_run_id, owner, output, state_updates)
     log.info("run_completed", workflow_run_id=run["id"])
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
+    if wake is not None:
+        assert isinstance(db, asyncpg.Connection), "a parent is told in the ending's transaction"
+        await _tell_parent(db, final, wake)
+        wake += _queue_wake(final)
     return final
 
 

@@ -488,3 +488,39 @@ async def test_the_safety_recheck_starts_items_into_slots_no_ending_filled(
     assert row["status"] == "COMPLETED", row["error"]
     assert row["output"]["results"] == [{"t": "a"}, {"t": "b"}, {"t": "c"}]
     assert started.count("b") == 1 and started.count("c") == 1
+
+
+async def test_a_child_run_ends_in_the_one_statement_completion_and_its_item_hears_of_it(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A child's last step completes with its run in one statement (as a root run's does), in the
+    transaction that then answers its map item: not through the step-then-run `complete_run`."""
+    from stevora.db import transitions
+    from stevora.engine import endings
+
+    ended: list[str] = []
+    for module, name in ((transitions, "complete_last_step"), (endings, "complete_run")):
+        real = getattr(module, name)
+
+        async def counted(*args: Any, __real: Any = real, __name: str = name, **kw: Any) -> Any:
+            ended.append(__name)
+            return await __real(*args, **kw)
+
+        monkeypatch.setattr(module, name, counted)
+    harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"t": 1}})
+    seen = _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "b", "c"], concurrency=2)
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert seen == [[{"t": 1}] * 3]
+    # Three children and the parent: each ended through the one statement.
+    assert ended == ["complete_last_step"] * 4
+    children = await harness.rt.pool.fetch("SELECT id FROM workflow_runs WHERE parent_run_id = $1", run_id)
+    for child_row in children:
+        assert await harness.event_types(child_row["id"]) == [
+            "WORKFLOW_STARTED",
+            "STEP_STARTED",
+            "STEP_COMPLETED",
+            "WORKFLOW_COMPLETED",
+        ]
