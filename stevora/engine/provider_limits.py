@@ -27,7 +27,7 @@ import asyncpg
 from stevora.db import provider_limits as db
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse
-from stevora.llm.provider import Provider
+from stevora.llm.provider import UNDER_SHARED_LIMIT, Provider
 from stevora.observability import hooks as observe
 from stevora.observability import metrics
 from stevora.settings import ProviderRateLimit, Settings
@@ -112,8 +112,11 @@ class ProviderLimits:
         fallback_after_s: float = 10.0,
         max_wait_s: float = 60.0,
         known_name: Callable[[str, str], str | None] = lambda _p, _m: None,
+        resends_after_429: int = 0,
     ) -> None:
         self.pool = pool
+        # How often a call refused with a 429 is sent again, each time at its next turn.
+        self.resends_after_429 = resends_after_429
         self.known_name = known_name  # `Pricing.known_name`: the metric's model label
         self.budgets = {key: Budget.of(key, limit, window_s) for key, limit in limits.items()}
         self.fallback_after_s = fallback_after_s
@@ -131,6 +134,7 @@ class ProviderLimits:
             fallback_after_s=settings.rate_limit_fallback_after_s,
             max_wait_s=settings.rate_limit_max_wait_s,
             known_name=rt.pricing.known_name,
+            resends_after_429=settings.provider_max_retries,
         )
 
     def budget_for(self, provider: str, model: str) -> Budget | None:
@@ -194,8 +198,34 @@ class LimitedProvider:
         self.last_wait_ms = 0.0
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
+        """Wait for a turn, then send; a provider 429 lowers the shared budget and the call is
+        sent again at its next turn (up to `STEVORA_PROVIDER_MAX_RETRIES` times, as the SDK
+        would have, but through the budget: the SDK's own resending of a 429 is switched off)."""
         tokens = estimate_tokens(request)
         started = time.perf_counter()
+        resends = self.limits.resends_after_429
+        while True:
+            await self._turn(request, tokens, started)
+            sending = UNDER_SHARED_LIMIT.set(True)
+            try:
+                response = await self.inner.complete(request)
+            except ProviderError as exc:
+                if exc.status_code != 429:
+                    raise
+                await self.limits.refused(self.budget, exc, tokens)
+                if not exc.retryable or resends == 0:
+                    raise
+                resends -= 1
+                continue
+            finally:
+                UNDER_SHARED_LIMIT.reset(sending)
+            usage = response.usage
+            self.limits.answered(self.budget, tokens, usage.input_tokens + usage.output_tokens)
+            return response
+
+    async def _turn(self, request: LlmRequest, tokens: int, started: float) -> None:
+        """Reserve the call's request and tokens and sleep until its turn; a turn beyond the
+        bound is not taken: RATE_LIMITED, not sent."""
         turn = await self.limits.reserve(self.budget, tokens, self.bound_s)
         if not turn.granted:
             observe.rate_limit_waited(self.name, self.label, 0.0, "refused")
@@ -212,15 +242,6 @@ class LimitedProvider:
         waited_s = time.perf_counter() - started
         self.last_wait_ms = round(waited_s * 1000, 3)
         observe.rate_limit_waited(self.name, self.label, waited_s, "sent")
-        try:
-            response = await self.inner.complete(request)
-        except ProviderError as exc:
-            if exc.status_code == 429:
-                await self.limits.refused(self.budget, exc, tokens)
-            raise
-        usage = response.usage
-        self.limits.answered(self.budget, tokens, usage.input_tokens + usage.output_tokens)
-        return response
 
     async def aclose(self) -> None:
         """The router closes the inner provider; a wrapper owns nothing."""

@@ -30,6 +30,7 @@ from stevora.llm.provider import (
     JSON_INSTRUCTION,
     connection_error,
     error_message_from_body,
+    leave_429_to_the_limiter,
     parse_tool_input,
     provider_error_for_status,
     timeout_error,
@@ -72,6 +73,9 @@ class AnthropicProvider:
             max_retries=max_retries,
             timeout=timeout_s,
             open_telemetry=False,
+            http_client=anthropic.DefaultAsyncHttpxClient(
+                event_hooks={"response": [leave_429_to_the_limiter]}
+            ),
         )
 
     async def complete(self, request: LlmRequest) -> LlmResponse:

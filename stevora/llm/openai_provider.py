@@ -25,6 +25,7 @@ from stevora.llm.provider import (
     connection_error,
     error_message_from_body,
     is_invalid_request_answer,
+    leave_429_to_the_limiter,
     mentions_json,
     provider_error_for_status,
     timeout_error,
@@ -55,8 +56,11 @@ async def mark_invalid_request_answer(response: httpx2.Response) -> None:
 
 
 def http_client() -> httpx2.AsyncClient:
-    """The SDK's default HTTP client with `mark_invalid_request_answer` installed."""
-    return openai.DefaultAsyncHttpxClient(event_hooks={"response": [mark_invalid_request_answer]})
+    """The SDK's default HTTP client with `mark_invalid_request_answer` and
+    `leave_429_to_the_limiter` installed."""
+    return openai.DefaultAsyncHttpxClient(
+        event_hooks={"response": [mark_invalid_request_answer, leave_429_to_the_limiter]}
+    )
 
 
 class OpenAIProvider:

@@ -12,7 +12,10 @@ import math
 import re
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from typing import Any, Protocol, runtime_checkable
+
+import httpx2
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message
@@ -27,6 +30,22 @@ JSON_INSTRUCTION = "Respond with a single JSON object and nothing else."
 
 # Ignore absurd server delays; the step retry policy owns long waits.
 _MAX_RETRY_AFTER_S = 24 * 3600.0
+
+# Set while a call is sent under a shared provider rate limit (stevora.engine.provider_limits):
+# its 429 goes back to the limiter, which lowers the budget every worker shares and sends again
+# at the next turn, instead of the SDK sending again on its own, unseen by that budget.
+UNDER_SHARED_LIMIT: ContextVar[bool] = ContextVar("stevora_under_shared_limit", default=False)
+_LEFT_TO_LIMITER = "x-stevora-left-to-limiter"
+
+
+async def leave_429_to_the_limiter(response: httpx2.Response) -> None:
+    """httpx response hook: a 429 answered to a call under a shared limit gets `x-should-retry:
+    false`, which the SDKs obey first (llm-wire: "header override"), marked as ours so that
+    `provider_error_for_status` still reads the 429 as retryable. A server's own `x-should-retry`
+    (OpenAI's `insufficient_quota`) is left as it is."""
+    if response.status_code == 429 and UNDER_SHARED_LIMIT.get() and "x-should-retry" not in response.headers:
+        response.headers["x-should-retry"] = "false"
+        response.headers[_LEFT_TO_LIMITER] = "1"
 
 
 @runtime_checkable
@@ -127,7 +146,7 @@ def provider_error_for_status(
     """Translate an HTTP error answer. `x-should-retry` from the server overrides the status rule."""
     lowered = {k.lower(): v for k, v in (headers or {}).items()}
     retryable = is_retryable_status(status_code)
-    should_retry = lowered.get("x-should-retry")
+    should_retry = None if _LEFT_TO_LIMITER in lowered else lowered.get("x-should-retry")
     if should_retry == "false":
         retryable = False  # e.g. OpenAI's 429 insufficient_quota: waiting will not help
     elif should_retry == "true":

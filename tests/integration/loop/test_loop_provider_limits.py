@@ -14,10 +14,13 @@ from stevora.db import provider_limits as db
 from stevora.engine import commands, provider_limits
 from stevora.engine.provider_limits import ProviderLimits
 from stevora.errors import ProviderError
+from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message
+from stevora.llm.openai_provider import OpenAIProvider
+from stevora.llm.provider import Provider
 from stevora.observability import metrics
 from stevora.settings import ProviderRateLimit
-from stevora.testing.fake_llm import FakeLLMServer, error, openai_text
+from stevora.testing.fake_llm import FakeLLMServer, anthropic_text, error, openai_text
 from stevora.testing.fake_rate_limit import FakeRateLimit
 from tests.conftest import Harness, create_definition
 from tests.integration.loop.conftest import LoopRun, SdkProviders, llm_step, load_run
@@ -136,6 +139,83 @@ async def test_a_provider_429_shrinks_the_budget_and_empties_it_for_its_retry_af
     # 540 requests of headroom before the 429; after it nobody may send for its 3 s.
     turn = await limits.reserve(limits.budgets[f"openai:{model}"], 1, 0)
     assert not turn.granted and turn.wait_s > 2.5
+
+
+def _own_client_provider(fake: FakeLLMServer, kind: str) -> Provider:
+    """A provider as `build_router` makes it (our HTTP client and its hooks), SDK retries on."""
+    if kind == "openai":
+        return OpenAIProvider("test", fake.openai_base_url, max_retries=2, timeout_s=10)
+    return AnthropicProvider("test", fake.anthropic_base_url, max_retries=2, timeout_s=10)
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_429_under_a_shared_limit_is_sent_again_through_the_budget_not_by_the_sdk(
+    harness: Harness, fake: FakeLLMServer, kind: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every request the provider gets went through the shared budget: the SDK's own resending of
+    a 429 (unseen by every other worker's budget) is off under a limit, and the limiter sends
+    again at the next turn, after the 429 lowered the budget."""
+    model = _model()
+    limits = ProviderLimits(
+        harness.rt.pool, {model: ProviderRateLimit(rpm=600)}, window_s=60, resends_after_429=2
+    )
+    reservations = 0
+    real_reserve = limits.reserve
+
+    async def counted(*args: Any) -> Any:
+        nonlocal reservations
+        reservations += 1
+        return await real_reserve(*args)
+
+    monkeypatch.setattr(limits, "reserve", counted)
+    inner = _own_client_provider(fake, kind)
+    script = fake.openai if kind == "openai" else fake.anthropic
+    answer = openai_text("ok", model=model) if kind == "openai" else anthropic_text("ok", model=model)
+    script.enqueue(error(429, "slow down", retry_after_ms=200), answer)
+    try:
+        response = await limits.wrap(inner, model, fallback=False).complete(
+            LlmRequest(model=model, messages=[Message(role="user", content="hi")], max_tokens=16)
+        )
+    finally:
+        await inner.aclose()
+    assert response.text == "ok"
+    assert len(script.requests) == 2 and reservations == 2  # each request had its turn
+    (bucket,) = await db.snapshot(harness.rt.pool, [model])
+    # The 429 lowered the shared budget at once; the resend's reservation gave back its share.
+    assert bucket.scale == pytest.approx(provider_limits.SHRINK + provider_limits.RECOVER)
+
+
+async def test_without_a_shared_limit_the_sdk_still_resends_a_429_itself(fake: FakeLLMServer) -> None:
+    inner = _own_client_provider(fake, "openai")
+    fake.openai.enqueue(error(429, "slow down", retry_after_ms=50), openai_text("ok"))
+    try:
+        response = await inner.complete(
+            LlmRequest(model="gpt-4o-mini", messages=[Message(role="user", content="hi")])
+        )
+    finally:
+        await inner.aclose()
+    assert response.text == "ok" and len(fake.openai.requests) == 2
+
+
+async def test_a_429_the_provider_says_not_to_retry_is_not_sent_again(
+    harness: Harness, fake: FakeLLMServer
+) -> None:
+    """OpenAI's `insufficient_quota` 429 (`x-should-retry: false` from the server) stays final."""
+    model = _model()
+    limits = ProviderLimits(
+        harness.rt.pool, {model: ProviderRateLimit(rpm=600)}, window_s=60, resends_after_429=2
+    )
+    inner = _own_client_provider(fake, "openai")
+    fake.openai.enqueue(error(429, "quota", should_retry=False), openai_text("ok", model=model))
+    try:
+        with pytest.raises(ProviderError) as refused:
+            await limits.wrap(inner, model, fallback=False).complete(
+                LlmRequest(model=model, messages=[Message(role="user", content="hi")])
+            )
+    finally:
+        await inner.aclose()
+    assert refused.value.status_code == 429 and refused.value.retryable is False
+    assert len(fake.openai.requests) == 1
 
 
 async def test_a_fallback_model_is_tried_when_the_primary_turn_is_too_far_away(
