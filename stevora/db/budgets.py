@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import asyncpg
 
+from stevora.db.runs import ROW_LOCK
+
 # Refused before anything ran: not a tool call the budget pays for.
 UNCOUNTED_TOOL_ERROR = "TOOL_NOT_OFFERED"
 
@@ -40,4 +42,4 @@ async def usage_of_runs(
 async def locked_budget(conn: asyncpg.Connection, run_id: str) -> object:
     """The run's budget as committed, its row locked until the transaction ends (the lock a raise
     takes first, so a raise and a step's budget wait are ordered)."""
-    return await conn.fetchval("SELECT budget FROM workflow_runs WHERE id = $1 FOR UPDATE", run_id)
+    return await conn.fetchval(f"SELECT budget FROM workflow_runs WHERE id = $1 {ROW_LOCK}", run_id)
