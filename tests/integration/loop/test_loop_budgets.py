@@ -301,4 +301,7 @@ async def test_a_raise_that_commits_between_the_last_read_and_the_wait_resumes_t
     paused = types.index("WORKFLOW_PAUSED")
     assert types[paused + 1] == "WORKFLOW_RESUMED"
     assert result.events_of("WORKFLOW_RESUMED") == [{"reason": "budget", "stepName": "agent"}]
+    (resumed,) = [e for e in await harness.events(run["id"]) if e["event_type"] == "WORKFLOW_RESUMED"]
+    (paused,) = [e for e in await harness.events(run["id"]) if e["event_type"] == "WORKFLOW_PAUSED"]
+    assert resumed["step_run_id"] == paused["step_run_id"] is not None  # the step that waited
     await assert_trace_event_consistency(harness, result.id)
