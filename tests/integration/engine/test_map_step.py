@@ -281,7 +281,10 @@ async def test_cancelling_the_parent_cancels_its_children(harness: Harness, work
         run_id,
     )
     assert [i["status"] for i in items] == ["cancelled", "cancelled", "pending"]
-    assert items[0]["error"] == {"code": "CHILD_RUN_CANCELLED", "message": "Run was cancelled with its parent"}
+    assert items[0]["error"] == {
+        "code": "CHILD_RUN_CANCELLED",
+        "message": "Run was cancelled with its parent",
+    }
     header = await harness.rt.pool.fetchrow(
         "SELECT m.running, m.failed FROM map_steps m JOIN step_runs s ON s.id = m.step_run_id "
         "WHERE s.workflow_run_id = $1",
