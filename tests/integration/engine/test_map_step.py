@@ -177,10 +177,50 @@ async def test_continue_collects_every_childs_status_output_and_error(
     assert [r["status"] for r in results] == ["COMPLETED", "FAILED", "COMPLETED"]
     assert results[0]["output"] == {"t": "a"} and results[2]["output"] == {"t": "c"}
     assert results[1]["output"] is None and results[1]["error"]["code"] == "NOPE"
+    assert results[0]["error"] is None and results[2]["error"] is None
     assert all(r["childRunId"].startswith("wfrun_") for r in results)
     assert [r["index"] for r in results] == [0, 1, 2]
     types = await harness.event_types(run_id)
     assert types.count("MAP_ITEM_FAILED") == 1 and types.count("MAP_ITEM_COMPLETED") == 2
+
+
+async def test_a_child_cancelled_on_its_own_is_a_cancelled_item_under_continue(
+    harness: Harness, workspace_id: str
+) -> None:
+    """Cancelling one child run (not the parent) ends its item as cancelled, with an error that
+    says so (a cancelled run has none of its own), and the map goes on with the other items."""
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        if ctx.workflow_input["ticket"] == "stuck":
+            await asyncio.sleep(60)
+        return {"status": "completed", "stateUpdates": {"t": ctx.workflow_input["ticket"]}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(
+        harness, workspace_id, child, ["stuck", "b"], concurrency=2, onItemFailure="continue"
+    )
+    stuck = None
+    for _ in range(300):
+        stuck = await harness.rt.pool.fetchval(
+            "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND input->>'ticket' = 'stuck' "
+            "AND status = 'RUNNING'",
+            run_id,
+        )
+        if stuck:
+            break
+        await asyncio.sleep(0.02)
+    assert stuck is not None
+    await commands.cancel_run(harness.rt, workspace_id, stuck)
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
+    assert row["status"] == "COMPLETED", row["error"]
+    results = row["output"]["results"]
+    assert [r["status"] for r in results] == ["CANCELLED", "COMPLETED"]
+    assert results[0]["error"] == {"code": "CHILD_RUN_CANCELLED", "message": "Run was cancelled"}
+    assert results[0]["childRunId"] == stuck and results[1]["output"] == {"t": "b"}
+    (failed,) = [e["payload"] for e in await harness.events(run_id) if e["event_type"] == "MAP_ITEM_FAILED"]
+    assert failed["status"] == "CANCELLED" and failed["error"]["code"] == "CHILD_RUN_CANCELLED"
 
 
 async def test_fail_stops_starting_items_and_names_the_failed_index(

@@ -269,6 +269,7 @@ async def test_a_step_deferred_max_deferrals_times_fails_instead_of_waiting_for_
     error = second.run["error"]
     assert error["code"] == "RATE_LIMITED" and error["retryable"] is False
     assert "deferred this step 1 times" in error["message"] and "MAX_DEFERRALS=1" in error["message"]
+    assert error["message"].endswith("; not sent")  # the last deferral's own message follows
     assert second.events_of("STEP_RETRYING") == []
     assert len(fake.openai.requests) == 1  # the second run sent nothing
 
