@@ -103,6 +103,15 @@ class Harness:
                 raise AssertionError(f"run {run_id} is {row['status'] if row else None}, wanted {statuses}")
             await asyncio.sleep(0.02)
 
+    async def value_when_set(self, query: str, *args: object, timeout_s: float = 10.0) -> Any:
+        """Poll `query` (one value) until it answers something truthy, and return that."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while not (value := await self.rt.pool.fetchval(query, *args)):
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"never set within {timeout_s} s: {query} {args}")
+            await asyncio.sleep(0.02)
+        return value
+
     async def events(self, run_id: str) -> list[asyncpg.Record]:
         return await self.rt.pool.fetch(
             "SELECT * FROM workflow_events WHERE workflow_run_id = $1 ORDER BY sequence", run_id

@@ -201,17 +201,10 @@ async def test_a_child_cancelled_on_its_own_is_a_cancelled_item_under_continue(
     run_id = await _start(
         harness, workspace_id, child, ["stuck", "b"], concurrency=2, onItemFailure="continue"
     )
-    stuck = None
-    for _ in range(300):
-        stuck = await harness.rt.pool.fetchval(
-            "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND input->>'ticket' = 'stuck' "
-            "AND status = 'RUNNING'",
-            run_id,
-        )
-        if stuck:
-            break
-        await asyncio.sleep(0.02)
-    assert stuck is not None
+    stuck = await harness.value_when_set(
+        "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND input->>'ticket' = 'stuck' AND status = 'RUNNING'",
+        run_id,
+    )
     await commands.cancel_run(harness.rt, workspace_id, stuck)
     row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=30)
     assert row["status"] == "COMPLETED", row["error"]
@@ -300,13 +293,9 @@ async def test_cancelling_the_parent_cancels_its_children(harness: Harness, work
     child = await _child_workflow(harness, workspace_id, "work")
     run_id = await _start(harness, workspace_id, child, ["a", "b", "c"], concurrency=2)
     await harness.wait_for_status(run_id, "WAITING")
-    for _ in range(200):
-        running = await harness.rt.pool.fetchval(
-            "SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1 AND status = 'RUNNING'", run_id
-        )
-        if running == 2:
-            break
-        await asyncio.sleep(0.02)
+    await harness.value_when_set(
+        "SELECT count(*) = 2 FROM workflow_runs WHERE parent_run_id = $1 AND status = 'RUNNING'", run_id
+    )
     await commands.cancel_run(harness.rt, workspace_id, run_id)
     row = await harness.wait_for_status(run_id, "CANCELLED")
     assert row["status"] == "CANCELLED"
