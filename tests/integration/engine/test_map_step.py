@@ -469,6 +469,53 @@ async def test_a_retry_takes_over_a_child_still_running_from_the_failed_attempt(
     )
 
 
+async def test_a_child_ending_after_its_parent_failed_keeps_its_result_and_starts_nothing(
+    harness: Harness, workspace_id: str
+) -> None:
+    """`fail`: a sibling still out when the parent failed runs to its end; its ending writes its
+    item's result (for a retry) and touches nothing else of the failed parent."""
+    release = asyncio.Event()
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        ticket = ctx.workflow_input["ticket"]
+        if ticket == "slow":
+            await release.wait()
+        if ticket == "bad":
+            return {"status": "failed", "error": {"code": "NOPE", "message": ticket}, "retryable": False}
+        return {"status": "completed", "stateUpdates": {"t": ticket}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["slow", "bad", "c"], concurrency=2)
+    await harness.wait_for_status(run_id, "FAILED", timeout_s=30)
+    events_then = await harness.event_types(run_id)
+    release.set()
+    slow = await harness.value_when_set(
+        "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND input->>'ticket' = 'slow' "
+        "AND status = 'COMPLETED'",
+        run_id,
+    )
+    items = await harness.rt.pool.fetch(
+        "SELECT i.status, i.output FROM map_items i JOIN step_runs s ON s.id = i.step_run_id "
+        "WHERE s.workflow_run_id = $1 ORDER BY i.item_index",
+        run_id,
+    )
+    assert [(i["status"], i["output"]) for i in items] == [
+        ("completed", {"t": "slow"}),
+        ("failed", None),
+        ("pending", None),  # never started
+    ]
+    row = await harness.rt.pool.fetchrow("SELECT status FROM workflow_runs WHERE id = $1", run_id)
+    assert row["status"] == "FAILED" and await harness.event_types(run_id) == events_then
+    assert await harness.event_types(slow) == [
+        "WORKFLOW_STARTED",
+        "STEP_STARTED",
+        "STEP_COMPLETED",
+        "WORKFLOW_COMPLETED",
+    ]
+
+
 async def test_the_safety_recheck_starts_items_into_slots_no_ending_filled(
     harness: Harness, workspace_id: str
 ) -> None:
