@@ -76,6 +76,24 @@ def _register_bad_ticket_fails(harness: Harness, ran: list[str]) -> None:
     harness.tasks.register("work", work)
 
 
+def _register_slow_and_broken(
+    harness: Harness, release: asyncio.Event, calls: Counter[str], broken: set[str]
+) -> None:
+    """`work`: counts each ticket in `calls`; "slow" waits for `release`; a ticket in `broken`
+    (read at each call) fails, not retried; any other completes with it."""
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        ticket = ctx.workflow_input["ticket"]
+        calls[ticket] += 1
+        if ticket == "slow":
+            await release.wait()
+        if ticket in broken:
+            return {"status": "failed", "error": {"code": "NOPE", "message": ticket}, "retryable": False}
+        return {"status": "completed", "stateUpdates": {"t": ticket}}
+
+    harness.tasks.register("work", work)
+
+
 async def test_results_come_back_in_item_order_within_the_concurrency_bound(
     harness: Harness, workspace_id: str
 ) -> None:
@@ -432,17 +450,7 @@ async def test_a_retry_takes_over_a_child_still_running_from_the_failed_attempt(
     calls: Counter[str] = Counter()
     release = asyncio.Event()
     broken = {"bad"}
-
-    async def work(ctx: Any) -> dict[str, Any]:
-        ticket = ctx.workflow_input["ticket"]
-        calls[ticket] += 1
-        if ticket == "slow":
-            await release.wait()
-        if ticket in broken:
-            return {"status": "failed", "error": {"code": "NOPE", "message": ticket}, "retryable": False}
-        return {"status": "completed", "stateUpdates": {"t": ticket}}
-
-    harness.tasks.register("work", work)
+    _register_slow_and_broken(harness, release, calls, broken)
     _register_after(harness)
     child = await _child_workflow(harness, workspace_id, "work")
     run_id = await _start(harness, workspace_id, child, ["slow", "bad", "c"], concurrency=2)
@@ -475,16 +483,7 @@ async def test_a_child_ending_after_its_parent_failed_keeps_its_result_and_start
     """`fail`: a sibling still out when the parent failed runs to its end; its ending writes its
     item's result (for a retry) and touches nothing else of the failed parent."""
     release = asyncio.Event()
-
-    async def work(ctx: Any) -> dict[str, Any]:
-        ticket = ctx.workflow_input["ticket"]
-        if ticket == "slow":
-            await release.wait()
-        if ticket == "bad":
-            return {"status": "failed", "error": {"code": "NOPE", "message": ticket}, "retryable": False}
-        return {"status": "completed", "stateUpdates": {"t": ticket}}
-
-    harness.tasks.register("work", work)
+    _register_slow_and_broken(harness, release, Counter(), {"bad"})
     _register_after(harness)
     child = await _child_workflow(harness, workspace_id, "work")
     run_id = await _start(harness, workspace_id, child, ["slow", "bad", "c"], concurrency=2)
