@@ -180,9 +180,35 @@ async def test_a_429_under_a_shared_limit_is_sent_again_through_the_budget_not_b
         await inner.aclose()
     assert response.text == "ok"
     assert len(script.requests) == 2 and reservations == 2  # each request had its turn
+    # The answer's usage corrects the estimate at this process's next reservation.
+    request_tokens = provider_limits.estimate_tokens(
+        LlmRequest(model=model, messages=[Message(role="user", content="hi")], max_tokens=16)
+    )
+    used = response.usage.input_tokens + response.usage.output_tokens
+    assert used > 0 and limits._given_back == {model: float(request_tokens - used)}
     (bucket,) = await db.snapshot(harness.rt.pool, [model])
     # The 429 lowered the shared budget at once; the resend's reservation gave back its share.
     assert bucket.scale == pytest.approx(provider_limits.SHRINK + provider_limits.RECOVER)
+
+
+async def test_a_call_refused_again_and_again_is_resent_at_most_the_configured_times(
+    harness: Harness, fake: FakeLLMServer
+) -> None:
+    model = _model()
+    limits = ProviderLimits(
+        harness.rt.pool, {model: ProviderRateLimit(rpm=6000)}, window_s=60, resends_after_429=1
+    )
+    inner = _own_client_provider(fake, "openai")
+    fake.openai.enqueue(*[error(429, "slow down", retry_after_ms=10)] * 3, openai_text("ok", model=model))
+    try:
+        with pytest.raises(ProviderError) as refused:
+            await limits.wrap(inner, model, fallback=False).complete(
+                LlmRequest(model=model, messages=[Message(role="user", content="hi")])
+            )
+    finally:
+        await inner.aclose()
+    assert refused.value.status_code == 429 and refused.value.retryable is True  # the step retries it
+    assert len(fake.openai.requests) == 2  # sent, then resent once
 
 
 async def test_without_a_shared_limit_the_sdk_still_resends_a_429_itself(fake: FakeLLMServer) -> None:
@@ -250,6 +276,10 @@ async def test_a_turn_beyond_the_longest_wait_is_retried_at_its_turn_without_spe
         retrying["error"]["code"] == "RATE_LIMITED" and retrying["delayMs"] >= 1000
     )  # not the 100 ms backoff
     assert len(fake.openai.requests) == 2  # nothing was sent for the refused attempt
+    text = metrics.exposition()[0].decode()
+    assert (
+        'stevora_llm_rate_limit_wait_seconds_count{model="other",outcome="refused",provider="openai"}' in text
+    )
 
 
 async def test_a_step_deferred_max_deferrals_times_fails_instead_of_waiting_for_ever(
