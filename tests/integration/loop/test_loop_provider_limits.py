@@ -15,7 +15,7 @@ from stevora.engine import commands, provider_limits
 from stevora.engine.provider_limits import ProviderLimits
 from stevora.errors import ProviderError
 from stevora.llm.anthropic_provider import AnthropicProvider
-from stevora.llm.messages import LlmRequest, Message
+from stevora.llm.messages import LlmRequest, LlmResponse, Message
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.llm.provider import Provider
 from stevora.observability import metrics
@@ -148,6 +148,27 @@ def _own_client_provider(fake: FakeLLMServer, kind: str) -> Provider:
     return AnthropicProvider("test", fake.anthropic_base_url, max_retries=2, timeout_s=10)
 
 
+HI = [Message(role="user", content="hi")]
+
+
+async def _call(
+    fake: FakeLLMServer, kind: str, model: str, limits: ProviderLimits | None = None
+) -> LlmResponse:
+    """One call of `model` through a provider of our own client (under `limits` when given)."""
+    inner = _own_client_provider(fake, kind)
+    provider = limits.wrap(inner, model, fallback=False) if limits is not None else inner
+    try:
+        return await provider.complete(LlmRequest(model=model, messages=HI, max_tokens=16))
+    finally:
+        await inner.aclose()
+
+
+def _limits(harness: Harness, model: str, *, resends: int) -> ProviderLimits:
+    return ProviderLimits(
+        harness.rt.pool, {model: ProviderRateLimit(rpm=6000)}, window_s=60, resends_after_429=resends
+    )
+
+
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_a_429_under_a_shared_limit_is_sent_again_through_the_budget_not_by_the_sdk(
     harness: Harness, fake: FakeLLMServer, kind: str, monkeypatch: pytest.MonkeyPatch
@@ -156,9 +177,7 @@ async def test_a_429_under_a_shared_limit_is_sent_again_through_the_budget_not_b
     a 429 (unseen by every other worker's budget) is off under a limit, and the limiter sends
     again at the next turn, after the 429 lowered the budget."""
     model = _model()
-    limits = ProviderLimits(
-        harness.rt.pool, {model: ProviderRateLimit(rpm=600)}, window_s=60, resends_after_429=2
-    )
+    limits = _limits(harness, model, resends=2)
     reservations = 0
     real_reserve = limits.reserve
 
@@ -168,22 +187,14 @@ async def test_a_429_under_a_shared_limit_is_sent_again_through_the_budget_not_b
         return await real_reserve(*args)
 
     monkeypatch.setattr(limits, "reserve", counted)
-    inner = _own_client_provider(fake, kind)
     script = fake.openai if kind == "openai" else fake.anthropic
     answer = openai_text("ok", model=model) if kind == "openai" else anthropic_text("ok", model=model)
     script.enqueue(error(429, "slow down", retry_after_ms=200), answer)
-    try:
-        response = await limits.wrap(inner, model, fallback=False).complete(
-            LlmRequest(model=model, messages=[Message(role="user", content="hi")], max_tokens=16)
-        )
-    finally:
-        await inner.aclose()
+    response = await _call(fake, kind, model, limits)
     assert response.text == "ok"
     assert len(script.requests) == 2 and reservations == 2  # each request had its turn
     # The answer's usage corrects the estimate at this process's next reservation.
-    request_tokens = provider_limits.estimate_tokens(
-        LlmRequest(model=model, messages=[Message(role="user", content="hi")], max_tokens=16)
-    )
+    request_tokens = provider_limits.estimate_tokens(LlmRequest(model=model, messages=HI, max_tokens=16))
     used = response.usage.input_tokens + response.usage.output_tokens
     assert used > 0 and limits._given_back == {model: float(request_tokens - used)}
     (bucket,) = await db.snapshot(harness.rt.pool, [model])
@@ -195,31 +206,16 @@ async def test_a_call_refused_again_and_again_is_resent_at_most_the_configured_t
     harness: Harness, fake: FakeLLMServer
 ) -> None:
     model = _model()
-    limits = ProviderLimits(
-        harness.rt.pool, {model: ProviderRateLimit(rpm=6000)}, window_s=60, resends_after_429=1
-    )
-    inner = _own_client_provider(fake, "openai")
     fake.openai.enqueue(*[error(429, "slow down", retry_after_ms=10)] * 3, openai_text("ok", model=model))
-    try:
-        with pytest.raises(ProviderError) as refused:
-            await limits.wrap(inner, model, fallback=False).complete(
-                LlmRequest(model=model, messages=[Message(role="user", content="hi")])
-            )
-    finally:
-        await inner.aclose()
+    with pytest.raises(ProviderError) as refused:
+        await _call(fake, "openai", model, _limits(harness, model, resends=1))
     assert refused.value.status_code == 429 and refused.value.retryable is True  # the step retries it
     assert len(fake.openai.requests) == 2  # sent, then resent once
 
 
 async def test_without_a_shared_limit_the_sdk_still_resends_a_429_itself(fake: FakeLLMServer) -> None:
-    inner = _own_client_provider(fake, "openai")
     fake.openai.enqueue(error(429, "slow down", retry_after_ms=50), openai_text("ok"))
-    try:
-        response = await inner.complete(
-            LlmRequest(model="gpt-4o-mini", messages=[Message(role="user", content="hi")])
-        )
-    finally:
-        await inner.aclose()
+    response = await _call(fake, "openai", "gpt-4o-mini")
     assert response.text == "ok" and len(fake.openai.requests) == 2
 
 
@@ -228,18 +224,9 @@ async def test_a_429_the_provider_says_not_to_retry_is_not_sent_again(
 ) -> None:
     """OpenAI's `insufficient_quota` 429 (`x-should-retry: false` from the server) stays final."""
     model = _model()
-    limits = ProviderLimits(
-        harness.rt.pool, {model: ProviderRateLimit(rpm=600)}, window_s=60, resends_after_429=2
-    )
-    inner = _own_client_provider(fake, "openai")
     fake.openai.enqueue(error(429, "quota", should_retry=False), openai_text("ok", model=model))
-    try:
-        with pytest.raises(ProviderError) as refused:
-            await limits.wrap(inner, model, fallback=False).complete(
-                LlmRequest(model=model, messages=[Message(role="user", content="hi")])
-            )
-    finally:
-        await inner.aclose()
+    with pytest.raises(ProviderError) as refused:
+        await _call(fake, "openai", model, _limits(harness, model, resends=2))
     assert refused.value.status_code == 429 and refused.value.retryable is False
     assert len(fake.openai.requests) == 1
 
