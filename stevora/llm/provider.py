@@ -40,9 +40,12 @@ _LEFT_TO_LIMITER = "x-stevora-left-to-limiter"
 
 async def leave_429_to_the_limiter(response: httpx2.Response) -> None:
     """httpx response hook: a 429 answered to a call under a shared limit gets `x-should-retry:
-    false`, which the SDKs obey first (llm-wire: "header override"), marked as ours so that
+    false` (both SDKs obey that header before their own retry rules), marked as ours so that
     `provider_error_for_status` still reads the 429 as retryable. A server's own `x-should-retry`
-    (OpenAI's `insufficient_quota`) is left as it is."""
+    (OpenAI's `insufficient_quota`) is left as it is; a marker the server sent itself is dropped,
+    so a server cannot turn its own `x-should-retry: false` into a retry."""
+    if _LEFT_TO_LIMITER in response.headers:
+        del response.headers[_LEFT_TO_LIMITER]
     if response.status_code == 429 and UNDER_SHARED_LIMIT.get() and "x-should-retry" not in response.headers:
         response.headers["x-should-retry"] = "false"
         response.headers[_LEFT_TO_LIMITER] = "1"

@@ -224,7 +224,11 @@ async def test_a_429_the_provider_says_not_to_retry_is_not_sent_again(
 ) -> None:
     """OpenAI's `insufficient_quota` 429 (`x-should-retry: false` from the server) stays final."""
     model = _model()
-    fake.openai.enqueue(error(429, "quota", should_retry=False), openai_text("ok", model=model))
+    fake.openai.enqueue(
+        # The marker the limiter's hook sets is dropped when a server sends it.
+        error(429, "quota", should_retry=False, headers={"x-stevora-left-to-limiter": "1"}),
+        openai_text("ok", model=model),
+    )
     with pytest.raises(ProviderError) as refused:
         await _call(fake, "openai", model, _limits(harness, model, resends=2))
     assert refused.value.status_code == 429 and refused.value.retryable is False
