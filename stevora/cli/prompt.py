@@ -30,7 +30,7 @@ from rich.markup import escape
 from stevora.cli import app, render
 from stevora.cli.remote import ApiKey, connect, console, err
 from stevora.client import AgentRuntime, ToolOutput, ValidationFailed
-from stevora.tools import ToolContext, ToolRegistry, invoke_tool
+from stevora.tools import OutputLimits, ToolContext, ToolRegistry, invoke_tool
 
 PROMPT_DEFINITION = "stevora-prompt"
 CLIENT_TOOL_WAIT_S = 30.0
@@ -212,9 +212,8 @@ def _run_here(registry: ToolRegistry, run: Any, call_id: str, name: str, argumen
             name,
             arguments if isinstance(arguments, dict) else {},
             context=context,
-            declared_schema=None,
             timeout_s=300.0,
-            max_output_bytes=1_000_000,
+            limits=OutputLimits(max_output_bytes=1_000_000),
         )
     )
     if context.state_updates:

@@ -6,6 +6,8 @@ trace commit did not happen runs again on resume, so side effects should be keye
 """
 
 from stevora.tools.invoke import (
+    DeclaredSchemas,
+    OutputLimits,
     ToolErrorCode,
     ToolOutcome,
     field_problem,
@@ -27,6 +29,8 @@ from stevora.tools.schema import schema_from_function
 from stevora.tools.toolbox import Toolbox, register_toolbox, toolbox
 
 __all__ = [
+    "DeclaredSchemas",
+    "OutputLimits",
     "RegisteredTool",
     "ToolArgumentError",
     "ToolContext",

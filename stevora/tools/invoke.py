@@ -85,25 +85,44 @@ class ToolOutcome:
         return self.status == "completed"
 
 
+@dataclass(frozen=True, slots=True)
+class OutputLimits:
+    """What a tool's result may be: at most `max_output_bytes` of JSON nested at most
+    `max_json_depth` deep, and an `update_state` that keeps the run's state within
+    `max_state_bytes` (None: not checked)."""
+
+    max_output_bytes: int
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    max_state_bytes: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeclaredSchemas:
+    """A step's own schemas for a tool (an inline tool's `parameters` and `outputSchema`): each
+    takes precedence over the registered tool's."""
+
+    arguments: dict[str, Any] | None = None
+    output: dict[str, Any] | None = None
+
+
+NOT_DECLARED = DeclaredSchemas()
+
+
 async def invoke_tool(
     registry: ToolRegistry,
     name: str,
     raw_arguments: str | dict[str, Any],
     *,
     context: ToolContext,
-    declared_schema: dict[str, Any] | None,
     timeout_s: float | None,
-    max_output_bytes: int,
-    declared_output_schema: dict[str, Any] | None = None,
-    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH,
-    max_state_bytes: int | None = None,
+    limits: OutputLimits,
+    declared: DeclaredSchemas = NOT_DECLARED,
 ) -> ToolOutcome:
     """Parse, validate and run one tool call; never raises except `CancelledError`.
 
-    `declared_schema` (the step's inline tool schema) takes precedence over the registered
-    one. The registered tool's `timeout_ms`, when set, overrides `timeout_s`. An output the run
+    The registered tool's `timeout_ms`, when set, overrides `timeout_s`. An output the run
     cannot store exactly (docs/security.md) is `TOOL_OUTPUT_INVALID`; `update_state` calls that
-    would grow the run's state (`context.state`) past `max_state_bytes` are `STATE_TOO_LARGE`.
+    would grow the run's state (`context.state`) past `limits.max_state_bytes` are `STATE_TOO_LARGE`.
     """
     started = time.perf_counter()
     arguments, is_object = parse_arguments(raw_arguments)
@@ -126,7 +145,7 @@ async def invoke_tool(
     # Unparseable or non-object arguments reach the handler as {"raw": ...}, unvalidated.
     if is_object:
         try:
-            schema = declared_schema if declared_schema is not None else tool.parameters
+            schema = declared.arguments if declared.arguments is not None else tool.parameters
             validator, quick = compiled_schema(schema)
         except SchemaError as exc:
             return failed("TOOL_ERROR", f"Tool '{name}' has an invalid parameters schema: {exc.message}")
@@ -176,7 +195,8 @@ async def invoke_tool(
         # The output as its JSON reads back (tuples as lists, models as objects, a copy the
         # handler cannot change later): what the trace stores and a resumed run sees.
         output = _loads(text)
-    unstorable = problem_in_dumped(output, text, max_depth=max_json_depth, root="output")
+    max_output_bytes = limits.max_output_bytes
+    unstorable = problem_in_dumped(output, text, max_depth=limits.max_json_depth, root="output")
     if unstorable is not None:
         return failed(
             "TOOL_OUTPUT_INVALID",
@@ -188,7 +208,7 @@ async def invoke_tool(
         if size > max_output_bytes:
             limit = f"Tool output is {size} bytes, over the {max_output_bytes}-byte limit"
             return failed("TOOL_OUTPUT_TOO_LARGE", limit)
-    output_schema = declared_output_schema if declared_output_schema is not None else tool.output_schema
+    output_schema = declared.output if declared.output is not None else tool.output_schema
     if output_schema is not None:
         problems = schema_problems(output_schema, output)
         if problems:
@@ -198,12 +218,13 @@ async def invoke_tool(
             )
     updates = context.state_updates
     if updates:
-        problem = problem_in_value(updates, max_depth=max_json_depth, root="state")
+        problem = problem_in_value(updates, max_depth=limits.max_json_depth, root="state")
         if problem is not None:
             return failed(
                 "TOOL_OUTPUT_INVALID",
                 f"update_state of tool '{name}' cannot be stored: {problem.path}: {problem.message}",
             )
+        max_state_bytes = limits.max_state_bytes
         if max_state_bytes is not None:
             size = encoded_size({**context.state, **updates})
             if size > max_state_bytes:

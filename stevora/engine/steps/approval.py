@@ -23,16 +23,18 @@ from stevora.db import awaited as db_awaited
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.runs import RELEASE
-from stevora.definitions import ApprovalStep
+from stevora.definitions import ApprovalStep, LlmToolDef
 from stevora.engine import limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.awaited import Answer, answer
+from stevora.engine.steps.awaited.kind import CallKind, HandingOver, ToolEntry
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.errors import InvalidStateTransition, NotFoundError, ValidationError
 from stevora.events import Event, EventType, WebhookEvent, step_completed, step_failed
 from stevora.statuses import (
     AnsweredBy,
     ApprovalDecision,
+    AwaitedKind,
     AwaitedStatus,
     PauseReason,
     ResumeReason,
@@ -40,7 +42,7 @@ from stevora.statuses import (
     StepStatus,
 )
 from stevora.tasks import StepResult
-from stevora.tools import field_problem, schema_problems
+from stevora.tools import ToolOutcome, field_problem, schema_problems
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -160,11 +162,33 @@ async def request_tool_approval(wait: WaitContext, call: NewAwaitedCall) -> Even
     )
 
 
-async def on_tool_calls_handed_over(
-    wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]
-) -> WaitPlan:
-    """An approval request for each approval-gated call recorded just now."""
-    return WaitPlan(events=tuple([await request_tool_approval(wait, c) for c in calls if c.id in inserted]))
+class ApprovalKind(CallKind):
+    """Approval-gated handler calls (`requiresApproval`): a person decides, then the resumed step
+    runs the call (or the model is told it was declined)."""
+
+    kind = AwaitedKind.APPROVAL
+    pause_reason = PauseReason.TOOL_APPROVAL
+    pause_rank = 1
+    details_key = "approvalCalls"
+
+    def gates(self, tool: ToolEntry, registered_requires_approval: bool) -> bool:
+        return registered_requires_approval or (isinstance(tool, LlmToolDef) and tool.requires_approval)
+
+    async def prepare(self, handing: HandingOver, new: NewAwaitedCall) -> ToolOutcome | None:
+        new.kind = self.kind
+        new.parameters = handing.schema  # what an edit of the arguments is checked against
+        return None
+
+    async def on_handed_over(
+        self, wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]
+    ) -> WaitPlan:
+        """An approval request for each approval-gated call recorded just now."""
+        return WaitPlan(
+            events=tuple([await request_tool_approval(wait, c) for c in calls if c.id in inserted])
+        )
+
+
+TOOL_CALL_KIND = ApprovalKind()
 
 
 async def decide_approval(

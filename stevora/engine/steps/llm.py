@@ -9,7 +9,8 @@
         each tool call           → run handler → commit tool_trace row + TOOL_CALL_* (one statement)
 
 The loop is split by concern: `llm_state` (the transcript rebuilt from rows), `llm_model` (model
-calls and their checkpoints), `llm_tools` (tool calls and theirs); this module drives them and
+calls and their checkpoints), `llm_tools` (the tools offered) and `llm_tool_runner` (tool calls
+and their checkpoints); this module drives them and
 decides how the step ends. A run with a budget is checked before each model and tool call
 (`stevora.engine.budget`): a limit reached fails the step or makes it wait. The whole loop stays
 inside one worker execution: no broker hop per round (docs/architecture.md, "Many slow LLM calls
@@ -24,15 +25,15 @@ import structlog
 
 from stevora.db import checkpoints, runs
 from stevora.db.checkpoints import CommittedRound
-from stevora.definitions import LlmStep, LlmToolDef
+from stevora.definitions import LlmStep
 from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
-from stevora.engine.steps.awaited.client import expire_overdue
-from stevora.engine.steps.awaited_kinds import hand_over
+from stevora.engine.steps.awaited_kinds import AWAITED_KINDS
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
-from stevora.engine.steps.llm_tools import StepTools, ToolRunner, expires_first, first_goto, resolve_tools
+from stevora.engine.steps.llm_tool_runner import ToolRunner
+from stevora.engine.steps.llm_tools import StepTools, first_goto, resolve_tools
 from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
 from stevora.events import Event, EventType
 from stevora.llm import guardrails
@@ -273,17 +274,11 @@ class LlmStepType(StepType):
             )
 
     async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
-        """Record the calls handed over (client, workflow, approval-gated), in the transaction that
-        makes the step WAITING."""
-        return await hand_over(wait, result)
+        """Record the calls handed over, in the transaction that makes the step WAITING: each
+        kind writes what its calls need (stevora.engine.steps.awaited_kinds)."""
+        return await AWAITED_KINDS.hand_over(wait, result)
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
-        """A client tool's `timeoutMs` passed: its call fails with TOOL_OUTPUT_TIMEOUT (the model
-        gets an error result and the loop goes on, as after a handler timeout). Its
-        `outputsExpireAfterMs` passed (the earlier of the two): the step, and so the run, fails
-        with CONTEXT_EXPIRED (`awaited.client.expire_overdue`)."""
-        step: LlmStep = wait.step
-        inline = {t.name: t for t in step.tools if isinstance(t, LlmToolDef)}
-        return await expire_overdue(
-            wait, expires_run=lambda call: expires_first(step, inline.get(call["tool_name"]))
-        )
+        """The earliest deadline of a handed-over call passed: its kind says what that means (a
+        client tool's `timeoutMs` fails the call, its `outputsExpireAfterMs` the run)."""
+        return await AWAITED_KINDS.on_due(wait)

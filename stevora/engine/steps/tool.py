@@ -24,11 +24,11 @@ from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
 from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
-from stevora.engine.steps.awaited_kinds import hand_over
+from stevora.engine.steps.awaited_kinds import AWAITED_KINDS
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
-from stevora.engine.steps.tool_calls import record_outcome
+from stevora.engine.steps.tool_calls import CallSlot, output_limits, record_outcome
 from stevora.observability import hooks as observe
-from stevora.statuses import AwaitedKind, AwaitedStatus, PauseReason
+from stevora.statuses import AwaitedKind, AwaitedStatus
 from stevora.tasks import StepResult
 from stevora.templating import MissingTemplatePath, render_typed
 from stevora.tools import ToolContext, invoke_tool, schema_problems
@@ -76,14 +76,15 @@ class ToolStepType(StepType):
                 "INVALID_ARGUMENTS",
                 f"Input of tool '{step.tool}' does not match its schema: {'; '.join(problems)}",
             )
-        if registered.requires_approval:
+        gate = AWAITED_KINDS.gating(None, registered.requires_approval)
+        if gate is not None:
             decision = [
                 row
                 for row in await db_awaited.for_step_run(rt.pool, [ex.step_run_id])
                 if row["status"] == AwaitedStatus.APPROVED
             ]
             if not decision:
-                return self._wait_for_approval(ex, step, arguments, registered.parameters)
+                return self._wait_for(gate, ex, step, arguments, registered.parameters)
             arguments = decision[0]["approved_arguments"]
         if ex.budget is not None:
             meter = await Meter.read(rt.pool, ex.run_id)
@@ -91,8 +92,13 @@ class ToolStepType(StepType):
                 return budget_rules.stopped(meter, "maxToolCalls", ex.step_name)
         return await self._call(rt, ex, step, arguments)
 
-    def _wait_for_approval(
-        self, ex: StepExecution, step: ToolStep, arguments: dict[str, Any], parameters: dict[str, Any]
+    def _wait_for(
+        self,
+        gate: AwaitedKind,
+        ex: StepExecution,
+        step: ToolStep,
+        arguments: dict[str, Any],
+        parameters: dict[str, Any],
     ) -> StepResult:
         call = NewAwaitedCall(
             llm_call_id=None,
@@ -102,24 +108,20 @@ class ToolStepType(StepType):
             tool_call_id=f"step:{step.name}",
             tool_name=step.tool,
             arguments=arguments,
-            kind=AwaitedKind.APPROVAL,
+            kind=gate,
             parameters=dict(parameters),
         )
-        return StepResult(
-            status="waiting",
-            pause_reason=PauseReason.TOOL_APPROVAL,
-            pause_details={"approvalCalls": [{"id": call.tool_call_id, "name": step.tool}]},
-            awaiting=[call],
-        )
+        return AWAITED_KINDS.waiting([call], {})
 
     async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
-        return await hand_over(wait, result)
+        return await AWAITED_KINDS.hand_over(wait, result)
 
     async def _call(
         self, rt: Runtime, ex: StepExecution, step: ToolStep, arguments: dict[str, Any]
     ) -> StepResult:
+        slot = CallSlot(ex.step_run_id, None, 0, 0, f"step:{step.name}", step.tool)
         ctx = ToolContext(
-            idempotency_key=f"{ex.step_run_id}:tool",
+            idempotency_key=slot.key,
             workflow_run_id=ex.run_id,
             workspace_id=ex.workspace_id,
             step_run_id=ex.step_run_id,
@@ -136,28 +138,13 @@ class ToolStepType(StepType):
                 step.tool,
                 arguments,
                 context=ctx,
-                declared_schema=None,
                 timeout_s=None,
-                max_output_bytes=rt.settings.max_tool_output_bytes,
-                max_json_depth=rt.settings.max_json_depth,
-                max_state_bytes=rt.settings.max_state_bytes,
+                limits=output_limits(rt.settings),
             )
             obs.finished(outcome)
         updates = ctx.state_updates if outcome.ok else None
         rt.faults.reached("tool_returned", 0, 0)
-        await record_outcome(
-            rt,
-            ex,
-            outcome,
-            step_run_id=ex.step_run_id,
-            llm_call_id=None,
-            round_no=0,
-            sequence=0,
-            tool_call_id=f"step:{step.name}",
-            tool_name=step.tool,
-            idempotency_key=f"{ex.step_run_id}:tool",
-            state_updates=updates,
-        )
+        await record_outcome(rt, ex, slot, outcome, state_updates=updates)
         rt.faults.reached("tool_committed", 0, 0)
         return self._result(
             step,

@@ -1,8 +1,15 @@
-"""Recording a tool call the worker ran itself (an `llm` step's handler call, a `tool` step's call):
-its `tool_trace` row, its `TOOL_CALL_*` event and its state updates in one lease-fenced statement."""
+"""A tool call's trace: its idempotency key, its `TOOL_CALL_*` event, and recording a call the
+worker ran itself (an `llm` step's handler call, a `tool` step's call): its `tool_trace` row, its
+event and its state updates in one lease-fenced statement.
+
+The key and the event payload are built here only: calls answered from outside the loop
+(stevora.engine.steps.awaited) write theirs through the same two functions."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from stevora.db import checkpoints
@@ -10,10 +17,11 @@ from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.database import storable_text
 from stevora.engine.steps.base import StepExecution
 from stevora.events import EventType
-from stevora.tools import ToolOutcome
+from stevora.tools import OutputLimits, ToolErrorCode, ToolOutcome
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
+    from stevora.settings import Settings
 
 # The widths of `tool_trace.tool_name` / `tool_call_id` (and `awaited_tool_calls`'). A model may
 # name a tool or a call with anything (no offered tool has a longer name or any other character
@@ -29,31 +37,104 @@ def column_text(value: str, width: int) -> str:
     return storable_text(value[:width])
 
 
+def tool_call_key(step_run_id: str, llm_call_id: str | None, round_no: int, sequence: int) -> str:
+    """The key a handler gets for a call (`ToolContext.idempotency_key`, `tool_trace.idempotency_key`):
+    `<stepRunId>:<round>:<index>` in an `llm` step, `<stepRunId>:tool` for a `tool` step's call
+    (no model call)."""
+    if llm_call_id is None:
+        return f"{step_run_id}:tool"
+    return f"{step_run_id}:{round_no}:{sequence}"
+
+
+def row_key(call: Mapping[str, Any]) -> str:
+    """`tool_call_key` of an `awaited_tool_calls` row."""
+    return tool_call_key(call["step_run_id"], call["llm_call_id"], call["round"], call["sequence"])
+
+
+def output_limits(settings: Settings) -> OutputLimits:
+    """What a handler's result may be in this deployment (`STEVORA_MAX_TOOL_OUTPUT_BYTES`,
+    `STEVORA_MAX_JSON_DEPTH`, `STEVORA_MAX_STATE_BYTES`)."""
+    return OutputLimits(settings.max_tool_output_bytes, settings.max_json_depth, settings.max_state_bytes)
+
+
+def failed_call(arguments: dict[str, Any], code: ToolErrorCode, error: str) -> ToolOutcome:
+    """A call refused before it ran or was handed over: the model gets `{"error": error}`."""
+    return ToolOutcome(
+        status="failed",
+        input=arguments,
+        output=None,
+        error=error,
+        error_code=code,
+        duration_ms=0.0,
+        result_text=json.dumps({"error": error}, ensure_ascii=False),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class CallSlot:
+    """Where a tool call sits: its step run, model call (None: a `tool` step's), round and index
+    in the round, and the model's id and tool name for it."""
+
+    step_run_id: str
+    llm_call_id: str | None
+    round: int
+    sequence: int
+    tool_call_id: str
+    tool_name: str
+
+    @property
+    def key(self) -> str:
+        return tool_call_key(self.step_run_id, self.llm_call_id, self.round, self.sequence)
+
+
+def tool_call_event(
+    rec: ToolTraceRecord,
+    *,
+    answered_by: str | None = None,
+    state_keys: list[str] | None = None,
+) -> tuple[EventType, dict[str, Any]]:
+    """The `TOOL_CALL_COMPLETED` / `TOOL_CALL_FAILED` event of a trace row, and its payload."""
+    ok = rec.status == "completed"
+    payload: dict[str, Any] = {
+        "toolTraceId": rec.id,
+        "llmCallId": rec.llm_call_id,
+        "toolName": rec.tool_name,
+        "toolCallId": rec.tool_call_id,
+        "round": rec.round,
+        "sequence": rec.sequence,
+        "durationMs": round(rec.duration_ms, 3),
+    }
+    if answered_by is not None:
+        payload["answeredBy"] = answered_by
+    if rec.child_run_id is not None:
+        payload["childRunId"] = rec.child_run_id
+    if not ok:
+        payload.update(error=rec.error, errorCode=rec.error_code)
+    if state_keys:
+        payload["stateKeys"] = state_keys
+    if rec.goto_step is not None:
+        payload["gotoStep"] = rec.goto_step
+    return (EventType.TOOL_CALL_COMPLETED if ok else EventType.TOOL_CALL_FAILED), payload
+
+
 async def record_outcome(
     rt: Runtime,
     ex: StepExecution,
+    slot: CallSlot,
     outcome: ToolOutcome,
     *,
-    step_run_id: str,
-    llm_call_id: str | None,
-    round_no: int,
-    sequence: int,
-    tool_call_id: str,
-    tool_name: str,
-    idempotency_key: str,
-    state_updates: dict[str, Any] | None,
+    state_updates: dict[str, Any] | None = None,
     goto_step: str | None = None,
 ) -> None:
-    tool_name = column_text(tool_name, TOOL_NAME_WIDTH)
-    tool_call_id = column_text(tool_call_id, TOOL_CALL_ID_WIDTH)
+    """Commit the call's trace row, its event and its `update_state`, fenced by the lease."""
     ok = outcome.status == "completed"  # `outcome.ok`, read once
     rec = ToolTraceRecord(
-        step_run_id=step_run_id,
-        llm_call_id=llm_call_id,
-        round=round_no,
-        sequence=sequence,
-        tool_call_id=tool_call_id,
-        tool_name=tool_name,
+        step_run_id=slot.step_run_id,
+        llm_call_id=slot.llm_call_id,
+        round=slot.round,
+        sequence=slot.sequence,
+        tool_call_id=column_text(slot.tool_call_id, TOOL_CALL_ID_WIDTH),
+        tool_name=column_text(slot.tool_name, TOOL_NAME_WIDTH),
         input_json=outcome.input,
         output_json=outcome.output,
         status=outcome.status,
@@ -61,23 +142,8 @@ async def record_outcome(
         error_code=outcome.error_code,
         result_text=None if ok else outcome.result_text,
         duration_ms=outcome.duration_ms,
-        idempotency_key=idempotency_key,
+        idempotency_key=slot.key,
         goto_step=goto_step,
     )
-    payload: dict[str, Any] = {
-        "toolTraceId": rec.id,
-        "llmCallId": llm_call_id,
-        "toolName": tool_name,
-        "toolCallId": tool_call_id,
-        "round": round_no,
-        "sequence": sequence,
-        "durationMs": round(outcome.duration_ms, 3),
-    }
-    if not ok:
-        payload.update(error=outcome.error, errorCode=outcome.error_code)
-    if state_updates:
-        payload["stateKeys"] = sorted(state_updates)
-    if goto_step is not None:
-        payload["gotoStep"] = goto_step
-    event = EventType.TOOL_CALL_COMPLETED if ok else EventType.TOOL_CALL_FAILED
+    event, payload = tool_call_event(rec, state_keys=sorted(state_updates) if state_updates else None)
     await checkpoints.record_tool_trace(rt.committer, ex.run_id, ex.owner, rec, event, payload, state_updates)

@@ -10,7 +10,7 @@ import structlog
 import structlog.testing
 from pydantic import BaseModel, Field
 
-from stevora.tools import ToolContext, ToolOutcome, ToolRegistry, invoke_tool
+from stevora.tools import DeclaredSchemas, OutputLimits, ToolContext, ToolOutcome, ToolRegistry, invoke_tool
 
 CONTEXT = ToolContext(
     idempotency_key="sr_1:2:0",
@@ -58,9 +58,9 @@ async def run(
         name,
         raw,
         context=CONTEXT,
-        declared_schema=declared_schema,
         timeout_s=timeout_s,
-        max_output_bytes=max_output_bytes,
+        limits=OutputLimits(max_output_bytes),
+        declared=DeclaredSchemas(arguments=declared_schema),
     )
 
 

@@ -15,7 +15,7 @@ import pytest
 import typing_extensions
 
 from stevora.tools import ToolRegistry
-from stevora.tools.invoke import invoke_tool
+from stevora.tools.invoke import OutputLimits, invoke_tool
 from stevora.tools.schema import compiled_validator
 from tests.unit.tools.test_tool_invoke import CONTEXT
 
@@ -119,8 +119,8 @@ async def test_a_result_breaking_a_typeddict_schema_is_a_failed_call() -> None:
 
     context = dataclasses.replace(CONTEXT, _state_updates={})
     outcome = await invoke_tool(
-        registry, "get_order", {"order_id": 7}, context=context, declared_schema=None, timeout_s=5,
-        max_output_bytes=100_000,
+        registry, "get_order", {"order_id": 7}, context=context, timeout_s=5,
+        limits=OutputLimits(max_output_bytes=100_000),
     )  # fmt: skip
     assert (outcome.status, outcome.error_code) == ("failed", "TOOL_OUTPUT_INVALID")
     assert outcome.error is not None and "id" in outcome.error

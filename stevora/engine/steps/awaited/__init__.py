@@ -1,5 +1,6 @@
 """Tool calls answered from outside the loop: one module per way a call's result can be written
-by someone other than the step itself, and the `answer` they all write through.
+by someone other than the step itself (each a `kind.CallKind`, registered in
+`stevora.engine.steps.awaited_kinds`), and the `answer` they all write through.
 
 * `client.py`: the API caller, for client-executed tools (`submit_tool_outputs`), and the clock
   when a client tool's `timeoutMs` passes (`expire_overdue`, the `llm` step's due wait);
@@ -11,8 +12,8 @@ by someone other than the step itself, and the `answer` they all write through.
   resumed step runs it.
 
 The loop hands such calls over by returning a waiting StepResult; its step type's `on_waiting`
-calls `awaited_kinds.hand_over`, which records them and lets each kind write what its calls need (child
-runs, webhooks, approval requests) in the transaction that makes the step WAITING, so no worker,
+calls `AWAITED_KINDS.hand_over`, which records them and lets each kind write what its calls need
+(child runs, webhooks, approval requests) in the transaction that makes the step WAITING, so no worker,
 lease or task is held while they are out. `answer` writes each result's `tool_trace` row and event
 in one transaction (fenced by the run being WAITING and its row lock), exactly once, and resumes
 the step when nothing is pending any more: the loop then rebuilds the transcript from the rows and
@@ -33,6 +34,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.runs import RELEASE
+from stevora.engine.steps.tool_calls import row_key, tool_call_event
 from stevora.events import Event, EventType
 from stevora.statuses import AnsweredBy, ResumeReason, RunStatus, StepStatus
 
@@ -48,14 +50,6 @@ class Answer:
     error_code: str | None = None
     model_error: dict[str, Any] | None = None  # what the model is told instead of {"error": error}
     answered_by: AnsweredBy = AnsweredBy.CLIENT
-
-
-def idempotency_key(call: Mapping[str, Any]) -> str:
-    """The key a handler gets for this call: `<stepRunId>:<round>:<index>`, or `<stepRunId>:tool`
-    for a `tool` step's call."""
-    if call["llm_call_id"] is None:
-        return f"{call['step_run_id']}:tool"
-    return f"{call['step_run_id']}:{call['round']}:{call['sequence']}"
 
 
 def tool_call_view(call: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,24 +142,9 @@ def _trace(a: Answer, now: Any) -> tuple[ToolTraceRecord, Event]:
         error_code=None if a.ok else a.error_code,
         result_text=None if a.ok else json.dumps(model_error, ensure_ascii=False),
         duration_ms=duration_ms,
-        idempotency_key=idempotency_key(call),
+        idempotency_key=row_key(call),
         child_run_id=call["child_run_id"],
     )
-    payload: dict[str, Any] = {
-        "toolTraceId": rec.id,
-        "llmCallId": rec.llm_call_id,
-        "toolName": rec.tool_name,
-        "toolCallId": rec.tool_call_id,
-        "round": rec.round,
-        "sequence": rec.sequence,
-        "durationMs": round(duration_ms, 3),
-        "answeredBy": a.answered_by,
-    }
-    if call["child_run_id"] is not None:
-        payload["childRunId"] = call["child_run_id"]
-    if not a.ok:
-        payload.update(error=a.error, errorCode=a.error_code)
-    event = Event(
-        EventType.TOOL_CALL_COMPLETED if a.ok else EventType.TOOL_CALL_FAILED, payload, call["step_run_id"]
-    )
+    event_type, payload = tool_call_event(rec, answered_by=a.answered_by)
+    event = Event(event_type, payload, call["step_run_id"])
     return rec, event

@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -23,9 +24,11 @@ from stevora.db import awaited as db_awaited
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.outbox import enqueue_webhooks
+from stevora.definitions import LlmStep, LlmToolDef
 from stevora.engine import limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.awaited import Answer, answer, tool_call_view
+from stevora.engine.steps.awaited.kind import CallKind, HandingOver, ToolEntry
 from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.errors import (
     ContextExpired,
@@ -35,17 +38,78 @@ from stevora.errors import (
     ToolOutputTooLarge,
 )
 from stevora.events import WebhookEvent
-from stevora.statuses import AnsweredBy, AwaitedKind, AwaitedStatus, ResumeReason, RunStatus
+from stevora.statuses import AnsweredBy, AwaitedKind, AwaitedStatus, PauseReason, ResumeReason, RunStatus
 from stevora.tasks import StepResult
+from stevora.tools import ToolOutcome
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
 
 
-async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]) -> WaitPlan:
-    """Announce the run's pending client calls (`workflow.tool_outputs_required`)."""
-    await announce_tool_outputs_required(wait.conn, wait.run)
-    return WaitPlan()
+class ClientKind(CallKind):
+    """Calls of an inline tool with `"execution": "client"`."""
+
+    kind = AwaitedKind.CLIENT
+    pause_reason = PauseReason.TOOL_OUTPUTS
+    pause_rank = 0  # a step also waiting for other kinds says it waits for tool outputs
+    details_key = "toolCalls"
+    has_deadlines = True
+
+    def answers(self, tool: ToolEntry) -> bool:
+        return isinstance(tool, LlmToolDef) and tool.execution == "client"
+
+    async def prepare(self, handing: HandingOver, new: NewAwaitedCall) -> ToolOutcome | None:
+        new.kind = self.kind
+        tool = handing.tool
+        assert isinstance(tool, LlmToolDef)  # `answers` took only these
+        due_ms = [ms for ms in (tool.timeout_ms, client_expiry_ms(handing.step, tool)) if ms is not None]
+        if due_ms:  # the earlier of the call's timeout and its expiry (`on_due` tells which)
+            new.deadline_at = handing.committed_at + timedelta(milliseconds=min(due_ms))
+        return None
+
+    def pause_detail(self, call: NewAwaitedCall, tool: ToolEntry) -> dict[str, Any]:
+        return tool_call_view(
+            {"tool_call_id": call.tool_call_id, "tool_name": call.tool_name, "arguments": call.arguments}
+        )
+
+    async def on_handed_over(
+        self, wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]
+    ) -> WaitPlan:
+        """Announce the run's pending client calls (`workflow.tool_outputs_required`)."""
+        await announce_tool_outputs_required(wait.conn, wait.run)
+        return WaitPlan()
+
+    async def on_due(self, wait: WaitContext) -> StepResult | None:
+        """A client tool's `timeoutMs` passed: its call fails with TOOL_OUTPUT_TIMEOUT (the model
+        gets an error result and the loop goes on, as after a handler timeout). Its
+        `outputsExpireAfterMs` passed (the earlier of the two): the step, and so the run, fails
+        with CONTEXT_EXPIRED."""
+        step = wait.step
+        inline = (
+            {t.name: t for t in step.tools if isinstance(t, LlmToolDef)} if isinstance(step, LlmStep) else {}
+        )
+        return await expire_overdue(
+            wait, expires_run=lambda call: expires_first(step, inline.get(call["tool_name"]))
+        )
+
+
+KIND = ClientKind()
+
+
+def client_expiry_ms(step: LlmStep, tool: LlmToolDef) -> int | None:
+    """How long a client tool's output may be missing before the run fails with CONTEXT_EXPIRED."""
+    if tool.execution != "client":
+        return None
+    return tool.outputs_expire_after_ms or step.outputs_expire_after_ms
+
+
+def expires_first(step: LlmStep, tool: LlmToolDef | None) -> bool:
+    """Whether a client call's deadline is its expiry (the run fails) rather than its own
+    `timeoutMs` (the call fails and the loop goes on): the earlier one is the deadline."""
+    if tool is None:
+        return False
+    expiry_ms = client_expiry_ms(step, tool)
+    return expiry_ms is not None and (tool.timeout_ms is None or expiry_ms <= tool.timeout_ms)
 
 
 async def expire_overdue(
