@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -42,7 +43,7 @@ from stevora.statuses import (
     StepStatus,
 )
 from stevora.tasks import StepResult
-from stevora.tools import ToolOutcome, field_problem, schema_problems
+from stevora.tools import RegisteredTool, ToolOutcome, field_problem, schema_problems
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -171,13 +172,14 @@ class ApprovalKind(CallKind):
     pause_rank = 1
     details_key = "approvalCalls"
 
-    def gates(self, tool: ToolEntry, registered_requires_approval: bool) -> bool:
-        return registered_requires_approval or (isinstance(tool, LlmToolDef) and tool.requires_approval)
+    def gates(self, tool: ToolEntry, registered: RegisteredTool | None) -> bool:
+        return (registered is not None and registered.requires_approval) or (
+            isinstance(tool, LlmToolDef) and tool.requires_approval
+        )
 
-    async def prepare(self, handing: HandingOver, new: NewAwaitedCall) -> ToolOutcome | None:
-        new.kind = self.kind
-        new.parameters = handing.schema  # what an edit of the arguments is checked against
-        return None
+    async def prepare(self, handing: HandingOver) -> NewAwaitedCall | ToolOutcome:
+        # With the schema an edit of the arguments is checked against.
+        return replace(handing.call, parameters=handing.schema)
 
     async def on_handed_over(
         self, wait: WaitContext, calls: list[NewAwaitedCall], inserted: set[str]

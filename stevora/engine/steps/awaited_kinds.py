@@ -20,6 +20,7 @@ from stevora.engine.steps.awaited.kind import CallKind, Offered, ToolEntry
 from stevora.engine.steps.base import WaitContext, WaitPlan
 from stevora.statuses import AwaitedKind
 from stevora.tasks import StepResult
+from stevora.tools import RegisteredTool
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -37,9 +38,9 @@ class AwaitedKinds:
         """The kind that answers every call of `tool`; None: a handler in the worker does."""
         return next((k.kind for k in self.kinds if k.answers(tool)), None)
 
-    def gating(self, tool: ToolEntry, registered_requires_approval: bool) -> AwaitedKind | None:
+    def gating(self, tool: ToolEntry, registered: RegisteredTool | None) -> AwaitedKind | None:
         """The kind a handler tool's calls wait for before they run; None: they run at once."""
-        return next((k.kind for k in self.kinds if k.gates(tool, registered_requires_approval)), None)
+        return next((k.kind for k in self.kinds if k.gates(tool, registered)), None)
 
     async def offer(self, rt: Runtime, workspace_id: str, entry: ToolRef | WorkflowToolDef) -> Offered | None:
         """The tool a kind makes of a step's entry that no handler answers; None: no kind does."""

@@ -12,7 +12,7 @@ A round's calls that have no trace yet go through, in this order:
    committed with its event in one statement (`tool_trace` + `TOOL_CALL_*`). A committed call
    never runs again; a handler that ran but whose commit did not happen runs again with the
    same idempotency key (`tool_calls.tool_call_key`): at-least-once handlers, exactly-once records;
-6. hand-over (`_hand_over`): each call's kind fills in its awaited row (or refuses it at once),
+6. hand-over (`_hand_over`): each call's kind makes its awaited row (or refuses it at once),
    and the step returns a waiting result (stevora.engine.steps.awaited_kinds).
 Handlers see the run through `ToolContext` (input, a state snapshot) and may `update_state`.
 """
@@ -209,7 +209,7 @@ class ToolRunner:
     async def _hand_over(
         self, last: CommittedRound, outside: Indexed, by_index: dict[int, dict[str, Any]]
     ) -> list[NewAwaitedCall]:
-        """Each call's kind fills in its awaited row; a call it refuses (or whose arguments do not
+        """Each call's kind makes its awaited row; a call it refuses (or whose arguments do not
         match the tool's schema) is recorded at once as a failed call the model gets."""
         handed: list[NewAwaitedCall] = []
         for index, call in sorted(outside, key=_INDEX):
@@ -251,9 +251,8 @@ class ToolRunner:
             kind=kind,
         )
         tool = self.tools.entries.get(call.name)
-        handing = HandingOver(self.rt, self.ex, self.step, tool, schema, arguments, last.committed_at)
-        failure = await self.tools.kinds.by_kind[kind].prepare(handing, new)
-        return new if failure is None else failure
+        handing = HandingOver(self.rt, self.ex, self.step, tool, schema, new, last.committed_at)
+        return await self.tools.kinds.by_kind[kind].prepare(handing)
 
     def _deliver(
         self,

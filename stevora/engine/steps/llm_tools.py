@@ -45,10 +45,10 @@ class StepTools:
         """A registered tool (by name, a toolbox's member, a global tool), run here."""
         self.specs.append(ToolSpec(tool.name, tool.description, dict(tool.parameters)))
         self.offered[tool.name] = None
-        self._gate(tool.name, None, tool.requires_approval)
+        self._gate(tool.name, None, tool)
 
-    def _gate(self, name: str, entry: LlmToolDef | None, registered_requires_approval: bool) -> None:
-        gate = self.kinds.gating(entry, registered_requires_approval)
+    def _gate(self, name: str, entry: LlmToolDef | None, registered: RegisteredTool | None) -> None:
+        gate = self.kinds.gating(entry, registered)
         if gate is not None:
             self.gated[name] = gate
 
@@ -69,7 +69,7 @@ async def resolve_tools(
                 tools.timeouts_ms[entry.name] = entry.timeout_ms
             if entry.output_schema is not None:
                 tools.output_schemas[entry.name] = entry.output_schema
-            tools._gate(entry.name, entry, registered is not None and registered.requires_approval)
+            tools._gate(entry.name, entry, registered)
             continue
         boxed = (
             toolbox_tools(rt.tools, entry.name) if registered is None and isinstance(entry, ToolRef) else []

@@ -76,7 +76,7 @@ class ToolStepType(StepType):
                 "INVALID_ARGUMENTS",
                 f"Input of tool '{step.tool}' does not match its schema: {'; '.join(problems)}",
             )
-        gate = AWAITED_KINDS.gating(None, registered.requires_approval)
+        gate = AWAITED_KINDS.gating(None, registered)
         if gate is not None:
             decision = [
                 row

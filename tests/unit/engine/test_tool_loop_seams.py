@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from types import SimpleNamespace
@@ -117,11 +118,9 @@ class ToyKind(CallKind):
     def answers(self, tool: ToolEntry) -> bool:
         return isinstance(tool, LlmToolDef) and tool.name.startswith("toy_")
 
-    async def prepare(self, handing: HandingOver, new: NewAwaitedCall) -> ToolOutcome | None:
+    async def prepare(self, handing: HandingOver) -> NewAwaitedCall | ToolOutcome:
         self.prepared.append(handing)
-        new.kind = self.kind
-        new.deadline_at = datetime(2030, 1, 1, tzinfo=UTC)
-        return None
+        return replace(handing.call, deadline_at=datetime(2030, 1, 1, tzinfo=UTC))
 
     def pause_detail(self, call: NewAwaitedCall, tool: ToolEntry) -> dict[str, Any]:
         return {"id": call.tool_call_id, "toy": True}
@@ -129,7 +128,7 @@ class ToyKind(CallKind):
 
 async def test_a_new_kind_is_its_module_and_one_registration() -> None:
     """Registered beside today's kinds, a toy kind's calls are handed over by the unchanged loop:
-    its `prepare` fills in the row, and the step waits with its reason, details and deadline."""
+    its `prepare` returns the row, and the step waits with its reason, details and deadline."""
     kinds = AwaitedKinds([*AWAITED_KINDS.kinds, ToyKind()])
     step = LlmStep.model_validate(
         {
@@ -171,4 +170,4 @@ async def test_a_new_kind_is_its_module_and_one_registration() -> None:
         0,
     )
     [handing] = ToyKind.prepared
-    assert handing.committed_at == committed and handing.arguments == {"q": "x"}
+    assert handing.committed_at == committed and handing.call.arguments == {"q": "x"}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -58,14 +58,14 @@ class ClientKind(CallKind):
     def answers(self, tool: ToolEntry) -> bool:
         return isinstance(tool, LlmToolDef) and tool.execution == "client"
 
-    async def prepare(self, handing: HandingOver, new: NewAwaitedCall) -> ToolOutcome | None:
-        new.kind = self.kind
+    async def prepare(self, handing: HandingOver) -> NewAwaitedCall | ToolOutcome:
         tool = handing.tool
         assert isinstance(tool, LlmToolDef)  # `answers` took only these
         due_ms = [ms for ms in (tool.timeout_ms, client_expiry_ms(handing.step, tool)) if ms is not None]
-        if due_ms:  # the earlier of the call's timeout and its expiry (`on_due` tells which)
-            new.deadline_at = handing.committed_at + timedelta(milliseconds=min(due_ms))
-        return None
+        if not due_ms:
+            return handing.call
+        # The earlier of the call's timeout and its expiry (`on_due` tells which).
+        return replace(handing.call, deadline_at=handing.committed_at + timedelta(milliseconds=min(due_ms)))
 
     def pause_detail(self, call: NewAwaitedCall, tool: ToolEntry) -> dict[str, Any]:
         return tool_call_view(

@@ -2,7 +2,7 @@
 module implements, and registers in `stevora.engine.steps.awaited_kinds`.
 
 The tool loop (`llm_tools`, `llm_tool_runner`) never names a kind: it asks the registry which
-kind answers a tool (`answers`) or gates it (`gates`), lets that kind fill in the call's row
+kind answers a tool (`answers`) or gates it (`gates`), lets that kind make the call's row
 (`prepare`, or refuse the call at once), and builds its waiting result from the kinds' pause
 reasons and details. The step type's `on_waiting` and `on_due` go through the registry too.
 """
@@ -19,7 +19,7 @@ from stevora.engine.steps.base import StepExecution, WaitContext, WaitPlan
 from stevora.llm.messages import ToolSpec
 from stevora.statuses import AwaitedKind, PauseReason
 from stevora.tasks import StepResult
-from stevora.tools import ToolOutcome
+from stevora.tools import RegisteredTool, ToolOutcome
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -46,15 +46,15 @@ class HandingOver:
     step: LlmStep
     tool: ToolEntry  # the step's entry for the called tool
     schema: dict[str, Any] | None  # the schema its arguments were checked against
-    arguments: dict[str, Any]
+    call: NewAwaitedCall  # its row as the loop made it (this kind's, no kind-specific fields)
     committed_at: datetime  # when the model call that asked for it was committed
 
 
 class CallKind:
     """One way a tool call is answered from outside the loop. A subclass is one module's story:
 
-    * what it writes when the loop hands a call over: `prepare` fills in the call's row (or
-      returns the failure the model gets at once, nothing handed over), `on_handed_over` writes
+    * what it writes when the loop hands a call over: `prepare` returns the call's row (or the
+      failure the model gets at once, nothing handed over), `on_handed_over` writes
       what its calls need in the transaction that makes the step WAITING (child runs, webhooks,
       approval requests);
     * what its waiting means: `pause_reason` and `pause_detail` (the WORKFLOW_PAUSED details),
@@ -69,7 +69,6 @@ class CallKind:
     # Which reason a step waiting for calls of several kinds gives (the lowest rank wins).
     pause_rank: ClassVar[int]
     details_key: ClassVar[str]  # the WORKFLOW_PAUSED details key listing this kind's calls
-
     has_deadlines: ClassVar[bool] = False  # whether `on_due` has anything to do
 
     def answers(self, tool: ToolEntry) -> bool:
@@ -81,15 +80,15 @@ class CallKind:
         this kind's own form), with the spec the model sees; None: not one of this kind's."""
         return None
 
-    def gates(self, tool: ToolEntry, registered_requires_approval: bool) -> bool:
-        """Whether a handler tool's calls wait for this kind first, then run in the loop."""
+    def gates(self, tool: ToolEntry, registered: RegisteredTool | None) -> bool:
+        """Whether a handler tool's calls wait for this kind first, then run in the loop
+        (`registered`: the worker's tool of that name)."""
         return False
 
-    async def prepare(self, handing: HandingOver, new: NewAwaitedCall) -> ToolOutcome | None:
-        """Fill in `new` (kind, deadline, what to create with it); or the failure the model gets
-        at once, and the call is not handed over."""
-        new.kind = self.kind
-        return None
+    async def prepare(self, handing: HandingOver) -> NewAwaitedCall | ToolOutcome:
+        """The call's row to write, with this kind's fields (a deadline, what to create with
+        it); or the failure the model gets at once, and the call is not handed over."""
+        return handing.call
 
     def pause_detail(self, call: NewAwaitedCall, tool: ToolEntry) -> dict[str, Any]:
         return {"id": call.tool_call_id, "name": call.tool_name}

@@ -11,7 +11,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, Literal
 
 import asyncpg
@@ -88,9 +88,9 @@ class WorkflowKind(CallKind):
         )
         return Offered(entry, spec)
 
-    async def prepare(self, handing: HandingOver, new: NewAwaitedCall) -> ToolOutcome | None:
-        """The child run to start with the call; or why it cannot start (the model is told)."""
-        tool, arguments, rt, ex = handing.tool, handing.arguments, handing.rt, handing.ex
+    async def prepare(self, handing: HandingOver) -> NewAwaitedCall | ToolOutcome:
+        """The call with the child run to start with it; or why it cannot start (the model is told)."""
+        tool, arguments, rt, ex = handing.tool, handing.call.arguments, handing.rt, handing.ex
         assert isinstance(tool, WorkflowToolDef)  # `answers` took only these
         row = await find_version(rt.pool, ex.workspace_id, tool.workflow, tool.version)
         if row is None:
@@ -114,10 +114,7 @@ class WorkflowKind(CallKind):
                     "INVALID_ARGUMENTS",
                     f"Invalid input for workflow '{tool.workflow}': {'; '.join(problems)}",
                 )
-        new.kind = self.kind
-        new.child_definition_id = row["id"]
-        new.child_input = child_input
-        return None
+        return replace(handing.call, child_definition_id=row["id"], child_input=child_input)
 
     def pause_detail(self, call: NewAwaitedCall, tool: ToolEntry) -> dict[str, Any]:
         assert isinstance(tool, WorkflowToolDef)
