@@ -35,7 +35,6 @@ class Advancing(DriverCore):
         output = dict(result.output or {})
         if result.next_step is not None:
             output["__nextStep"] = result.next_step
-        wake: list[str] = []
         last = step_run["step_index"] + 1 >= len(definition.steps) and not output.get("__nextStep")
         if last:
             end = functools.partial(
@@ -50,8 +49,8 @@ class Advancing(DriverCore):
                 await end(self.pool)  # one statement, no transaction around it
                 return False
             async with self.pool.acquire() as conn, conn.transaction():
-                await end(conn, wake=wake)
-            await self._dispatch(wake)
+                ended = await end(conn)
+            await self._dispatch(ended.dispatch)
             return False
         async with self.pool.acquire() as conn, conn.transaction():
             done = await runs.update_step(
@@ -73,17 +72,22 @@ class Advancing(DriverCore):
                 merge_state=result.state_updates,
                 events=[step_completed(done)],
             )
-            more = await self._advance_in(conn, run, done, definition, wake)
-        await self._dispatch(wake)
-        return more
+            more = await self._advance_in(conn, run, done, definition)
+        return await self._went_on(more)
 
     async def _advance(
         self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
     ) -> Next:
-        wake: list[str] = []
         async with self.pool.acquire() as conn, conn.transaction():
-            more = await self._advance_in(conn, run, step_run, definition, wake)
-        await self._dispatch(wake)
+            more = await self._advance_in(conn, run, step_run, definition)
+        return await self._went_on(more)
+
+    async def _went_on(self, more: Position | endings.Ended) -> Next:
+        """After the commit: the rows to go on from, or (the run ended) dispatch what its ending
+        woke and stop."""
+        if isinstance(more, endings.Ended):
+            await self._dispatch(more.dispatch)
+            return False
         return more
 
     async def _advance_in(
@@ -92,10 +96,9 @@ class Advancing(DriverCore):
         run: asyncpg.Record,
         step_run: asyncpg.Record,
         definition: WorkflowDefinitionSpec,
-        wake: list[str],
-    ) -> Next:
+    ) -> Position | endings.Ended:
         """Insert the step run that comes after `step_run` (or end the run); returns the rows to go
-        on from, or False when the run ended."""
+        on from, or the run's ending."""
         steps = definition.steps
         index = step_run["step_index"]
         target = (step_run["output"] or {}).get("__nextStep")
@@ -105,8 +108,7 @@ class Advancing(DriverCore):
                 **_unknown_target_error(target, step_run["step_name"]),
                 "stepName": step_run["step_name"],
             }
-            await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake)
-            return False
+            return await endings.fail_run(conn, run["id"], error, owner=self.owner)
         next_index = definition.index_of(target) if target else index + 1
         events: list[Event] = []
         # A forward jump skips the steps in between; they get SKIPPED rows so the timeline says so.
@@ -124,8 +126,7 @@ class Advancing(DriverCore):
             )
             events.append(Event(EventType.STEP_SKIPPED, {"stepName": skipped.name}, row["id"]))
         if next_index >= len(steps):
-            await endings.complete_run(conn, run["id"], owner=self.owner, wake=wake, events=events)
-            return False
+            return await endings.complete_run(conn, run["id"], owner=self.owner, events=events)
         step = steps[next_index]
         visit = await runs.next_visit(conn, run["id"], step.name)
         if visit > MAX_VISITS_PER_STEP:
@@ -134,8 +135,7 @@ class Advancing(DriverCore):
                 "stepName": step.name,
                 "message": f"Step '{step.name}' was entered more than {MAX_VISITS_PER_STEP} times",
             }
-            await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake, events=events)
-            return False
+            return await endings.fail_run(conn, run["id"], error, owner=self.owner, events=events)
         # Inserted RUNNING (what `_begin` would do next, saved a transaction): a new visit, so fresh.
         new = await runs.insert_step_run(
             conn,

@@ -101,13 +101,12 @@ async def create_run(
 
 
 async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
-    wake: list[str] = []
     async with rt.pool.acquire() as conn, conn.transaction():
         await _owned_run(conn, workspace_id, run_id)
-        row = await endings.cancel_run(conn, run_id, wake=wake)
-    for other in wake:
+        ended = await endings.cancel_run(conn, run_id)
+    for other in ended.dispatch:
         await dispatch_hint(rt.dispatcher, other)
-    return row
+    return ended.run
 
 
 async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:

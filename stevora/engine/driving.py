@@ -8,6 +8,7 @@ the passes and executes the steps.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -67,7 +68,7 @@ class DriverCore:
     async def release(self, run_id: str) -> None:
         await runs.release(self.pool, run_id, self.owner)
 
-    async def _dispatch(self, run_ids: list[str]) -> None:
+    async def _dispatch(self, run_ids: Sequence[str]) -> None:
         if run_ids:
             self.rt.faults.reached("parent_told")
         for run_id in run_ids:

@@ -5,13 +5,15 @@ and its webhook outbox row together. This is the one place a run ends, so it is 
 run's ending is announced to whoever waits for it: a child run started by a workflow tool writes
 its parent's tool result here (stevora.engine.steps.awaited.workflow), a `map` step's child run its
 item's result (stevora.engine.steps.map), and a cancelled run cancels its
-active children. Runs that must be dispatched after commit are appended to `wake`: among them a run
-that frees a concurrency slot, whose claim then dispatches the runs queued for it.
+active children. Each returns an `Ended`: the final row and the runs to dispatch once the
+caller's transaction has committed (a parent its ending woke, a map's next items, and a run that
+frees a concurrency slot, whose claim then dispatches the runs queued for it).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import asyncpg
@@ -29,9 +31,17 @@ from stevora.statuses import ACTIVE_RUN_STATUSES, RunStatus
 log = structlog.get_logger("stevora.engine")
 
 
+@dataclass(frozen=True, slots=True)
+class Ended:
+    """A run that ended: its final row, and the runs to dispatch after the commit."""
+
+    run: asyncpg.Record
+    dispatch: tuple[str, ...] = ()
+
+
 async def complete_run(
-    conn: asyncpg.Connection, run_id: str, *, owner: str, wake: list[str], events: Sequence[Event] = ()
-) -> asyncpg.Record:
+    conn: asyncpg.Connection, run_id: str, *, owner: str, events: Sequence[Event] = ()
+) -> Ended:
     """RUNNING → COMPLETED. The run's output is its final state (documented in docs/concepts.md)."""
     final = await runs.update_run(
         conn,
@@ -56,9 +66,7 @@ async def complete_run(
     )
     log.info("run_completed", workflow_run_id=run_id)
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
-    await _tell_parent(conn, final, wake)
-    wake += _queue_wake(final)
-    return final
+    return await _announced(conn, final)
 
 
 async def complete_with_last_step(
@@ -69,24 +77,19 @@ async def complete_with_last_step(
     owner: str,
     output: dict[str, Any],
     state_updates: dict[str, Any] | None,
-    wake: list[str] | None = None,
-) -> asyncpg.Record:
+) -> Ended:
     """The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED, its events and its
     webhook outbox rows in one statement (`transitions.complete_last_step`). A run with a parent
-    or a concurrency slot passes a connection in a transaction and `wake`: in that transaction
-    its ending then answers its parent (a map item or a workflow tool call), and its slot's
-    queue is woken after the commit."""
-    if wake is None:
-        assert run["parent_run_id"] is None, "a child run's ending tells its parent: pass `wake`"
-        assert not needs_queue_wake(run), "a run with a slot wakes its queue: pass `wake`"
+    or a concurrency slot passes a connection in a transaction: in that transaction its ending
+    then answers its parent (a map item or a workflow tool call), and its slot's queue is woken
+    after the commit."""
     final = await transitions.complete_last_step(db, run["id"], step_run_id, owner, output, state_updates)
     log.info("run_completed", workflow_run_id=run["id"])
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
-    if wake is not None:
-        assert isinstance(db, asyncpg.Connection), "a parent is told in the ending's transaction"
-        await _tell_parent(db, final, wake)
-        wake += _queue_wake(final)
-    return final
+    if final["parent_run_id"] is None and not needs_queue_wake(final):
+        return Ended(final)
+    assert isinstance(db, asyncpg.Connection), "a parent is told in the ending's transaction"
+    return await _announced(db, final)
 
 
 async def fail_run(
@@ -95,10 +98,9 @@ async def fail_run(
     error: dict[str, Any],
     *,
     owner: str,
-    wake: list[str],
     events: Sequence[Event] = (),
     expect: Sequence[str] = (RunStatus.RUNNING,),
-) -> asyncpg.Record:
+) -> Ended:
     """RUNNING (or `expect`) → FAILED with `error` (retryable later by `commands.retry_run`)."""
     final = await runs.update_run(
         conn,
@@ -117,21 +119,19 @@ async def fail_run(
     )
     log.info("run_failed", workflow_run_id=run_id, code=error.get("code"))
     RUNS_FINISHED.labels(RunStatus.FAILED).inc()
-    await _tell_parent(conn, final, wake)
-    wake += _queue_wake(final)
-    return final
+    return await _announced(conn, final)
 
 
-async def cancel_run(
-    conn: asyncpg.Connection, run_id: str, *, wake: list[str], tell_parent: bool = True
-) -> asyncpg.Record:
+async def cancel_run(conn: asyncpg.Connection, run_id: str, *, tell_parent: bool = True) -> Ended:
     """Any active status → CANCELLED; open steps, pending approvals and active child runs are
     cancelled with it. Children are locked and cancelled before their parent: the same order a
     child's own ending takes (child, then parent), so the two never deadlock."""
+    dispatch: list[str] = []
     for child_id in await runs.active_children(conn, run_id):
-        child = await cancel_run(conn, child_id, wake=wake, tell_parent=False)
-        if child["parent_tool_call_id"] is None:  # a map item's child: the item says so too
-            await map_step.record_cancelled_with_parent(conn, child)
+        child = await cancel_run(conn, child_id, tell_parent=False)
+        dispatch += child.dispatch
+        if child.run["parent_tool_call_id"] is None:  # a map item's child: the item says so too
+            await map_step.record_cancelled_with_parent(conn, child.run)
     cancelled_steps = await runs.cancel_open_steps(conn, run_id)
     await approvals.cancel_for_run(conn, run_id)
     final = await runs.update_run(
@@ -151,9 +151,13 @@ async def cancel_run(
     log.info("run_cancelled", workflow_run_id=run_id)
     RUNS_FINISHED.labels(RunStatus.CANCELLED).inc()
     if tell_parent:
-        await _tell_parent(conn, final, wake)
-    wake += _queue_wake(final)
-    return final
+        dispatch += await _tell_parent(conn, final)
+    return Ended(final, (*dispatch, *_queue_wake(final)))
+
+
+async def _announced(conn: asyncpg.Connection, final: asyncpg.Record) -> Ended:
+    """The ended run's parent told, and what to dispatch after the commit."""
+    return Ended(final, (*await _tell_parent(conn, final), *_queue_wake(final)))
 
 
 def _queue_wake(final: asyncpg.Record) -> list[str]:
@@ -167,10 +171,10 @@ def needs_queue_wake(run: asyncpg.Record) -> bool:
     return run["concurrency_key"] is not None or run["workspace_limit"] is not None
 
 
-async def _tell_parent(conn: asyncpg.Connection, final: asyncpg.Record, wake: list[str]) -> None:
+async def _tell_parent(conn: asyncpg.Connection, final: asyncpg.Record) -> list[str]:
+    """Answer the call or item that started the ended run; returns the runs to dispatch."""
     if final["parent_run_id"] is None:
-        return
+        return []
     if final["parent_tool_call_id"] is not None:  # started by a workflow tool call
-        await workflow_calls.answer_from_child(conn, final, wake)
-    else:  # started by a `map` step for one of its items
-        await map_step.answer_from_child(conn, final, wake)
+        return await workflow_calls.answer_from_child(conn, final)
+    return await map_step.answer_from_child(conn, final)  # started by a `map` step for an item

@@ -47,7 +47,6 @@ async def fail_crashed(rt: Runtime, run_id: str, owner: str, crashes: int) -> bo
     """FAIL a run this worker holds with RUN_CRASH_LIMIT (its open step too); False when the run
     was no longer this worker's (or no longer active) — nothing is written then."""
     error = crash_error(crashes, rt.settings.max_run_crashes)
-    wake: list[str] = []
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await runs.lock_run(conn, run_id)
         if run is None or run["lease_owner"] != owner:
@@ -66,18 +65,17 @@ async def fail_crashed(rt: Runtime, run_id: str, owner: str, crashes: int) -> bo
                 events.append(step_failed(step, error))
         await approvals.cancel_for_run(conn, run_id)
         try:
-            await endings.fail_run(
+            ended = await endings.fail_run(
                 conn,
                 run_id,
                 {**error, "stepName": run["current_step_name"]},
                 owner=owner,
-                wake=wake,
                 events=events,
                 expect=(RunStatus.RUNNING, RunStatus.WAITING),
             )
         except (LeaseLost, InvalidStateTransition):
             return False
     log.warning("run_crash_limit", workflow_run_id=run_id, crashes=crashes)
-    for other in wake:
+    for other in ended.dispatch:
         await dispatch_hint(rt.dispatcher, other)
     return True

@@ -54,11 +54,10 @@ class Retrying(DriverCore):
         if not_sent and (stop := await deferred_too_often(self.pool, self.rt.settings, step_run, error)):
             error, not_sent = stop, False
         if not (error.get("retryable", True) and (attempt < policy.max_attempts or not_sent)):
-            wake: list[str] = []
             async with self.pool.acquire() as conn, conn.transaction():
                 error = {**error, "stepName": step.name, "attempts": attempt}
-                await endings.fail_run(conn, run["id"], error, owner=self.owner, wake=wake)
-            await self._dispatch(wake)
+                ended = await endings.fail_run(conn, run["id"], error, owner=self.owner)
+            await self._dispatch(ended.dispatch)
             return False
         delay_ms = compute_next_retry_delay_ms(policy, attempt)
         if not_sent:  # no earlier than its turn

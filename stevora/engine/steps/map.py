@@ -355,11 +355,12 @@ async def record_cancelled_with_parent(conn: asyncpg.Connection, child: asyncpg.
     )
 
 
-async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wake: list[str]) -> None:
+async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record) -> list[str]:
     """Called in the terminal transaction of a run with a parent and no tool call: if it is a map
     item's child run, write the item's result, start the next pending items into the freed slots
-    (appended to `wake`, to dispatch after commit) and, when the map is done (or failed fast),
-    make the parent's wait due and wake it. Idempotent: an item is written once."""
+    and, when the map is done (or failed fast), make the parent's wait due. Returns the runs to
+    dispatch after commit (the items started, the parent when done). Idempotent: an item is
+    written once."""
     parent = await db_map.lock_parent(conn, child["parent_run_id"])
     status = _ITEM_STATUS[RunStatus(child["status"])]
     error = None
@@ -373,10 +374,10 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wak
         conn, child["id"], status, child["output"] if status == MapItemStatus.COMPLETED else None, error
     )
     if parent is None or parent["status"] != RunStatus.WAITING:
-        return  # a cancelled or failed parent: the result is kept on the item (for a retry)
+        return []  # a cancelled or failed parent: the result is kept on the item (for a retry)
     header = next((m for m in maps if m["step_run_id"] == parent["current_step_run_id"]), None)
     if header is None:
-        return
+        return []
     step = {"step_name": header["step_name"], "id": header["step_run_id"]}
     stop = header["on_item_failure"] == "fail" and header["failed"] > 0
     started = (
@@ -398,7 +399,7 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wak
         header["step_run_id"],
     )
     events = [ended, *(_started_event(step, row, progress) for row in started)]
-    wake += [row["child_run_id"] for row in started]
+    dispatch = [row["child_run_id"] for row in started]
     done = stop or progress["done"] == header["total"]
     if done:
         # Done: the parent's worker collects (on_due), with the settings its checks need.
@@ -407,4 +408,5 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wak
         )
     await db_map.write_events(conn, parent["id"], events, due=done)
     if done:
-        wake.append(parent["id"])
+        dispatch.append(parent["id"])
+    return dispatch

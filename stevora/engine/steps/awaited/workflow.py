@@ -156,19 +156,21 @@ class WorkflowKind(CallKind):
 KIND = WorkflowKind()
 
 
-async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wake: list[str]) -> None:
+async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record) -> list[str]:
     """Called in the child's terminal transaction: write the parent's result for the call that
-    started `child`, and wake the parent when it has nothing else pending. A parent that is not
-    WAITING (cancelled, or not yet waiting) is left alone; the sweep retries the latter."""
+    started `child`; returns the parent to dispatch after commit when it has nothing else
+    pending. A parent that is not WAITING (cancelled, or not yet waiting) is left alone; the
+    sweep retries the latter."""
     call = await db_awaited.for_child(conn, child["id"])
     if call is None or call["status"] != AwaitedStatus.PENDING:
-        return
+        return []
     parent = await runs.lock_run(conn, call["workflow_run_id"])
     if parent is None or parent["status"] != RunStatus.WAITING:
-        return
+        return []
     result = await _child_result(conn, child, call)
     if await answer(conn, parent, [result], reason=ResumeReason.CHILD_RUN):
-        wake.append(parent["id"])
+        return [parent["id"]]
+    return []
 
 
 async def _child_result(conn: asyncpg.Connection, child: asyncpg.Record, call: asyncpg.Record) -> Answer:
@@ -192,10 +194,10 @@ async def _child_result(conn: asyncpg.Connection, child: asyncpg.Record, call: a
 async def answer_finished_children(pool: asyncpg.Pool) -> list[str]:
     """Recovery: answer workflow calls whose child ended while the parent could not be told.
     Returns the parent runs to dispatch."""
-    wake: list[str] = []
+    dispatch: list[str] = []
     for row in await db_awaited.unanswered_finished_children(pool):
         async with pool.acquire() as conn, conn.transaction():
             child = await runs.lock_run(conn, row["child_run_id"])
             if child is not None:
-                await answer_from_child(conn, child, wake)
-    return wake
+                dispatch += await answer_from_child(conn, child)
+    return dispatch
