@@ -19,6 +19,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -434,53 +435,138 @@ async def create_fork(
     existing run and False. The new run's trace starts at a `fork_run` span linked to the origin's."""
     origin = plan.origin
     state = {**plan.point.state, **plan.state_edits}
+    copying = plan_copy(plan)  # decided before the transaction: it only writes
     with tracing.run_forked(origin["workspace_id"], origin["id"], origin.get("trace_context")) as trace:
-        fork, created = await _write_fork(rt, plan, definition_id, idempotency_key, state, trace.carrier)
+        fork, created = await _write_fork(
+            rt, plan, copying, definition_id, idempotency_key, state, trace.carrier
+        )
         trace.created(fork["id"])
     if created:
         await dispatch_hint(rt.dispatcher, fork["id"])
     return fork, created
 
 
+@dataclass(frozen=True, slots=True)
+class ForkCopy:
+    """What a fork copies from its origin, decided from the plan's history alone (no reads, no
+    writes): the rows to copy, with their new ids and edits, keyed by their origin step runs
+    (whose copies get their ids as they are written)."""
+
+    inherited_visits: int  # step visits before the fork point, copied whole
+    inherited_steps: tuple[asyncpg.Record, ...]  # their step runs (every attempt)
+    own_step: Mapping[str, Any]  # what the fork's own step run for the forked step copies
+    own_status: str  # PENDING before a step, RUNNING at a round
+    own_step_run_ids: tuple[str, ...]  # the origin's step runs the own step run stands for
+    calls: tuple[dict[str, Any], ...]  # model calls: new id, origin step run id, inherited_from
+    traces: tuple[dict[str, Any], ...]  # tool traces, likewise (replaced results applied)
+    totals: tuple[float, int, int]  # cost in cents, input and output tokens of what is copied
+    start_step: str  # the run's current step name
+
+
+def plan_copy(plan: ForkPlan) -> ForkCopy:
+    """Decide everything `_write_fork` copies (see `ForkCopy`)."""
+    point, hist = plan.point, plan.history
+    point_idx = next(i for i, p in enumerate(plan.points) if p is point)
+    before_visits = {(p.step_name, p.visit) for p in plan.points[:point_idx] if p.round is None}
+    before_visits.discard((point.step_name, point.visit))
+    calls_before = [
+        c
+        for c in hist["calls"]
+        if c["step_run_id"] in point.step_run_ids and point.round is not None and c["round"] < point.round
+    ]
+    totals = (
+        sum(c["cost_usd"] for c in hist["calls"] if _before(c, hist, before_visits)) * 100
+        + sum(c["cost_usd"] for c in calls_before) * 100,
+        sum(c["input_tokens"] for c in hist["calls"] if _before(c, hist, before_visits))
+        + sum(c["input_tokens"] for c in calls_before),
+        sum(c["output_tokens"] for c in hist["calls"] if _before(c, hist, before_visits))
+        + sum(c["output_tokens"] for c in calls_before),
+    )
+    inherited = tuple(s for s in hist["steps"] if (s["step_name"], s["visit"]) in before_visits)
+    own_step: Mapping[str, Any] = next(s for s in hist["steps"] if s["id"] == point.step_run_ids[0])
+    if plan.start_step is not None:
+        name, kind, index = plan.start_step
+        own_step = {"step_name": name, "step_type": kind, "step_index": index, "visit": 1}
+    copied_steps = {s["id"] for s in inherited} | set(point.step_run_ids)
+    copied_calls = [
+        c
+        for c in hist["calls"]
+        if c["step_run_id"] in copied_steps
+        and (c["step_run_id"] not in point.step_run_ids or c in calls_before)
+    ]
+    call_ids = {c["id"]: new_id("llm") for c in copied_calls}
+    first_round = min((c["round"] for c in calls_before), default=None)
+    new_calls = []
+    for c in copied_calls:
+        row = {**dict(c), "id": call_ids[c["id"]], "inherited_from": c["id"]}
+        if plan.system_prompt is not None and c in calls_before and c["round"] == first_round:
+            row["request"] = _with_system_prompt(c["request"], plan.system_prompt, plan.origin, point)
+        new_calls.append(row)
+    last_round = point.round - 1 if point.round is not None else None
+    new_traces = []
+    for t in hist["traces"]:
+        if t["step_run_id"] not in copied_steps:
+            continue
+        if t["llm_call_id"] is not None and t["llm_call_id"] not in call_ids:
+            continue  # a round at or after the fork point
+        row = {
+            **dict(t),
+            "id": new_id("tt"),
+            "llm_call_id": call_ids.get(t["llm_call_id"]) if t["llm_call_id"] else None,
+            "inherited_from": t["id"],
+        }
+        if (
+            t["step_run_id"] in point.step_run_ids
+            and t["round"] == last_round
+            and t["tool_call_id"] in plan.tool_results
+        ):
+            row.update(
+                output_json=plan.tool_results[t["tool_call_id"]],
+                status="completed",
+                error=None,
+                error_code=None,
+                result_text=None,
+            )
+        new_traces.append(row)
+    return ForkCopy(
+        inherited_visits=len(before_visits),
+        inherited_steps=inherited,
+        own_step=own_step,
+        own_status="PENDING" if point.round is None else "RUNNING",
+        own_step_run_ids=tuple(point.step_run_ids),
+        calls=tuple(new_calls),
+        traces=tuple(new_traces),
+        totals=totals,
+        start_step=plan.start_step[0] if plan.start_step else point.step_name,
+    )
+
+
 async def _write_fork(
     rt: Runtime,
     plan: ForkPlan,
+    copying: ForkCopy,
     definition_id: str,
     idempotency_key: str | None,
     state: dict[str, Any],
     trace_context: dict[str, str] | None,
 ) -> tuple[asyncpg.Record, bool]:
-    origin, point, hist = plan.origin, plan.point, plan.history
-    point_idx = next(i for i, p in enumerate(plan.points) if p is point)
-    before_visits = {(p.step_name, p.visit) for p in plan.points[:point_idx] if p.round is None}
-    before_visits.discard((point.step_name, point.visit))
+    """Write what `copying` says, in one transaction: the run, its step runs, model calls and
+    tool traces, its events and webhook."""
+    origin, point = plan.origin, plan.point
     async with rt.pool.acquire() as conn, conn.transaction():
-        calls_before = [
-            c
-            for c in hist["calls"]
-            if c["step_run_id"] in point.step_run_ids and point.round is not None and c["round"] < point.round
-        ]
-        totals = (
-            sum(c["cost_usd"] for c in hist["calls"] if _before(c, hist, before_visits)) * 100
-            + sum(c["cost_usd"] for c in calls_before) * 100,
-            sum(c["input_tokens"] for c in hist["calls"] if _before(c, hist, before_visits))
-            + sum(c["input_tokens"] for c in calls_before),
-            sum(c["output_tokens"] for c in hist["calls"] if _before(c, hist, before_visits))
-            + sum(c["output_tokens"] for c in calls_before),
-        )
         fork = await db_forks.insert_fork_run(
             conn,
             origin=origin,
             definition_id=definition_id,
             state=state,
             initial_state=dict(origin["initial_state"] or {}),
-            step_name=plan.start_step[0] if plan.start_step else point.step_name,
+            step_name=copying.start_step,
             round_=point.round,
             edits=plan.edits_json(),
             idempotency_key=idempotency_key,
             replay_tools=plan.replay_tools,
             replay=plan.replay,
-            totals=totals,
+            totals=copying.totals,
             trace_context=trace_context,
         )
         if fork is None:
@@ -488,67 +574,18 @@ async def _write_fork(
             assert existing is not None
             return existing, False
         step_ids: dict[str, str] = {}
-        for s in hist["steps"]:
-            if (s["step_name"], s["visit"]) in before_visits:
-                step_ids[s["id"]] = await db_forks.copy_step_run(conn, fork["id"], s)
-        first: Any = next(s for s in hist["steps"] if s["id"] == point.step_run_ids[0])
-        if plan.start_step is not None:
-            name, kind, index = plan.start_step
-            first = {"step_name": name, "step_type": kind, "step_index": index, "visit": 1}
-        own = await db_forks.copy_step_run(
-            conn, fork["id"], first, status="PENDING" if point.round is None else "RUNNING"
-        )
-        for i in point.step_run_ids:
+        for s in copying.inherited_steps:
+            step_ids[s["id"]] = await db_forks.copy_step_run(conn, fork["id"], s)
+        own = await db_forks.copy_step_run(conn, fork["id"], copying.own_step, status=copying.own_status)
+        for i in copying.own_step_run_ids:
             step_ids[i] = own
-        copied_calls = [
-            c
-            for c in hist["calls"]
-            if c["step_run_id"] in step_ids
-            and (c["step_run_id"] not in point.step_run_ids or c in calls_before)
-        ]
-        call_ids = {c["id"]: new_id("llm") for c in copied_calls}
-        first_round = min((c["round"] for c in calls_before), default=None)
-        new_calls = []
-        for c in copied_calls:
-            row = {
-                **dict(c),
-                "id": call_ids[c["id"]],
-                "step_run_id": step_ids[c["step_run_id"]],
-                "inherited_from": c["id"],
-            }
-            if plan.system_prompt is not None and c in calls_before and c["round"] == first_round:
-                row["request"] = _with_system_prompt(c["request"], plan.system_prompt, origin, point)
-            new_calls.append(row)
-        await db_forks.copy_llm_calls(conn, fork["id"], new_calls)
+        await db_forks.copy_llm_calls(
+            conn, fork["id"], [{**c, "step_run_id": step_ids[c["step_run_id"]]} for c in copying.calls]
+        )
         rt.faults.reached("fork_writing")  # the run and its model calls written, not committed
-        last_round = point.round - 1 if point.round is not None else None
-        new_traces = []
-        for t in hist["traces"]:
-            if t["step_run_id"] not in step_ids:
-                continue
-            if t["llm_call_id"] is not None and t["llm_call_id"] not in call_ids:
-                continue  # a round at or after the fork point
-            row = {
-                **dict(t),
-                "id": new_id("tt"),
-                "step_run_id": step_ids[t["step_run_id"]],
-                "llm_call_id": call_ids.get(t["llm_call_id"]) if t["llm_call_id"] else None,
-                "inherited_from": t["id"],
-            }
-            if (
-                t["step_run_id"] in point.step_run_ids
-                and t["round"] == last_round
-                and t["tool_call_id"] in plan.tool_results
-            ):
-                row.update(
-                    output_json=plan.tool_results[t["tool_call_id"]],
-                    status="completed",
-                    error=None,
-                    error_code=None,
-                    result_text=None,
-                )
-            new_traces.append(row)
-        await db_forks.copy_traces(conn, fork["id"], new_traces)
+        await db_forks.copy_traces(
+            conn, fork["id"], [{**t, "step_run_id": step_ids[t["step_run_id"]]} for t in copying.traces]
+        )
         await db_forks.set_current_step(conn, fork["id"], own)
         forked_from = {"runId": origin["id"], "stepName": point.step_name, "round": point.round}
         await db_forks.append_event(
@@ -558,9 +595,9 @@ async def _write_fork(
             {
                 "forkedFrom": forked_from,
                 "replayOf": origin["id"] if plan.replay else None,
-                "inheritedSteps": len(before_visits),
-                "inheritedModelCalls": len(new_calls),
-                "inheritedToolCalls": len(new_traces),
+                "inheritedSteps": copying.inherited_visits,
+                "inheritedModelCalls": len(copying.calls),
+                "inheritedToolCalls": len(copying.traces),
                 "edits": plan.edits_json(),
             },
         )
