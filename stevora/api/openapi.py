@@ -25,7 +25,8 @@ _DESCRIPTIONS = {
 }
 DEFINITION_SCHEMA = "WorkflowDefinitionInput"
 DOCS_PAGES = ("/docs", "/redoc")  # Swagger UI and ReDoc (stevora.api.app)
-# PostgreSQL text and jsonb cannot hold U+0000; `deps.reject_nul` answers 400 for one anywhere in a
+# PostgreSQL text and jsonb cannot hold U+0000; `request_checks.reject_nul` (path, query) and the
+# edge (`api.limits`, JSON bodies) answer 400 for one anywhere in a
 # request (path, query, body). The document says so on every string a request can carry.
 NO_NUL = "^[^\\u0000]*$"
 JSON_VALUE = "JsonValue"

@@ -10,7 +10,7 @@ from starlette.responses import Response
 
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
-from stevora.api.schemas.envelope import ok
+from stevora.api.schemas.envelope import ok, readable
 from stevora.db import forks as db_forks
 from stevora.engine import fork as forking
 from stevora.engine.steps.llm_recorded import RECORDED, replay_report
@@ -28,7 +28,7 @@ async def checkpoints(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     each with the state as it was there and what happened next (model call, tool call ids)."""
     run = await _run(ctx.rt, auth.workspace_id, run_id)
     points, _ = await forking.fork_points(ctx.rt.pool, run)
-    return ok([p.to_dict() for p in points])
+    return ok([{**p.to_dict(), "state": readable(p.state)} for p in points])
 
 
 @router.get("/{run_id}/lineage", responses=errors(404), summary="A run's origin, forks and replay report")
@@ -39,7 +39,7 @@ async def lineage(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
         "runId": run_id,
         "forkedFrom": forking.fork_view(run) or None,
         "replayOf": run["replay_of"],
-        "edits": run["fork_edits"],
+        "edits": readable(run["fork_edits"]),
         "forks": [
             {
                 "runId": f["id"],
@@ -124,8 +124,8 @@ def run_view(run: Any) -> dict[str, Any]:
         "definitionId": run["definition_id"],
         "forkedFrom": forking.fork_view(run) or None,
         "replayOf": run["replay_of"],
-        "edits": run["fork_edits"],
-        "state": run["state"],
+        "edits": readable(run["fork_edits"]),
+        "state": readable(run["state"]),
         "createdAt": run["created_at"].isoformat(),
     }
 
