@@ -31,6 +31,7 @@ from stevora.db.outbox import enqueue_webhooks
 from stevora.definitions import parse_definition
 from stevora.engine import limits
 from stevora.engine.hints import dispatch_hint
+from stevora.engine.idempotency import check_same_kind, fork_kind
 from stevora.engine.steps.llm_recorded import RECORDED, RECORDED_LIVE
 from stevora.errors import NotFoundError, ValidationError
 from stevora.events import EventType, WebhookEvent
@@ -492,8 +493,10 @@ async def _write_fork(
             trace_context=trace_context,
         )
         if fork is None:
-            existing = await db_forks.get_by_key(conn, origin["workspace_id"], idempotency_key or "")
+            key = idempotency_key or ""
+            existing = await db_forks.get_by_key(conn, origin["workspace_id"], key)
             assert existing is not None
+            check_same_kind(existing, fork_kind(origin["id"], replay=plan.replay), key)
             return existing, False
         step_ids: dict[str, str] = {}
         for s in hist["steps"]:

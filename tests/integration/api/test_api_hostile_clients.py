@@ -259,3 +259,44 @@ async def test_a_ui_form_that_is_not_utf8_is_refused_not_stored_as_fffd(
     )
     assert response.status_code == 400, response.text[:300]
     assert await fork_count(harness, ended_run) == 0
+
+
+# -- idempotency keys --------------------------------------------------------------------------------
+
+
+async def test_an_idempotency_key_answers_only_its_own_kind_of_request(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory, ended_run: str
+) -> None:
+    fork_headers = {**tenant.headers, "Idempotency-Key": "k-fork"}
+    fork = await client.post(f"/v1/workflow-runs/{ended_run}/fork", json={"at": "b"}, headers=fork_headers)
+    assert fork.status_code == 201, fork.text
+    again = await client.post(f"/v1/workflow-runs/{ended_run}/fork", json={"at": "b"}, headers=fork_headers)
+    assert again.status_code == 200 and again.json()["data"]["id"] == fork.json()["data"]["id"]
+
+    replay = await client.post(f"/v1/workflow-runs/{ended_run}/replay", json={}, headers=fork_headers)
+    found = error(replay, 409)
+    assert found["code"] == "CONFLICT"
+    assert "fork of run" in found["message"] and "replay of run" in found["message"]
+    assert found["details"]["existingRunId"] == fork.json()["data"]["id"]
+
+    definition_id = await define(TWO_WAITS)
+    run = await client.post(
+        "/v1/workflow-runs",
+        json={"definitionId": definition_id, "idempotencyKey": "k-fork"},
+        headers=tenant.headers,
+    )
+    assert error(run, 409)["details"]["requested"] == "a new run"
+
+    # A fork of another run with the key of this one's fork is another request too.
+    other = await client.post(
+        "/v1/workflow-runs",
+        json={"definitionId": definition_id, "idempotencyKey": "k-run"},
+        headers=tenant.headers,
+    )
+    assert other.status_code == 201, other.text
+    forked_run = await client.post(
+        f"/v1/workflow-runs/{ended_run}/fork",
+        json={"at": "b"},
+        headers={**tenant.headers, "Idempotency-Key": "k-run"},
+    )
+    assert error(forked_run, 409)["details"]["usedFor"] == "a new run"
