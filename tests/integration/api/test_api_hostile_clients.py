@@ -300,3 +300,80 @@ async def test_an_idempotency_key_answers_only_its_own_kind_of_request(
         headers={**tenant.headers, "Idempotency-Key": "k-run"},
     )
     assert error(forked_run, 409)["details"]["usedFor"] == "a new run"
+
+
+# -- the published schema is what the server takes -----------------------------------------------
+
+
+def _body_schema(document: dict[str, Any], path: str) -> dict[str, Any]:
+    content = document["paths"][path]["post"]["requestBody"]["content"]["application/json"]
+    ref = content["schema"]["$ref"].rsplit("/", 1)[-1]
+    schema: dict[str, Any] = document["components"]["schemas"][ref]
+    return schema
+
+
+@pytest.mark.parametrize(
+    ("path", "required", "field"),
+    [
+        ("/v1/workflow-runs/{run_id}/fork", ["at"], "edits"),
+        ("/v1/workflow-runs/{run_id}/replay", [], "systemPrompt"),
+        ("/v1/replays", [], "runIds"),
+        ("/v1/retries", [], "dryRun"),
+    ],
+)
+def test_time_travel_bodies_are_published_with_their_fields_and_no_others(
+    app: FastAPI, path: str, required: list[str], field: str
+) -> None:
+    schema = _body_schema(app.openapi(), path)
+    assert schema["type"] == "object" and schema["additionalProperties"] is False
+    assert field in schema["properties"]
+    assert schema.get("required", []) == required
+
+
+async def test_time_travel_bodies_refuse_unknown_fields_and_wrong_types_naming_them(
+    client: httpx.AsyncClient, tenant: Tenant, ended_run: str
+) -> None:
+    cases = [
+        (f"/v1/workflow-runs/{ended_run}/fork", {"at": "b", "extra": 1}, "extra"),
+        (f"/v1/workflow-runs/{ended_run}/fork", {"at": {"step": "b", "round": True}}, "at"),
+        (f"/v1/workflow-runs/{ended_run}/replay", {"unmatched": "sometimes"}, "unmatched"),
+        ("/v1/replays", {"definition": "x", "last": True}, "last"),
+        ("/v1/retries", {"definition": "x", "dryRun": "yes"}, "dryRun"),
+    ]
+    for path, body, named in cases:
+        response = await client.post(path, json=body, headers=tenant.headers)
+        found = error(response, 400)
+        paths = [p["path"] for p in found["details"]["errors"]]
+        assert any(p.startswith(named) for p in paths), (path, body, paths)
+
+
+async def test_compare_refuses_what_its_schema_refuses_and_nothing_else(
+    app: FastAPI, client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    (param,) = app.openapi()["paths"]["/v1/replays/compare"]["get"]["parameters"]
+    assert param["schema"]["minLength"] == 1 and param["schema"]["pattern"] == r"[^,\s]"
+    for runs in ("", ",", " , "):
+        response = await client.get("/v1/replays/compare", params={"runs": runs}, headers=tenant.headers)
+        assert error(response, 400)["details"]["errors"][0]["path"] == "runs"
+
+
+async def test_a_budget_limit_must_be_a_number_not_a_boolean(
+    client: httpx.AsyncClient, tenant: Tenant, define: DefinitionFactory
+) -> None:
+    definition_id = await define([{"type": "wait", "name": "w", "durationMs": 60_000}])
+    created = await client.post(
+        "/v1/workflow-runs", json={"definitionId": definition_id}, headers=tenant.headers
+    )
+    run_id = created.json()["data"]["id"]
+    for body in (
+        {"maxModelCalls": False},
+        {"maxToolCalls": True},
+        {"maxCostCents": False},
+        {"maxModelCalls": "3"},
+    ):
+        response = await client.post(f"/v1/workflow-runs/{run_id}/budget", json=body, headers=tenant.headers)
+        assert error(response, 400)["details"]["errors"][0]["path"] == next(iter(body)), body
+    fine = await client.post(
+        f"/v1/workflow-runs/{run_id}/budget", json={"maxModelCalls": 3}, headers=tenant.headers
+    )
+    assert fine.status_code == 200, fine.text
