@@ -16,6 +16,8 @@ from stevora.engine.bulk import MAX_RUNS
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 RunIdText = Annotated[str, StringConstraints(min_length=1, max_length=100)]
 IdempotencyKey = Annotated[str, StringConstraints(min_length=1, max_length=255)]
+# Checked by the engine (an empty one is "must be a version of the run's definition").
+Version = Annotated[str, StringConstraints(max_length=200)]
 Positive = Annotated[StrictInt, Field(ge=1, le=2**31 - 1)]
 
 
@@ -36,7 +38,7 @@ class ForkEdits(ApiIn):
     )
     model: Name | None = None
     system_prompt: str | None = None
-    definition_version: Name | None = None
+    definition_version: Version | None = None
 
 
 class ForkIn(ApiIn):
@@ -54,7 +56,7 @@ class ReplayIn(ApiIn):
     model: Name | None = None
     system_prompt: str | None = None
     step: Name | None = Field(default=None, description="The llm step `model` / `systemPrompt` apply to.")
-    definition_version: Name | None = None
+    definition_version: Version | None = None
     unmatched: Literal["error", "live"] = "error"
     idempotency_key: IdempotencyKey | None = None
 
