@@ -192,7 +192,7 @@ def _ui_routes() -> Iterator[tuple[str, str]]:
     """Every route of the router the app mounts under /ui (read from it: a new page is covered)."""
     for route in build_ui_router().routes:
         if isinstance(route, APIRoute):
-            for method in sorted(route.methods - {"HEAD"}):
+            for method in sorted((route.methods or set()) - {"HEAD"}):
                 yield method, route.path
 
 
