@@ -377,3 +377,33 @@ async def test_a_budget_limit_must_be_a_number_not_a_boolean(
         f"/v1/workflow-runs/{run_id}/budget", json={"maxModelCalls": 3}, headers=tenant.headers
     )
     assert fine.status_code == 200, fine.text
+
+
+@pytest.mark.parametrize(("method", "path"), UI_ROUTES, ids=[f"{m} {p}" for m, p in UI_ROUTES])
+async def test_every_ui_route_answers_bytes_that_are_not_utf8_without_a_server_error(
+    client: httpx.AsyncClient, tenant: Tenant, ended_run: str, method: str, path: str
+) -> None:
+    client.cookies.set(COOKIE_NAME, tenant.key)
+    url = _PARAM.sub("x%ED%A0%80y", path)
+    if method == "GET":
+        response = await client.get(f"{url}?q=%ED%A0%80&a=%ED%A0%80&b=%ED%A0%80&at=%ED%A0%80")
+    else:
+        body = f"csrf={csrf_token_for(tenant.key)}&reason=%ED%A0%80&state=%ED%A0%80".encode()
+        headers = {"content-type": "application/x-www-form-urlencoded"}
+        response = await client.request(method, url, content=body, headers=headers)
+    assert response.status_code < 500, (response.status_code, response.text[:300])
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/v1/workflow-runs/x%ED%A0%80y",
+        "/v1/workflow-runs?status=%ED%A0%80",
+        "/v1/workflow-definitions/x%ED%A0%80",
+    ],
+)
+async def test_api_paths_and_queries_that_are_not_utf8_are_not_a_server_error(
+    client: httpx.AsyncClient, tenant: Tenant, path: str
+) -> None:
+    response = await client.get(path, headers=tenant.headers)
+    assert response.status_code < 500, response.text[:300]
