@@ -8,7 +8,15 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import ConfigDict, Field, StrictBool, StrictInt, StringConstraints
+from pydantic import (
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictInt,
+    StringConstraints,
+    WithJsonSchema,
+)
 
 from stevora.api.schemas.envelope import ApiIn
 from stevora.engine.bulk import MAX_RUNS
@@ -68,19 +76,51 @@ _ONE_SELECTION: dict[str, Any] = {
 RunIds = Annotated[list[RunIdText], Field(min_length=1, max_length=MAX_RUNS)]
 
 
+def _given(value: Any) -> Any:
+    if value is None:
+        raise ValueError("may be left out, not null")
+    return value
+
+
+# Fields that may be left out but not sent as null (`null` would be "left out" to the route and
+# "given" to the published oneOf); the schema says so: no `null` in it.
+OmittableName = Annotated[
+    Name | None, BeforeValidator(_given), WithJsonSchema({"type": "string", "minLength": 1, "maxLength": 200})
+]
+OmittableRunIds = Annotated[
+    RunIds | None,
+    BeforeValidator(_given),
+    WithJsonSchema(
+        {
+            "type": "array",
+            "items": {"type": "string", "minLength": 1, "maxLength": 100},
+            "minItems": 1,
+            "maxItems": MAX_RUNS,
+        }
+    ),
+]
+OmittableCount = Annotated[
+    Annotated[StrictInt, Field(ge=1, le=MAX_RUNS)] | None,
+    BeforeValidator(_given),
+    WithJsonSchema({"type": "integer", "minimum": 1, "maximum": MAX_RUNS}),
+]
+
+
 class BulkReplayIn(ReplayIn):
     model_config = ConfigDict(json_schema_extra=_ONE_SELECTION)
 
-    definition: Name | None = Field(default=None, description="Replay the last `last` ended runs of it.")
-    run_ids: RunIds | None = None
-    last: Annotated[StrictInt, Field(ge=1, le=MAX_RUNS)] | None = None
+    definition: OmittableName = Field(default=None, description="Replay the last `last` ended runs of it.")
+    run_ids: OmittableRunIds = None
+    last: OmittableCount = Field(
+        default=None, description="With `definition`: how many of its last ended runs (default 10)."
+    )
 
 
 class BulkRetryIn(ApiIn):
     model_config = ConfigDict(json_schema_extra=_ONE_SELECTION)
 
-    definition: Name | None = None
-    run_ids: RunIds | None = None
+    definition: OmittableName = None
+    run_ids: OmittableRunIds = None
     since: str | None = Field(default=None, description="ISO 8601 date or date-time (failed at or after).")
     until: str | None = Field(default=None, description="ISO 8601 date or date-time (failed before).")
     dry_run: StrictBool = False
