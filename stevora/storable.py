@@ -81,6 +81,31 @@ def problem_in_value(value: Any, *, max_depth: int, root: str = "") -> Problem |
     return problem_in_dumped(value, text, max_depth=max_depth, root=root)
 
 
+def problem_in_sent(value: Any, *, max_depth: int, root: str = "") -> Problem | None:
+    """`problem_in_value`, and a NUL anywhere (`VALIDATION_ERROR`): the check of a value a client
+    sends (a request body, a form's JSON), which jsonb would otherwise store with U+FFFD for NUL.
+    One JSON encoding serves both checks; the value is walked only to name a problem's path."""
+    text: str | None
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError):
+        text = None
+    problem = (
+        _walk(value, max_depth, root)
+        if text is None
+        else problem_in_dumped(value, text, max_depth=max_depth, root=root)
+    )
+    if problem is not None:
+        return problem
+    # The encoder writes a NUL as `\u0000` (an escaped backslash before `u0000` also matches:
+    # the walk then finds none).
+    if text is None or "\\u0000" in text:
+        nul = find_nul(value, root)
+        if nul is not None:
+            return Problem("VALIDATION_ERROR", nul or "body", NUL_MESSAGE)
+    return None
+
+
 def _walk(value: Any, max_depth: int, root: str) -> Problem | None:
     # Iterative: a value nested deeper than Python's recursion limit must not crash the check.
     stack: list[tuple[Any, str, int]] = [(value, root, 0)]

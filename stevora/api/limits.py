@@ -8,7 +8,7 @@ An API body (under `/v1/`) is then read exactly one way (docs/security.md, "One 
 body"): exactly one `Content-Type` header, `application/json` (a `charset` other than UTF-8 is
 refused), text that is strict UTF-8 (no UTF-16, no CESU-encoded surrogates), parsed once by the
 stdlib `json` module as FastAPI parses it. The parsed value is then checked as a whole by
-`stevora.storable.problem_in_value` and `stevora.request_checks.find_nul` (nesting, numbers,
+`stevora.storable.problem_in_sent` (nesting, numbers,
 Unicode, NUL: 400 naming the field). Per-field limits are checked where the field is known
 (`stevora.engine.limits`).
 """
@@ -25,10 +25,8 @@ from stevora.settings import Settings
 from stevora.storable import (
     INVALID_UNICODE,
     JSON_TOO_DEEP,
-    NUL_MESSAGE,
     Problem,
-    find_nul,
-    problem_in_value,
+    problem_in_sent,
     top_level_key_at_depth,
 )
 
@@ -154,8 +152,4 @@ def body_problem(body: bytes, max_depth: int) -> Problem | None:
         # Refused here, not left to the route: the route's parser (`json.loads` of the bytes) would
         # guess another encoding or skip a BOM and read what this check never saw.
         return Problem("VALIDATION_ERROR", "body", "Request body is not valid JSON")
-    problem = problem_in_value(value, max_depth=max_depth)
-    if problem is not None:
-        return problem
-    nul = find_nul(value)
-    return None if nul is None else Problem("VALIDATION_ERROR", nul or "body", NUL_MESSAGE)
+    return problem_in_sent(value, max_depth=max_depth)

@@ -14,7 +14,7 @@ from typing import Any
 
 from stevora.errors import PayloadTooLarge, StateTooLarge, UnstorableValue
 from stevora.settings import Settings
-from stevora.storable import NUL_MESSAGE, encoded_size, find_nul, problem_in_value
+from stevora.storable import encoded_size, problem_in_sent, problem_in_value
 from stevora.tasks import StepResult
 
 
@@ -22,12 +22,9 @@ def check_value(settings: Settings, value: Any, field: str) -> None:
     """Raise `UnstorableValue` when `value` (given as `field`) cannot be stored exactly (NUL too:
     the database would hold U+FFFD in its place). The one check of every value a client sends,
     whichever way in (API edge and fields, web UI forms)."""
-    problem = problem_in_value(value, max_depth=settings.max_json_depth, root=field)
+    problem = problem_in_sent(value, max_depth=settings.max_json_depth, root=field)
     if problem is not None:
         raise UnstorableValue.of(problem.code, problem.path, problem.message)
-    nul = find_nul(value, field)
-    if nul is not None:
-        raise UnstorableValue.of("VALIDATION_ERROR", nul or "body", NUL_MESSAGE)
 
 
 def check_sized(settings: Settings, value: Any, field: str, limit: int, setting: str) -> None:
