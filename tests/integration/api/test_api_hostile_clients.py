@@ -407,3 +407,13 @@ async def test_api_paths_and_queries_that_are_not_utf8_are_not_a_server_error(
 ) -> None:
     response = await client.get(path, headers=tenant.headers)
     assert response.status_code < 500, response.text[:300]
+
+
+async def test_the_api_v1_alias_reads_bodies_the_same_one_way(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness, ended_run: str
+) -> None:
+    body = '{"at": "b", "edits": {"state": {"x": NaN}}}'.encode("utf-16")
+    headers = {**tenant.headers, "content-type": "application/json"}
+    response = await client.post(f"/api/v1/workflow-runs/{ended_run}/fork", content=body, headers=headers)
+    assert error(response, 400)["code"] == "INVALID_UNICODE"
+    assert await fork_count(harness, ended_run) == 0
