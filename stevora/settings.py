@@ -170,6 +170,9 @@ class Settings(BaseSettings):
     webhook_timeout_s: float = 10.0
     # Deliver to private, loopback and link-local addresses too (local development; SSRF risk).
     webhook_allow_private: bool = False
+    # Webhooks one workspace may have (a 409 past it); each has its own cap of pending deliveries
+    # (docs/api/webhooks.md, "Limits").
+    webhooks_per_workspace: int = Field(default=25, ge=1)
 
     # Observability (docs/observability.md)
     # OpenTelemetry traces: on when an OTLP endpoint is set or STEVORA_OTEL=true (needs stevora[otel]).

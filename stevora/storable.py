@@ -11,8 +11,9 @@ responses. A value is *storable* when every one of them reads it back unchanged:
 * nesting: at most `max_depth` containers deep (orjson stops at 255, pydantic's serializer at 255;
   the limit leaves room for the envelopes, events and webhooks a value is wrapped in).
 
-`problem_in_value` checks a Python value; `problem_in_body` checks request bytes cheaply (a scan for
-what could be a problem, a parse only when something could be). docs/security.md lists the limits.
+`problem_in_value` checks a Python value: a request body is checked after it is parsed, never by
+scanning its bytes (another encoding would slip past a scan; docs/security.md, "One way to read a
+body"). docs/security.md lists the limits.
 """
 
 from __future__ import annotations
@@ -26,27 +27,14 @@ from typing import Any
 MIN_INT = -(2**63)
 MAX_INT = 2**63 - 1
 
+NUL_MESSAGE = "NUL characters are not allowed"
+
 # Problem codes (the API's error codes; also the `error_code` of a refused tool output).
 INVALID_NUMBER = "INVALID_NUMBER"
 JSON_TOO_DEEP = "JSON_TOO_DEEP"
 INVALID_UNICODE = "INVALID_UNICODE"
 
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
-# In request bytes: what could be a number beyond 64 bits or a double's range (NaN and Infinity
-# are looked for as plain substrings). A body without any of these, and not nested too deep,
-# needs no parse. Separate scans: one alternation regex measured three times slower.
-_LONG_DIGITS = re.compile(rb"[0-9]{19}")
-_BIG_EXPONENT = re.compile(rb"[eE][+-]?[0-9]{3}")
-
-
-def _suspect(body: bytes) -> bool:
-    return (
-        b"NaN" in body
-        or b"Infinity" in body
-        or _LONG_DIGITS.search(body) is not None
-        or _BIG_EXPONENT.search(body) is not None
-        or (b"\\u" in body and _SURROGATE_ESCAPE.search(body) is not None)
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,28 +44,6 @@ class Problem:
     code: str
     path: str
     message: str
-
-
-class _Unreadable:
-    """A number the parser met that does not round-trip (kept to report where it was)."""
-
-    __slots__ = ("text",)
-
-    def __init__(self, text: str) -> None:
-        self.text = text
-
-
-def _int(text: str) -> int | _Unreadable:
-    # Checked by length first: int() of thousands of digits is slow (and refused past 4300).
-    if len(text) > 20:
-        return _Unreadable(text)
-    value = int(text)
-    return value if MIN_INT <= value <= MAX_INT else _Unreadable(text)
-
-
-def _float(text: str) -> float | _Unreadable:
-    value = float(text)
-    return value if math.isfinite(value) else _Unreadable(text)
 
 
 def _join(path: str, key: str | int) -> str:
@@ -115,6 +81,31 @@ def problem_in_value(value: Any, *, max_depth: int, root: str = "") -> Problem |
     return problem_in_dumped(value, text, max_depth=max_depth, root=root)
 
 
+def problem_in_sent(value: Any, *, max_depth: int, root: str = "") -> Problem | None:
+    """`problem_in_value`, and a NUL anywhere (`VALIDATION_ERROR`): the check of a value a client
+    sends (a request body, a form's JSON), which jsonb would otherwise store with U+FFFD for NUL.
+    One JSON encoding serves both checks; the value is walked only to name a problem's path."""
+    text: str | None
+    try:
+        text = json.dumps(value, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+    except (ValueError, TypeError, RecursionError):
+        text = None
+    problem = (
+        _walk(value, max_depth, root)
+        if text is None
+        else problem_in_dumped(value, text, max_depth=max_depth, root=root)
+    )
+    if problem is not None:
+        return problem
+    # The encoder writes a NUL as `\u0000` (an escaped backslash before `u0000` also matches:
+    # the walk then finds none).
+    if text is None or "\\u0000" in text:
+        nul = find_nul(value, root)
+        if nul is not None:
+            return Problem("VALIDATION_ERROR", nul or "body", NUL_MESSAGE)
+    return None
+
+
 def _walk(value: Any, max_depth: int, root: str) -> Problem | None:
     # Iterative: a value nested deeper than Python's recursion limit must not crash the check.
     stack: list[tuple[Any, str, int]] = [(value, root, 0)]
@@ -141,13 +132,6 @@ def _walk(value: Any, max_depth: int, root: str) -> Problem | None:
         elif isinstance(item, float):
             if not math.isfinite(item):
                 return Problem(INVALID_NUMBER, path or "body", f"{item} is not a JSON number")
-        elif isinstance(item, _Unreadable):
-            text = _number_text(item.text)
-            if item.text in ("NaN", "Infinity", "-Infinity"):
-                return Problem(INVALID_NUMBER, path or "body", f"{item.text} is not a JSON number")
-            if any(c in item.text for c in ".eE"):
-                return Problem(INVALID_NUMBER, path or "body", f"{text} is beyond the range of a double")
-            return Problem(INVALID_NUMBER, path or "body", _int_message(text))
         elif isinstance(item, str) and _bad_string(item):
             return Problem(
                 INVALID_UNICODE, path or "body", "Not valid Unicode (a lone surrogate such as \\ud800)"
@@ -159,7 +143,7 @@ def _int_message(text: str) -> str:
     return f"{text} is outside the integers stored exactly (-2^63 to 2^63-1); send it as a string"
 
 
-def _top_level_key_at_depth(body: bytes, max_depth: int) -> str:
+def top_level_key_at_depth(body: bytes, max_depth: int) -> str:
     """For a body too deep to parse: the top-level key under which the nesting passes the limit."""
     depth = 0
     key = ""
@@ -191,7 +175,6 @@ def _top_level_key_at_depth(body: bytes, max_depth: int) -> str:
 # JSON strings (to blank out before counting brackets), and a container holding no other.
 _STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
 _INNERMOST = re.compile(rb"\[[^\[\]{}]*\]|\{[^\[\]{}]*\}")
-_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
 
 
 def _depth_exceeds(text: bytes, max_depth: int) -> bool:
@@ -207,43 +190,6 @@ def _depth_exceeds(text: bytes, max_depth: int) -> bool:
     return True
 
 
-def problem_in_body(body: bytes, *, max_depth: int) -> Problem | None:
-    """Check a JSON request body; None when it is fine *or not JSON at all* (the route's own
-    validation reports that). Paths are the body's field paths (`input.a[0]`).
-
-    A body with nothing suspect (no 19-digit run, `NaN`, `Infinity`, 3-digit exponent or escaped
-    surrogate, and not too deep) is not parsed; one that is gets parsed, and walked only when the
-    parse met an unreadable number, the nesting is too deep or a surrogate escape is lone."""
-    deep = _depth_exceeds(body, max_depth)
-    if not deep and not _suspect(body):
-        return None
-    unreadable: list[_Unreadable] = []
-
-    def flag(value: Any) -> Any:
-        if isinstance(value, _Unreadable):
-            unreadable.append(value)
-        return value
-
-    try:
-        value = json.loads(
-            body,
-            parse_int=lambda t: flag(_int(t)),
-            parse_float=lambda t: flag(_float(t)),
-            parse_constant=lambda t: flag(_Unreadable(t)),
-        )
-    except RecursionError:
-        return Problem(
-            JSON_TOO_DEEP, _top_level_key_at_depth(body, max_depth), f"Nested deeper than {max_depth} levels"
-        )
-    except ValueError:  # not JSON (or not UTF-8): left to the route
-        return None
-    if deep or unreadable:
-        return _walk(value, max_depth, "")
-    if _SURROGATE_ESCAPE.search(body) and _bad_string(json.dumps(value, ensure_ascii=False)):
-        return _walk(value, max_depth, "")
-    return None
-
-
 _SUSPECT_TEXT = re.compile(r"[0-9]{19}")
 
 
@@ -254,6 +200,25 @@ def problem_in_dumped(value: Any, text: str, *, max_depth: int, root: str = "") 
         return _walk(value, max_depth, root)
     if text.count("[") + text.count("{") > max_depth and _depth_exceeds(text.encode(), max_depth):
         return _walk(value, max_depth, root)
+    return None
+
+
+def find_nul(value: Any, path: str = "") -> str | None:
+    """The path of the first string (or key) in `value` holding a NUL (PostgreSQL text and jsonb
+    cannot hold U+0000), or None."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:  # iterative: a value nested deeper than the recursion limit must not crash it
+        item, where = stack.pop()
+        if isinstance(item, str):
+            if "\x00" in item:
+                return where
+        elif isinstance(item, dict):
+            for key in reversed(list(item)):
+                if isinstance(key, str) and "\x00" in key:
+                    return f"{where}.{key!r}" if where else repr(key)
+                stack.append((item[key], f"{where}.{key}" if where else str(key)))
+        elif isinstance(item, list):
+            stack.extend((item[i], f"{where}[{i}]") for i in range(len(item) - 1, -1, -1))
     return None
 
 

@@ -18,7 +18,7 @@ from fastapi_offline import FastAPIOffline
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from stevora.api.auth import ApiKeyAuthenticator
-from stevora.api.deps import ApiContext, reject_nul
+from stevora.api.deps import ApiContext
 from stevora.api.errors import install_error_handlers
 from stevora.api.limits import EdgeLimits
 from stevora.api.openapi import install_openapi
@@ -40,6 +40,7 @@ from stevora.api.routers import (
 from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.observability import metrics, tracing
+from stevora.request_checks import reject_nul
 from stevora.runtime import Runtime
 from stevora.settings import Settings
 from stevora.throttle.authlimit import FailedAuthLimiter

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -10,7 +9,7 @@ from fastapi import Depends, Query, Request
 from fastapi.security import APIKeyHeader
 
 from stevora.api.auth import ApiKeyAuthenticator, Principal
-from stevora.errors import StevoraError, ValidationError
+from stevora.errors import StevoraError
 from stevora.runtime import Runtime
 from stevora.settings import Settings
 from stevora.throttle.authlimit import client_address
@@ -90,42 +89,3 @@ async def page_params(
 
 
 Paging = Annotated[PageParams, Depends(page_params)]
-
-
-def _find_nul(value: Any, path: str) -> str | None:
-    if isinstance(value, str):
-        return path if "\x00" in value else None
-    if isinstance(value, dict):
-        for key, item in value.items():
-            if "\x00" in key:
-                return f"{path}.{key!r}" if path else repr(key)
-            found = _find_nul(item, f"{path}.{key}" if path else key)
-            if found is not None:
-                return found
-    if isinstance(value, list):
-        for index, item in enumerate(value):
-            found = _find_nul(item, f"{path}[{index}]")
-            if found is not None:
-                return found
-    return None
-
-
-async def reject_nul(request: Request) -> None:
-    """PostgreSQL text and jsonb cannot hold U+0000: answer 400 instead of failing in the driver."""
-    problems: list[dict[str, str]] = []
-    if "\x00" in request.url.path or "%00" in request.url.path:
-        problems.append({"path": "path", "message": "NUL characters are not allowed"})
-    for name, value in request.query_params.multi_items():
-        if "\x00" in name or "\x00" in value:
-            problems.append({"path": name.replace("\x00", ""), "message": "NUL characters are not allowed"})
-    if request.method in ("POST", "PUT", "PATCH"):
-        body = await request.body()
-        if b"\\u0000" in body or b"\x00" in body:
-            try:
-                found = _find_nul(json.loads(body), "")
-            except ValueError:
-                found = None  # not JSON: the body validation reports it
-            if found is not None:
-                problems.append({"path": found or "body", "message": "NUL characters are not allowed"})
-    if problems:
-        raise ValidationError.from_problems(problems)

@@ -19,13 +19,15 @@ _DESCRIPTIONS = {
     401: "AUTH_ERROR: missing, invalid or revoked credentials",
     404: "NOT_FOUND: no such resource in the caller's workspace",
     409: "CONFLICT / INVALID_STATE_TRANSITION / SIGNAL_MISMATCH",
+    415: "UNSUPPORTED_MEDIA_TYPE: a body that is not one Content-Type: application/json (UTF-8)",
     429: "RATE_LIMIT_ERROR: too many requests (see the Retry-After header)",
     500: "INTERNAL_ERROR",
     503: "SERVICE_UNAVAILABLE",
 }
 DEFINITION_SCHEMA = "WorkflowDefinitionInput"
 DOCS_PAGES = ("/docs", "/redoc")  # Swagger UI and ReDoc (stevora.api.app)
-# PostgreSQL text and jsonb cannot hold U+0000; `deps.reject_nul` answers 400 for one anywhere in a
+# PostgreSQL text and jsonb cannot hold U+0000; `request_checks.reject_nul` (path, query) and the
+# edge (`api.limits`, JSON bodies) answer 400 for one anywhere in a
 # request (path, query, body). The document says so on every string a request can carry.
 NO_NUL = "^[^\\u0000]*$"
 JSON_VALUE = "JsonValue"
@@ -101,6 +103,11 @@ def install_openapi(app: FastAPI) -> None:
                             }
                         },
                     }
+                security = operation.get("security", [])
+                if any("AdminToken" in requirement for requirement in security) and {} not in security:
+                    # Open when the server has no ADMIN_TOKEN (docs/api/authentication.md): the
+                    # token is one way in, not a requirement the schema may promise.
+                    security.append({})
                 responses = operation.get("responses", {})
                 responses.pop("422", None)
                 for status, entry in AUTHED.items():
@@ -109,6 +116,8 @@ def install_openapi(app: FastAPI) -> None:
                     if status == 429 and "security" not in operation:
                         continue
                     responses.setdefault(str(status), _inline(entry))
+                if "requestBody" in operation:  # the edge's one way to read a body (api.limits)
+                    responses.setdefault("415", _inline(errors(415)[415]))
         for name in ("HTTPValidationError", "ValidationError"):
             components.pop(name, None)
         _require_discriminators(components)

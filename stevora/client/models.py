@@ -232,6 +232,8 @@ class LlmCall(Model):
     time_to_first_token_ms: float | None = None  # streamed calls only
     finish_reason: str | None = None
     error: dict[str, Any] | None = None
+    inherited_from: str | None = None
+    """In a fork or replay: the origin's model call this one was copied from (not made by this run)."""
     created_at: datetime | None = None
 
 
@@ -255,6 +257,8 @@ class ToolTrace(Model):
     """For a workflow called as a tool: the child run that answered the call."""
     goto_step: str | None = None
     """The step the handler sent the run to with `ctx.goto` (the llm step ended after this round)."""
+    inherited_from: str | None = None
+    """In a fork or replay: the origin's tool trace this one was copied from (not run by this run)."""
     created_at: datetime | None = None
 
 

@@ -484,6 +484,7 @@ class WebhookDelivery(Base):
     __table_args__ = (
         CheckConstraint(_in("status", DELIVERY_STATUSES), name="status"),
         Index("ix_deliveries_due", "next_attempt_at", postgresql_where=text("status = 'PENDING'")),
+        Index("ix_deliveries_pending_by_webhook", "webhook_id", postgresql_where=text("status = 'PENDING'")),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     webhook_id: Mapped[str] = mapped_column(ForeignKey("webhooks.id", ondelete="CASCADE"), index=True)

@@ -12,19 +12,36 @@ from stevora.clock import iso, utcnow
 from stevora.events import WebhookEvent
 from stevora.ids import new_id
 
+# Pending deliveries one webhook may have (docs/api/webhooks.md, "Limits"): past it, an event's
+# delivery to that webhook is written FAILED with BACKLOG_FULL and never sent, so an endpoint that
+# is down (or a workspace that subscribed many) cannot grow the queue without bound.
+BACKLOG_PER_WEBHOOK = 1000
+BACKLOG_FULL = "BACKLOG_FULL"
+_BACKLOG_FULL_SQL = (
+    "(SELECT count(*) FROM (SELECT 1 FROM webhook_deliveries p WHERE p.webhook_id = w.id "
+    f"AND p.status = 'PENDING' LIMIT {BACKLOG_PER_WEBHOOK}) b) >= {BACKLOG_PER_WEBHOOK}"
+)
+BACKLOG_FULL_ERROR = (
+    f"{BACKLOG_FULL}: the webhook already had {BACKLOG_PER_WEBHOOK} deliveries pending; this one was not sent"
+)
+
 
 def deliveries_sql(
     *, workspace: str, event: str, event_id: str, created_at: str, data: str, source: str = ""
 ) -> str:
-    """`INSERT ... SELECT` of one delivery row per active webhook subscribed to `event`.
+    """`INSERT ... SELECT` of one delivery row per active webhook subscribed to `event`: PENDING, or
+    FAILED with `BACKLOG_FULL` for a webhook with `BACKLOG_PER_WEBHOOK` deliveries pending.
 
     Each argument is a SQL expression (a `$n` placeholder or a column of `source`, an extra
     `FROM` item such as a CTE), so a single statement can announce the change it makes."""
     return (
-        "INSERT INTO webhook_deliveries (id, webhook_id, workspace_id, event, payload, status, next_attempt_at) "
+        "INSERT INTO webhook_deliveries "
+        "(id, webhook_id, workspace_id, event, payload, status, next_attempt_at, last_error) "
         f"SELECT 'whd_' || substr(md5(random()::text || w.id), 1, 24), w.id, w.workspace_id, {event}, "
         f"jsonb_build_object('id', {event_id}, 'event', {event}, 'createdAt', {created_at}, 'data', {data}), "
-        f"'PENDING', now() FROM {source}{', ' if source else ''}webhooks w "
+        "CASE WHEN q.backlog_full THEN 'FAILED' ELSE 'PENDING' END, CASE WHEN q.backlog_full THEN NULL ELSE now() END, "
+        f"CASE WHEN q.backlog_full THEN '{BACKLOG_FULL_ERROR}' END "
+        f"FROM {source}{', ' if source else ''}webhooks w CROSS JOIN LATERAL (SELECT {_BACKLOG_FULL_SQL} AS backlog_full) q "
         f"WHERE w.workspace_id = {workspace} AND w.is_active AND w.events ? {event}"
     )
 

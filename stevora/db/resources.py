@@ -307,14 +307,6 @@ def definition(workspace_id: str, definition_id: str) -> Query:
 # -- webhooks -----------------------------------------------------------------------------------
 
 
-def insert_webhook(workspace_id: str, url: str, events: list[str], secret: str) -> Insert:
-    return (
-        insert(Webhook)
-        .values(id=new_id("wh"), workspace_id=workspace_id, url=url, events=events, secret=secret)
-        .returning(HOOKS)
-    )
-
-
 def webhooks(workspace_id: str) -> Query:
     return select(HOOKS).where(HOOKS.c.workspace_id == workspace_id).order_by(HOOKS.c.created_at, HOOKS.c.id)
 

@@ -27,11 +27,14 @@ BUDGET_LIMITS: tuple[str, ...] = ("maxCostCents", "maxModelCalls", "maxToolCalls
 class Budget(CamelModel):
     """Limits of one run; a field left out is no limit (unless the server sets a ceiling)."""
 
-    max_cost_cents: float | None = Field(default=None, ge=0, le=MAX_BUDGET_CENTS, allow_inf_nan=False)
+    # strict: `false` or `"5"` is a 400, not a limit of 0 or 5 (a bool is an int to lax pydantic).
+    max_cost_cents: float | None = Field(
+        default=None, ge=0, le=MAX_BUDGET_CENTS, allow_inf_nan=False, strict=True
+    )
     """The run's model spend, in US cents (`totalCostCents`): checked before each model call."""
-    max_model_calls: int | None = Field(default=None, ge=0, le=MAX_BUDGET_COUNT)
+    max_model_calls: int | None = Field(default=None, ge=0, le=MAX_BUDGET_COUNT, strict=True)
     """Model calls the run may make (failed ones included), across all its steps and attempts."""
-    max_tool_calls: int | None = Field(default=None, ge=0, le=MAX_BUDGET_COUNT)
+    max_tool_calls: int | None = Field(default=None, ge=0, le=MAX_BUDGET_COUNT, strict=True)
     """Tool calls the run may make, except calls of tools a step does not offer (TOOL_NOT_OFFERED)."""
     on_budget_exceeded: BudgetAction = "fail"
     """`fail`: the step fails with BUDGET_EXCEEDED (not retried). `pause`: the run waits for a person

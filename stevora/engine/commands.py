@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 import structlog
 
+from stevora.db import forks as db_forks
 from stevora.db import runs
 from stevora.db.runs import RELEASE
 from stevora.definitions import Budget
@@ -22,6 +23,7 @@ from stevora.definitions.flow import Concurrency
 from stevora.engine import budget as budget_rules
 from stevora.engine import endings, flow, limits
 from stevora.engine.hints import dispatch_hint
+from stevora.engine.idempotency import NEW_RUN, check_same_kind
 from stevora.engine.steps import external_event
 from stevora.errors import InvalidStateTransition, NotFoundError, ValidationError
 from stevora.events import Event, EventType
@@ -93,6 +95,9 @@ async def create_run(
                 existing = await runs.get_run_by_idempotency_key(conn, workspace_id, idempotency_key)
             if existing is None:
                 raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
+            made = await db_forks.get_by_key(conn, workspace_id, idempotency_key or "")
+            if made is not None:
+                check_same_kind(made, NEW_RUN, idempotency_key or "")
             return existing, False
     log.info("run_created", workflow_run_id=row["id"], definition_id=definition_id)
     RUNS_CREATED.inc()

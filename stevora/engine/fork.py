@@ -30,7 +30,9 @@ from stevora.db import forks as db_forks
 from stevora.db import runs
 from stevora.db.outbox import enqueue_webhooks
 from stevora.definitions import parse_definition
+from stevora.engine import limits
 from stevora.engine.hints import dispatch_hint
+from stevora.engine.idempotency import check_same_kind, fork_kind
 from stevora.engine.steps.llm_recorded import RECORDED, RECORDED_LIVE
 from stevora.errors import NotFoundError, ValidationError
 from stevora.events import EventType, WebhookEvent
@@ -267,6 +269,11 @@ async def plan_fork(
                     f"not a tool call of round {point.round - 1} of step '{step_name}' "
                     f"(its calls: {', '.join(sorted(ids)) or 'none'})",
                 )
+    # What the edits carry is stored as sent (the fork's state, tool traces, definition): checked
+    # here as every stored value is, whichever way the request came in (API, web UI form).
+    for name in ("state", "toolResults", "systemPrompt"):
+        if edits.get(name) is not None:
+            limits.check_value(rt.settings, edits[name], f"edits.{name}")
     model = edits.get("model")
     system_prompt = edits.get("systemPrompt")
     if model is not None or system_prompt is not None:
@@ -400,6 +407,8 @@ async def plan_replay(
     if target_step is None:
         raise ValidationError.at(field_name, "the replayed definition has no llm step")
     _check_model_and_prompt(rt, model, system_prompt, "")
+    if system_prompt is not None:
+        limits.check_value(rt.settings, system_prompt, "systemPrompt")
     plan.model, plan.system_prompt, plan.edited_step = model, system_prompt, target_step
     return plan
 
@@ -570,8 +579,10 @@ async def _write_fork(
             trace_context=trace_context,
         )
         if fork is None:
-            existing = await db_forks.get_by_key(conn, origin["workspace_id"], idempotency_key or "")
+            key = idempotency_key or ""
+            existing = await db_forks.get_by_key(conn, origin["workspace_id"], key)
             assert existing is not None
+            check_same_kind(existing, fork_kind(origin["id"], replay=plan.replay), key)
             return existing, False
         step_ids: dict[str, str] = {}
         for s in copying.inherited_steps:

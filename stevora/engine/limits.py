@@ -14,13 +14,15 @@ from typing import Any
 
 from stevora.errors import PayloadTooLarge, StateTooLarge, UnstorableValue
 from stevora.settings import Settings
-from stevora.storable import encoded_size, problem_in_value
+from stevora.storable import encoded_size, problem_in_sent, problem_in_value
 from stevora.tasks import StepResult
 
 
 def check_value(settings: Settings, value: Any, field: str) -> None:
-    """Raise `UnstorableValue` when `value` (given as `field`) cannot be stored exactly."""
-    problem = problem_in_value(value, max_depth=settings.max_json_depth, root=field)
+    """Raise `UnstorableValue` when `value` (given as `field`) cannot be stored exactly (NUL too:
+    the database would hold U+FFFD in its place). The one check of every value a client sends,
+    whichever way in (API edge and fields, web UI forms)."""
+    problem = problem_in_sent(value, max_depth=settings.max_json_depth, root=field)
     if problem is not None:
         raise UnstorableValue.of(problem.code, problem.path, problem.message)
 

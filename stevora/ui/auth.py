@@ -30,7 +30,7 @@ from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 
 from stevora.db import pages
-from stevora.errors import RateLimitError, StevoraError
+from stevora.errors import RateLimitError, StevoraError, ValidationError
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -165,11 +165,20 @@ class UiRoute(APIRoute):
                 response = await handler(request)
             except RateLimitError as exc:
                 return throttled(exc)
+            except ValidationError as exc:  # what the shared request checks refuse (a NUL, ...)
+                return refused(exc)
             if getattr(request.state, "stale_key_cookie", False):
                 clear_key_cookie(response)
             return response
 
         return limited
+
+
+def refused(exc: ValidationError) -> Response:
+    """A 400 naming each refused field, as plain text (the API's checks, the UI's words)."""
+    problems = (exc.details or {}).get("errors") or []
+    lines = [f"{p.get('path')}: {p.get('message')}" for p in problems] or [exc.message]
+    return PlainTextResponse("Refused: " + "; ".join(lines) + "\n", status_code=400)
 
 
 def safe_next(target: str | None) -> str:

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs
-
 from fastapi import Request
 from fastapi.responses import PlainTextResponse, Response
 
+from stevora.request_checks import form_fields
 from stevora.ui import auth
 from stevora.ui.auth import UiUser, current_user
 
@@ -15,12 +14,12 @@ CSRF_FAILED = "Invalid or missing CSRF token; reload the page and try again."
 
 
 async def read_form(request: Request) -> dict[str, str]:
-    """The last value of each field; an empty dict for a body over MAX_FORM_BYTES."""
+    """The last value of each field; an empty dict for a body over MAX_FORM_BYTES. Text that is not
+    UTF-8 is a `ValidationError` (a 400), never U+FFFD in place of what was sent."""
     body = await request.body()
     if len(body) > MAX_FORM_BYTES:
         return {}
-    parsed = parse_qs(body.decode("utf-8", errors="replace"), keep_blank_values=True)
-    return {k: v[-1] for k, v in parsed.items()}
+    return dict(form_fields(body))  # later fields win, as before
 
 
 async def checked_form(request: Request) -> tuple[UiUser, dict[str, str]] | Response:

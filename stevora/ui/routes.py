@@ -14,7 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from fastapi import APIRouter, FastAPI, Request
+from fastapi import APIRouter, Depends, FastAPI, Request
 from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
@@ -22,6 +22,7 @@ from fastapi.templating import Jinja2Templates
 from stevora.engine import provider_limits
 from stevora.engine.steps.approval import Decision, decide_approval
 from stevora.errors import RateLimitError, StevoraError
+from stevora.request_checks import reject_nul
 from stevora.statuses import TERMINAL_RUN_STATUSES
 from stevora.ui import auth, queries, time_travel, waterfall
 from stevora.ui.actions import add_action_routes, definition_context
@@ -93,7 +94,10 @@ def _int(value: str | None, default: int) -> int:
 
 def build_ui_router() -> APIRouter:
     """The /ui routes (pages, fragments, the SSE stream and the decision form)."""
-    router = APIRouter(prefix="/ui", include_in_schema=False, route_class=auth.UiRoute)
+    # The API's NUL check on every route (path, query, form): PostgreSQL text cannot hold U+0000.
+    router = APIRouter(
+        prefix="/ui", include_in_schema=False, route_class=auth.UiRoute, dependencies=[Depends(reject_nul)]
+    )
     templates = _templates()
 
     async def render(

@@ -13,6 +13,7 @@ from stevora.api.openapi import errors
 from stevora.api.routers.costs import parse_instant
 from stevora.api.routers.forks import REPLAY_FIELDS, plan_replay_body
 from stevora.api.schemas.envelope import ok
+from stevora.api.schemas.time_travel import BulkReplayIn, BulkRetryIn
 from stevora.db import forks as db_forks
 from stevora.engine import bulk
 from stevora.engine import fork as forking
@@ -48,8 +49,8 @@ def _selection(body: dict[str, Any]) -> tuple[str | None, list[str] | None]:
 async def bulk_replay(
     auth: Auth,
     ctx: Ctx,
-    body: Annotated[
-        dict[str, Any],
+    request: Annotated[
+        BulkReplayIn,
         Body(examples=[{"definition": "support-agent", "last": 20, "model": "gpt-4.1-mini"}]),
     ],
 ) -> Response:
@@ -59,9 +60,7 @@ async def bulk_replay(
     naming the field and nothing is stored; a run that cannot be replayed is reported in its row.
     With `idempotencyKey`, each replay's key is `KEY:RUN_ID` (the same call again answers the same
     replays). `GET /replays/compare?runs=...` compares them with their origins."""
-    unknown = sorted(set(body) - REPLAY_FIELDS - {"definition", "runIds", "last"})
-    if unknown:
-        raise ValidationError.at(unknown[0], "unknown field")
+    body = request.model_dump(by_alias=True, exclude_unset=True)
     name, ids = _selection(body)
     if name is not None:
         last = body.get("last", DEFAULT_LAST)
@@ -102,7 +101,11 @@ async def bulk_replay(
 async def compare(
     auth: Auth,
     ctx: Ctx,
-    runs: Annotated[str, Query(description="Replay run ids, comma-separated (or repeated).")],
+    runs: Annotated[
+        str,
+        # At least one id (not only commas and spaces): the schema allows what the route takes.
+        Query(description="Replay run ids, comma-separated.", min_length=1, pattern=r"[^,\s]"),
+    ],
 ) -> Response:
     """Per replay: its origin's and its own status, final output, rounds (completed model calls),
     tool calls (the replay's matched / unmatched / live), tokens, cost and latency; `done` once
@@ -115,8 +118,8 @@ async def compare(
 async def retry_failed(
     auth: Auth,
     ctx: Ctx,
-    body: Annotated[
-        dict[str, Any],
+    request: Annotated[
+        BulkRetryIn,
         Body(examples=[{"definition": "support-agent", "since": "2026-11-20T00:00:00Z", "dryRun": True}]),
     ],
 ) -> Response:
@@ -125,9 +128,7 @@ async def retry_failed(
     `dryRun: true` only the count and the ids. Otherwise each is retried as
     `POST /workflow-runs/{id}/retry`, one by one: a run that cannot be retried is reported in its
     row and the others go on."""
-    unknown = sorted(set(body) - {"definition", "runIds", "since", "until", "dryRun"})
-    if unknown:
-        raise ValidationError.at(unknown[0], "unknown field")
+    body = request.model_dump(by_alias=True, exclude_unset=True)
     name, ids = _selection(body)
     since, until = _instant(body, "since"), _instant(body, "until")
     dry_run = body.get("dryRun", False)

@@ -10,7 +10,8 @@ from starlette.responses import Response
 
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
-from stevora.api.schemas.envelope import ok
+from stevora.api.schemas.envelope import ok, readable
+from stevora.api.schemas.time_travel import ForkIn, ReplayIn
 from stevora.db import forks as db_forks
 from stevora.engine import fork as forking
 from stevora.engine.steps.llm_recorded import RECORDED, replay_report
@@ -28,7 +29,7 @@ async def checkpoints(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     each with the state as it was there and what happened next (model call, tool call ids)."""
     run = await _run(ctx.rt, auth.workspace_id, run_id)
     points, _ = await forking.fork_points(ctx.rt.pool, run)
-    return ok([p.to_dict() for p in points])
+    return ok([{**p.to_dict(), "state": readable(p.state)} for p in points])
 
 
 @router.get("/{run_id}/lineage", responses=errors(404), summary="A run's origin, forks and replay report")
@@ -39,7 +40,7 @@ async def lineage(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
         "runId": run_id,
         "forkedFrom": forking.fork_view(run) or None,
         "replayOf": run["replay_of"],
-        "edits": run["fork_edits"],
+        "edits": readable(run["fork_edits"]),
         "forks": [
             {
                 "runId": f["id"],
@@ -63,15 +64,15 @@ async def fork(
     run_id: RunId,
     auth: Auth,
     ctx: Ctx,
-    body: Annotated[dict[str, Any], Body(examples=[{"at": {"step": "agent", "round": 3}}])],
+    body: Annotated[ForkIn, Body(examples=[{"at": {"step": "agent", "round": 3}}])],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
     """201 with a new run that inherits everything before `at` (never executed again) and goes on
-    from there with `edits` applied; 200 with the existing fork when `Idempotency-Key` was used."""
-    if "at" not in body:
-        raise ValidationError.from_problems([{"path": "at", "message": "required: {step} or {step, round}"}])
-    plan = await forking.plan_fork(ctx.rt, auth.workspace_id, run_id, body["at"], body.get("edits"))
-    return await _create(ctx.rt, auth.workspace_id, plan, idempotency_key or body.get("idempotencyKey"))
+    from there with `edits` applied; 200 with the existing fork when `Idempotency-Key` was used
+    (409 when the key was used for another kind of request)."""
+    raw = body.model_dump(by_alias=True, exclude_unset=True)
+    plan = await forking.plan_fork(ctx.rt, auth.workspace_id, run_id, raw["at"], raw.get("edits"))
+    return await _create(ctx.rt, auth.workspace_id, plan, idempotency_key or body.idempotency_key)
 
 
 @router.post("/{run_id}/replay", status_code=201, responses=errors(400, 404), summary="Replay a run")
@@ -79,15 +80,16 @@ async def replay(
     run_id: RunId,
     auth: Auth,
     ctx: Ctx,
-    body: Annotated[dict[str, Any], Body(examples=[{"model": "gpt-4o-mini", "tools": "recorded"}])],
+    body: Annotated[ReplayIn, Body(examples=[{"model": "gpt-4o-mini", "tools": "recorded"}])],
     idempotency_key: Annotated[str | None, Header(alias="Idempotency-Key")] = None,
 ) -> Response:
     """The run driven again from its first step with another model / system prompt / definition
     version; with `tools: "recorded"` (the default) each tool call is answered from the origin's
     recorded result, and an unmatched call fails (`unmatched: "error"`, the default) or runs live
     (`unmatched: "live"`)."""
-    plan = await plan_replay_body(ctx.rt, auth.workspace_id, run_id, body)
-    return await _create(ctx.rt, auth.workspace_id, plan, idempotency_key or body.get("idempotencyKey"))
+    raw = body.model_dump(by_alias=True, exclude_unset=True)
+    plan = await plan_replay_body(ctx.rt, auth.workspace_id, run_id, raw)
+    return await _create(ctx.rt, auth.workspace_id, plan, idempotency_key or body.idempotency_key)
 
 
 REPLAY_FIELDS = {"tools", "model", "systemPrompt", "step", "definitionVersion", "unmatched", "idempotencyKey"}
@@ -124,8 +126,8 @@ def run_view(run: Any) -> dict[str, Any]:
         "definitionId": run["definition_id"],
         "forkedFrom": forking.fork_view(run) or None,
         "replayOf": run["replay_of"],
-        "edits": run["fork_edits"],
-        "state": run["state"],
+        "edits": readable(run["fork_edits"]),
+        "state": readable(run["state"]),
         "createdAt": run["created_at"].isoformat(),
     }
 

@@ -22,8 +22,8 @@ from stevora.api.schemas.webhooks import (
     WebhookCreated,
     WebhookOut,
 )
-from stevora.db import resources
-from stevora.errors import NotFoundError, ValidationError
+from stevora.db import resources, webhook_endpoints
+from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.ids import random_token
 from stevora.webhooks.address import BlockedUrl, UnresolvedHost, check_webhook_url
 
@@ -36,24 +36,30 @@ SECRET_PREFIX = "whsec_"
     "",
     status_code=201,
     response_model=Envelope[WebhookCreated],
-    responses=errors(400),
+    responses=errors(400, 409),
     summary="Create a webhook",
 )
 async def create_webhook(body: WebhookCreate, auth: Auth, ctx: Ctx) -> Response:
     """The signing `secret` is in this response only. URLs that resolve to private, loopback or
-    link-local addresses are refused (400, `url`) unless STEVORA_WEBHOOK_ALLOW_PRIVATE is set."""
+    link-local addresses are refused (400, `url`) unless STEVORA_WEBHOOK_ALLOW_PRIVATE is set. A
+    workspace has at most STEVORA_WEBHOOKS_PER_WORKSPACE webhooks (default 25; 409 past it)."""
     try:
         await check_webhook_url(body.url, allow_private=ctx.settings.webhook_allow_private)
     except BlockedUrl as exc:
         raise ValidationError.from_problems([{"path": "url", "message": str(exc)}]) from None
     except UnresolvedHost:
         pass  # accepted: delivery resolves again (and refuses a private answer then)
-    stmt = resources.insert_webhook(
-        auth.workspace_id, body.url, list(body.events), SECRET_PREFIX + random_token(32)
+    limit = ctx.settings.webhooks_per_workspace
+    row, count = await webhook_endpoints.insert_within_limit(
+        ctx.rt.pool, auth.workspace_id, body.url, list(body.events), SECRET_PREFIX + random_token(32), limit
     )
-    row = await write_one(ctx.rt, stmt)
-    assert row is not None
-    return ok(WebhookCreated.model_validate(row), 201)
+    if row is None:
+        raise ConflictError(
+            f"The workspace has {count} webhooks, its limit (STEVORA_WEBHOOKS_PER_WORKSPACE={limit}); "
+            "delete one or subscribe an existing one to more events",
+            details={"limit": limit, "webhooks": count},
+        )
+    return ok(WebhookCreated.model_validate(dict(row)), 201)
 
 
 @router.get("", response_model=Envelope[list[WebhookOut]], summary="List webhooks")

@@ -20,6 +20,7 @@ from pydantic import (
     WrapSerializer,
 )
 from pydantic.alias_generators import to_camel
+from pydantic_core import to_json
 from starlette.responses import Response
 
 T = TypeVar("T")
@@ -40,6 +41,7 @@ Timestamp = Annotated[
 
 
 UNREADABLE_KEY = "$unreadable"
+UNREADABLE_MESSAGE = "This value is nested too deeply to be returned"
 
 
 def _readable(value: Any, handler: SerializerFunctionWrapHandler) -> Any:
@@ -49,6 +51,16 @@ def _readable(value: Any, handler: SerializerFunctionWrapHandler) -> Any:
         # Stored before the input limits (docs/security.md): nested deeper than JSON responses can
         # carry. The rest of the answer still goes out, so such a run can be read and cancelled.
         return {UNREADABLE_KEY: "This value is nested too deeply to be returned"}
+
+
+def readable(value: Any) -> Any:
+    """`value`, or the `{"$unreadable": ...}` marker when a response could not carry it (for
+    answers built from plain dicts; schema fields use `Stored`)."""
+    try:
+        to_json(value)  # raises as the response's own serializer would
+    except (ValueError, RecursionError):
+        return {UNREADABLE_KEY: UNREADABLE_MESSAGE}
+    return value
 
 
 Stored = WrapSerializer(_readable, when_used="json")

@@ -35,6 +35,11 @@ class LlmCallOut(ApiOut):
     )
     finish_reason: str | None
     error: dict[str, Any] | None
+    inherited_from: str | None = Field(
+        default=None,
+        description="In a fork or replay: the origin's model call this row was copied from (not executed by "
+        "this run; docs/time-travel.md); null for the run's own.",
+    )
     created_at: Timestamp
 
 
@@ -62,6 +67,11 @@ class ToolTraceOut(ApiOut):
     goto_step: str | None = Field(
         default=None,
         description="The step the handler sent the run to with `ctx.goto` (the llm step ended after this round).",
+    )
+    inherited_from: str | None = Field(
+        default=None,
+        description="In a fork or replay: the origin's tool trace this row was copied from (not executed by "
+        "this run; docs/time-travel.md); null for the run's own.",
     )
     created_at: Timestamp
 

@@ -149,6 +149,21 @@ async def test_fork_at_round_3_inherits_rounds_1_2_and_sees_the_edited_result(
     origin_keys = {t["round"]: t["idempotency_key"] for t in (await load_run(harness, origin["id"])).traces}
     kept = {t["round"]: t["idempotency_key"] for t in fork.traces if t["inherited_from"] is not None}
     assert kept == {1: origin_keys[1], 2: origin_keys[2]}
+    # The API says which rows were inherited, and from which of the origin's rows.
+    origin_rows = await load_run(harness, origin["id"])
+    api_traces = (await client.get(f"/v1/workflow-runs/{fork_id}/tool-traces", headers=headers)).json()[
+        "data"
+    ]
+    by_round = {t["round"]: t["id"] for t in origin_rows.traces}
+    assert [(t["round"], t["inheritedFrom"]) for t in api_traces] == [
+        (1, by_round[1]),
+        (2, by_round[2]),
+        (3, None),
+        (4, None),
+    ]
+    api_calls = (await client.get(f"/v1/workflow-runs/{fork_id}/llm-calls", headers=headers)).json()["data"]
+    calls_by_round = {c["round"]: c["id"] for c in origin_rows.llm_calls}
+    assert [c["inheritedFrom"] for c in api_calls] == [calls_by_round[1], calls_by_round[2], None, None, None]
     assert fork.state["flag"] is True and fork.state["seen1"] == 1 and fork.state["last"] == 4
     assert "WORKFLOW_FORKED" in fork.event_types()
     assert "WORKFLOW_FORKED" in await harness.event_types(origin["id"])
