@@ -360,6 +360,13 @@ def runs_show(
     pending = render.pending_tool_calls(run)
     if pending is not None:
         console.print(pending)
+    if run.status == "WAITING":
+        with connect(url, api_key) as rt:
+            approvals = [
+                a for a in rt.approvals.list(pending=True, limit=1000) if a.workflow_run_id == run.id
+            ]
+        for approval in approvals:
+            console.print(render.approval_hint(approval))
 
 
 runs_app.command("get", help="Show a run and its steps (same as `show`).")(runs_show)
@@ -482,3 +489,10 @@ def runs_tool_outputs(
     pending = render.pending_tool_calls(run)
     if pending is not None:
         console.print(pending)
+    if run.status == "WAITING":
+        with connect(url, api_key) as rt:
+            approvals = [
+                a for a in rt.approvals.list(pending=True, limit=1000) if a.workflow_run_id == run.id
+            ]
+        for approval in approvals:
+            console.print(render.approval_hint(approval))

@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from stevora.client import Event, LlmCall, Page, PendingToolCall, ToolTrace, WorkflowRun
+from stevora.client import ApprovalRequest, Event, LlmCall, Page, PendingToolCall, ToolTrace, WorkflowRun
 from stevora.statuses import AnsweredBy, PauseReason, ResumeReason
 
 STATUS_STYLES = {
@@ -157,6 +157,14 @@ def pending_tool_calls(run: WorkflowRun) -> Table | None:
     for call in calls:
         table.add_row(call.id, escape(call.name), escape(short_json(call.arguments)))
     return table
+
+
+def approval_hint(approval: ApprovalRequest) -> str:
+    """The line `runs show` prints for a pending approval: what waits, and the command deciding it."""
+    return (
+        f"[cyan]⏸[/cyan] {escape(approval.step_name)} waiting for approval — "
+        f"[bold]stevora approve {approval.id}[/bold] (or --reject, or --edit CONTENT)"
+    )
 
 
 def answer_hint(run_id: str, calls: list[PendingToolCall]) -> str:

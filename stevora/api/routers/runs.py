@@ -36,7 +36,7 @@ from stevora.definitions import Budget, parse_definition
 from stevora.engine import commands, limits
 from stevora.engine.budget import update_budget
 from stevora.engine.steps.awaited import client as tool_outputs
-from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError, ValidationError
+from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.runtime import Runtime
 from stevora.statuses import RunStatus
 
@@ -295,18 +295,10 @@ async def resume_run(
 ) -> Response:
     """With `signalType`: deliver the signal an `external_event` step waits for (`payload` is
     merged into state; a different signal → 409 SIGNAL_MISMATCH). Without: un-pause a PAUSED run;
-    a run in any other status answers 409 INVALID_STATE_TRANSITION naming `signalType` (the body
-    is valid — what it asks for does not fit the run's status)."""
+    a run in any other status answers 409 INVALID_STATE_TRANSITION naming its status and what to
+    do instead (the body is valid — what it asks for does not fit the run's status)."""
     body = body or ResumeIn()
-    try:
-        await commands.resume_run(ctx.rt, auth.workspace_id, run_id, body.signal_type, body.payload)
-    except ValidationError as exc:
-        if body.signal_type is not None:
-            raise
-        raise InvalidStateTransition(
-            "signalType is required: only a PAUSED run resumes without a signal",
-            details={"workflowRunId": run_id, "errors": exc.details.get("errors", [])},
-        ) from None
+    await commands.resume_run(ctx.rt, auth.workspace_id, run_id, body.signal_type, body.payload)
     return ok(await run_out(ctx.rt, auth.workspace_id, run_id))
 
 

@@ -111,7 +111,8 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
         if registered is None:
             raise StevoraError(
                 f"Step '{step.name}' references tool '{entry.name}', which is not registered in this worker "
-                f"(load its module with `stevora worker --tools MODULE`) nor a workflow of this workspace",
+                f"nor a workflow of this workspace: register it with `@tool` or `register_tool` in a "
+                f"module the worker loads with `--tools MODULE` (`stevora worker`/`stevora dev`)",
                 code="TOOL_NOT_REGISTERED",
                 retryable=False,
             )
