@@ -112,7 +112,7 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
             raise StevoraError(
                 f"Step '{step.name}' references tool '{entry.name}', which is not registered in this worker "
                 f"nor a workflow of this workspace: register it with `@tool` or `register_tool` in a "
-                f"module the worker loads with `--tools MODULE` (`stevora worker`/`stevora dev`)",
+                f"module loaded with `stevora worker --tools MODULE` (or `stevora dev --tools MODULE`)",
                 code="TOOL_NOT_REGISTERED",
                 retryable=False,
             )

@@ -45,7 +45,7 @@ class TaskStepType(StepType):
                     "message": (
                         f"No task handler registered for '{step.handler}' in this worker: register it "
                         f"with `register_task_handler({step.handler!r}, fn)` (or `@task_handler`) in a "
-                        f"module the worker loads with `--tools MODULE` (`stevora worker`/`stevora dev`), "
+                        f"module loaded with `stevora worker --tools MODULE` (or `stevora dev --tools`), "
                         f"then retry the run; retrying before that fails the same way"
                     ),
                 },
