@@ -322,6 +322,9 @@ def run_command(
 def runs_list(
     status: Annotated[str | None, typer.Option(help="Only runs in this status.")] = None,
     definition_id: Annotated[str | None, typer.Option(help="Only runs of this definition.")] = None,
+    definition: Annotated[
+        str | None, typer.Option("--definition", help="Only runs of this workflow name (any version).")
+    ] = None,
     page: Annotated[int, typer.Option(min=1, help="Page number.")] = 1,
     page_size: Annotated[int, typer.Option(min=1, max=100, help="Runs per page.")] = 20,
     as_json: JsonFlag = False,
@@ -335,6 +338,7 @@ def runs_list(
             page_size=page_size,
             status=status.upper() if status else None,
             definition_id=definition_id,
+            definition_name=definition,
         )
     if as_json:
         output.emit({"data": output.plain(found.data), "meta": output.plain(found.meta)})

@@ -295,15 +295,17 @@ def list_runs(
     status: str | None = None,
     definition_id: str | None = None,
     parent_run_id: str | None = None,
+    definition_name: str | None = None,
 ) -> Op[Page[WorkflowRun]]:
-    """Runs, newest first, optionally filtered by status, definition and parent run (the child
-    runs a run started by calling workflows as tools)."""
+    """Runs, newest first, optionally filtered by status, definition (an id, or a name: every
+    version) and parent run (the child runs a run started by calling workflows as tools)."""
     params = {
         "page": page,
         "pageSize": page_size,
         "status": status,
         "definitionId": definition_id,
         "parentRunId": parent_run_id,
+        "definitionName": definition_name,
     }
     return parse_page(WorkflowRun, (yield Request("GET", _path("workflow-runs"), params=params)))
 

@@ -76,14 +76,28 @@ async def list_runs(
     return list(rows)
 
 
+# The versions a fork or replay with another model or prompt derives (`1.0.0+fork-<digest>`,
+# stevora/engine/fork.py): one per edit, so lists of definitions leave them out; each run shows its own.
+NOT_DERIVED = "version NOT LIKE '%+fork-%'"
+
+
 async def definition_choices(db: Reader, workspace_id: str) -> list[asyncpg.Record]:
     return list(
         await db.fetch(
-            "SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 "
+            f"SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 AND {NOT_DERIVED} "
             "ORDER BY name, created_at",
             workspace_id,
         )
     )
+
+
+async def derived_definition_count(db: Reader, workspace_id: str) -> int:
+    """How many definition versions forks and replays derived (left out of the lists)."""
+    count: int = await db.fetchval(
+        f"SELECT count(*) FROM workflow_definitions WHERE workspace_id = $1 AND NOT ({NOT_DERIVED})",
+        workspace_id,
+    )
+    return count
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +247,8 @@ async def definitions(db: Reader, workspace_id: str) -> list[asyncpg.Record]:
             "jsonb_array_length(d.steps) AS step_count, "
             "(SELECT count(*) FROM workflow_runs r WHERE r.definition_id = d.id) AS run_count, "
             "(SELECT max(created_at) FROM workflow_runs r WHERE r.definition_id = d.id) AS last_run_at "
-            "FROM workflow_definitions d WHERE d.workspace_id = $1 ORDER BY d.name, d.created_at DESC",
+            f"FROM workflow_definitions d WHERE d.workspace_id = $1 AND d.{NOT_DERIVED} "
+            "ORDER BY d.name, d.created_at DESC",
             workspace_id,
         )
     )

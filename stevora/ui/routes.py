@@ -312,8 +312,12 @@ def build_ui_router() -> APIRouter:
         user = await current_user(request)
         if user is None:
             return auth.login_redirect(request)
-        rows = await queries.definitions(runtime_of(request), user.workspace_id)
-        return await render(request, user, "definitions.html", {"nav": "definitions", "definitions": rows})
+        rt = runtime_of(request)
+        rows = await queries.definitions(rt, user.workspace_id)
+        derived = await queries.derived_definition_count(rt, user.workspace_id)
+        return await render(
+            request, user, "definitions.html", {"nav": "definitions", "definitions": rows, "derived": derived}
+        )
 
     @router.get("/definitions/{definition_id}")
     async def definition_page(request: Request, definition_id: str) -> Response:

@@ -177,7 +177,10 @@ async def adhoc_definition(rt: Runtime, workspace_id: str, body: dict[str, Any])
 
 def _list_item(row: Mapping[str, Any]) -> RunListItemOut:
     omitted = [name for name in resources.RUN_LIST_LARGE if row[f"{name}_omitted"]]
-    return RunListItemOut.model_validate({**row, "omitted_fields": omitted})
+    definition = {"name": row["definition_name"], "version": row["definition_version"]}
+    return RunListItemOut.model_validate(
+        {**row, "omitted_fields": omitted, "definition": definition if row["definition_name"] else None}
+    )
 
 
 @router.get("", response_model=Page[RunListItemOut], summary="List workflow runs")
@@ -196,11 +199,19 @@ async def list_runs(
             description="Only the child runs this run started (workflows called as tools, map step items).",
         ),
     ] = None,
+    definition_name: Annotated[
+        str | None,
+        Query(
+            alias="definitionName", max_length=200, description="Only runs of this workflow (any version)."
+        ),
+    ] = None,
 ) -> Response:
     """Newest first. Items leave out an `input`, `state` or `output` whose JSON is over its share of
     `STEVORA_MAX_LIST_PAGE_BYTES` (a third of the page's bytes per item): it is `null` and named in
     `omittedFields`."""
-    where, order = resources.runs_where(auth.workspace_id, status, definition_id, parent_run_id)
+    where, order = resources.runs_where(
+        auth.workspace_id, status, definition_id, parent_run_id, definition_name
+    )
     rows, total = await fetch_page(
         ctx.rt,
         resources.RUNS,
