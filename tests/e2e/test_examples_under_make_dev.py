@@ -4,9 +4,10 @@ The server is started with the Makefile's own `dev` recipe (its `stevora dev ...
 from the Makefile), in a folder holding the repository's `examples/`, with `.stevora` as its data
 folder, as in a fresh clone. The documentation's command block then runs as one bash script, as
 written: the only harness adjustments are a free port (`PORT` for the recipe, `STEVORA_URL` for
-the commands, as tests/e2e/test_readme.py does) and `.venv/bin` first on PATH (the docs say
-`stevora` is `.venv/bin/stevora`). Where the block says to approve from another terminal with the
-command `--watch` prints, the test runs that command.
+the commands, as tests/e2e/test_readme.py does) and `.venv` linked into the folder, as `make dev`
+leaves it in a clone (the block activates it; `stevora` is not on PATH before that). Where the
+block says to approve from another terminal with the command `--watch` prints, the test runs that
+command.
 """
 
 from __future__ import annotations
@@ -78,9 +79,11 @@ def test_every_documented_example_runs_under_make_dev(tmp_path: Path) -> None:
     clone = tmp_path / "clone"
     clone.mkdir()
     (clone / "examples").symlink_to(ROOT / "examples")
+    (clone / ".venv").symlink_to(BIN.parent)  # the block starts with `source .venv/bin/activate`
     port = _free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("STEVORA_", "OPENAI_", "ANTHROPIC_"))}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", STEVORA_LOG_LEVEL="WARNING")
+    env.update(STEVORA_LOG_LEVEL="WARNING")  # PATH as it is: the block activates .venv itself
+    env.pop("VIRTUAL_ENV", None)
     env.pop("PYTHONPATH", None)
     dev_log, out_log = tmp_path / "dev.log", tmp_path / "block.log"
     with dev_log.open("wb") as sink:
@@ -107,7 +110,7 @@ def test_every_documented_example_runs_under_make_dev(tmp_path: Path) -> None:
             for approval in set(APPROVE.findall(out_log.read_text())) - approved:
                 # "run that from a third terminal"
                 done = subprocess.run(
-                    ["stevora", "approve", approval, "--by", "a new user"],
+                    [str(BIN / "stevora"), "approve", approval, "--by", "a new user"],
                     cwd=clone, env=commands_env, capture_output=True, text=True, timeout=60, check=False,
                 )  # fmt: skip
                 assert done.returncode == 0, done.stdout + done.stderr
