@@ -225,6 +225,19 @@ async def pending_call_approvals(db: Reader, run_id: str) -> list[asyncpg.Record
     )
 
 
+async def pending_run_approvals(db: Reader, run_id: str) -> list[asyncpg.Record]:
+    """The run's pending approval requests, oldest first: (id, step name, the gated call's tool
+    name and id when a tool call is what is approved)."""
+    return list(
+        await db.fetch(
+            "SELECT a.id, a.step_name, c.tool_name, c.tool_call_id FROM approval_requests a "
+            "LEFT JOIN awaited_tool_calls c ON c.id = a.awaited_tool_call_id "
+            f"WHERE a.workflow_run_id = $1 AND a.status = '{ApprovalStatus.PENDING}' ORDER BY a.created_at",
+            run_id,
+        )
+    )
+
+
 async def pending_approval_count(db: Reader, workspace_id: str) -> int:
     return await db.fetchval(  # type: ignore[no-any-return]
         f"SELECT count(*) FROM approval_requests WHERE workspace_id = $1 AND status = '{ApprovalStatus.PENDING}'",

@@ -14,7 +14,6 @@ block does.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -24,7 +23,7 @@ import pytest
 
 from tests.doc_blocks import ROOT, DocBlock, blocks, doc_files
 from tests.e2e.test_cli_processes import _free_port, _tail
-from tests.e2e.test_examples_under_make_dev import _make_dev_args, _wait_healthy
+from tests.e2e.test_examples_under_make_dev import _wait_healthy, fresh_clone, make_dev_env, start_make_dev
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
@@ -72,24 +71,11 @@ def _page(page: Path, clone: Path, env: dict[str, str], port: int) -> list[str]:
 
 
 def test_every_runnable_docs_block_runs_under_make_dev(tmp_path: Path) -> None:
-    clone = tmp_path / "clone"
-    clone.mkdir()
-    (clone / "examples").symlink_to(ROOT / "examples")
-    (clone / ".venv").symlink_to(BIN.parent)
+    clone = fresh_clone(tmp_path)
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEVORA_", "OPENAI_", "ANTHROPIC_"))}
-    env.pop("PYTHONPATH", None)
-    env.pop("VIRTUAL_ENV", None)
-    env["STEVORA_LOG_LEVEL"] = "WARNING"
+    env = make_dev_env()
     dev_log = tmp_path / "dev.log"
-    with dev_log.open("wb") as sink:
-        dev = subprocess.Popen(
-            [str(BIN / "stevora"), *_make_dev_args(port)],
-            cwd=clone,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
+    dev = start_make_dev(clone, env, port, dev_log)
     ran: list[str] = []
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", dev, dev_log)
