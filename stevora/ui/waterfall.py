@@ -6,7 +6,8 @@ they start at `created_at - duration_ms`. A step still running stretches to now.
 inherited rows (copies of its origin's, `inherited_from`) are left out: they ran in the origin, on
 its time axis, not in this run.
 
-Time spent waiting is drawn as "wait" bars, not compute: an `approval`, `external_event` or `wait`
+A `map` step's items (the first the page shows) are drawn under it, each from its child run's start
+to its end. Time spent waiting is drawn as "wait" bars, not compute: an `approval`, `external_event` or `wait`
 step; a tool call handed to a person, the caller's app or a child run (`awaited_tool_calls`, from
 its creation to its answer); and the part of a model call spent waiting for its turn under
 `STEVORA_RATE_LIMITS` (`rateLimitWaitMs` of its response), drawn before the call itself.
@@ -44,7 +45,7 @@ AWAITED_BY = {
 
 @dataclass(frozen=True, slots=True)
 class Bar:
-    kind: str  # "step" | "model" | "tool" | "wait"
+    kind: str  # "step" | "model" | "tool" | "wait" | "item" (a map step's item)
     label: str
     detail: str
     status: str
@@ -83,6 +84,13 @@ def build(view: RunView, awaited: Sequence[Mapping[str, Any]] = ()) -> Waterfall
         waiting = WAITING_STEP_TYPES.get(row["step_type"])
         kind, detail = ("wait", f"{row['step_type']} · {waiting}") if waiting else ("step", row["step_type"])
         spans.append((kind, row["step_name"], detail + attempt, row["status"], row["started_at"], end))
+        for item in step.map_items:  # a map step's items, each its child run's span
+            if item["started_at"] is not None:
+                item_end = item["ended_at"] or now
+                status = item["child_status"] or item["status"]
+                spans.append(
+                    ("item", f"item {item['item_index']}", "child run", status, item["started_at"], item_end)
+                )
         for rnd in step.rounds:
             call = rnd.call
             if call["inherited_from"] is not None:

@@ -116,4 +116,6 @@ async def test_a_map_steps_items_show_each_value_and_duration(
     ]  # fmt: skip
     durations = await page.locator(".map-items td.item-duration").all_inner_texts()
     assert len(durations) == 3 and all(d.strip() not in ("", "—", "running") for d in durations), durations
+    # The waterfall draws each item under the map step, not the step as one bar.
+    assert await page.locator(".wf-item .wf-name").all_inner_texts() == ["item 0", "item 1", "item 2"]
     await screenshot(page, "43-map-step-items")
