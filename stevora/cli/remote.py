@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,6 +25,7 @@ from stevora.cli import app, output, render
 from stevora.cli.output import JsonFlag
 from stevora.client import (
     AgentRuntime,
+    Conflict,
     StevoraAPIError,
     StevoraConnectionError,
     ToolOutput,
@@ -150,11 +152,33 @@ def apply_order(specs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return ordered
 
 
-def apply_file(rt: AgentRuntime, path: Path) -> list[WorkflowDefinition]:
-    """Apply every definition in the file; returned in file order (the first is the file's main one)."""
+def apply_file(rt: AgentRuntime, path: Path, *, new_version: bool = False) -> list[WorkflowDefinition]:
+    """Apply every definition in the file; returned in file order (the first is the file's main one).
+
+    A definition whose version is stored with other content is a `Conflict`, or with
+    `new_version` is stored under the next free version (`1.0.0` → `1.0.1`, `1` → `2`)."""
     specs = load_specs(path)
-    applied = {id(spec): rt.definitions.apply(spec) for spec in apply_order(specs)}
+    applied = {id(spec): _apply_one(rt, spec, new_version) for spec in apply_order(specs)}
     return [applied[id(spec)] for spec in specs]
+
+
+def _apply_one(rt: AgentRuntime, spec: dict[str, Any], new_version: bool) -> WorkflowDefinition:
+    for _ in range(100):
+        try:
+            return rt.definitions.apply(spec)
+        except Conflict:
+            if not new_version:
+                raise
+            spec["version"] = next_version(str(spec.get("version")))
+    raise typer.BadParameter(f"no free version found after {spec.get('version')}")
+
+
+def next_version(version: str) -> str:
+    """The version after `version`: its last number plus one, else `.1` appended."""
+    found = re.search(r"(\d+)(\D*)$", version)
+    if found is None:
+        return f"{version}.1"
+    return f"{version[: found.start(1)]}{int(found.group(1)) + 1}{found.group(2)}"
 
 
 def parse_inputs(pairs: list[str], as_json: str | None) -> dict[str, Any]:
@@ -235,12 +259,20 @@ def definitions_apply(
             dir_okay=False,
         ),
     ],
+    new_version: Annotated[
+        bool,
+        typer.Option(
+            "--new-version",
+            help="A definition stored under the file's version with other content is stored "
+            "under the next free version instead of failing with CONFLICT.",
+        ),
+    ] = False,
     url: Url = DEFAULT_URL,
     api_key: ApiKey = None,
 ) -> None:
     """Create the definitions in a file (unchanged re-applies are no-ops); prints each id."""
     with connect(url, api_key) as rt:
-        definitions = apply_file(rt, file)
+        definitions = apply_file(rt, file, new_version=new_version)
     for definition in definitions:
         err.print(f"{escape(definition.name)} v{escape(definition.version)}:")
         print(definition.id)
@@ -290,6 +322,9 @@ def run_command(
 def runs_list(
     status: Annotated[str | None, typer.Option(help="Only runs in this status.")] = None,
     definition_id: Annotated[str | None, typer.Option(help="Only runs of this definition.")] = None,
+    definition: Annotated[
+        str | None, typer.Option("--definition", help="Only runs of this workflow name (any version).")
+    ] = None,
     page: Annotated[int, typer.Option(min=1, help="Page number.")] = 1,
     page_size: Annotated[int, typer.Option(min=1, max=100, help="Runs per page.")] = 20,
     as_json: JsonFlag = False,
@@ -303,6 +338,7 @@ def runs_list(
             page_size=page_size,
             status=status.upper() if status else None,
             definition_id=definition_id,
+            definition_name=definition,
         )
     if as_json:
         output.emit({"data": output.plain(found.data), "meta": output.plain(found.meta)})
@@ -328,6 +364,13 @@ def runs_show(
     pending = render.pending_tool_calls(run)
     if pending is not None:
         console.print(pending)
+    if run.status == "WAITING":
+        with connect(url, api_key) as rt:
+            approvals = [
+                a for a in rt.approvals.list(pending=True, limit=1000) if a.workflow_run_id == run.id
+            ]
+        for approval in approvals:
+            console.print(render.approval_hint(approval))
 
 
 runs_app.command("get", help="Show a run and its steps (same as `show`).")(runs_show)
@@ -450,3 +493,10 @@ def runs_tool_outputs(
     pending = render.pending_tool_calls(run)
     if pending is not None:
         console.print(pending)
+    if run.status == "WAITING":
+        with connect(url, api_key) as rt:
+            approvals = [
+                a for a in rt.approvals.list(pending=True, limit=1000) if a.workflow_run_id == run.id
+            ]
+        for approval in approvals:
+            console.print(render.approval_hint(approval))

@@ -10,7 +10,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from stevora.client import Event, LlmCall, Page, PendingToolCall, ToolTrace, WorkflowRun
+from stevora.client import ApprovalRequest, Event, LlmCall, Page, PendingToolCall, ToolTrace, WorkflowRun
 from stevora.statuses import AnsweredBy, PauseReason, ResumeReason
 
 STATUS_STYLES = {
@@ -74,6 +74,7 @@ def runs_table(page: Page[WorkflowRun]) -> Table:
         title=f"Runs · page {meta.page}/{max(meta.total_pages, 1)} · {meta.total} total", box=box.SIMPLE_HEAD
     )
     table.add_column("ID", no_wrap=True)
+    table.add_column("Definition")
     table.add_column("Status", no_wrap=True)
     table.add_column("Step")
     table.add_column("Cost", justify="right", no_wrap=True)
@@ -83,7 +84,10 @@ def runs_table(page: Page[WorkflowRun]) -> Table:
         # A queued run (waiting for a concurrency slot) shows its key where a step would be.
         queued = run.queued_at is not None and run.status == "PENDING"
         step = f"queued · {run.concurrency_key}" if queued else (run.current_step_name or "")
-        table.add_row(run.id, status(run.status), escape(step), usd(run.total_cost_usd), created)
+        definition = f"{run.definition.name} v{run.definition.version}" if run.definition else ""
+        table.add_row(
+            run.id, escape(definition), status(run.status), escape(step), usd(run.total_cost_usd), created
+        )
     return table
 
 
@@ -157,6 +161,14 @@ def pending_tool_calls(run: WorkflowRun) -> Table | None:
     for call in calls:
         table.add_row(call.id, escape(call.name), escape(short_json(call.arguments)))
     return table
+
+
+def approval_hint(approval: ApprovalRequest) -> str:
+    """The line `runs show` prints for a pending approval: what waits, and the command deciding it."""
+    return (
+        f"[cyan]⏸[/cyan] {escape(approval.step_name)} waiting for approval — "
+        f"[bold]stevora approve {approval.id}[/bold] (or --reject, or --edit CONTENT)"
+    )
 
 
 def answer_hint(run_id: str, calls: list[PendingToolCall]) -> str:

@@ -218,14 +218,42 @@ def _tokens(side: dict[str, Any]) -> str:
 # -- diff ------------------------------------------------------------------------------------
 
 
-def _brief(side: dict[str, Any] | None) -> str:
+_BRIEF_CHARS = 110
+_BRIEF_CONTEXT_CHARS = 30  # shown before the first differing character
+
+
+def _side_text(side: dict[str, Any] | None) -> str:
     if side is None:
         return "(none)"
     calls = ", ".join(f"{c['name']}({json.dumps(c['arguments'], sort_keys=True)})" for c in side["toolCalls"])
     said = calls or json.dumps(side["text"] or "")
     results = f" → {json.dumps(side['results'])}" if side["results"] else ""
-    text = f"{side['model']}: {said}{results}"
-    return text if len(text) <= 110 else text[:107] + "..."
+    return f"{side['model']}: {said}{results}"
+
+
+def _window(text: str, start: int) -> str:
+    """`_BRIEF_CHARS` of `text` from `start`, with "..." where something was cut."""
+    if len(text) <= _BRIEF_CHARS:
+        return text
+    start = max(0, min(start, len(text) - _BRIEF_CHARS + 3))
+    head = "..." if start > 0 else ""
+    room = _BRIEF_CHARS - len(head)
+    body = text[start : start + room]
+    return head + (body if start + room >= len(text) else body[:-3] + "...")
+
+
+def brief_pair(a: dict[str, Any] | None, b: dict[str, Any] | None) -> tuple[str, str]:
+    """The two sides, each cut to one line around the first character where they differ (a cut
+    from the start would hide exactly what differs when two long texts share a beginning)."""
+    text_a, text_b = _side_text(a), _side_text(b)
+    if text_a == text_b:
+        return _window(text_a, 0), _window(text_b, 0)
+    first = next(
+        (i for i, (x, y) in enumerate(zip(text_a, text_b, strict=False)) if x != y),
+        min(len(text_a), len(text_b)),
+    )
+    start = 0 if first < _BRIEF_CHARS - 10 else first - _BRIEF_CONTEXT_CHARS
+    return _window(text_a, start), _window(text_b, start)
 
 
 @runs_app.command("diff")
@@ -248,8 +276,9 @@ def runs_diff(
         mark = "=" if row["same"] else ("≠ first divergence" if row["firstDivergence"] else "≠")
         visit = f"#{row['visit']}" if row["visit"] > 1 else ""
         console.print(f"[bold]{escape(row['stepName'])}{visit}:{row['round']}[/bold]  {mark}")
-        console.print(f"  A {escape(_brief(row['a']))}")
+        shown_a, shown_b = brief_pair(row["a"], row["b"])
+        console.print(f"  A {escape(shown_a)}")
         if not row["same"]:
-            console.print(f"  B {escape(_brief(row['b']))}")
+            console.print(f"  B {escape(shown_b)}")
     if not any(r["firstDivergence"] for r in rows):
         console.print("the runs do not diverge")

@@ -156,14 +156,15 @@ def find_definition(name: str, version: str | None = None) -> Op[WorkflowDefinit
 def apply_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
     """Create the definition, or return the stored one with the same name and version.
 
-    Raises `Conflict` if the stored one differs from `spec` (a changed workflow needs a new
-    version). Fields the server filled in with defaults do not count as differences.
+    Raises `Conflict` if the stored one differs from `spec` in any way, a field removed from the
+    file included (a changed workflow needs a new version). Both sides are compared in the form
+    the server stores, so fields it fills in with defaults do not count as differences.
     """
     try:
         return (yield from create_definition(spec))
     except Conflict:
         existing = yield from find_definition(str(spec.get("name")), str(spec.get("version")))
-    changed = _differences(_normalised(spec), existing.model_dump(by_alias=True, mode="json"))
+    changed = definition_differences(spec, existing)
     if changed:
         raise Conflict(
             f"Definition '{existing.name}' version '{existing.version}' exists with different content "
@@ -173,6 +174,15 @@ def apply_definition(spec: Mapping[str, Any]) -> Op[WorkflowDefinition]:
             details={"definitionId": existing.id, "differences": changed},
         )
     return existing
+
+
+def definition_differences(spec: Mapping[str, Any], stored: WorkflowDefinition) -> list[str]:
+    """Paths where `spec` and the stored definition differ, either way: a value changed, added or
+    removed (`systemPrompt` deleted from the file is a difference, not a default)."""
+    server_fields = {"id", "workspaceId", "createdAt", "updatedAt"}
+    stored_fields = stored.model_dump(by_alias=True, mode="json")
+    stored_spec = {k: v for k, v in stored_fields.items() if k not in server_fields and v is not None}
+    return _differences(_normalised(spec), _normalised(stored_spec))
 
 
 def _normalised(spec: Mapping[str, Any]) -> dict[str, Any]:
@@ -189,13 +199,12 @@ def _normalised(spec: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _differences(wanted: Any, stored: Any, path: str = "") -> list[str]:
-    """Paths where `wanted` is not contained in `stored` (keys only in `stored` are defaults)."""
+    """Paths where `wanted` and `stored` differ (a key missing on either side included)."""
     if isinstance(wanted, dict) and isinstance(stored, dict):
         return [
             d
-            for k, v in wanted.items()
-            if v is not None
-            for d in _differences(v, stored.get(k), f"{path}.{k}" if path else k)
+            for k in [*wanted, *(k for k in stored if k not in wanted)]
+            for d in _differences(wanted.get(k), stored.get(k), f"{path}.{k}" if path else k)
         ]
     if isinstance(wanted, list) and isinstance(stored, list) and len(wanted) == len(stored):
         return [
@@ -286,15 +295,17 @@ def list_runs(
     status: str | None = None,
     definition_id: str | None = None,
     parent_run_id: str | None = None,
+    definition_name: str | None = None,
 ) -> Op[Page[WorkflowRun]]:
-    """Runs, newest first, optionally filtered by status, definition and parent run (the child
-    runs a run started by calling workflows as tools)."""
+    """Runs, newest first, optionally filtered by status, definition (an id, or a name: every
+    version) and parent run (the child runs a run started by calling workflows as tools)."""
     params = {
         "page": page,
         "pageSize": page_size,
         "status": status,
         "definitionId": definition_id,
         "parentRunId": parent_run_id,
+        "definitionName": definition_name,
     }
     return parse_page(WorkflowRun, (yield Request("GET", _path("workflow-runs"), params=params)))
 

@@ -144,10 +144,12 @@ async def mark_answered(conn: asyncpg.Connection, awaited_ids: list[str]) -> Non
 
 
 async def for_run_page(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> list[asyncpg.Record]:
-    """Every awaited call of a run (model call, index, kind, tool-call id, child run): the run page
-    links child runs and marks client calls with them."""
+    """Every awaited call of a run (model call, index, kind, tool-call id, child run, tool name, when
+    it was handed over and answered): the run page links child runs, marks client calls and draws
+    the waits in its waterfall with them."""
     rows: list[asyncpg.Record] = await conn.fetch(
-        "SELECT llm_call_id, sequence, kind, tool_call_id, child_run_id FROM awaited_tool_calls "
+        "SELECT llm_call_id, sequence, kind, tool_call_id, child_run_id, tool_name, created_at, answered_at "
+        "FROM awaited_tool_calls "
         "WHERE workflow_run_id = $1",
         run_id,
     )

@@ -76,14 +76,28 @@ async def list_runs(
     return list(rows)
 
 
+# The versions a fork or replay with another model or prompt derives (`1.0.0+fork-<digest>`,
+# stevora/engine/fork.py): one per edit, so lists of definitions leave them out; each run shows its own.
+NOT_DERIVED = "version NOT LIKE '%+fork-%'"
+
+
 async def definition_choices(db: Reader, workspace_id: str) -> list[asyncpg.Record]:
     return list(
         await db.fetch(
-            "SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 "
+            f"SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 AND {NOT_DERIVED} "
             "ORDER BY name, created_at",
             workspace_id,
         )
     )
+
+
+async def derived_definition_count(db: Reader, workspace_id: str) -> int:
+    """How many definition versions forks and replays derived (left out of the lists)."""
+    count: int = await db.fetchval(
+        f"SELECT count(*) FROM workflow_definitions WHERE workspace_id = $1 AND NOT ({NOT_DERIVED})",
+        workspace_id,
+    )
+    return count
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,6 +225,19 @@ async def pending_call_approvals(db: Reader, run_id: str) -> list[asyncpg.Record
     )
 
 
+async def pending_run_approvals(db: Reader, run_id: str) -> list[asyncpg.Record]:
+    """The run's pending approval requests, oldest first: (id, step name, the gated call's tool
+    name and id when a tool call is what is approved)."""
+    return list(
+        await db.fetch(
+            "SELECT a.id, a.step_name, c.tool_name, c.tool_call_id FROM approval_requests a "
+            "LEFT JOIN awaited_tool_calls c ON c.id = a.awaited_tool_call_id "
+            f"WHERE a.workflow_run_id = $1 AND a.status = '{ApprovalStatus.PENDING}' ORDER BY a.created_at",
+            run_id,
+        )
+    )
+
+
 async def pending_approval_count(db: Reader, workspace_id: str) -> int:
     return await db.fetchval(  # type: ignore[no-any-return]
         f"SELECT count(*) FROM approval_requests WHERE workspace_id = $1 AND status = '{ApprovalStatus.PENDING}'",
@@ -233,7 +260,8 @@ async def definitions(db: Reader, workspace_id: str) -> list[asyncpg.Record]:
             "jsonb_array_length(d.steps) AS step_count, "
             "(SELECT count(*) FROM workflow_runs r WHERE r.definition_id = d.id) AS run_count, "
             "(SELECT max(created_at) FROM workflow_runs r WHERE r.definition_id = d.id) AS last_run_at "
-            "FROM workflow_definitions d WHERE d.workspace_id = $1 ORDER BY d.name, d.created_at DESC",
+            f"FROM workflow_definitions d WHERE d.workspace_id = $1 AND d.{NOT_DERIVED} "
+            "ORDER BY d.name, d.created_at DESC",
             workspace_id,
         )
     )

@@ -91,14 +91,23 @@ def run(workspace_id: str, run_id: str) -> Query:
 
 
 def runs_where(
-    workspace_id: str, status: str | None, definition_id: str | None, parent_run_id: str | None
+    workspace_id: str,
+    status: str | None,
+    definition_id: str | None,
+    parent_run_id: str | None,
+    definition_name: str | None = None,
 ) -> tuple[list[Any], list[Any]]:
-    """(filters, order: newest first) of the runs list."""
+    """(filters, order: newest first) of the runs list; `definition_name` takes every version."""
     where = [RUNS.c.workspace_id == workspace_id]
     if status is not None:
         where.append(RUNS.c.status == status)
     if definition_id is not None:
         where.append(RUNS.c.definition_id == definition_id)
+    if definition_name is not None:
+        named = select(DEFINITIONS.c.id).where(
+            DEFINITIONS.c.workspace_id == workspace_id, DEFINITIONS.c.name == definition_name
+        )
+        where.append(RUNS.c.definition_id.in_(named))
     if parent_run_id is not None:
         where.append(RUNS.c.parent_run_id == parent_run_id)
     return where, [RUNS.c.created_at.desc(), RUNS.c.id.desc()]
@@ -117,6 +126,9 @@ def run_list_columns(page_bytes: int, page_size: int) -> list[ColumnElement[Any]
         fits = func.octet_length(cast(column, Text)) <= share
         columns.append(case((fits, column), else_=None).label(name))
         columns.append((~fits).label(f"{name}_omitted"))
+    for name in ("name", "version"):  # which workflow each run is, for lists that show it
+        of_run = select(DEFINITIONS.c[name]).where(DEFINITIONS.c.id == RUNS.c.definition_id)
+        columns.append(of_run.scalar_subquery().label(f"definition_{name}"))
     return columns
 
 

@@ -169,10 +169,31 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
     return row
 
 
+# What to do instead, after "this run is <status>" (a wrong command should name the right one).
+_PAUSE_HINTS = {
+    RunStatus.WAITING: " (waiting: it uses no worker until what it waits for arrives; cancel it to stop it)",
+    RunStatus.PENDING: " (it has not started yet; cancel it to stop it)",
+    RunStatus.PAUSED: " already",
+}
+_ENDED = " and has ended: nothing to resume (a FAILED run can be retried; `runs replay` starts it again)"
+_RESUME_HINTS = {
+    RunStatus.WAITING: " (a run WAITING in an external_event step takes its signalType)",
+    RunStatus.COMPLETED: _ENDED,
+    RunStatus.FAILED: _ENDED,
+    RunStatus.CANCELLED: _ENDED,
+}
+
+
 async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
     """RUNNING → PAUSED. The worker stops at its next checkpoint (its fenced write fails)."""
     async with rt.pool.acquire() as conn, conn.transaction():
-        await _owned_run(conn, workspace_id, run_id)
+        run = await _owned_run(conn, workspace_id, run_id)
+        if run["status"] != RunStatus.RUNNING:
+            raise InvalidStateTransition(
+                f"Only a RUNNING run can be paused; this run is {run['status']}"
+                + _PAUSE_HINTS.get(run["status"], ""),
+                details={"workflowRunId": run_id, "status": run["status"]},
+            )
         row = await runs.update_run(
             conn,
             run_id,
@@ -209,7 +230,14 @@ async def resume_run(
             )
         else:
             if signal_type is None:
-                raise ValidationError.from_problems([{"path": "signalType", "message": "Field required"}])
+                details: dict[str, Any] = {"workflowRunId": run_id, "status": run["status"]}
+                if run["status"] == RunStatus.WAITING:  # the field that would have fitted
+                    details["errors"] = [{"path": "signalType", "message": "Field required"}]
+                raise InvalidStateTransition(
+                    f"This run is {run['status']}: only a PAUSED run resumes without a signal"
+                    + _RESUME_HINTS.get(run["status"], ""),
+                    details=details,
+                )
             row = await external_event.deliver_signal(conn, rt.settings, run, signal_type, payload)
     await dispatch_hint(rt.dispatcher, run_id)
     return row

@@ -1,7 +1,9 @@
 """A deterministic provider with no network, for offline demos, tests and benchmarks.
 
 Without a script it plays a tiny, predictable agent: on the first turn of a conversation with
-tools it calls every tool once (in parallel), and once results are in it answers, quoting them.
+tools it calls every tool once (in parallel; a tool named to remove, delete, clear... only when
+the prompt asks for that), with arguments plausible for each tool's schema
+(`stevora/llm/plausible_arguments.py`), and once results are in it answers, quoting them.
 It honours `tool_choice`: `none` answers at once, a named tool is the only one called.
 With a script it returns the given responses in order (an exception in the script is raised
 instead, e.g. a retryable `ProviderError` to exercise fallback).
@@ -18,6 +20,9 @@ from typing import Any
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, Usage
+from stevora.llm.plausible_arguments import Seed, leaves_out, synthesize_value
+
+__all__ = ["ScriptedProvider", "scripted_response", "scripted_rounds", "synthesize_value"]
 
 ScriptItem = LlmResponse | Exception
 
@@ -110,14 +115,17 @@ def scripted_response(
     offered = [] if choice == "none" else request.tools
     if isinstance(choice, NamedTool):
         offered = [tool for tool in request.tools if tool.name == choice.name]
+    else:
+        offered = [tool for tool in offered if not leaves_out(tool.name, last_user)] or offered
     forced = choice != "auto" and choice != "none"
     if offered and (forced or tool_rounds < scripted_rounds(request.model)):
         prefix = "call_" if tool_rounds == 0 else f"call_r{tool_rounds + 1}_"
+        seed = Seed(last_user, conversation_text(messages))
         calls = [
             ToolCall(
                 id=f"{prefix}{index}",
                 name=tool.name,
-                arguments=json.dumps(synthesize_value(tool.parameters, last_user), separators=(",", ":")),
+                arguments=json.dumps(synthesize_value(tool.parameters, seed), separators=(",", ":")),
             )
             for index, tool in enumerate(offered, start=1)
         ]
@@ -154,67 +162,16 @@ def scripted_rounds(model: str) -> int:
     return max(1, int(match.group(1))) if match else 1
 
 
+def conversation_text(messages: list[Message]) -> str:
+    """The user messages and tool results, where argument values are looked up."""
+    return "\n".join(m.content or "" for m in messages if m.role in ("user", "tool"))
+
+
 def last_user_text(messages: list[Message]) -> str:
     for message in reversed(messages):
         if message.role == "user" and message.content:
             return message.content
     return ""
-
-
-def synthesize_value(schema: Any, seed_text: str = "") -> Any:
-    """A value that fits a JSON Schema: enum/const first, then by type; objects fill every property."""
-    if not isinstance(schema, dict):
-        return "example"
-    if "const" in schema:
-        return schema["const"]
-    if isinstance(schema.get("enum"), list) and schema["enum"]:
-        return schema["enum"][0]
-    for key in ("anyOf", "oneOf", "allOf"):
-        options = schema.get(key)
-        if isinstance(options, list) and options:
-            return synthesize_value(options[0], seed_text)
-    kind = schema.get("type")
-    if isinstance(kind, list):
-        kind = next((k for k in kind if k != "null"), "null")
-    if kind is None and isinstance(schema.get("properties"), dict):
-        kind = "object"
-    if kind == "string":
-        return seed_text[:_STRING_SEED_CHARS] or "example"
-    if kind == "integer":
-        return 1
-    if kind == "number":
-        return 1.0
-    if kind == "boolean":
-        return True
-    if kind == "array":
-        return []
-    if kind == "null":
-        return None
-    if kind == "object":
-        properties = schema.get("properties")
-        if not isinstance(properties, dict):
-            return {}
-        return {name: _property_value(name, sub, seed_text) for name, sub in properties.items()}
-    return "example"
-
-
-# An id-looking token in the prompt: `cus_42`, `order-1234`, `A1B2C3`.
-_ID_TOKEN = re.compile(r"\b[A-Za-z]+[_-][A-Za-z0-9_-]+\b|\b(?=[A-Za-z0-9]*\d)[A-Za-z0-9]{4,}\b")
-
-
-def _property_value(name: str, schema: Any, seed_text: str) -> Any:
-    """Like synthesize_value, but a string property named like an id (`customerId`, `order_id`)
-    gets an id-looking token from the prompt when there is one, not the whole prompt."""
-    lowered = name.lower()
-    if (
-        isinstance(schema, dict)
-        and schema.get("type") == "string"
-        and (lowered.endswith("id") or lowered.endswith("_id"))
-    ):
-        match = _ID_TOKEN.search(seed_text)
-        if match:
-            return match.group(0)
-    return synthesize_value(schema, seed_text)
 
 
 def _json_answer(output_schema: dict[str, Any] | None, seed_text: str) -> dict[str, Any]:
@@ -224,7 +181,7 @@ def _json_answer(output_schema: dict[str, Any] | None, seed_text: str) -> dict[s
     if output_schema.get("type") == "object" and isinstance(output_schema.get("properties"), dict):
         fields = output_schema["properties"]  # a full JSON Schema rather than the flat field map
     return {
-        key: synthesize_value(value, seed_text) if _looks_like_schema(value) else "example"
+        key: synthesize_value(value, seed_text, key) if _looks_like_schema(value) else "example"
         for key, value in fields.items()
     }
 

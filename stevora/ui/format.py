@@ -169,8 +169,23 @@ def _parse_maybe_json(value: Any) -> Any:
     return value
 
 
+def _expand_json_texts(value: Any, depth: int = 0) -> Any:
+    """`value` with every string that holds a JSON object or array shown as that JSON (a tool
+    result or model answer stored as text would otherwise be one escaped line: `"{\\"a\\": ...}"`)."""
+    if depth > MAX_ARGUMENT_DEPTH:
+        return value
+    if isinstance(value, str):
+        parsed = _parse_maybe_json(value)
+        return value if parsed is value else _expand_json_texts(parsed, depth + 1)
+    if isinstance(value, dict):
+        return {k: _expand_json_texts(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_expand_json_texts(v, depth + 1) for v in value]
+    return value
+
+
 def json_view(value: Any) -> JsonView:
-    value = _parse_maybe_json(value)
+    value = _expand_json_texts(_parse_maybe_json(value))
     if isinstance(value, str):
         text = value
     else:

@@ -337,7 +337,12 @@ async def approval_run_id(rt: Runtime, workspace_id: str, approval_id: str) -> s
 
 
 async def definitions(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
+    """The workspace's definitions, without the versions forks and replays derived."""
     return await pages.definitions(rt.pool, workspace_id)
+
+
+async def derived_definition_count(rt: Runtime, workspace_id: str) -> int:
+    return await pages.derived_definition_count(rt.pool, workspace_id)
 
 
 async def definition(

@@ -198,14 +198,15 @@ def build_ui_router() -> APIRouter:
         view = await queries.run_view(runtime_of(request), user.workspace_id, run_id)
         if view is None:
             return None
+        handed_over = await run_page_context(runtime_of(request), view.run)
         return {
             "nav": "runs",
             "user": user,
             "v": view,
             "run": view.run,
-            "waterfall": waterfall.build(view),
+            "waterfall": waterfall.build(view, handed_over["awaited_calls"]),
             "event_types": ",".join(EVENT_TYPES),
-            **await run_page_context(runtime_of(request), view.run),
+            **handed_over,
             **await time_travel.run_page_context(runtime_of(request), view.run),
         }
 
@@ -306,7 +307,13 @@ def build_ui_router() -> APIRouter:
         run_id = await queries.approval_run_id(rt, user.workspace_id, approval_id)
         # A rejection fails the step and the run (APPROVAL_REJECTED, never retried).
         outcome = "The run failed (APPROVAL_REJECTED)." if decision == "rejected" else "The run continues."
-        auth.set_flash(response, f"{VERBS[decision]} {approval_id}. {outcome}", link=f"/ui/runs/{run_id}")
+        # Decided on the run page, the flash lands on that page: link onward, to the approvals
+        # still waiting (or nowhere), never to the page already shown.
+        link: str | None = f"/ui/runs/{run_id}"
+        if back.startswith("/ui/runs/"):
+            link = "/ui/approvals" if await queries.pending_approval_count(rt, user.workspace_id) else None
+            outcome += "" if link else " No other approval is waiting."
+        auth.set_flash(response, f"{VERBS[decision]} {approval_id}. {outcome}", link=link)
         return response
 
     # -- definitions ------------------------------------------------------------------------
@@ -316,8 +323,12 @@ def build_ui_router() -> APIRouter:
         user = await current_user(request)
         if user is None:
             return auth.login_redirect(request)
-        rows = await queries.definitions(runtime_of(request), user.workspace_id)
-        return await render(request, user, "definitions.html", {"nav": "definitions", "definitions": rows})
+        rt = runtime_of(request)
+        rows = await queries.definitions(rt, user.workspace_id)
+        derived = await queries.derived_definition_count(rt, user.workspace_id)
+        return await render(
+            request, user, "definitions.html", {"nav": "definitions", "definitions": rows, "derived": derived}
+        )
 
     @router.get("/definitions/{definition_id}")
     async def definition_page(request: Request, definition_id: str) -> Response:

@@ -26,13 +26,19 @@ async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
     """`pending_calls` (client calls the run waits for, in the model's order), `child_runs`
     (`"<llm call id>:<index>"` → the child run answering that workflow-tool call),
     `client_call_ids` (every call answered, or to be answered, by the client) and
-    `call_approvals` (tool-call id → the pending approval request gating that call)."""
+    `call_approvals` (tool-call id → the pending approval request gating that call) and
+    `run_approvals` (every pending approval of a WAITING run, for the call to action at the top)."""
     pending: list[asyncpg.Record] = []
     if run["status"] == RunStatus.WAITING:
         pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
     awaited = await db_awaited.for_run_page(rt.pool, run["id"])
     gated = await pages.pending_call_approvals(rt.pool, run["id"])
+    waiting_for_people = (
+        await pages.pending_run_approvals(rt.pool, run["id"]) if run["status"] == RunStatus.WAITING else []
+    )
     return {
+        "awaited_calls": awaited,
+        "run_approvals": waiting_for_people,
         "pending_calls": pending,
         "pending_call_ids": {c["tool_call_id"] for c in pending},
         "child_runs": {

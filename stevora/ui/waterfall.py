@@ -5,10 +5,17 @@ call and a tool call are committed when they end (`created_at`) with their `dura
 they start at `created_at - duration_ms`. A step still running stretches to now. A fork's
 inherited rows (copies of its origin's, `inherited_from`) are left out: they ran in the origin, on
 its time axis, not in this run.
+
+A `map` step's items (the first the page shows) are drawn under it, each from its child run's start
+to its end. Time spent waiting is drawn as "wait" bars, not compute: an `approval`, `external_event` or `wait`
+step; a tool call handed to a person, the caller's app or a child run (`awaited_tool_calls`, from
+its creation to its answer); and the part of a model call spent waiting for its turn under
+`STEVORA_RATE_LIMITS` (`rateLimitWaitMs` of its response), drawn before the call itself.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -23,9 +30,22 @@ if TYPE_CHECKING:
 MIN_WIDTH_PCT = 0.4
 
 
+# What a step of these types spends its time on: waiting, not computing.
+WAITING_STEP_TYPES = {
+    "approval": "waiting for a person",
+    "external_event": "waiting for a signal",
+    "wait": "timer",
+}
+AWAITED_BY = {
+    "approval": "waiting for a person to approve",
+    "client": "waiting for the app",
+    "workflow": "waiting for a child run",
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Bar:
-    kind: str  # "step" | "model" | "tool"
+    kind: str  # "step" | "model" | "tool" | "wait" | "item" (a map step's item)
     label: str
     detail: str
     status: str
@@ -46,9 +66,13 @@ def _ended(start: datetime, duration_ms: Any) -> tuple[datetime, datetime]:
     return start - timedelta(milliseconds=float(duration_ms or 0)), start
 
 
-def build(view: RunView) -> Waterfall | None:
-    """The bars of a run, or `None` before its first step started."""
+def build(view: RunView, awaited: Sequence[Mapping[str, Any]] = ()) -> Waterfall | None:
+    """The bars of a run, or `None` before its first step started. `awaited`: the run's awaited
+    tool calls (llm_call_id, tool_name, kind, created_at, answered_at), drawn as waits."""
     run = view.run
+    awaited_by_call: dict[str, list[Mapping[str, Any]]] = {}
+    for row in awaited:
+        awaited_by_call.setdefault(str(row["llm_call_id"]), []).append(row)
     spans: list[tuple[str, str, str, str, datetime, datetime]] = []
     now = utcnow()
     for step in view.steps:
@@ -57,14 +81,27 @@ def build(view: RunView) -> Waterfall | None:
             continue
         end = row["completed_at"] or (now if row["status"] in ("RUNNING", "WAITING") else row["updated_at"])
         attempt = f" · attempt {row['attempt']}" if row["attempt"] > 1 else ""
-        spans.append(
-            ("step", row["step_name"], row["step_type"] + attempt, row["status"], row["started_at"], end)
-        )
+        waiting = WAITING_STEP_TYPES.get(row["step_type"])
+        kind, detail = ("wait", f"{row['step_type']} · {waiting}") if waiting else ("step", row["step_type"])
+        spans.append((kind, row["step_name"], detail + attempt, row["status"], row["started_at"], end))
+        for item in step.map_items:  # a map step's items, each its child run's span
+            if item["started_at"] is not None:
+                item_end = item["ended_at"] or now
+                status = item["child_status"] or item["status"]
+                spans.append(
+                    ("item", f"item {item['item_index']}", "child run", status, item["started_at"], item_end)
+                )
         for rnd in step.rounds:
             call = rnd.call
             if call["inherited_from"] is not None:
                 continue
             start, end = _ended(call["created_at"], call["duration_ms"])
+            turn_ms = float((call["response"] or {}).get("rateLimitWaitMs") or 0)
+            if turn_ms > 0:  # inside the call's duration, before the request went out
+                turn_end = min(end, start + timedelta(milliseconds=turn_ms))
+                spans.append(("wait", f"round {call['round']}", "rate limit · waiting for its turn",
+                              call["status"], start, turn_end))  # fmt: skip
+                start = turn_end
             provider = call["provider"] or "provider ?"
             if provider == "scripted":
                 provider = "scripted (offline)"
@@ -80,6 +117,15 @@ def build(view: RunView) -> Waterfall | None:
                     end,
                 )
             )
+            for wait in awaited_by_call.get(str(call["id"]), []):
+                answered = wait["answered_at"] or (
+                    now if run["status"] not in TERMINAL_RUN_STATUSES else None
+                )
+                if answered is not None:
+                    who = AWAITED_BY.get(wait["kind"], "waiting")
+                    spans.append(("wait", wait["tool_name"], f"round {call['round']} · {who}",
+                                  "WAITING" if wait["answered_at"] is None else "completed",
+                                  wait["created_at"], answered))  # fmt: skip
             for tc in rnd.tool_calls:
                 if tc.trace is None:
                     continue

@@ -4,9 +4,10 @@ The server is started with the Makefile's own `dev` recipe (its `stevora dev ...
 from the Makefile), in a folder holding the repository's `examples/`, with `.stevora` as its data
 folder, as in a fresh clone. The documentation's command block then runs as one bash script, as
 written: the only harness adjustments are a free port (`PORT` for the recipe, `STEVORA_URL` for
-the commands, as tests/e2e/test_readme.py does) and `.venv/bin` first on PATH (the docs say
-`stevora` is `.venv/bin/stevora`). Where the block says to approve from another terminal with the
-command `--watch` prints, the test runs that command.
+the commands, as tests/e2e/test_readme.py does) and `.venv` linked into the folder, as `make dev`
+leaves it in a clone (the block activates it; `stevora` is not on PATH before that). Where the
+block says to approve from another terminal with the command `--watch` prints, the test runs that
+command.
 """
 
 from __future__ import annotations
@@ -63,6 +64,37 @@ def _wait_healthy(url: str, proc: subprocess.Popen[bytes], log: Path, timeout_s:
     raise AssertionError(f"{url} never became healthy:\n{_tail(log)}")
 
 
+def fresh_clone(tmp_path: Path) -> Path:
+    """A folder as a clone is after `make dev`: the repository's `examples/` and its `.venv`."""
+    clone = tmp_path / "clone"
+    clone.mkdir()
+    (clone / "examples").symlink_to(ROOT / "examples")
+    (clone / ".venv").symlink_to(BIN.parent)  # blocks start with `source .venv/bin/activate`
+    return clone
+
+
+def make_dev_env() -> dict[str, str]:
+    """This process's environment without Stevora's or a provider's settings, nor a venv: PATH as
+    a new shell has it, so a block must activate `.venv` to call `stevora`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEVORA_", "OPENAI_", "ANTHROPIC_"))}
+    for name in ("VIRTUAL_ENV", "PYTHONPATH"):
+        env.pop(name, None)
+    env["STEVORA_LOG_LEVEL"] = "WARNING"
+    return env
+
+
+def start_make_dev(clone: Path, env: dict[str, str], port: int, log: Path) -> subprocess.Popen[bytes]:
+    """The Makefile's `dev` recipe in `clone` on `port`, its output in `log`."""
+    with log.open("wb") as sink:
+        return subprocess.Popen(
+            [str(BIN / "stevora"), *_make_dev_args(port)],
+            cwd=clone,
+            env=env,
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+        )
+
+
 def test_the_block_runs_every_example_definition_the_table_lists() -> None:
     block = _documented_block()
     names = {Path(name).name for name in _table_examples()}
@@ -75,22 +107,11 @@ def test_the_block_runs_every_example_definition_the_table_lists() -> None:
 
 
 def test_every_documented_example_runs_under_make_dev(tmp_path: Path) -> None:
-    clone = tmp_path / "clone"
-    clone.mkdir()
-    (clone / "examples").symlink_to(ROOT / "examples")
+    clone = fresh_clone(tmp_path)
     port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("STEVORA_", "OPENAI_", "ANTHROPIC_"))}
-    env.update(PATH=f"{BIN}{os.pathsep}{env.get('PATH', '')}", STEVORA_LOG_LEVEL="WARNING")
-    env.pop("PYTHONPATH", None)
+    env = make_dev_env()
     dev_log, out_log = tmp_path / "dev.log", tmp_path / "block.log"
-    with dev_log.open("wb") as sink:
-        dev = subprocess.Popen(
-            [str(BIN / "stevora"), *_make_dev_args(port)],
-            cwd=clone,
-            env=env,
-            stdout=sink,
-            stderr=subprocess.STDOUT,
-        )
+    dev = start_make_dev(clone, env, port, dev_log)
     block = None
     try:
         _wait_healthy(f"http://127.0.0.1:{port}", dev, dev_log)
@@ -107,7 +128,7 @@ def test_every_documented_example_runs_under_make_dev(tmp_path: Path) -> None:
             for approval in set(APPROVE.findall(out_log.read_text())) - approved:
                 # "run that from a third terminal"
                 done = subprocess.run(
-                    ["stevora", "approve", approval, "--by", "a new user"],
+                    [str(BIN / "stevora"), "approve", approval, "--by", "a new user"],
                     cwd=clone, env=commands_env, capture_output=True, text=True, timeout=60, check=False,
                 )  # fmt: skip
                 assert done.returncode == 0, done.stdout + done.stderr

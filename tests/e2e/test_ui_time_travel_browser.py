@@ -149,7 +149,14 @@ async def test_fork_at_round_2_from_the_run_page_then_diff_with_the_origin(
     assert await marked.count() == 1 and await marked.get_attribute("data-round") == "1"
     results = await marked.locator(".diff-results").all_inner_texts()
     assert '"result 1"' in results[0] and '"EDITED one"' in results[1]
-    assert await marked.locator(".diff-results.differs").count() == 2
+    # Only the result that differs is highlighted, not the whole block; the same tool call is not.
+    assert await marked.locator(".diff-results.differs").count() == 0
+    assert await marked.locator(".diff-result.differs").count() == 2
+    assert await marked.locator(".diff-call.differs").count() == 0
+    # Run ids in the column headers keep their case (the headers are upper-cased labels).
+    header_id = page.locator(".diff-table th .mono").first
+    assert await header_id.evaluate("e => getComputedStyle(e).textTransform") == "none"
+    assert await header_id.inner_text() == origin
     # B's round 1 is the origin's call copied (its result edited), not a call the fork made.
     assert await marked.locator("td.diff-side").nth(1).locator(".tag", has_text="inherited").count() == 1
     assert '{"n": 1}' in (await marked.locator(".diff-calls").all_inner_texts())[0]

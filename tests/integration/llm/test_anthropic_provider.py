@@ -247,7 +247,7 @@ async def test_scripted_responder_drives_a_full_tool_loop(
     provider = make_anthropic()
     conversation = [Message.user("Weather in Rome?")]
     first = await provider.complete(_request(*conversation, tools=[WEATHER]))
-    assert json.loads(first.tool_calls[0].arguments) == {"city": "Weather in Rome?"}
+    assert json.loads(first.tool_calls[0].arguments) == {"city": "Rome"}  # a city, not the question
     conversation += [first.to_message(), Message.tool_result(first.tool_calls[0].id, "sunny")]
     final = await provider.complete(_request(*conversation, tools=[WEATHER]))
     assert final.text == "Scripted answer to: Weather in Rome?. Tool results: get_weather: sunny"

@@ -49,14 +49,15 @@ async def test_first_turn_calls_every_tool_once_with_synthesised_arguments():
     assert [(c.id, c.name) for c in response.tool_calls] == [("call_1", "search"), ("call_2", "get_customer")]
     assert json.loads(response.tool_calls[0].arguments) == {
         "query": question[:60],
-        "limit": 1,
-        "score": 1.0,
+        "limit": 3,
+        "score": 3.0,
         "exact": True,
         "mode": "fast",
         "tags": [],
         "filters": {},
     }
-    assert json.loads(response.tool_calls[1].arguments) == {"customerId": question[:60]}
+    # No id in the prompt: an id-looking value, never the question itself.
+    assert json.loads(response.tool_calls[1].arguments) == {"customerId": "customer_1"}
     assert response.usage == Usage(input_tokens=(3 + len(question)) // 4, output_tokens=10)
     assert response.provider == "scripted" and response.model == "scripted"
 
@@ -88,7 +89,7 @@ async def test_json_answer_has_every_output_schema_key():
     response = await ScriptedProvider().complete(
         LlmRequest(model="scripted", messages=[Message.user("Assess")], output_schema=schema)
     )
-    assert json.loads(response.text or "") == {"riskScore": 1.0, "label": "low", "notes": "example"}
+    assert json.loads(response.text or "") == {"riskScore": 3.0, "label": "low", "notes": "example"}
 
 
 async def test_json_answer_for_a_full_object_schema_uses_its_properties():
@@ -98,7 +99,7 @@ async def test_json_answer_for_a_full_object_schema_uses_its_properties():
             model="scripted", messages=[Message.user("Write")], response_format="json", output_schema=schema
         )
     )
-    assert json.loads(response.text or "") == {"subject": "Write", "count": 1}
+    assert json.loads(response.text or "") == {"subject": "Write", "count": 3}
 
 
 async def test_explicit_script_is_replayed_in_order_then_exhausted():
@@ -137,10 +138,10 @@ async def test_latency_is_simulated_without_blocking_other_calls():
 
 
 def test_schema_synthesis_handles_unions_nullable_and_const():
-    assert synthesize_value({"anyOf": [{"type": "integer"}, {"type": "string"}]}) == 1
+    assert synthesize_value({"anyOf": [{"type": "integer"}, {"type": "string"}]}) == 3
     assert synthesize_value({"type": ["null", "boolean"]}) is True
     assert synthesize_value({"const": "fixed"}) == "fixed"
-    assert synthesize_value({"properties": {"a": {"type": "integer"}}}) == {"a": 1}
+    assert synthesize_value({"properties": {"a": {"type": "integer"}}}) == {"a": 3}
 
 
 def test_id_properties_get_an_id_token_from_the_prompt_not_the_whole_prompt() -> None:
