@@ -207,6 +207,10 @@ class GuardrailConfig(CamelModel):
     """How many re-prompts `retry_with_feedback` makes before the step fails."""
 
 
+# The largest `STEVORA_MAX_TOOL_ROUNDS` a server may be configured with.
+MAX_TOOL_ROUNDS_CEILING = 10_000
+
+
 class LlmStep(StepBase):
     """Calls a model, runs the tool loop, applies guardrails and stores the answer."""
 
@@ -223,7 +227,9 @@ class LlmStep(StepBase):
     output_schema: dict[str, Any] | None = None
     tools: list[LlmTool] = Field(default_factory=list, max_length=MAX_TOOLS_PER_STEP)
     guardrails: GuardrailConfig | None = None
-    max_tool_rounds: int = Field(default=10, ge=1, le=20)
+    max_tool_rounds: int = Field(default=10, ge=1, le=MAX_TOOL_ROUNDS_CEILING)
+    """Bounded here by the largest ceiling a server may set; each server refuses more than its own
+    STEVORA_MAX_TOOL_ROUNDS (default 500) when the definition is stored."""
     on_max_tool_rounds: Literal["fail", "complete"] = "fail"
     """At the round limit: `fail` (error MAX_TOOL_ROUNDS, the documented behaviour) or `complete`."""
     tool_timeout_ms: int = Field(default=30_000, ge=1, le=3_600_000)
@@ -234,6 +240,9 @@ class LlmStep(StepBase):
     timeout_ms: int | None = Field(default=None, ge=1)
     """Timeout of each provider request; unset means the provider adapter's default."""
     output_key: str | None = Field(default=None, min_length=1)
+    cache: bool = True
+    """Prompt caching: `cache_control` breakpoints for Anthropic, `prompt_cache_key` (the run's id)
+    for OpenAI (docs/long-horizon.md). `false` sends no cache hints."""
     global_tools: bool = True
     """Offer the worker's global tools (`register_tool(..., global_=True)`) besides `tools`."""
     outputs_expire_after_ms: int | None = Field(default=None, ge=1)

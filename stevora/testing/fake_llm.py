@@ -14,6 +14,7 @@ checked the way the real APIs check them (unanswered tool calls, misplaced tool 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -34,6 +35,7 @@ from stevora.llm.messages import (
     tool_choice_of,
 )
 from stevora.llm.scripted_provider import scripted_response
+from stevora.testing.fake_prompt_cache import FakePromptCache
 from stevora.testing.fake_rate_limit import FakeRateLimit
 from stevora.testing.fake_stream import FakeResponse as FakeResponse  # re-exported: the scripted answer
 from stevora.testing.fake_stream import Kind, StreamDefaults, write_stream
@@ -50,6 +52,7 @@ class RecordedRequest(NamedTuple):
     path: str
     headers: dict[str, str]
     json: dict[str, Any]
+    raw: bytes = b""  # the body's bytes as the SDK sent them (byte-stability tests compare these)
 
 
 # --- builders ------------------------------------------------------------------------------
@@ -576,6 +579,8 @@ class FakeLLMServer:
         self.requests: list[RecordedRequest] = []
         # The enforcing mode: requests and tokens per window, 429 beyond (None: no limit).
         self.rate_limit: FakeRateLimit | None = None
+        # Prefix caching as the providers document it (None: every answer reports what it was scripted with).
+        self.prompt_cache: FakePromptCache | None = None
         # Per request, the client's port: the same one again means a kept-alive connection reused.
         self.client_ports: list[int] = []
         self._lock = threading.Lock()
@@ -621,6 +626,7 @@ class FakeLLMServer:
             self.anthropic._reset()
             self.responder = None
             self.rate_limit = None
+            self.prompt_cache = None
 
     def close(self) -> None:
         if self._closing.is_set():
@@ -640,10 +646,42 @@ class FakeLLMServer:
         return self.openai if kind == "openai" else self.anthropic
 
     def _answer(
-        self, kind: Kind, path: str, headers: dict[str, str], body: dict[str, Any], client_port: int = 0
+        self,
+        kind: Kind,
+        path: str,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        client_port: int = 0,
+        raw: bytes = b"",
+    ) -> FakeResponse:
+        answer = self._answer_unpriced(kind, path, headers, body, client_port, raw)
+        cache = self.prompt_cache
+        if cache is None or answer.status != 200 or answer.body is None or "usage" not in answer.body:
+            return answer
+        usage = dict(answer.body["usage"])
+        if kind == "openai":
+            prompt, cached = cache.openai_usage(body)
+            usage["prompt_tokens"] = prompt
+            usage["prompt_tokens_details"] = {
+                **(usage.get("prompt_tokens_details") or {}),
+                "cached_tokens": cached,
+            }
+            usage["total_tokens"] = prompt + int(usage.get("completion_tokens") or 0)
+        else:
+            usage.update(cache.anthropic_usage(body))
+        return dataclasses.replace(answer, body={**answer.body, "usage": usage})
+
+    def _answer_unpriced(
+        self,
+        kind: Kind,
+        path: str,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        client_port: int,
+        raw: bytes,
     ) -> FakeResponse:
         with self._lock:
-            self.requests.append(RecordedRequest(path, headers, body))
+            self.requests.append(RecordedRequest(path, headers, body, raw))
             self.client_ports.append(client_port)
         if self.require_auth and not (headers.get("authorization", "").strip() or headers.get("x-api-key")):
             return FakeResponse(status=401, error_message="missing API key", kind=None)
@@ -727,7 +765,7 @@ class _Handler(BaseHTTPRequestHandler):
             response = FakeResponse(status=400, error_message="request body is not a JSON object")
         else:
             try:
-                response = fake._answer(kind, path, headers, body, int(self.client_address[1]))
+                response = fake._answer(kind, path, headers, body, int(self.client_address[1]), raw)
             except Exception as exc:  # a bug in the fake must reach the test, not vanish in a thread
                 response = FakeResponse(status=500, error_message=f"FakeLLMServer failed: {exc!r}")
         wait_s = response.delay_s + fake.latency_s

@@ -96,6 +96,8 @@ class ModelCaller:
                 output_schema=self.step.output_schema,
                 # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
                 tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
+                # The run's requests share one prompt-cache key: its prefix grows round by round.
+                cache_key=self.ex.run_id if self.step.cache else None,
             )
             stored_request = {
                 "messages": [m.to_dict() for m in appended],
@@ -232,6 +234,8 @@ class ModelCaller:
             "round": rec.round,
             "inputTokens": usage.input_tokens,
             "outputTokens": usage.output_tokens,
+            "cacheReadTokens": usage.cache_read_tokens,
+            "cacheWriteTokens": usage.cache_write_tokens,
             "costUsd": rec.cost_usd,
             "durationMs": round(rec.duration_ms, 3),
             "timeToFirstTokenMs": _ms(rec.time_to_first_token_ms),
