@@ -207,6 +207,18 @@ class GuardrailConfig(CamelModel):
     """How many re-prompts `retry_with_feedback` makes before the step fails."""
 
 
+class ContextConfig(CamelModel):
+    """Keeping a long step's input inside the model's window (docs/long-horizon.md)."""
+
+    max_input_tokens: int = Field(ge=256, le=10_000_000)
+    """Before a round whose input would be over this (the previous round's reported input tokens
+    plus an estimate of what was added since), the strategy makes room."""
+    strategy: Literal["trim_tool_results"] = "trim_tool_results"
+    """`trim_tool_results`: the results of the rounds before the last `keepLastRounds` are replaced
+    by a short stub naming the call (each call keeps its result message, so pairs stay valid)."""
+    keep_last_rounds: int = Field(default=3, ge=0, le=1000)
+
+
 # The largest `STEVORA_MAX_TOOL_ROUNDS` a server may be configured with.
 MAX_TOOL_ROUNDS_CEILING = 10_000
 
@@ -240,6 +252,8 @@ class LlmStep(StepBase):
     timeout_ms: int | None = Field(default=None, ge=1)
     """Timeout of each provider request; unset means the provider adapter's default."""
     output_key: str | None = Field(default=None, min_length=1)
+    context: ContextConfig | None = None
+    """Without it, a conversation over the model's window fails the step with CONTEXT_TOO_LONG."""
     cache: bool = True
     """Prompt caching: `cache_control` breakpoints for Anthropic, `prompt_cache_key` (the run's id)
     for OpenAI (docs/long-horizon.md). `false` sends no cache hints."""

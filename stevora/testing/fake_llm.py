@@ -429,6 +429,27 @@ def validate_anthropic(body: dict[str, Any]) -> str | None:
     return None
 
 
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The fake's token count of a request's prompt: characters / 4 of its tools, system and messages."""
+    parts = (body.get("tools"), body.get("system"), body.get("messages"))
+    return len(json.dumps(parts, ensure_ascii=False)) // 4
+
+
+def _over_window(kind: Kind, body: dict[str, Any], window: int) -> FakeResponse | None:
+    """The provider's 400 for a prompt over the model's context window, in its own words."""
+    tokens = prompt_tokens(body)
+    if tokens <= window:
+        return None
+    if kind == "openai":
+        message = (
+            f"This model's maximum context length is {window} tokens. However, your messages resulted "
+            f"in {tokens} tokens. Please reduce the length of the messages."
+        )
+        return FakeResponse(status=400, error_message=message, error_type="invalid_request_error")
+    message = f"prompt is too long: {tokens} tokens > {window} maximum"
+    return FakeResponse(status=400, error_message=message, error_type="invalid_request_error")
+
+
 # --- a responder that plays the scripted agent over HTTP (load tests, demos) ----------------
 
 
@@ -581,6 +602,9 @@ class FakeLLMServer:
         self.rate_limit: FakeRateLimit | None = None
         # Prefix caching as the providers document it (None: every answer reports what it was scripted with).
         self.prompt_cache: FakePromptCache | None = None
+        # The model's context window in tokens (characters / 4 of the prompt): a longer prompt gets
+        # the provider's own 400 (None: no window).
+        self.context_window_tokens: int | None = None
         # Per request, the client's port: the same one again means a kept-alive connection reused.
         self.client_ports: list[int] = []
         self._lock = threading.Lock()
@@ -627,6 +651,7 @@ class FakeLLMServer:
             self.responder = None
             self.rate_limit = None
             self.prompt_cache = None
+            self.context_window_tokens = None
 
     def close(self) -> None:
         if self._closing.is_set():
@@ -656,19 +681,20 @@ class FakeLLMServer:
     ) -> FakeResponse:
         answer = self._answer_unpriced(kind, path, headers, body, client_port, raw)
         cache = self.prompt_cache
-        if cache is None or answer.status != 200 or answer.body is None or "usage" not in answer.body:
+        counted = cache is not None or self.context_window_tokens is not None
+        if not counted or answer.status != 200 or answer.body is None or "usage" not in answer.body:
             return answer
+        # The usage a real API would report for this prompt, not the scripted one.
         usage = dict(answer.body["usage"])
         if kind == "openai":
-            prompt, cached = cache.openai_usage(body)
-            usage["prompt_tokens"] = prompt
-            usage["prompt_tokens_details"] = {
-                **(usage.get("prompt_tokens_details") or {}),
-                "cached_tokens": cached,
-            }
+            prompt, cached = cache.openai_usage(body) if cache is not None else (prompt_tokens(body), 0)
+            details = {**(usage.get("prompt_tokens_details") or {}), "cached_tokens": cached}
+            usage.update(prompt_tokens=prompt, prompt_tokens_details=details)
             usage["total_tokens"] = prompt + int(usage.get("completion_tokens") or 0)
-        else:
+        elif cache is not None:
             usage.update(cache.anthropic_usage(body))
+        else:
+            usage["input_tokens"] = prompt_tokens(body)
         return dataclasses.replace(answer, body={**answer.body, "usage": usage})
 
     def _answer_unpriced(
@@ -693,6 +719,11 @@ class FakeLLMServer:
                 problem = validate_llamacpp(body)
                 if problem is not None:
                     return FakeResponse(status=500, error_message=problem, error_type="internal_server_error")
+        window = self.context_window_tokens
+        if window is not None:
+            too_long = _over_window(kind, body, window)
+            if too_long is not None:
+                return too_long
         limit = self.rate_limit
         if limit is None:
             return self._scripted(kind, path, body)

@@ -45,9 +45,9 @@ def _register_lookup(harness: Harness) -> list[dict[str, Any]]:
 
 def _agent(model: str, **fields: Any) -> dict[str, Any]:
     fields.setdefault("maxToolRounds", ROUNDS + 2)
+    fields.setdefault("systemPrompt", LONG_SYSTEM)
     return llm_step(
         model=model,
-        systemPrompt=LONG_SYSTEM,
         tools=[tool_def("lookup", {"topic": {"type": "string"}}, ["topic"])],
         **fields,
     )
@@ -202,3 +202,52 @@ async def test_a_five_hundred_round_step_is_accepted_by_default(
     check_definition(Settings(), {"steps": [llm_step(maxToolRounds=500)]}, "body")
     result = await run_workflow(harness, workspace_id, _agent("gpt-4o-mini", maxToolRounds=500))
     assert result.status == "COMPLETED", result.run["error"]
+
+
+def _register_bulky(harness: Harness) -> None:
+    async def lookup(input: dict[str, Any]) -> dict[str, Any]:
+        return {"topic": input["topic"], "text": f"{input['topic']}: " + "detail " * 400}
+
+    harness.tools.register("lookup", lookup)
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "claude-haiku-4-5"])
+async def test_a_step_without_context_over_the_window_fails_with_context_too_long(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders, model: str
+) -> None:
+    _register_bulky(harness)
+    fake.context_window_tokens = 2_500
+    route = fake.openai if model.startswith("gpt") else fake.anthropic
+    route.responder = _tool_rounds_then_answer(route.kind, 8)
+    result = await run_workflow(harness, workspace_id, _agent(model, systemPrompt="Be brief."))
+
+    assert result.status == "FAILED"
+    error_ = result.run["error"]
+    assert error_["code"] == "CONTEXT_TOO_LONG", error_
+    assert error_["retryable"] is False
+    assert "over the model's 2500" in error_["message"]
+    assert error_["details"]["maxInputTokens"] == 2_500 and error_["details"]["inputTokens"] > 2_500
+
+
+@pytest.mark.parametrize("model", ["gpt-4o-mini", "claude-haiku-4-5"])
+async def test_trim_tool_results_runs_past_a_window_its_full_transcript_would_exceed(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders, model: str
+) -> None:
+    _register_bulky(harness)
+    fake.context_window_tokens = 2_500
+    route = fake.openai if model.startswith("gpt") else fake.anthropic
+    route.responder = _tool_rounds_then_answer(route.kind, 8)
+    context = {"maxInputTokens": 2_000, "strategy": "trim_tool_results", "keepLastRounds": 1}
+    step = _agent(model, systemPrompt="Be brief.", context=context, maxToolRounds=10)
+    result = await run_workflow(harness, workspace_id, step)
+
+    assert result.status == "COMPLETED", result.run["error"]
+    assert len(route.requests) == 9  # every request was valid (the fake checks each call's pairing)
+    last = json.dumps(route.requests[-1].json)
+    assert last.count('\\"trimmed\\": true') >= 6  # the older results went out as stubs
+    assert 1 <= last.count(": detail ") <= 3  # only the latest rounds' results went out whole
+    trimmed_events = [e.get("contextTrimmedThrough") for e in result.events_of("LLM_CALL_COMPLETED")]
+    assert trimmed_events[0] is None and trimmed_events[-1] >= 6
+    # What was trimmed is stored with the call: a rebuild trims exactly the same rounds.
+    stored = [c["request"].get("contextTrimmedThrough") for c in result.completed_calls()]
+    assert stored == trimmed_events
