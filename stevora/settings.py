@@ -37,6 +37,9 @@ class ServerCapabilities(BaseModel):
     """Whether answers carry `usage`; a server that should but does not is logged."""
     stream_usage: bool = False
     """Whether streams carry usage when asked with `stream_options.include_usage`."""
+    prompt_cache_key: bool = False
+    """Whether the server takes `prompt_cache_key` (OpenAI's routing hint for its prefix cache:
+    one key per run, or per thread of runs, so a run's requests land where its prefix is cached)."""
 
 
 # OpenAI's own API: every documented form.
@@ -46,6 +49,7 @@ OPENAI_CAPABILITIES = ServerCapabilities(
     parallel_tool_calls=True,
     usage=True,
     stream_usage=True,
+    prompt_cache_key=True,
 )
 
 
@@ -155,6 +159,8 @@ class Settings(BaseSettings):
     max_workflow_depth: int = Field(default=5, ge=1, le=50)
     # The most items one `map` step may fan out over; more fails the step (MAP_TOO_MANY_ITEMS).
     map_max_items: int = Field(default=10_000, ge=1, le=1_000_000)
+    # The most `maxToolRounds` an `llm` step may ask for; more is refused when a definition is stored.
+    max_tool_rounds: int = Field(default=500, ge=1, le=10_000)
     # The ceiling of every run's budget (docs/definitions.md#budgets): a run asking for more is
     # refused at create (400); a run asking for nothing, or a definition default above it, gets it.
     # None: no ceiling.

@@ -54,7 +54,8 @@ TOOL_TRACE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("tool_call_id", "text"),
     ("tool_name", "text"),
     ("input_json", "jsonb"),
-    ("output_json", "jsonb"),
+    # `json`, not `jsonb`: the result as written, so a rebuilt transcript sends the same bytes.
+    ("output_json", "json"),
     ("status", "text"),
     ("error", "text"),
     ("error_code", "text"),

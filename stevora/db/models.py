@@ -26,7 +26,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy.dialects.postgresql import JSON, JSONB
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from stevora.statuses import (
@@ -324,7 +324,9 @@ class ToolTrace(Base):
     tool_call_id: Mapped[str] = mapped_column(String(200))
     tool_name: Mapped[str] = mapped_column(String(64))
     input_json: Mapped[Any] = mapped_column(JSONB, nullable=True)
-    output_json: Mapped[Any] = mapped_column(JSONB, nullable=True)
+    # `json`, not `jsonb`: kept as written (key order, numbers), so the transcript rebuilt from it
+    # is byte for byte what the round first sent (migration 0020).
+    output_json: Mapped[Any] = mapped_column(JSON, nullable=True)
     status: Mapped[str] = mapped_column(String(16))
     error: Mapped[str | None] = mapped_column(Text)
     error_code: Mapped[str | None] = mapped_column(String(40))

@@ -207,6 +207,22 @@ class GuardrailConfig(CamelModel):
     """How many re-prompts `retry_with_feedback` makes before the step fails."""
 
 
+class ContextConfig(CamelModel):
+    """Keeping a long step's input inside the model's window (docs/long-horizon.md)."""
+
+    max_input_tokens: int = Field(ge=256, le=10_000_000)
+    """Before a round whose input would be over this (the previous round's reported input tokens
+    plus an estimate of what was added since), the strategy makes room."""
+    strategy: Literal["trim_tool_results"] = "trim_tool_results"
+    """`trim_tool_results`: the results of the rounds before the last `keepLastRounds` are replaced
+    by a short stub naming the call (each call keeps its result message, so pairs stay valid)."""
+    keep_last_rounds: int = Field(default=3, ge=0, le=1000)
+
+
+# The largest `STEVORA_MAX_TOOL_ROUNDS` a server may be configured with.
+MAX_TOOL_ROUNDS_CEILING = 10_000
+
+
 class LlmStep(StepBase):
     """Calls a model, runs the tool loop, applies guardrails and stores the answer."""
 
@@ -223,7 +239,9 @@ class LlmStep(StepBase):
     output_schema: dict[str, Any] | None = None
     tools: list[LlmTool] = Field(default_factory=list, max_length=MAX_TOOLS_PER_STEP)
     guardrails: GuardrailConfig | None = None
-    max_tool_rounds: int = Field(default=10, ge=1, le=20)
+    max_tool_rounds: int = Field(default=10, ge=1, le=MAX_TOOL_ROUNDS_CEILING)
+    """Bounded here by the largest ceiling a server may set; each server refuses more than its own
+    STEVORA_MAX_TOOL_ROUNDS (default 500) when the definition is stored."""
     on_max_tool_rounds: Literal["fail", "complete"] = "fail"
     """At the round limit: `fail` (error MAX_TOOL_ROUNDS, the documented behaviour) or `complete`."""
     tool_timeout_ms: int = Field(default=30_000, ge=1, le=3_600_000)
@@ -234,6 +252,11 @@ class LlmStep(StepBase):
     timeout_ms: int | None = Field(default=None, ge=1)
     """Timeout of each provider request; unset means the provider adapter's default."""
     output_key: str | None = Field(default=None, min_length=1)
+    context: ContextConfig | None = None
+    """Without it, a conversation over the model's window fails the step with CONTEXT_TOO_LONG."""
+    cache: bool = True
+    """Prompt caching: `cache_control` breakpoints for Anthropic, `prompt_cache_key` (the run's id)
+    for OpenAI (docs/long-horizon.md). `false` sends no cache hints."""
     global_tools: bool = True
     """Offer the worker's global tools (`register_tool(..., global_=True)`) besides `tools`."""
     outputs_expire_after_ms: int | None = Field(default=None, ge=1)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from stevora.errors import PayloadTooLarge, StateTooLarge, UnstorableValue
+from stevora.errors import PayloadTooLarge, StateTooLarge, UnstorableValue, ValidationError
 from stevora.settings import Settings
 from stevora.storable import encoded_size, problem_in_sent, problem_in_value
 from stevora.tasks import StepResult
@@ -47,6 +47,30 @@ def check_definition(settings: Settings, body: Any, field: str) -> None:
         raise PayloadTooLarge.field(
             field, size, settings.max_definition_bytes, "STEVORA_MAX_DEFINITION_BYTES"
         )
+    check_tool_round_ceiling(settings, body, "" if field == "body" else f"{field}.")
+
+
+def check_tool_round_ceiling(settings: Settings, body: Any, prefix: str) -> None:
+    """An `llm` step's `maxToolRounds` above this server's STEVORA_MAX_TOOL_ROUNDS is a 400 naming
+    the field (the definition's own schema only bounds it by the largest ceiling a server may set)."""
+    steps = body.get("steps") if isinstance(body, Mapping) else None
+    if not isinstance(steps, list):
+        return  # the definition's validation reports it
+    ceiling = settings.max_tool_rounds
+    problems = [
+        {
+            "path": f"{prefix}steps[{index}].maxToolRounds",
+            "message": f"{step['maxToolRounds']} is above this server's ceiling of {ceiling} rounds "
+            "(STEVORA_MAX_TOOL_ROUNDS)",
+        }
+        for index, step in enumerate(steps)
+        if isinstance(step, Mapping)
+        and isinstance(step.get("maxToolRounds"), int)
+        and not isinstance(step.get("maxToolRounds"), bool)
+        and step["maxToolRounds"] > ceiling
+    ]
+    if problems:
+        raise ValidationError.from_problems(problems)
 
 
 def merged_state_problem(

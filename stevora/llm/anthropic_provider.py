@@ -159,6 +159,8 @@ class AnthropicProvider:
             kwargs["extra_body"] = {"temperature": request.temperature}
         if request.timeout_s is not None:
             kwargs["timeout"] = request.timeout_s
+        if request.cache_key is not None:
+            mark_cache_breakpoints(kwargs)
         return kwargs
 
     def parse_message(self, message: AnthropicMessage) -> LlmResponse:
@@ -225,6 +227,39 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
             {"type": "tool_use", "id": call.id, "name": call.name, "input": parse_tool_input(call.arguments)}
         )
     return message.role, blocks
+
+
+# Anthropic takes at most this many `cache_control` breakpoints in one request (400 beyond).
+MAX_CACHE_BREAKPOINTS = 4
+_EPHEMERAL: dict[str, Any] = {"type": "ephemeral"}
+
+
+def mark_cache_breakpoints(kwargs: dict[str, Any]) -> None:
+    """Place prompt-cache breakpoints so each round reads the rounds before it from the cache.
+
+    At most four, in prompt order: the last tool (tools head the prompt), the system prompt, the
+    end of the previous round (exactly where the previous request wrote its cache, so the read
+    does not depend on the API's 20-block lookback, which a round of many parallel calls would
+    exceed) and the end of this request (written for the next round). The markers are the only
+    bytes that move from round to round: the prefix before them is the same request after request.
+    """
+    tools = kwargs.get("tools")
+    if tools:
+        tools[-1] = {**tools[-1], "cache_control": _EPHEMERAL}
+    system = kwargs.get("system")
+    if system:
+        kwargs["system"] = [{"type": "text", "text": system, "cache_control": _EPHEMERAL}]
+    messages: list[dict[str, Any]] = kwargs["messages"]
+    marked = [len(messages) - 1] if messages else []
+    # The previous request ended with the user turn that precedes this request's last assistant turn.
+    last_assistant = next(
+        (i for i in range(len(messages) - 1, -1, -1) if messages[i]["role"] == "assistant"), None
+    )
+    if last_assistant is not None and last_assistant > 0 and messages[last_assistant - 1]["role"] == "user":
+        marked.insert(0, last_assistant - 1)
+    for index in marked:
+        blocks = messages[index]["content"]
+        blocks[-1] = {**blocks[-1], "cache_control": _EPHEMERAL}
 
 
 def _tool_choice(request: LlmRequest) -> dict[str, Any] | None:

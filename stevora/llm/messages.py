@@ -216,6 +216,10 @@ class LlmRequest:
     output_schema: dict[str, Any] | None = None
     tool_choice: ToolChoice = "auto"
     """Only meaningful with `tools`; adapters leave it out of requests that carry none."""
+    cache_key: str | None = None
+    """Prompt caching is on for this request: the key that groups requests sharing a prefix (the
+    run's id, or its thread's). Anthropic gets `cache_control` breakpoints, OpenAI `prompt_cache_key`;
+    `None`: no cache hints at all (a step's `cache: false`)."""
     sink: StreamSink | None = field(default=None, repr=False, compare=False)
     """Hears a streamed answer's first token and text deltas; not part of the stored request."""
 
@@ -231,6 +235,7 @@ class LlmRequest:
             "timeout_s": self.timeout_s,
             "output_schema": self.output_schema,
             "tool_choice": tool_choice_to_json(self.tool_choice),
+            "cache_key": self.cache_key,
         }
 
     @classmethod
@@ -246,6 +251,7 @@ class LlmRequest:
             timeout_s=data.get("timeout_s"),
             output_schema=data.get("output_schema"),
             tool_choice=tool_choice_of(data.get("tool_choice") or "auto"),
+            cache_key=data.get("cache_key"),
         )
 
 

@@ -195,6 +195,8 @@ class OpenAIProvider:
             kwargs[self._max_tokens_field] = request.max_tokens
         if request.timeout_s is not None:
             kwargs["timeout"] = request.timeout_s
+        if request.cache_key is not None and caps.prompt_cache_key:
+            kwargs["prompt_cache_key"] = request.cache_key
         return kwargs
 
     def _tool_choice(self, request: LlmRequest) -> str | dict[str, Any] | None:

@@ -154,6 +154,9 @@ def provider_error_for_status(
         retryable = False  # e.g. OpenAI's 429 insufficient_quota: waiting will not help
     elif should_retry == "true":
         retryable = True
+    too_long = context_too_long(provider, status_code, message)
+    if too_long is not None:
+        return too_long
     return ProviderError(
         f"{provider} returned HTTP {status_code}: {message}",
         provider=provider,
@@ -162,6 +165,44 @@ def provider_error_for_status(
         retry_after_s=retry_after_from_headers(lowered) if retryable else None,
         remaining=remaining_from_headers(lowered) if status_code == 429 else (None, None),
     )
+
+
+# How the providers word a prompt over the model's window: OpenAI "This model's maximum context
+# length is 128000 tokens. However, your messages resulted in 130012 tokens." (code
+# context_length_exceeded); Anthropic "prompt is too long: 208310 tokens > 200000 maximum".
+_OPENAI_TOO_LONG = re.compile(r"maximum context length is (\d+) tokens.*?resulted in (\d+) tokens", re.S)
+_ANTHROPIC_TOO_LONG = re.compile(r"prompt is too long: (\d+) tokens > (\d+) maximum")
+_TOO_LONG_WORDS = ("context_length_exceeded", "context length", "prompt is too long", "context window")
+
+
+def context_too_long(provider: str, status_code: int, message: str) -> ProviderError | None:
+    """A 400 (or 413) saying the prompt does not fit the model's window, as `CONTEXT_TOO_LONG`
+    naming the tokens when the answer says them; `None` for any other answer."""
+    if status_code not in (400, 413) or not any(word in message.lower() for word in _TOO_LONG_WORDS):
+        return None
+    tokens = limit = None
+    found = _OPENAI_TOO_LONG.search(message)
+    if found is not None:
+        limit, tokens = int(found.group(1)), int(found.group(2))
+    else:
+        found = _ANTHROPIC_TOO_LONG.search(message)
+        if found is not None:
+            tokens, limit = int(found.group(1)), int(found.group(2))
+    said = (
+        f"{tokens} tokens, over the model's {limit}"
+        if tokens is not None
+        else "more tokens than the model takes"
+    )
+    error = ProviderError(
+        f"{provider}: the conversation is {said}; give the step a `context` strategy "
+        f"(trim_tool_results or compact, docs/long-horizon.md) or fewer rounds ({message})",
+        provider=provider,
+        status_code=status_code,
+        retryable=False,
+        code="CONTEXT_TOO_LONG",
+    )
+    error.details.update(inputTokens=tokens, maxInputTokens=limit)
+    return error
 
 
 # What OpenAI (`x-ratelimit-remaining-*`) and Anthropic (`anthropic-ratelimit-*-remaining`) say is

@@ -136,18 +136,23 @@ class _ModelChildren:
         self.label = label
         self.error = metrics.bound_histogram(metrics.LLM_CALL_DURATION, provider, label, "error")
         self.ok = metrics.bound_histogram(metrics.LLM_CALL_DURATION, provider, label, "ok")
-        self.tokens: tuple[metrics.BoundCounter, metrics.BoundCounter] | None = None  # (input, output)
+        # (input, output, cache_read, cache_write): the cache kinds are parts of `input`
+        self.tokens: tuple[metrics.BoundCounter, ...] | None = None
         self.cost: metrics.BoundCounter | None = None
 
     def answered(self, usage: Usage, cost_usd: float | None) -> None:
         tokens = self.tokens
         if tokens is None:
-            tokens = self.tokens = (
-                metrics.bound_counter(metrics.LLM_TOKENS, self.provider, self.label, "input"),
-                metrics.bound_counter(metrics.LLM_TOKENS, self.provider, self.label, "output"),
+            tokens = self.tokens = tuple(
+                metrics.bound_counter(metrics.LLM_TOKENS, self.provider, self.label, kind)
+                for kind in metrics.TOKEN_KINDS
             )
         tokens[0].inc(usage.input_tokens)
         tokens[1].inc(usage.output_tokens)
+        if usage.cache_read_tokens:
+            tokens[2].inc(usage.cache_read_tokens)
+        if usage.cache_write_tokens:
+            tokens[3].inc(usage.cache_write_tokens)
         if cost_usd:
             if self.cost is None:
                 self.cost = metrics.bound_counter(metrics.LLM_COST, self.provider, self.label)

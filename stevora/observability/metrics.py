@@ -72,7 +72,13 @@ LLM_TIME_TO_FIRST_TOKEN = Histogram(
     ["provider", "model"],
     buckets=_FAST,
 )
-LLM_TOKENS = Counter("stevora_llm_tokens", "Tokens used by model calls", ["provider", "model", "kind"])
+LLM_TOKENS = Counter(
+    "stevora_llm_tokens",
+    "Tokens used by model calls (kind: input, output, and the parts of input read from and written "
+    "to the provider's prompt cache)",
+    ["provider", "model", "kind"],
+)
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
 LLM_COST = Counter("stevora_llm_cost_usd", "Cost of model calls in USD", ["provider", "model"])
 LLM_RATE_LIMIT_WAIT = Histogram(
     "stevora_llm_rate_limit_wait_seconds",
@@ -128,6 +134,10 @@ def llm_answered(provider: str, known_model: str | None, usage: Usage, cost_usd:
     model = model_label(known_model)
     LLM_TOKENS.labels(provider, model, "input").inc(usage.input_tokens)
     LLM_TOKENS.labels(provider, model, "output").inc(usage.output_tokens)
+    if usage.cache_read_tokens:
+        LLM_TOKENS.labels(provider, model, "cache_read").inc(usage.cache_read_tokens)
+    if usage.cache_write_tokens:
+        LLM_TOKENS.labels(provider, model, "cache_write").inc(usage.cache_write_tokens)
     if cost_usd:
         LLM_COST.labels(provider, model).inc(cost_usd)
 

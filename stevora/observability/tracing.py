@@ -260,6 +260,9 @@ def chat_answered(span: Span | None, response: Any) -> None:
     span.set_attribute("gen_ai.response.model", response.model or "")
     span.set_attribute("gen_ai.usage.input_tokens", response.usage.input_tokens)
     span.set_attribute("gen_ai.usage.output_tokens", response.usage.output_tokens)
+    # The GenAI conventions' prompt-cache attributes (parts of input_tokens).
+    span.set_attribute("gen_ai.usage.cache_read.input_tokens", response.usage.cache_read_tokens)
+    span.set_attribute("gen_ai.usage.cache_creation.input_tokens", response.usage.cache_write_tokens)
     if response.finish_reason:
         span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
     if response.response_id:

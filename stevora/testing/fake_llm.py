@@ -14,6 +14,7 @@ checked the way the real APIs check them (unanswered tool calls, misplaced tool 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import re
@@ -34,6 +35,7 @@ from stevora.llm.messages import (
     tool_choice_of,
 )
 from stevora.llm.scripted_provider import scripted_response
+from stevora.testing.fake_prompt_cache import FakePromptCache
 from stevora.testing.fake_rate_limit import FakeRateLimit
 from stevora.testing.fake_stream import FakeResponse as FakeResponse  # re-exported: the scripted answer
 from stevora.testing.fake_stream import Kind, StreamDefaults, write_stream
@@ -50,6 +52,7 @@ class RecordedRequest(NamedTuple):
     path: str
     headers: dict[str, str]
     json: dict[str, Any]
+    raw: bytes = b""  # the body's bytes as the SDK sent them (byte-stability tests compare these)
 
 
 # --- builders ------------------------------------------------------------------------------
@@ -426,6 +429,27 @@ def validate_anthropic(body: dict[str, Any]) -> str | None:
     return None
 
 
+def prompt_tokens(body: dict[str, Any]) -> int:
+    """The fake's token count of a request's prompt: characters / 4 of its tools, system and messages."""
+    parts = (body.get("tools"), body.get("system"), body.get("messages"))
+    return len(json.dumps(parts, ensure_ascii=False)) // 4
+
+
+def _over_window(kind: Kind, body: dict[str, Any], window: int) -> FakeResponse | None:
+    """The provider's 400 for a prompt over the model's context window, in its own words."""
+    tokens = prompt_tokens(body)
+    if tokens <= window:
+        return None
+    if kind == "openai":
+        message = (
+            f"This model's maximum context length is {window} tokens. However, your messages resulted "
+            f"in {tokens} tokens. Please reduce the length of the messages."
+        )
+        return FakeResponse(status=400, error_message=message, error_type="invalid_request_error")
+    message = f"prompt is too long: {tokens} tokens > {window} maximum"
+    return FakeResponse(status=400, error_message=message, error_type="invalid_request_error")
+
+
 # --- a responder that plays the scripted agent over HTTP (load tests, demos) ----------------
 
 
@@ -576,6 +600,11 @@ class FakeLLMServer:
         self.requests: list[RecordedRequest] = []
         # The enforcing mode: requests and tokens per window, 429 beyond (None: no limit).
         self.rate_limit: FakeRateLimit | None = None
+        # Prefix caching as the providers document it (None: every answer reports what it was scripted with).
+        self.prompt_cache: FakePromptCache | None = None
+        # The model's context window in tokens (characters / 4 of the prompt): a longer prompt gets
+        # the provider's own 400 (None: no window).
+        self.context_window_tokens: int | None = None
         # Per request, the client's port: the same one again means a kept-alive connection reused.
         self.client_ports: list[int] = []
         self._lock = threading.Lock()
@@ -621,6 +650,8 @@ class FakeLLMServer:
             self.anthropic._reset()
             self.responder = None
             self.rate_limit = None
+            self.prompt_cache = None
+            self.context_window_tokens = None
 
     def close(self) -> None:
         if self._closing.is_set():
@@ -640,10 +671,43 @@ class FakeLLMServer:
         return self.openai if kind == "openai" else self.anthropic
 
     def _answer(
-        self, kind: Kind, path: str, headers: dict[str, str], body: dict[str, Any], client_port: int = 0
+        self,
+        kind: Kind,
+        path: str,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        client_port: int = 0,
+        raw: bytes = b"",
+    ) -> FakeResponse:
+        answer = self._answer_unpriced(kind, path, headers, body, client_port, raw)
+        cache = self.prompt_cache
+        counted = cache is not None or self.context_window_tokens is not None
+        if not counted or answer.status != 200 or answer.body is None or "usage" not in answer.body:
+            return answer
+        # The usage a real API would report for this prompt, not the scripted one.
+        usage = dict(answer.body["usage"])
+        if kind == "openai":
+            prompt, cached = cache.openai_usage(body) if cache is not None else (prompt_tokens(body), 0)
+            details = {**(usage.get("prompt_tokens_details") or {}), "cached_tokens": cached}
+            usage.update(prompt_tokens=prompt, prompt_tokens_details=details)
+            usage["total_tokens"] = prompt + int(usage.get("completion_tokens") or 0)
+        elif cache is not None:
+            usage.update(cache.anthropic_usage(body))
+        else:
+            usage["input_tokens"] = prompt_tokens(body)
+        return dataclasses.replace(answer, body={**answer.body, "usage": usage})
+
+    def _answer_unpriced(
+        self,
+        kind: Kind,
+        path: str,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        client_port: int,
+        raw: bytes,
     ) -> FakeResponse:
         with self._lock:
-            self.requests.append(RecordedRequest(path, headers, body))
+            self.requests.append(RecordedRequest(path, headers, body, raw))
             self.client_ports.append(client_port)
         if self.require_auth and not (headers.get("authorization", "").strip() or headers.get("x-api-key")):
             return FakeResponse(status=401, error_message="missing API key", kind=None)
@@ -655,6 +719,11 @@ class FakeLLMServer:
                 problem = validate_llamacpp(body)
                 if problem is not None:
                     return FakeResponse(status=500, error_message=problem, error_type="internal_server_error")
+        window = self.context_window_tokens
+        if window is not None:
+            too_long = _over_window(kind, body, window)
+            if too_long is not None:
+                return too_long
         limit = self.rate_limit
         if limit is None:
             return self._scripted(kind, path, body)
@@ -727,7 +796,7 @@ class _Handler(BaseHTTPRequestHandler):
             response = FakeResponse(status=400, error_message="request body is not a JSON object")
         else:
             try:
-                response = fake._answer(kind, path, headers, body, int(self.client_address[1]))
+                response = fake._answer(kind, path, headers, body, int(self.client_address[1]), raw)
             except Exception as exc:  # a bug in the fake must reach the test, not vanish in a thread
                 response = FakeResponse(status=500, error_message=f"FakeLLMServer failed: {exc!r}")
         wait_s = response.delay_s + fake.latency_s

@@ -19,6 +19,7 @@ from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
 from stevora.engine.provider_limits import LimitedProvider
 from stevora.engine.steps.base import StepExecution
+from stevora.engine.steps.llm_context import trim_point, trimmed
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import BudgetExceeded, ProviderError, ProviderNotFound, StevoraError
 from stevora.events import EventType
@@ -65,6 +66,8 @@ class ModelCaller:
         is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
         st.transcript.extend(appended)
         candidates = [self.step.model, *self.step.fallback_models]
+        # The step's `context` strategy, decided once per round from the committed rows.
+        trim_through = trim_point(self.step, st, st.transcript)
         last_error: StevoraError | None = None
         # Stay on the model that answered last: once the primary has failed over, later rounds of
         # this execution do not pay for its failures (and its SDK retries) again.
@@ -86,7 +89,7 @@ class ModelCaller:
                 continue
             request = LlmRequest(
                 model=model,
-                messages=self._prepared(st, provider.name),
+                messages=trimmed(self._prepared(st, provider.name), trim_through),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
                 max_tokens=self.step.max_tokens,
@@ -96,6 +99,8 @@ class ModelCaller:
                 output_schema=self.step.output_schema,
                 # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
                 tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
+                # The run's requests share one prompt-cache key: its prefix grows round by round.
+                cache_key=self.ex.run_id if self.step.cache else None,
             )
             stored_request = {
                 "messages": [m.to_dict() for m in appended],
@@ -105,6 +110,7 @@ class ModelCaller:
                 "maxTokens": self.step.max_tokens,
                 "responseFormat": self.step.response_format,
                 **({"feedback": True} if is_feedback else {}),
+                **({"contextTrimmedThrough": trim_through} if trim_through else {}),
                 **(
                     {"toolChoice": _tool_choice_json(self.step.tool_choice)}
                     if request.tool_choice != "auto"
@@ -141,6 +147,7 @@ class ModelCaller:
                 )
                 continue
             self._model_index = index
+            st.trimmed_through = trim_through
             return await self._record_call(
                 st, provider, model, stored_request, response, time.perf_counter() - started, live
             )
@@ -232,12 +239,16 @@ class ModelCaller:
             "round": rec.round,
             "inputTokens": usage.input_tokens,
             "outputTokens": usage.output_tokens,
+            "cacheReadTokens": usage.cache_read_tokens,
+            "cacheWriteTokens": usage.cache_write_tokens,
             "costUsd": rec.cost_usd,
             "durationMs": round(rec.duration_ms, 3),
             "timeToFirstTokenMs": _ms(rec.time_to_first_token_ms),
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
         }
+        if stored_request.get("contextTrimmedThrough"):  # the step's `context` strategy trimmed
+            payload["contextTrimmedThrough"] = stored_request["contextTrimmedThrough"]
         if self._limited and isinstance(provider, LimitedProvider):  # STEVORA_RATE_LIMITS only
             payload["rateLimitWaitMs"] = rec.response["rateLimitWaitMs"] = provider.last_wait_ms  # type: ignore[index]
         committed_at = await checkpoints.record_llm_call(

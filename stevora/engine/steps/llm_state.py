@@ -35,6 +35,9 @@ class LoopState:
     pending_append: list[Message] = field(default_factory=list)  # stored with the next model call
     cost_usd: float = 0.0
     usage: Usage = field(default_factory=Usage)
+    # Rounds (counted by assistant turns) whose tool results the requests send as stubs (the
+    # step's `context` strategy; stored with each call's request, so a rebuild trims the same).
+    trimmed_through: int = 0
 
 
 def response_message(response: dict[str, Any]) -> Message:
@@ -53,6 +56,7 @@ def rebuild(rounds: list[CommittedRound], prompt: list[Message]) -> LoopState:
         transcript.extend(Message.from_dict(m) for m in r.request.get("messages") or ())
         if r.request.get("feedback"):
             state.feedback_attempts += 1
+        state.trimmed_through = max(state.trimmed_through, r.request.get("contextTrimmedThrough") or 0)
         msg = response_message(r.response)
         transcript.append(msg)
         if msg.tool_calls:

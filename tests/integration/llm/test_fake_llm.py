@@ -80,7 +80,7 @@ def test_enqueue_routes_by_kind_and_journal_records_each_request(fake_llm: FakeL
     assert status == 200 and body["choices"][0]["message"]["content"] == "from openai"
     status, body = _post(fake_llm, "/v1/messages", _anthropic([{"role": "user", "content": "q"}]))
     assert status == 200 and body["content"][0]["text"] == "from anthropic"
-    paths = [path for path, _headers, _json in fake_llm.requests]
+    paths = [request.path for request in fake_llm.requests]
     assert paths == ["/v1/chat/completions", "/v1/messages"]
     assert fake_llm.anthropic.requests[0].json["max_tokens"] == 10
 

@@ -18,6 +18,7 @@ from stevora.testing.fake_llm import (
     openai_text,
     openai_tool_calls,
 )
+from stevora.testing.fake_prompt_cache import without_cache_markers
 from stevora.tools import ToolContext
 from tests.conftest import Harness
 from tests.integration.loop.conftest import SdkProviders, llm_step, run_workflow, tool_def
@@ -234,6 +235,8 @@ async def test_each_model_call_is_recorded_with_its_request_response_usage_and_c
         "round": 1,
         "inputTokens": 440,
         "outputTokens": 20,
+        "cacheReadTokens": 300,
+        "cacheWriteTokens": 40,
         "costUsd": first["cost_usd"],
         "durationMs": round(first["duration_ms"], 3),
         # Streamed (the default): the first delta's time, stored on the row and in the event.
@@ -287,7 +290,7 @@ async def test_a_retried_step_rebuilds_its_transcript_usage_and_cost_from_the_co
     ]
     failed_call, resumed = fake.anthropic.requests[1].json, fake.anthropic.requests[2].json
     assert resumed["messages"] == failed_call["messages"]
-    assert resumed["messages"][-1] == {
+    assert without_cache_markers(resumed)["messages"][-1] == {
         "role": "user",
         "content": [
             {"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"sku": 7, "inStock": false}'},

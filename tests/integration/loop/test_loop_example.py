@@ -163,8 +163,16 @@ async def test_research_agent_example_on_the_anthropic_api(
     await check_example_rows(result, "anthropic", model, calls)
 
     first, second = fake.anthropic.requests
-    assert first.json["system"] == spec["steps"][0]["systemPrompt"]
-    assert first.json["messages"] == [{"role": "user", "content": [{"type": "text", "text": PROMPT}]}]
+    # The system prompt as a text block carrying a prompt-cache breakpoint (docs/long-horizon.md).
+    assert first.json["system"] == [
+        {"type": "text", "text": spec["steps"][0]["systemPrompt"], "cache_control": {"type": "ephemeral"}}
+    ]
+    assert first.json["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": PROMPT, "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
     assert [t["name"] for t in first.json["tools"]] == ["search_knowledge_base", "get_customer_data"]
     assert first.json["tools"][0]["input_schema"] == spec["steps"][0]["tools"][0]["parameters"]
     assert "tool_choice" not in first.json  # parallel tool use stays allowed

@@ -266,7 +266,7 @@ def test_definition_with_several_problems_reports_every_one_with_its_path() -> N
                 "name": "dup",
                 "model": "gpt-4o",
                 "messages": [{"role": "user", "content": "q"}],
-                "maxToolRounds": 21,
+                "maxToolRounds": 10_001,
                 "temperature": 3,
                 "tools": [{"name": "bad name", "description": "d", "parameters": {"type": "object"}}],
             },
