@@ -15,10 +15,11 @@ import structlog
 
 from stevora.errors import ProviderError
 from stevora.llm.anthropic_provider import AnthropicProvider
+from stevora.llm.capabilities import ServerCapabilities
 from stevora.llm.messages import LlmRequest, Message, NamedTool, ToolCall, ToolSpec
 from stevora.llm.openai_provider import OpenAIProvider, http_client
 from stevora.llm.setup import build_router
-from stevora.settings import ServerCapabilities, Settings
+from stevora.settings import Settings
 from stevora.testing.fake_llm import FakeLLMServer, error, openai_text, scripted_responder
 
 WEATHER = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}})
