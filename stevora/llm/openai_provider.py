@@ -278,7 +278,8 @@ def _message_param(message: Message, tool_call_content: str = "null") -> dict[st
             ]
             if not message.content:
                 # OpenAI documents `null`; llama.cpp's server answers 500 to `null` and to a missing
-                # key and takes only `""` (issue 14), so the form is the server's capability.
+                # key and takes only `""` (docs/providers.md, "The empty-content form"), so the form
+                # is the server's capability.
                 if tool_call_content == "omit":
                     del out["content"]
                 else:

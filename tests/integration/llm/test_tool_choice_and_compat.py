@@ -1,8 +1,8 @@
 """toolChoice and compat-server capabilities through the real SDKs against the loopback fake.
 
 The fake's `llamacpp` dialect answers what llama-cpp-python's server cannot take the way that
-server does (HTTP 500, a pydantic validation message), so the fix of issue 14 is checked here
-without the real server; tests/interop/ checks it against the real one.
+server does (HTTP 500, a pydantic validation message), so the capabilities of docs/providers.md
+are checked here without the real server; tests/interop/ checks them against the real one.
 """
 
 from __future__ import annotations
