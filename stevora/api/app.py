@@ -43,7 +43,7 @@ from stevora.observability import metrics, tracing
 from stevora.runtime import Runtime
 from stevora.settings import Settings
 from stevora.throttle.authlimit import FailedAuthLimiter
-from stevora.throttle.ratelimit import RateLimiter
+from stevora.throttle.workspace_requests import RateLimiter
 from stevora.tuning import tune_gc
 from stevora.ui import build_ui_router, mount_static
 

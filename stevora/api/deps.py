@@ -15,7 +15,7 @@ from stevora.errors import StevoraError, ValidationError
 from stevora.runtime import Runtime
 from stevora.settings import Settings
 from stevora.throttle.authlimit import client_address
-from stevora.throttle.ratelimit import RateLimiter
+from stevora.throttle.workspace_requests import RateLimiter
 
 api_key_header = APIKeyHeader(
     name="x-api-key",
