@@ -42,7 +42,7 @@ from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.observability import metrics, tracing
 from stevora.runtime import Runtime
 from stevora.settings import Settings
-from stevora.throttle.authlimit import FailedAuthLimiter
+from stevora.throttle.failed_auth import FailedAuthLimiter
 from stevora.throttle.workspace_requests import RateLimiter
 from stevora.tuning import tune_gc
 from stevora.ui import build_ui_router, mount_static

@@ -14,7 +14,7 @@ from stevora.api.schemas.envelope import ApiOut
 from stevora.errors import StevoraError, ValidationError
 from stevora.runtime import Runtime
 from stevora.settings import Settings
-from stevora.throttle.authlimit import client_address
+from stevora.throttle.failed_auth import client_address
 from stevora.throttle.workspace_requests import RateLimiter
 
 api_key_header = APIKeyHeader(
