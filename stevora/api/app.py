@@ -31,7 +31,7 @@ from stevora.api.routers import (
     events,
     forks,
     health,
-    rate_limits,
+    provider_limits,
     runs,
     traces,
     webhooks,
@@ -67,7 +67,7 @@ def build_v1_router() -> APIRouter:
         traces,
         approvals,
         webhooks,
-        rate_limits,
+        provider_limits,
     ):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)
