@@ -28,6 +28,7 @@ from stevora.embedded import (
     start_embedded_postgres,
     stop_postgres,
 )
+from stevora.llm.providers import offline_when_keyless
 from stevora.settings import Settings
 
 log = structlog.get_logger("stevora.dev")
@@ -175,16 +176,16 @@ class DevStack:
         if self.notice:
             log.warning("dev_postgres_adopted", detail=self.notice)
         self._pg, database_url = start_embedded_postgres(data_dir)
-        no_keys = not (self.base_settings.openai_api_key or self.base_settings.anthropic_api_key)
-        settings = self.base_settings.model_copy(
-            update={
-                "database_url": database_url,
-                "broker_url": "stub://dev",
-                "scripted_fallback": self.base_settings.scripted_fallback or no_keys,
-                "port": self.port,
-                # Local development delivers webhooks to local receivers.
-                "webhook_allow_private": True,
-            }
+        settings = offline_when_keyless(
+            self.base_settings.model_copy(
+                update={
+                    "database_url": database_url,
+                    "broker_url": "stub://dev",
+                    "port": self.port,
+                    # Local development delivers webhooks to local receivers.
+                    "webhook_allow_private": True,
+                }
+            )
         )
         upgrade_head(database_url)
         self.api_key = ensure_dev_key(database_url, data_dir / "dev-api-key")

@@ -12,16 +12,12 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import asyncpg
 import structlog
 
-from stevora.db.database import asyncpg_dsn
 from stevora.events import LLM_TEXT_CHANNEL, LLM_TEXT_DELTA
-
-if TYPE_CHECKING:
-    from stevora.runtime import Runtime
 
 log = structlog.get_logger("stevora.api")
 
@@ -96,14 +92,6 @@ class LiveHub:
             with contextlib.suppress(BaseException):
                 await self._task
             self._task = None
-
-
-def live_hub(rt: Runtime) -> LiveHub:
-    """The runtime's hub, made on first use (the API and the UI stream share it)."""
-    hub = rt.extras.get("live_hub")
-    if not isinstance(hub, LiveHub):
-        hub = rt.extras["live_hub"] = LiveHub(asyncpg_dsn(rt.settings.database_url))
-    return hub
 
 
 def drain(queue: asyncio.Queue[Delta]) -> list[Delta]:

@@ -13,6 +13,7 @@ from typing import Any
 import structlog
 
 from stevora.observability.logs import route_stdlib_logging
+from stevora.secrets import secret_values
 from stevora.settings import Settings
 
 # uvicorn's loggers: with `log_config=None` uvicorn leaves them to us, and they propagate to root.
@@ -21,14 +22,10 @@ from stevora.settings import Settings
 REDACTED = "[REDACTED]"
 
 
-def _secrets_of(settings: Settings) -> tuple[str, ...]:
-    values = [
-        settings.openai_api_key,
-        settings.anthropic_api_key,
-        settings.admin_token,
-        *settings.compat_api_keys.values(),
-    ]
+def secrets_of(settings: Settings) -> tuple[str, ...]:
+    """Every setting typed as a secret (stevora/secrets.py): provider keys, the admin token."""
     # Short values would redact ordinary words; real keys are long.
+    values = secret_values(settings)
     return tuple(sorted({v for v in values if v and len(v) >= 8}, key=len, reverse=True))
 
 
@@ -69,7 +66,7 @@ def configure_logging(settings: Settings) -> None:
     exceptions: structlog.types.Processor = (
         structlog.processors.format_exc_info if as_json else structlog.processors.StackInfoRenderer()
     )
-    secrets = _secrets_of(settings)
+    secrets = secrets_of(settings)
     if secrets:  # after the traceback is rendered to text, so it is covered too
         exceptions_then_redact: list[structlog.types.Processor] = [exceptions, redactor(secrets)]
     else:

@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Protocol
 
 import asyncpg
 from sqlalchemy.ext.asyncio import AsyncEngine
 
 from stevora.db import definitions as db_definitions
-from stevora.db.database import create_engine, create_pool, session_factory
+from stevora.db.database import asyncpg_dsn, create_engine, create_pool, session_factory
 from stevora.db.group_commit import GroupCommitter
 from stevora.definitions import WorkflowDefinitionSpec, parse_definition
 from stevora.errors import NotFoundError
 from stevora.faults import FaultPlan
+from stevora.live import LiveHub
 from stevora.llm.pricing import Pricing
+from stevora.llm.provider import Provider
 from stevora.llm.router import ProviderRouter
 from stevora.settings import Settings
 from stevora.tasks import TaskRegistry, default_task_registry
@@ -28,6 +31,13 @@ class Dispatcher(Protocol):
     `stevora.engine.dispatch` (Dramatiq by actor name, or a list for tests)."""
 
     async def dispatch(self, run_id: str, *, delay_ms: int = 0) -> None: ...
+
+
+class CallLimits(Protocol):
+    """Provider rate limits shared by every worker, as the model caller uses them: implemented by
+    `stevora.engine.provider_limits.ProviderLimits`, which sits above the runtime's layer."""
+
+    def wrap(self, provider: Provider, model: str, *, fallback: bool) -> Provider: ...
 
 
 class DefinitionCache:
@@ -83,10 +93,13 @@ class Runtime:
     pricing: Pricing
     definitions: DefinitionCache
     committer: GroupCommitter  # the tool loop's checkpoints go through it (group commit)
+    # Live text deltas for this process's streams: one LISTEN connection, opened at the first one.
+    live: LiveHub
     # Per-provider / per-model semaphores capping concurrent LLM calls in this process.
     llm_limits: dict[str, asyncio.Semaphore] = field(default_factory=dict)
     faults: FaultPlan = field(default_factory=lambda: FaultPlan(None))
-    extras: dict[str, Any] = field(default_factory=dict)
+    # Made at the first limited call (`stevora.engine.provider_limits.of`): only with STEVORA_RATE_LIMITS.
+    provider_limits: CallLimits | None = None
 
     @classmethod
     async def start(
@@ -114,22 +127,18 @@ class Runtime:
             pricing=Pricing(overrides=dict(settings.model_prices)),
             definitions=DefinitionCache(pool),
             committer=GroupCommitter(pool, enabled=settings.group_commit, faults=faults),
+            live=LiveHub(asyncpg_dsn(settings.database_url)),
             llm_limits={k: asyncio.Semaphore(v) for k, v in settings.llm_concurrency.items()},
             faults=faults,
         )
 
-    @property
+    @cached_property
     def sessions(self) -> Any:
-        maker = self.extras.get("sessions")
-        if maker is None:
-            maker = self.extras["sessions"] = session_factory(self.engine)
-        return maker
+        return session_factory(self.engine)
 
     async def close(self) -> None:
         await self.committer.drain()  # queued checkpoints are written before the pool goes
-        live = self.extras.pop("live_hub", None)  # the API's LISTEN connection (stevora.live)
-        if live is not None:
-            await live.aclose()
+        await self.live.aclose()  # the API's LISTEN connection, when a stream opened it
         await self.providers.aclose()
         await self.pool.close()
         await self.engine.dispose()

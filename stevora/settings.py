@@ -1,7 +1,8 @@
 """One settings object, read from the environment once and passed around explicitly.
 
-Every variable is prefixed `STEVORA_` except the ones users already set for other tools:
-`OPENAI_API_KEY`, `OPENAI_BASE_URL`, `ANTHROPIC_API_KEY`, `ANTHROPIC_BASE_URL`, `ADMIN_TOKEN`.
+Every variable is prefixed `STEVORA_` except the ones users already set for other tools: the
+providers' keys and base URLs, `ADMIN_TOKEN`. The providers' settings are declared by the
+providers (stevora/llm/providers/) and are fields of this object through `ProviderSettings`.
 The full table is in docs/configuration.md.
 """
 
@@ -9,48 +10,11 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-ToolChoiceKind = Literal["required", "none", "named"]
-
-
-class ServerCapabilities(BaseModel):
-    """What one OpenAI-compatible server accepts; the defaults suit llama.cpp's server.
-
-    See docs/providers.md for each known server and how the adapter uses every field.
-    """
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    tool_choice: frozenset[ToolChoiceKind] = frozenset({"none", "named"})
-    """`tool_choice` values besides `auto` the server honours (`named` = one named function)."""
-    send_auto: bool = False
-    """Send `tool_choice: "auto"` explicitly instead of leaving it to the server's default.
-    llama-cpp-python offers the tools to the model only when it is sent; vLLM rejects it unless
-    started with `--enable-auto-tool-choice`."""
-    tool_call_content: Literal["empty", "null", "omit"] = "empty"
-    """How an assistant turn with tool calls and no text carries `content`: `""`, `null` or no key."""
-    parallel_tool_calls: bool = False
-    """Whether the server takes the `parallel_tool_calls` parameter (it is left out otherwise)."""
-    usage: bool = True
-    """Whether answers carry `usage`; a server that should but does not is logged."""
-    stream_usage: bool = False
-    """Whether streams carry usage when asked with `stream_options.include_usage`."""
-    prompt_cache_key: bool = False
-    """Whether the server takes `prompt_cache_key` (OpenAI's routing hint for its prefix cache:
-    one key per run, or per thread of runs, so a run's requests land where its prefix is cached)."""
-
-
-# OpenAI's own API: every documented form.
-OPENAI_CAPABILITIES = ServerCapabilities(
-    tool_choice=frozenset({"required", "none", "named"}),
-    tool_call_content="null",
-    parallel_tool_calls=True,
-    usage=True,
-    stream_usage=True,
-    prompt_cache_key=True,
-)
+from stevora.llm.providers import ProviderSettings
+from stevora.secrets import SecretKey
 
 
 class ProviderRateLimit(BaseModel):
@@ -64,7 +28,7 @@ class ProviderRateLimit(BaseModel):
     """Tokens per window (prompt and answer); None: not limited."""
 
 
-class Settings(BaseSettings):
+class Settings(BaseSettings, ProviderSettings):
     model_config = SettingsConfigDict(env_prefix="STEVORA_", extra="ignore", populate_by_name=True)
 
     # Storage and messaging
@@ -79,7 +43,7 @@ class Settings(BaseSettings):
     # API
     host: str = "127.0.0.1"
     port: int = 3000
-    admin_token: str | None = Field(
+    admin_token: SecretKey = Field(
         default=None, validation_alias=AliasChoices("ADMIN_TOKEN", "STEVORA_ADMIN_TOKEN")
     )
     rate_limit_per_minute: int = 6000  # per workspace, API and UI together; 0 disables
@@ -115,28 +79,7 @@ class Settings(BaseSettings):
     # sweep prunes periodically when set). None or 0: keep everything.
     retention_days: int | None = Field(default=None, ge=0)
 
-    # LLM
-    openai_api_key: str | None = Field(
-        default=None, validation_alias=AliasChoices("OPENAI_API_KEY", "STEVORA_OPENAI_API_KEY")
-    )
-    openai_base_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "STEVORA_OPENAI_BASE_URL")
-    )
-    anthropic_api_key: str | None = Field(
-        default=None, validation_alias=AliasChoices("ANTHROPIC_API_KEY", "STEVORA_ANTHROPIC_API_KEY")
-    )
-    anthropic_base_url: str | None = Field(
-        default=None, validation_alias=AliasChoices("ANTHROPIC_BASE_URL", "STEVORA_ANTHROPIC_BASE_URL")
-    )
-    # Extra OpenAI-compatible servers: {"ollama": "http://localhost:11434/v1"}; key via compat_api_keys.
-    compat_base_urls: dict[str, str] = {}
-    compat_api_keys: dict[str, str] = {}
-    # What each compat server accepts, by the same names: {"vllm": {"tool_choice": ["auto", "required"]}}.
-    compat_capabilities: dict[str, ServerCapabilities] = {}
-    provider_max_retries: int = 2
-    # Stream model answers (live text deltas, time to first token); false: one JSON answer per call.
-    llm_stream: bool = True
-    provider_timeout_s: float = 120.0
+    # LLM (each provider's own settings, keys included, come with `ProviderSettings`)
     # Per-provider or per-model caps on concurrent calls in one process: {"openai": 200, "gpt-4o": 50}.
     llm_concurrency: dict[str, int] = {}
     # Provider rate limits shared by every worker (docs/flow-control.md, "Provider rate limits"):
@@ -193,7 +136,7 @@ class Settings(BaseSettings):
     metrics_port: int = 0
     # When set, the API's /metrics and the workers' metrics port answer only
     # `Authorization: Bearer <token>` (401 otherwise). Unset: /metrics is open.
-    metrics_token: str | None = None
+    metrics_token: SecretKey = None
     # One log line per HTTP request from the API.
     access_log: bool = False
 
@@ -202,18 +145,5 @@ class Settings(BaseSettings):
     log_level: str = "INFO"
     data_dir: str = ".stevora"  # embedded mode: PostgreSQL data and state live here
 
-    # Route models whose provider has no key to the offline `scripted` provider instead of failing
-    # (`stevora dev` turns this on when no provider key is set, so every example runs offline).
-    scripted_fallback: bool = False
-    # Simulated model latency of the scripted provider (demos, load tests).
-    scripted_latency_s: float = 0.0
     # Test-only crash points (see stevora/faults.py). Never set in production.
     fault_injection: str | None = None
-
-    @field_validator("admin_token", "metrics_token", "openai_api_key", "anthropic_api_key", mode="before")
-    @classmethod
-    def _empty_means_unset(cls, value: object) -> object:
-        """`docker-compose.yml` passes `ADMIN_TOKEN=""` when the host has none: empty is unset."""
-        if isinstance(value, str) and not value.strip():
-            return None
-        return value

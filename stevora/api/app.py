@@ -31,7 +31,7 @@ from stevora.api.routers import (
     events,
     forks,
     health,
-    rate_limits,
+    provider_limits,
     runs,
     traces,
     webhooks,
@@ -43,8 +43,8 @@ from stevora.observability import metrics, tracing
 from stevora.request_checks import reject_nul
 from stevora.runtime import Runtime
 from stevora.settings import Settings
-from stevora.throttle.authlimit import FailedAuthLimiter
-from stevora.throttle.ratelimit import RateLimiter
+from stevora.throttle.failed_auth import FailedAuthLimiter
+from stevora.throttle.workspace_requests import RateLimiter
 from stevora.tuning import tune_gc
 from stevora.ui import build_ui_router, mount_static
 
@@ -68,7 +68,7 @@ def build_v1_router() -> APIRouter:
         traces,
         approvals,
         webhooks,
-        rate_limits,
+        provider_limits,
     ):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)

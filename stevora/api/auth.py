@@ -8,7 +8,7 @@ this process evicts the entry at once; a key revoked through any other API proce
 everywhere within 0.25 s (the guarantee docs/api/authentication.md states).
 `last_used_at` is written at most once per `TOUCH_INTERVAL_S` (60 s) per key and process, and
 the UPDATE itself skips rows touched in the last minute, so many processes add little load.
-Keys that are not live count as failed attempts of the client's address (`authlimit.py`).
+Keys that are not live count as failed attempts of the client's address (`failed_auth.py`).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from stevora.db import resources
 from stevora.errors import AuthError
 from stevora.ids import random_token
 from stevora.runtime import Runtime
-from stevora.throttle.authlimit import FailedAuthLimiter
+from stevora.throttle.failed_auth import FailedAuthLimiter
 
 KEY_PREFIX = "stv_"
 KEY_CACHE_TTL_S = 0.25
@@ -71,7 +71,7 @@ class ApiKeyAuthenticator:
         self.ttl_s = ttl_s
         self.touch_interval_s = touch_interval_s
         self.clock = clock
-        # Failed attempts per client address (stevora/throttle/authlimit.py); shared with the UI.
+        # Failed attempts per client address (stevora/throttle/failed_auth.py); shared with the UI.
         self.failures = failures if failures is not None else FailedAuthLimiter(0)
         self._cache: dict[str, _Cached] = {}
         self._touched: dict[str, float] = {}

@@ -9,11 +9,12 @@ from fastapi import Depends, Query, Request
 from fastapi.security import APIKeyHeader
 
 from stevora.api.auth import ApiKeyAuthenticator, Principal
-from stevora.errors import StevoraError
+from stevora.api.schemas.envelope import ApiOut
+from stevora.errors import StevoraError, ValidationError
 from stevora.runtime import Runtime
 from stevora.settings import Settings
-from stevora.throttle.authlimit import client_address
-from stevora.throttle.ratelimit import RateLimiter
+from stevora.throttle.failed_auth import client_address
+from stevora.throttle.workspace_requests import RateLimiter
 
 api_key_header = APIKeyHeader(
     name="x-api-key",
@@ -30,6 +31,14 @@ admin_token_header = APIKeyHeader(
 
 
 @dataclass
+class CachedHealth:
+    """The last `/health` answer and until when it is served again (`time.monotonic()`)."""
+
+    answer: ApiOut | None = None
+    until: float = 0.0
+
+
+@dataclass
 class ApiContext:
     """What the routers share, kept on `app.state.ctx` (no module globals)."""
 
@@ -39,7 +48,7 @@ class ApiContext:
     runtime: Runtime | None = None
     sse_poll_s: float = 0.3
     sse_keepalive_s: float = 15.0
-    extras: dict[str, Any] = field(default_factory=dict)
+    health: CachedHealth = field(default_factory=lambda: CachedHealth())
 
     @property
     def rt(self) -> Runtime:

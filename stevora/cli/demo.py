@@ -17,6 +17,7 @@ from rich.table import Table
 
 from stevora.cli.output import make_console
 from stevora.client import AgentRuntime, WorkflowRun
+from stevora.llm.providers import key_variables
 
 # Shipped in the package (a link to the repository's examples/ in a checkout), so a plain
 # `pip install` can run the demo from any directory.
@@ -107,9 +108,8 @@ def research_agent(client: AgentRuntime) -> WorkflowRun:
 
 def run_demo(url: str, api_key: str, key_file: Path, *, offline: bool) -> bool:
     if offline:
-        console.print(
-            "[dim]No OPENAI_API_KEY / ANTHROPIC_API_KEY: the offline scripted provider plays the model.[/dim]"
-        )
+        keys = " / ".join(key_variables())
+        console.print(f"[dim]No {keys}: the offline scripted provider plays the model.[/dim]")
     with AgentRuntime(api_key, base_url=url) as client:
         results = []
         for scenario in (onboarding, research_agent):

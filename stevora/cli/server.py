@@ -11,6 +11,7 @@ import typer
 from stevora.cli import app
 from stevora.cli.output import make_console
 from stevora.cli.remote import runs_app
+from stevora.llm.providers import keyless
 from stevora.logging import configure_logging
 from stevora.settings import Settings
 
@@ -175,7 +176,7 @@ def demo(
             stack.url,
             stack.api_key,
             Path(settings.data_dir) / "dev-api-key",
-            offline=not (settings.openai_api_key or settings.anthropic_api_key),
+            offline=keyless(settings),
         )
     finally:
         stack.stop()

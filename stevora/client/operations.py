@@ -389,7 +389,7 @@ def list_events(run_id: str, *, page: int = 1, page_size: int = 20) -> Op[Page[E
     return parse_page(Event, (yield Request("GET", _path("workflow-runs", run_id, "events"), params=params)))
 
 
-# SSE messages of the run stream that are not stored events (docs/api.md, "Live text").
+# SSE messages of the run stream that are not stored events (docs/api/workflow-runs.md, "Live text").
 EPHEMERAL_EVENTS = frozenset({"llm.text.delta"})
 
 

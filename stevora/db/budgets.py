@@ -16,27 +16,18 @@ from stevora.db.runs import ROW_LOCK
 # Refused before anything ran: not a tool call the budget pays for.
 UNCOUNTED_TOOL_ERROR = "TOOL_NOT_OFFERED"
 
-_USAGE_SQL = """
+_USAGE_SQL = f"""
 SELECT r.id, r.budget, r.total_cost_cents,
        (SELECT count(*) FROM llm_calls c WHERE c.workflow_run_id = r.id) AS model_calls,
        (SELECT count(*) FROM tool_trace t WHERE t.workflow_run_id = r.id
-           AND t.error_code IS DISTINCT FROM '{uncounted}') AS tool_calls
-  FROM workflow_runs r WHERE {where}
+           AND t.error_code IS DISTINCT FROM '{UNCOUNTED_TOOL_ERROR}') AS tool_calls
+  FROM workflow_runs r WHERE r.id = $1
 """
-_ONE = _USAGE_SQL.format(uncounted=UNCOUNTED_TOOL_ERROR, where="r.id = $1")
-_MANY = _USAGE_SQL.format(uncounted=UNCOUNTED_TOOL_ERROR, where="r.id = ANY($1::text[])")
 
 
 async def usage(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> asyncpg.Record | None:
     """The run's budget and what it has used: `budget, total_cost_cents, model_calls, tool_calls`."""
-    return await conn.fetchrow(_ONE, run_id)
-
-
-async def usage_of_runs(
-    conn: asyncpg.Connection | asyncpg.Pool, run_ids: list[str]
-) -> dict[str, asyncpg.Record]:
-    """`usage` of several runs in one statement, by run id."""
-    return {r["id"]: r for r in await conn.fetch(_MANY, run_ids)}
+    return await conn.fetchrow(_USAGE_SQL, run_id)
 
 
 async def locked_budget(conn: asyncpg.Connection, run_id: str) -> object:

@@ -8,7 +8,6 @@ repository root still works through `alembic.ini`.
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from alembic import command
@@ -29,7 +28,3 @@ def alembic_config(database_url: str) -> Config:
 def upgrade_head(database_url: str) -> None:
     """Bring the schema to the newest revision. Safe to run concurrently from several processes."""
     command.upgrade(alembic_config(database_url), "head")
-
-
-async def upgrade_head_async(database_url: str) -> None:
-    await asyncio.to_thread(upgrade_head, database_url)

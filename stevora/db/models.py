@@ -505,7 +505,7 @@ class WebhookDelivery(Base):
 
 
 class RateLimitBucket(Base):
-    """A workspace's API token bucket, shared by every API process (stevora/throttle/ratelimit.py)."""
+    """A workspace's API token bucket, shared by every API process (stevora/throttle/workspace_requests.py)."""
 
     __tablename__ = "rate_limit_buckets"
     workspace_id: Mapped[str] = mapped_column(

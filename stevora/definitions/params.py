@@ -3,7 +3,7 @@
 `"query max_results=10 include_images=false temperature=0.7"` becomes an object schema where a
 bare name is a required string and `name=value` is an optional property whose type and `default`
 come from the value: integer, number, boolean, `[]`-style array, `{}`-style object, or string (a
-quoted value is always a string). See ../shared/spec/tool-sources.md.
+quoted value is always a string). See docs/definitions.md, "The run input".
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ import difflib
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated, Any, NamedTuple, get_args
 
 from pydantic import AfterValidator, Field, model_validator
 from pydantic import ValidationError as PydanticValidationError
@@ -48,18 +48,13 @@ from stevora.definitions.steps import (
 from stevora.errors import ValidationError
 
 StepDefinition = Annotated[
-    TaskStep | WaitStep | ConditionStep | ExternalEventStep | ApprovalStep | LlmStep | ToolStep | MapStep,
+    TaskStep | WaitStep | ConditionStep | ExternalEventStep | LlmStep | ApprovalStep | ToolStep | MapStep,
     Field(discriminator="type"),
 ]
-STEP_TYPES: tuple[str, ...] = (
-    "task",
-    "wait",
-    "condition",
-    "external_event",
-    "llm",
-    "approval",
-    "tool",
-    "map",
+# The `type` of every step model in the union, in its order: a new step type is added to the union
+# only (the engine's registry, stevora/engine/steps/registry.py, is checked against this).
+STEP_TYPES: tuple[str, ...] = tuple(
+    model.model_fields["type"].default for model in get_args(get_args(StepDefinition)[0])
 )
 
 

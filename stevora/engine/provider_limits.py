@@ -94,10 +94,10 @@ def estimate_tokens(request: LlmRequest) -> int:
 
 def of(rt: Runtime) -> ProviderLimits:
     """The runtime's limits (made at first use; only asked when `STEVORA_RATE_LIMITS` is set)."""
-    found = rt.extras.get("provider_limits")
-    if found is None:
-        found = rt.extras["provider_limits"] = ProviderLimits.from_settings(rt)
-    return found
+    if isinstance(rt.provider_limits, ProviderLimits):
+        return rt.provider_limits
+    limits = rt.provider_limits = ProviderLimits.from_settings(rt)
+    return limits
 
 
 class ProviderLimits:

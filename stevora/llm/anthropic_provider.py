@@ -28,6 +28,7 @@ from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
+    RemainingHeaders,
     connection_error,
     error_message_from_body,
     leave_429_to_the_limiter,
@@ -36,6 +37,11 @@ from stevora.llm.provider import (
     timeout_error,
 )
 from stevora.llm.streaming import StreamAccumulator
+
+# What is left of the organisation's limits, on Anthropic's answers.
+REMAINING_HEADERS = RemainingHeaders(
+    "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-tokens-remaining"
+)
 
 # Anthropic stop reasons in the provider-neutral (OpenAI) vocabulary of `LlmResponse.finish_reason`.
 _FINISH_REASONS: dict[str, str] = {
@@ -86,7 +92,9 @@ class AnthropicProvider:
             message = await self._client.messages.create(**kwargs)
         except anthropic.APIStatusError as exc:
             detail = error_message_from_body(exc.body, exc.message)
-            raise provider_error_for_status(self.name, exc.status_code, detail, exc.response.headers) from exc
+            raise provider_error_for_status(
+                self.name, exc.status_code, detail, exc.response.headers, REMAINING_HEADERS
+            ) from exc
         except anthropic.APITimeoutError as exc:
             raise timeout_error(self.name) from exc
         except anthropic.APIConnectionError as exc:

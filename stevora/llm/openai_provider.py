@@ -19,9 +19,11 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from stevora.errors import ProviderError
+from stevora.llm.capabilities import ServerCapabilities
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
+    RemainingHeaders,
     connection_error,
     error_message_from_body,
     is_invalid_request_answer,
@@ -31,9 +33,21 @@ from stevora.llm.provider import (
     timeout_error,
 )
 from stevora.llm.streaming import StreamAccumulator
-from stevora.settings import OPENAI_CAPABILITIES, ServerCapabilities
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
+
+# OpenAI's own API: every documented form.
+OPENAI_CAPABILITIES = ServerCapabilities(
+    tool_choice=frozenset({"required", "none", "named"}),
+    tool_call_content="null",
+    parallel_tool_calls=True,
+    usage=True,
+    stream_usage=True,
+    prompt_cache_key=True,
+)
+# What is left of the organisation's limits, on OpenAI's answers (compatible servers that send
+# limits use the same names).
+REMAINING_HEADERS = RemainingHeaders("x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens")
 
 log = structlog.get_logger("stevora.llm")
 
@@ -109,7 +123,7 @@ class OpenAIProvider:
         except openai.APIStatusError as exc:
             message = error_message_from_body(exc.body, exc.message)
             raise provider_error_for_status(
-                self.name, exc.status_code, message, exc.response.headers
+                self.name, exc.status_code, message, exc.response.headers, REMAINING_HEADERS
             ) from exc
         except openai.APITimeoutError as exc:
             raise timeout_error(self.name) from exc
@@ -267,7 +281,8 @@ def _message_param(message: Message, tool_call_content: str = "null") -> dict[st
             ]
             if not message.content:
                 # OpenAI documents `null`; llama.cpp's server answers 500 to `null` and to a missing
-                # key and takes only `""` (issue 14), so the form is the server's capability.
+                # key and takes only `""` (docs/providers.md, "The empty-content form"), so the form
+                # is the server's capability.
                 if tool_call_content == "omit":
                     del out["content"]
                 else:

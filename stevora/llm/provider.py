@@ -13,6 +13,7 @@ import re
 import time
 from collections.abc import Mapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
 import httpx2
@@ -145,6 +146,7 @@ def provider_error_for_status(
     status_code: int,
     message: str,
     headers: Mapping[str, str] | None = None,
+    remaining: RemainingHeaders | None = None,
 ) -> ProviderError:
     """Translate an HTTP error answer. `x-should-retry` from the server overrides the status rule."""
     lowered = {k.lower(): v for k, v in (headers or {}).items()}
@@ -163,7 +165,7 @@ def provider_error_for_status(
         status_code=status_code,
         retryable=retryable,
         retry_after_s=retry_after_from_headers(lowered) if retryable else None,
-        remaining=remaining_from_headers(lowered) if status_code == 429 else (None, None),
+        remaining=remaining_from_headers(lowered, remaining) if status_code == 429 else (None, None),
     )
 
 
@@ -213,21 +215,30 @@ _REMAINING_HEADERS = (
 )
 
 
-def remaining_from_headers(lowered: Mapping[str, str]) -> tuple[float | None, float | None]:
+@dataclass(frozen=True, slots=True)
+class RemainingHeaders:
+    """The answer headers (lower-cased) in which a provider says what is left of the organisation's
+    requests and tokens; each adapter declares its own. A 429 lowers the shared budget to it."""
+
+    requests: str
+    tokens: str
+
+
+def remaining_from_headers(
+    lowered: Mapping[str, str], names: RemainingHeaders | None
+) -> tuple[float | None, float | None]:
     """(requests, tokens) remaining by the provider's rate-limit headers (lower-cased names)."""
-    found: list[float | None] = []
-    for names in _REMAINING_HEADERS:
-        value: float | None = None
-        for name in names:
-            try:
-                value = float(lowered[name])
-            except (KeyError, ValueError):
-                continue
-            if math.isfinite(value) and value >= 0:
-                break
-            value = None
-        found.append(value)
-    return found[0], found[1]
+    if names is None:
+        return None, None
+    return _count(lowered, names.requests), _count(lowered, names.tokens)
+
+
+def _count(lowered: Mapping[str, str], name: str) -> float | None:
+    try:
+        value = float(lowered[name])
+    except (KeyError, ValueError):
+        return None
+    return value if math.isfinite(value) and value >= 0 else None
 
 
 def connection_error(provider: str, detail: str) -> ProviderError:

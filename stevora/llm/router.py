@@ -1,8 +1,8 @@
 """Model name -> provider, by prefix (docs/tool-calling.md, "Providers and keys"), plus an explicit override.
 
-The documented map only has `gpt-`, `o1-`, `o3-`, `claude-`; we also route the bare reasoning
-model names (`o1`, `o3`, `o4`), `o4-*`, `chatgpt-*` and the offline `scripted` model. A model
-whose prefix points at a provider that is not registered resolves to `None`, like an unknown one.
+The prefixes and exact model names are each provider's own (`model_prefixes`, `models` in
+stevora/llm/providers/). A model whose prefix points at a provider that is not configured
+resolves to `None`, like an unknown one.
 """
 
 from __future__ import annotations
@@ -10,19 +10,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from stevora.llm.provider import Provider
+from stevora.llm.providers import REGISTERED
 
-# Checked in order; first match wins.
-MODEL_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("gpt-", "openai"),
-    ("o1-", "openai"),
-    ("o3-", "openai"),
-    ("o4-", "openai"),
-    ("chatgpt-", "openai"),
-    ("claude-", "anthropic"),
-    ("scripted-", "scripted"),
-    ("scripted:", "scripted"),
+# Checked in order; first match wins. Each provider declares its own (stevora/llm/providers/).
+MODEL_PREFIXES: tuple[tuple[str, str], ...] = tuple(
+    (prefix, spec.name) for spec in REGISTERED for prefix in spec.model_prefixes
 )
-EXACT_MODELS: Mapping[str, str] = {"o1": "openai", "o3": "openai", "o4": "openai", "scripted": "scripted"}
+EXACT_MODELS: Mapping[str, str] = {model: spec.name for spec in REGISTERED for model in spec.models}
 
 
 def provider_name_for_model(model: str) -> str | None:

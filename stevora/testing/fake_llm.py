@@ -350,10 +350,11 @@ def _anthropic_tool_choice_problem(body: dict[str, Any]) -> str | None:
 
 
 def validate_llamacpp(body: dict[str, Any]) -> str | None:
-    """What llama-cpp-python's server (0.3.x, `chatml-function-calling`) answers 500 to (issue 14).
+    """What llama-cpp-python's server (0.3.x, `chatml-function-calling`) answers 500 to.
 
     It rejects an assistant `content` that is `null` (pydantic) or missing (its chat template),
-    and `tool_choice: "required"`; it takes `""` and the named form.
+    and `tool_choice: "required"`; it takes `""` and the named form (docs/providers.md, "The
+    empty-content form").
     """
     for i, message in enumerate(body.get("messages") or ()):
         if message.get("role") != "assistant":

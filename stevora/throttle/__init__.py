@@ -1,3 +1,3 @@
 """Request limits shared by the API and the UI (below both, so neither imports the other for
-them): per-workspace token buckets (`ratelimit`) and failed-authentication limits per client
-address (`authlimit`)."""
+them): per-workspace token buckets (`workspace_requests`) and failed-authentication limits per
+client address (`failed_auth`)."""

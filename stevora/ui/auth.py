@@ -9,8 +9,8 @@ read the cookie, so it cannot compute the token; SameSite=Strict and an Origin c
 layers on top.
 
 Limits: the same as the API's, with the same state (the API app's `ApiContext`): a key that is not
-live counts as a failed attempt of the client's address (stevora/throttle/authlimit.py), and each
-signed-in request takes a token from the workspace's bucket (stevora/throttle/ratelimit.py). Either
+live counts as a failed attempt of the client's address (stevora/throttle/failed_auth.py), and each
+signed-in request takes a token from the workspace's bucket (stevora/throttle/workspace_requests.py). Either
 limit reached: 429 with Retry-After (`UiRoute`; the login form says it on the page).
 """
 
@@ -34,8 +34,8 @@ from stevora.errors import RateLimitError, StevoraError, ValidationError
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
-    from stevora.throttle.authlimit import FailedAuthLimiter
-    from stevora.throttle.ratelimit import RateLimiter
+    from stevora.throttle.failed_auth import FailedAuthLimiter
+    from stevora.throttle.workspace_requests import RateLimiter
 
 COOKIE_NAME = "stevora_key"
 FLASH_COOKIE = "stevora_flash"
@@ -130,8 +130,8 @@ def _limits(request: Request) -> tuple[FailedAuthLimiter, RateLimiter]:
     limits: tuple[FailedAuthLimiter, RateLimiter] | None = getattr(state, "ui_limits", None)
     if limits is None:
         # Imported here: stevora.api imports this module (its app mounts the UI).
-        from stevora.throttle.authlimit import FailedAuthLimiter
-        from stevora.throttle.ratelimit import RateLimiter
+        from stevora.throttle.failed_auth import FailedAuthLimiter
+        from stevora.throttle.workspace_requests import RateLimiter
 
         settings = runtime_of(request).settings
         limits = (

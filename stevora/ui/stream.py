@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from stevora.clock import iso
 from stevora.events import EventType
-from stevora.live import delta_sse, deltas_for, drain, live_hub
+from stevora.live import delta_sse, deltas_for, drain
 from stevora.statuses import TERMINAL_RUN_STATUSES, values
 from stevora.ui import queries
 
@@ -61,7 +61,7 @@ async def run_events(
     them, streamed model calls' text as `llm.text.delta` messages (no id, ephemeral)."""
     last = after
     quiet_s = 0.0
-    async with live_hub(rt).subscribe(run_id) as deltas:
+    async with rt.live.subscribe(run_id) as deltas:
         while True:
             for delta in drain(deltas):  # published before the events read next
                 yield delta_sse(delta)

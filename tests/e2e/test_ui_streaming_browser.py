@@ -11,7 +11,6 @@ import openai
 import pytest
 
 from stevora.engine import commands
-from stevora.live import live_hub
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import FakeLLMServer, openai_text
 from stevora.testing.fake_stream import StreamDefaults
@@ -36,7 +35,7 @@ async def slow_openai(harness: Harness) -> AsyncIterator[FakeLLMServer]:
     with FakeLLMServer(stream=StreamDefaults(first_token_s=2.0, chunk_delay_s=0.6, chunks=PIECES)) as fake:
         client = openai.AsyncOpenAI(api_key="test", base_url=fake.openai_base_url, max_retries=0)
         harness.rt.providers.register("openai", OpenAIProvider("test", client=client))
-        async with live_hub(harness.rt).subscribe("warm-up"):
+        async with harness.rt.live.subscribe("warm-up"):
             pass
         yield fake
         await client.close()

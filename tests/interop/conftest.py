@@ -31,9 +31,10 @@ import pytest
 from stevora.api import create_app
 from stevora.engine.inline import InlineDispatcher
 from stevora.engine.run_pool import RunPool
+from stevora.llm.capabilities import ServerCapabilities
 from stevora.llm.setup import build_router
 from stevora.runtime import Runtime
-from stevora.settings import ServerCapabilities, Settings
+from stevora.settings import Settings
 from stevora.tasks import TaskRegistry
 from stevora.tools import ToolRegistry
 from tests.conftest import Harness

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from stevora.settings import ServerCapabilities
+from stevora.llm.capabilities import ServerCapabilities
 from tests.interop.conftest import MODEL, PRICE, Interop
 
 WEATHER = {

@@ -9,7 +9,6 @@ import asyncio
 import json
 from typing import Any
 
-from stevora.live import live_hub
 from tests.interop.conftest import TERMINAL, Interop
 from tests.interop.test_llamacpp_server import WEATHER, llm_step, register
 
@@ -30,7 +29,7 @@ async def _run_streamed(
     interop: Interop, steps: list[dict[str, Any]], question: str
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Run through the API while following its event stream; (collected run, SSE messages)."""
-    async with live_hub(interop.harness.rt).subscribe("warm-up"):
+    async with interop.harness.rt.live.subscribe("warm-up"):
         pass  # the API's LISTEN connection is up before the run starts
     run_id = await interop.start(steps, {"question": question})
     url = f"/v1/workflow-runs/{run_id}/events/stream"

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from stevora.definitions.workflow import STEP_TYPES as DEFINITION_STEP_TYPES
-from stevora.engine.steps.registry import STEP_TYPES
+from stevora.definitions.workflow import STEP_TYPES
+from stevora.engine.steps.registry import REGISTERED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,8 +25,8 @@ def test_import_contracts_in_pyproject_hold() -> None:
 
 
 def test_every_step_type_a_definition_accepts_has_an_engine_module() -> None:
-    assert set(STEP_TYPES) == set(DEFINITION_STEP_TYPES)
-    for name, step_type in STEP_TYPES.items():
+    assert set(REGISTERED) == set(STEP_TYPES)
+    for name, step_type in REGISTERED.items():
         assert step_type.name == name
 
 

@@ -23,7 +23,7 @@ from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.workspaces import ApiKeyCreate, ApiKeyCreated, ApiKeyOut
 from stevora.db import resources
 from stevora.errors import AuthError, NotFoundError, ValidationError
-from stevora.throttle.authlimit import client_address
+from stevora.throttle.failed_auth import client_address
 
 router = APIRouter(prefix="/api-keys", tags=["api-keys"])
 KeyId = Annotated[str, Path(description="An API key id (key_...).")]

@@ -21,7 +21,7 @@ from stevora.api.schemas.envelope import Page, page
 from stevora.api.schemas.runs import EventOut
 from stevora.db import resources
 from stevora.errors import NotFoundError, ValidationError
-from stevora.live import delta_sse, deltas_for, drain, live_hub
+from stevora.live import delta_sse, deltas_for, drain
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/workflow-runs", tags=["events"])
@@ -133,7 +133,7 @@ def format_sse(event: EventOut) -> str:
 async def _stream(ctx: ApiContext, workspace_id: str, run_id: str, last: int) -> AsyncIterator[str]:
     rt = ctx.rt
     idle_s = 0.0
-    async with live_hub(rt).subscribe(run_id) as deltas:
+    async with rt.live.subscribe(run_id) as deltas:
         while True:
             try:
                 status, seq = await _run_progress(rt, workspace_id, run_id)

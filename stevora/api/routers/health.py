@@ -14,7 +14,7 @@ import structlog
 from fastapi import APIRouter
 from starlette.responses import Response
 
-from stevora.api.deps import ApiContext, Ctx
+from stevora.api.deps import ApiContext, CachedHealth, Ctx
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import ApiOut, Envelope, error_response, ok
 from stevora.db.database import ping
@@ -74,10 +74,9 @@ async def _check(name: str, probe: Any) -> str:
 
 
 async def health_of(ctx: ApiContext) -> HealthOut:
-    cached = ctx.extras.get("health")
-    if cached is not None and cached[0] > time.monotonic():
-        result: HealthOut = cached[1]
-        return result
+    cached = ctx.health
+    if isinstance(cached.answer, HealthOut) and cached.until > time.monotonic():
+        return cached.answer
     rt = ctx.runtime
     if rt is None:
         checks = {"database": "error", "queue": "error"}
@@ -86,7 +85,7 @@ async def health_of(ctx: ApiContext) -> HealthOut:
         checks = {"database": database, "queue": queue}
     status: Literal["ok", "degraded"] = "ok" if all(v == "ok" for v in checks.values()) else "degraded"
     result = HealthOut(status=status, checks=checks)
-    ctx.extras["health"] = (time.monotonic() + CACHE_S, result)
+    ctx.health = CachedHealth(result, time.monotonic() + CACHE_S)
     return result
 
 

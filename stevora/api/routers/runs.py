@@ -16,6 +16,7 @@ from starlette.responses import Response
 from stevora.api.db import fetch_all, fetch_one, fetch_page
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import errors
+from stevora.api.request_wait import RequestedWait, applied, settle
 from stevora.api.routers.definitions import store_definition
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
 from stevora.api.schemas.runs import (
@@ -28,7 +29,6 @@ from stevora.api.schemas.runs import (
     StepRunOut,
     ToolOutputsIn,
 )
-from stevora.api.waiting import RequestedWait, applied, settle
 from stevora.db import awaited as db_awaited
 from stevora.db import budgets as db_budgets
 from stevora.db import concurrency, map_items, resources

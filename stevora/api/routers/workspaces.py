@@ -15,7 +15,7 @@ from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.workspaces import WorkspaceCreate, WorkspaceOut
 from stevora.db import resources
 from stevora.errors import ConflictError, NotFoundError
-from stevora.throttle.authlimit import client_address
+from stevora.throttle.failed_auth import client_address
 
 router = APIRouter(prefix="/workspaces", tags=["workspaces"])
 

@@ -1,4 +1,6 @@
-"""Step types by the `type` name stored on each step run."""
+"""Step types by the `type` name stored on each step run: the engine's half of a step type (its
+definition model is in the `StepDefinition` union of stevora/definitions/workflow.py, and
+tests/unit/test_architecture.py checks the two name the same types)."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from stevora.engine.steps.task import TaskStepType
 from stevora.engine.steps.tool import ToolStepType
 from stevora.engine.steps.wait import WaitStepType
 
-STEP_TYPES: dict[str, StepType] = {
+REGISTERED: dict[str, StepType] = {
     step_type.name: step_type
     for step_type in (
         TaskStepType(),
@@ -29,4 +31,4 @@ STEP_TYPES: dict[str, StepType] = {
 
 def step_type(name: str) -> StepType:
     """The step type called `name`; `KeyError` for a name no module registered."""
-    return STEP_TYPES[name]
+    return REGISTERED[name]

@@ -19,7 +19,6 @@ from api_helpers import DefinitionFactory, Tenant
 from fastapi import FastAPI
 from test_api_events import parse_sse
 
-from stevora.live import live_hub
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import (
@@ -90,7 +89,7 @@ async def env(
     harness.tools.register("search_kb", lambda input: [f"article about {input['query']}"])
     # The API's one LISTEN connection is up before the run starts (a stream opened later would
     # rightly miss the deltas published before it).
-    async with live_hub(harness.rt).subscribe("warm-up"):
+    async with harness.rt.live.subscribe("warm-up"):
         pass
     yield Streaming(client, tenant, define, harness, fake, registered)
     await oai.close()

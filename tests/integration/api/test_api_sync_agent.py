@@ -13,7 +13,7 @@ import pytest
 from api_helpers import Conforms, DefinitionFactory, Tenant, bootstrap_tenant, make_client
 
 from stevora.api import create_app
-from stevora.api.waiting import requested_wait
+from stevora.api.request_wait import requested_wait
 from stevora.settings import Settings
 from tests.awaited_tools import LOCATION, WEATHER
 from tests.conftest import Harness

@@ -18,7 +18,7 @@ from stevora.llm.scripted_provider import ScriptedProvider
 from tests.conftest import Harness
 
 EXAMPLES = Path(__file__).resolve().parents[3] / "examples"
-# The Dagu example of ../shared/spec/tool-sources.md, as the model is sent it.
+# The Dagu example of docs/definitions.md ("The run input"), as the model is sent it.
 WEB_SEARCH_PARAMETERS = {
     "type": "object",
     "properties": {

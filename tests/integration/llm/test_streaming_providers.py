@@ -12,10 +12,11 @@ import pytest
 
 from stevora.errors import ProviderError
 from stevora.llm.anthropic_provider import AnthropicProvider
+from stevora.llm.capabilities import ServerCapabilities
 from stevora.llm.messages import LlmRequest, LlmResponse, Message
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.llm.setup import build_router
-from stevora.settings import ServerCapabilities, Settings
+from stevora.settings import Settings
 from stevora.testing.fake_llm import (
     FakeLLMServer,
     FakeResponse,

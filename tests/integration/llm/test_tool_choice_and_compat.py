@@ -1,8 +1,8 @@
 """toolChoice and compat-server capabilities through the real SDKs against the loopback fake.
 
 The fake's `llamacpp` dialect answers what llama-cpp-python's server cannot take the way that
-server does (HTTP 500, a pydantic validation message), so the fix of issue 14 is checked here
-without the real server; tests/interop/ checks it against the real one.
+server does (HTTP 500, a pydantic validation message), so the capabilities of docs/providers.md
+are checked here without the real server; tests/interop/ checks them against the real one.
 """
 
 from __future__ import annotations
@@ -15,10 +15,11 @@ import structlog
 
 from stevora.errors import ProviderError
 from stevora.llm.anthropic_provider import AnthropicProvider
+from stevora.llm.capabilities import ServerCapabilities
 from stevora.llm.messages import LlmRequest, Message, NamedTool, ToolCall, ToolSpec
 from stevora.llm.openai_provider import OpenAIProvider, http_client
 from stevora.llm.setup import build_router
-from stevora.settings import ServerCapabilities, Settings
+from stevora.settings import Settings
 from stevora.testing.fake_llm import FakeLLMServer, error, openai_text, scripted_responder
 
 WEATHER = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}})

@@ -304,7 +304,7 @@ async def test_a_model_without_a_limit_is_called_as_before(
     assert run.status == "COMPLETED"
     (done,) = run.events_of("LLM_CALL_COMPLETED")
     assert "rateLimitWaitMs" not in done
-    assert "provider_limits" not in harness.rt.extras  # unconfigured: never even built
+    assert harness.rt.provider_limits is None  # unconfigured: never even built
     # Configured for another model: this one's provider is not wrapped and has no bucket.
     _limit(harness, {"openai:some-other-model": {"rpm": 5}})
     (run,) = await _runs(harness, workspace_id, llm_step(model=model), 1)

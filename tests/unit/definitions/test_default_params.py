@@ -1,4 +1,4 @@
-"""Dagu's `defaultParams` strings become JSON Schemas (examples from ../shared/spec/tool-sources.md)."""
+"""Dagu's `defaultParams` strings become JSON Schemas (examples from docs/definitions.md, "The run input")."""
 
 from __future__ import annotations
 

@@ -7,6 +7,8 @@ import time
 
 import pytest
 
+from stevora.llm.anthropic_provider import REMAINING_HEADERS as ANTHROPIC_REMAINING
+from stevora.llm.openai_provider import REMAINING_HEADERS as OPENAI_REMAINING
 from stevora.llm.provider import (
     error_message_from_body,
     is_invalid_request_answer,
@@ -107,15 +109,27 @@ def test_other_server_errors_stay_retryable_server_errors(status: int, body: obj
 
 
 def test_a_429_carries_what_the_rate_limit_headers_say_remains():
-    openai_style = provider_error_for_status(
-        "openai", 429, "x", {"X-RateLimit-Remaining-Requests": "0", "x-ratelimit-remaining-tokens": "1500"}
-    )
+    openai_headers = {"X-RateLimit-Remaining-Requests": "0", "x-ratelimit-remaining-tokens": "1500"}
+    openai_style = provider_error_for_status("openai", 429, "x", openai_headers, OPENAI_REMAINING)
     assert openai_style.remaining == (0.0, 1500.0)
     anthropic_style = provider_error_for_status(
-        "anthropic", 429, "x", {"anthropic-ratelimit-tokens-remaining": "7"}
+        "anthropic", 429, "x", {"anthropic-ratelimit-tokens-remaining": "7"}, ANTHROPIC_REMAINING
     )
     assert anthropic_style.remaining == (None, 7.0)
-    assert provider_error_for_status("openai", 500, "x", {"x-ratelimit-remaining-tokens": "3"}).remaining == (
+    # Each adapter reads its own provider's names only; not a 429: nothing read.
+    assert provider_error_for_status(
+        "anthropic", 429, "x", openai_headers, ANTHROPIC_REMAINING
+    ).remaining == (
         None,
         None,
     )
+    assert provider_error_for_status(
+        "openai", 500, "x", {"x-ratelimit-remaining-tokens": "3"}, OPENAI_REMAINING
+    ).remaining == (None, None)
+    assert provider_error_for_status(
+        "openai",
+        429,
+        "x",
+        {"x-ratelimit-remaining-tokens": "-1", "x-ratelimit-remaining-requests": "inf"},
+        OPENAI_REMAINING,
+    ).remaining == (None, None)

@@ -9,6 +9,7 @@ import pytest
 
 from stevora.errors import ProviderError
 from stevora.llm.anthropic_provider import AnthropicProvider
+from stevora.llm.capabilities import ServerCapabilities
 from stevora.llm.messages import (
     LlmRequest,
     Message,
@@ -21,7 +22,7 @@ from stevora.llm.messages import (
 )
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.llm.scripted_provider import scripted_response
-from stevora.settings import ServerCapabilities, Settings
+from stevora.settings import Settings
 
 WEATHER = ToolSpec("get_weather", "Weather", {"type": "object", "properties": {"city": {"type": "string"}}})
 TIME = ToolSpec("get_time", "Time", {"type": "object", "properties": {}})

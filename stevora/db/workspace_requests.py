@@ -1,5 +1,5 @@
 """The API rate limiter's shared token buckets (`rate_limit_buckets`, one row per workspace;
-`stevora.throttle.ratelimit` spends claimed tokens locally)."""
+`stevora.throttle.workspace_requests` spends claimed tokens locally)."""
 
 from __future__ import annotations
 

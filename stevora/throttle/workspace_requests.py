@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import asyncpg
 
-from stevora.db import ratelimit as buckets
+from stevora.db import workspace_requests as buckets
 from stevora.errors import RateLimitError
 
 if TYPE_CHECKING:
