@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import Depends, Query, Request
 from fastapi.security import APIKeyHeader
 
 from stevora.api.auth import ApiKeyAuthenticator, Principal
 from stevora.api.schemas.envelope import ApiOut
-from stevora.errors import StevoraError, ValidationError
+from stevora.errors import StevoraError
 from stevora.runtime import Runtime
 from stevora.settings import Settings
 from stevora.throttle.failed_auth import client_address
