@@ -33,7 +33,9 @@ from stevora.api.routers import (
     health,
     rate_limits,
     runs,
+    schedules,
     traces,
+    trigger_events,
     webhooks,
     workspaces,
 )
@@ -68,6 +70,8 @@ def build_v1_router() -> APIRouter:
         approvals,
         webhooks,
         rate_limits,
+        schedules,
+        trigger_events,
     ):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)
