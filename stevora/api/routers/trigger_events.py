@@ -21,7 +21,7 @@ from stevora.api.schemas.trigger_events import EventIn, EventOut, EventRun
 from stevora.db import trigger_events as rows
 from stevora.engine import limits
 from stevora.errors import ValidationError
-from stevora.triggers.events import IncomingEvent, receive
+from stevora.triggers.events import IncomingEvent, Received, receive
 
 router = APIRouter(prefix="/events", tags=["triggers"])
 _ONE = TypeAdapter(EventIn)
@@ -37,6 +37,10 @@ def _out(event: Any, runs: list[Any], deduplicated: bool = False) -> EventOut:
             "runs": [EventRun.model_validate(dict(r)) for r in runs],
         }
     )
+
+
+def event_answer(received: Received) -> EventOut:
+    return _out(received.event, received.runs, received.deduplicated)
 
 
 def _parse(body: Any, max_batch: int) -> tuple[list[EventIn], bool]:
@@ -75,7 +79,7 @@ async def send_events(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any] | lis
     received = await receive(
         ctx.rt, auth.workspace_id, [IncomingEvent(e.name, e.data, e.id, e.ts) for e in parsed]
     )
-    answers = [_out(r.event, r.runs, r.deduplicated) for r in received]
+    answers = [event_answer(r) for r in received]
     if batch:
         return ok(answers)
     return ok(answers[0], 200 if received[0].deduplicated else 201)
