@@ -168,7 +168,7 @@ async def test_a_debounce_burst_becomes_one_run_fired_by_a_worker(broker_setup: 
     try:
         burst = [IncomingEvent("doc.edited", {"docId": "d1", "rev": n}) for n in range(10)]
         await receive(setup.rt, setup.workspace_id, burst)
-        for _ in range(150):
+        for _ in range(600):
             row = await setup.rt.pool.fetchrow(
                 "SELECT input, status FROM workflow_runs WHERE workspace_id = $1", setup.workspace_id
             )

@@ -67,11 +67,6 @@ async def _body_within(request: Request, limit: int) -> bytes | None:
     return b"".join(chunks)
 
 
-@router.post("/{hook_id}", include_in_schema=False)
-async def _not_here(hook_id: HookId) -> Response:
-    return error_response(404, "NOT_FOUND", "Deliveries go to /hooks/{id}, not /v1/hooks/{id}")
-
-
 @inbound_router.post(
     "/hooks/{hook_id}",
     response_model=Envelope[EventOut],
