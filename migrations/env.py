@@ -8,6 +8,7 @@ from alembic import context
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 
+from stevora.db import trigger_tables  # noqa: F401  (the trigger tables share the metadata)
 from stevora.db.models import Base
 from stevora.settings import Settings
 

@@ -78,6 +78,11 @@ class Settings(BaseSettings, ProviderSettings):
     # Delete finished runs this many days after they ended (`stevora runs prune`; the recovery
     # sweep prunes periodically when set). None or 0: keep everything.
     retention_days: int | None = Field(default=None, ge=0)
+    # Triggers (docs/triggers.md): how often each worker looks for due schedule ticks and
+    # debounce / batch groups, and the most events one POST /v1/events or one hook body may carry.
+    trigger_poll_s: float = Field(default=0.5, gt=0, le=60)
+    max_event_batch: int = Field(default=100, ge=1, le=10_000)
+    max_hook_body_bytes: int = Field(default=1_048_576, ge=1024)
 
     # LLM (each provider's own settings, keys included, come with `ProviderSettings`)
     # Per-provider or per-model caps on concurrent calls in one process: {"openai": 200, "gpt-4o": 50}.

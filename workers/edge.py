@@ -24,6 +24,7 @@ from stevora.engine.sweep import sweep_forever
 from stevora.observability import tracing
 from stevora.runtime import Runtime
 from stevora.settings import Settings
+from stevora.triggers.loop import triggers_forever
 from stevora.tuning import tune_gc
 
 log = structlog.get_logger("stevora.worker")
@@ -84,6 +85,11 @@ def module_name(given: str) -> str:
     return name
 
 
+async def _background(rt: Runtime) -> None:
+    """The recovery sweep and the trigger pass (schedules, debounce / batch groups)."""
+    await asyncio.gather(sweep_forever(rt), triggers_forever(rt))
+
+
 class StevoraWorkerMiddleware(dramatiq.Middleware):
     def __init__(self, settings: Settings, *, sweep: bool = True) -> None:
         self.settings = settings
@@ -112,7 +118,7 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
         pool = RunPool(rt)
         pool.start()
         sweeper = asyncio.create_task(
-            sweep_forever(rt) if self.sweep else asyncio.Event().wait(), name="stevora-sweep"
+            _background(rt) if self.sweep else asyncio.Event().wait(), name="stevora-sweep"
         )
         _state = WorkerState(rt, pool, sweeper)
         tune_gc()

@@ -31,9 +31,12 @@ from stevora.api.routers import (
     events,
     forks,
     health,
+    hooks,
     provider_limits,
     runs,
+    schedules,
     traces,
+    trigger_events,
     webhooks,
     workspaces,
 )
@@ -69,6 +72,9 @@ def build_v1_router() -> APIRouter:
         approvals,
         webhooks,
         provider_limits,
+        schedules,
+        trigger_events,
+        hooks,
     ):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)
@@ -144,6 +150,7 @@ def create_app(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     v1 = build_v1_router()
     app.include_router(v1, prefix="/v1")
     app.include_router(health.router, dependencies=[Depends(reject_nul)])
+    app.include_router(hooks.inbound_router)  # third parties' webhooks: signed, no API key
     # The web UI authenticates with its own cookie; see docs/ui.md.
     app.include_router(build_ui_router())
     mount_static(app)

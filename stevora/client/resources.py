@@ -16,6 +16,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 import httpx
 
 from stevora.client import operations as ops
+from stevora.client import triggers
 from stevora.client.protocol import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S, Op, StreamOp, http_options
 
 P = ParamSpec("P")
@@ -143,6 +144,27 @@ class Webhooks(Namespace[Mode]):
     deliveries = operation(ops.webhook_deliveries)
 
 
+class Schedules(Namespace[Mode]):
+    create = operation(triggers.create_schedule)
+    list = operation(triggers.list_schedules)
+    get = operation(triggers.get_schedule)
+    update = operation(triggers.update_schedule)
+    delete = operation(triggers.delete_schedule)
+    trigger = operation(triggers.trigger_schedule)
+    backfill = operation(triggers.backfill_schedule)
+
+
+class Events(Namespace[Mode]):
+    send = operation(triggers.send_event)
+    list = operation(triggers.list_events)
+
+
+class Hooks(Namespace[Mode]):
+    create = operation(triggers.create_hook)
+    list = operation(triggers.list_hooks)
+    delete = operation(triggers.delete_hook)
+
+
 class Costs(Namespace[Mode]):
     summary = operation(ops.cost_summary)
 
@@ -174,3 +196,6 @@ class ClientRoot(Namespace[Mode]):
         self.approvals: Approvals[Mode] = Approvals(driver)
         self.webhooks: Webhooks[Mode] = Webhooks(driver)
         self.cost: Costs[Mode] = Costs(driver)
+        self.schedules: Schedules[Mode] = Schedules(driver)
+        self.events: Events[Mode] = Events(driver)
+        self.hooks: Hooks[Mode] = Hooks(driver)

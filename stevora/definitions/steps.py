@@ -19,6 +19,7 @@ from stevora.definitions.retry import (
     RetryPolicy,
     merge_retry_input,
 )
+from stevora.definitions.triggers import check_expression
 
 
 def find_duplicates(names: Sequence[object]) -> list[tuple[int, str, int]]:
@@ -103,12 +104,34 @@ class ConditionStep(StepBase):
     false_step: str
 
 
+EVENT_SIGNAL_PREFIX = "event:"
+
+
 class ExternalEventStep(StepBase):
-    """Waits for a `resume` call carrying `signal_type`; fails after `timeout_ms` if set."""
+    """Waits for a `resume` call carrying `signal_type`, or for an event named `event` (posted to
+    /v1/events after the step started) whose `match` CEL condition holds against the run
+    (docs/triggers.md); fails after `timeout_ms` if set."""
 
     type: Literal["external_event"] = "external_event"
-    signal_type: str = Field(min_length=1, max_length=100)
+    signal_type: str | None = Field(default=None, min_length=1, max_length=100)
+    event: str | None = Field(default=None, min_length=1, max_length=94)
+    match: str | None = Field(default=None, min_length=1, max_length=4000)
+    """CEL over the event (`name`, `data`, `id`, `ts`) and the run (`input`, `state`)."""
     timeout_ms: int | None = Field(default=None, ge=1)
+
+    _match = field_validator("match")(lambda cls, v: check_expression(v) if v is not None else None)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ExternalEventStep:
+        if (self.signal_type is None) == (self.event is None):
+            raise ValueError("give exactly one of signalType and event")
+        if self.match is not None and self.event is None:
+            raise ValueError("match goes with event")
+        return self
+
+    def awaited_signal(self) -> str:
+        """What the waiting step run records as its `signal_type` (an event wait: `event:<name>`)."""
+        return self.signal_type if self.signal_type is not None else EVENT_SIGNAL_PREFIX + str(self.event)
 
 
 class ToolStep(StepBase):

@@ -45,6 +45,7 @@ from stevora.definitions.steps import (
     WaitStep,
     find_duplicates,
 )
+from stevora.definitions.triggers import EventTrigger, ScheduleTiming
 from stevora.errors import ValidationError
 
 StepDefinition = Annotated[
@@ -93,6 +94,10 @@ class WorkflowDefinitionSpec(CamelModel):
     """A concurrency key and its limit (docs/flow-control.md); a run's create request may override it."""
     priority: int | None = Field(default=None, ge=0, le=MAX_PRIORITY)
     """The default priority of this workflow's runs (0 when not given; higher is claimed first)."""
+    schedule: ScheduleTiming | None = None
+    """Runs on a clock (Dagu's `schedule:`); the newest version stored keeps it (docs/triggers.md)."""
+    triggers: list[EventTrigger] = Field(default_factory=list, max_length=50)
+    """Events that start runs of this workflow (docs/triggers.md)."""
 
     def input_json_schema(self) -> dict[str, Any] | None:
         """`inputSchema`, else the schema `defaultParams` describes, else None."""

@@ -10,6 +10,7 @@ in one place (driver.py). Answers to a waiting step live with the kind that wait
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import asyncpg
@@ -54,6 +55,7 @@ async def create_run(
     budget: Budget | None = None,
     concurrency: Concurrency | None = None,
     priority: int | None = None,
+    conn: asyncpg.Connection | None = None,
 ) -> tuple[asyncpg.Record, bool]:
     """Insert a PENDING run and dispatch it. With an idempotency key already used in this
     workspace, return the existing run and `created=False` (race-safe: the unique index decides).
@@ -61,6 +63,8 @@ async def create_run(
     A definition with an `inputSchema` (or `defaultParams`) gets its defaults filled in and the
     input checked against it first: a bad input is a VALIDATION_ERROR naming the field, and
     nothing is written. So is a `budget` above the server's ceiling (`stevora.engine.budget`).
+    Given `conn`, the run is inserted in the caller's transaction and not dispatched: the caller
+    dispatches after its commit (a trigger's run and the row that records it commit together).
     """
     limits.check_run_input(rt.settings, input or {})
     spec = await rt.definitions.get_in_workspace(workspace_id, definition_id)
@@ -75,34 +79,56 @@ async def create_run(
                 message="Invalid run input: " + "; ".join(problems),
             )
     run_flow = flow.resolve(rt.settings, spec, input or {}, concurrency, priority)
-    async with rt.pool.acquire() as conn:
+    insert = _NewRun(workspace_id, definition_id, input or {}, idempotency_key, run_budget, run_flow)
+    if conn is not None:
+        return await insert.on(conn)
+    async with rt.pool.acquire() as own:
+        row, created = await insert.on(own)
+    if created:
+        await dispatch_hint(rt.dispatcher, row["id"])
+    return row, created
+
+
+@dataclass(frozen=True, slots=True)
+class _NewRun:
+    workspace_id: str
+    definition_id: str
+    input: dict[str, Any]
+    idempotency_key: str | None
+    budget: dict[str, Any] | None
+    flow: runs.FlowColumns
+
+    async def on(self, conn: asyncpg.Connection) -> tuple[asyncpg.Record, bool]:
         # One round trip on the hot path: the definition check is the INSERT's SELECT.
-        with tracing.run_created(workspace_id, definition_id) as trace:
+        with tracing.run_created(self.workspace_id, self.definition_id) as trace:
             row = await runs.insert_run(
                 conn,
-                workspace_id=workspace_id,
-                definition_id=definition_id,
-                input=input or {},
-                idempotency_key=idempotency_key,
+                workspace_id=self.workspace_id,
+                definition_id=self.definition_id,
+                input=self.input,
+                idempotency_key=self.idempotency_key,
                 trace_context=trace.carrier,
-                budget=run_budget,
-                flow=run_flow,
+                budget=self.budget,
+                flow=self.flow,
             )
             trace.created(row["id"] if row is not None else None)
         if row is None:
             existing = None
-            if idempotency_key is not None:
-                existing = await runs.get_run_by_idempotency_key(conn, workspace_id, idempotency_key)
+            if self.idempotency_key is not None:
+                existing = await runs.get_run_by_idempotency_key(
+                    conn, self.workspace_id, self.idempotency_key
+                )
             if existing is None:
-                raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
-            made = await db_forks.get_by_key(conn, workspace_id, idempotency_key or "")
+                raise NotFoundError(
+                    "Workflow definition not found", details={"definitionId": self.definition_id}
+                )
+            made = await db_forks.get_by_key(conn, self.workspace_id, self.idempotency_key or "")
             if made is not None:
-                check_same_kind(made, NEW_RUN, idempotency_key or "")
+                check_same_kind(made, NEW_RUN, self.idempotency_key or "")
             return existing, False
-    log.info("run_created", workflow_run_id=row["id"], definition_id=definition_id)
-    RUNS_CREATED.inc()
-    await dispatch_hint(rt.dispatcher, row["id"])
-    return row, True
+        log.info("run_created", workflow_run_id=row["id"], definition_id=self.definition_id)
+        RUNS_CREATED.inc()
+        return row, True
 
 
 async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:

@@ -97,6 +97,18 @@ QUEUE_LAG = Histogram(
     buckets=_FAST,
 )
 SWEEP_PICKUPS = Counter("stevora_sweep_pickups", "Runs the recovery sweep dispatched")
+# Triggers (docs/triggers.md)
+SCHEDULE_TICKS = Counter(
+    "stevora_schedule_ticks", "Schedule ticks, by outcome (run, skipped, late)", ["outcome"]
+)
+TRIGGER_EVENTS = Counter(
+    "stevora_trigger_events",
+    "Events received (POST /v1/events and inbound hooks), by outcome (received, deduplicated)",
+    ["outcome"],
+)
+TRIGGER_RUNS_STARTED = Counter(
+    "stevora_trigger_runs_started", "Runs started by triggers, by source (schedule, event)", ["source"]
+)
 BUDGET_STOPS = Counter(
     "stevora_budget_stops",
     "Steps a run's budget stopped, by the limit reached and what followed (fail or pause)",

@@ -19,6 +19,7 @@ from stevora.definitions import MapStep, WorkflowDefinitionSpec, WorkflowToolDef
 from stevora.engine import limits
 from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.runtime import Runtime
+from stevora.triggers import definitions as triggers
 
 router = APIRouter(prefix="/workflow-definitions", tags=["workflow-definitions"])
 DefinitionId = Annotated[str, Path(description="A workflow definition id (wfdef_...).")]
@@ -68,6 +69,7 @@ async def store_definition(
     )
     row = await write_one(rt, stmt)
     if row is not None:
+        await triggers.sync(rt, workspace_id, row["id"], spec)  # its schedule and event triggers
         return row, True
     existing = await fetch_one(rt, resources.definition_version(workspace_id, spec.name, spec.version))
     if existing is None:  # cannot happen (definitions are not deleted); never answer with nothing

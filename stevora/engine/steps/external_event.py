@@ -1,4 +1,5 @@
-"""`external_event`: waits for a signal, a `resume` call carrying `signalType`.
+"""`external_event`: waits for a signal, a `resume` call carrying `signalType`, or an event
+(`event` + `match`; answered by `stevora.triggers.waits` through `deliver_signal`).
 
 * Going WAITING records the awaited `signal_type` on the step run; nothing else.
 * Due: after `timeoutMs` (if set) the step fails with TIMEOUT (the base step type's `on_due`).
@@ -37,7 +38,7 @@ class ExternalEventStepType(StepType):
         until = utcnow() + timedelta(milliseconds=step.timeout_ms) if step.timeout_ms else None
         return StepResult(
             status="waiting",
-            signal_type=step.signal_type,
+            signal_type=step.awaited_signal(),
             wait_until=until,
             pause_reason=PauseReason.EXTERNAL_EVENT,
         )
@@ -49,9 +50,12 @@ async def deliver_signal(
     run: asyncpg.Record,
     signal_type: str,
     payload: dict[str, Any] | None,
+    *,
+    output: dict[str, Any] | None = None,
 ) -> asyncpg.Record:
     """Complete the run's waiting `external_event` step with the signal (payload merged into
-    state), in the caller's transaction; returns the run row. The caller dispatches after commit."""
+    state), in the caller's transaction; returns the run row. The caller dispatches after commit.
+    An event answering the step (`stevora.triggers.waits`) passes its data as `output` too."""
     step_run = (
         await runs.get_step_run(conn, run["current_step_run_id"]) if run["current_step_run_id"] else None
     )
@@ -78,7 +82,7 @@ async def deliver_signal(
         expect=[StepStatus.WAITING],
         sets={
             "status": StepStatus.COMPLETED,
-            "output": {"signalType": signal_type, "payload": payload or {}},
+            "output": output if output is not None else {"signalType": signal_type, "payload": payload or {}},
         },
         now_columns=["completed_at"],
     )

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 
 import stevora.cli.prompt
 import stevora.cli.remote
-import stevora.cli.run_commands  # noqa: F401
+import stevora.cli.run_commands
+import stevora.cli.trigger_commands  # noqa: F401
 from stevora.api.app import create_app
 from stevora.cli import app
 from stevora.settings import Settings

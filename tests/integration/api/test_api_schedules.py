@@ -1,0 +1,286 @@
+"""Schedules: the API, and the workers' due pass run in-process (exactly one run per tick)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import httpx
+import pytest
+from api_helpers import Tenant
+
+from stevora.triggers import schedules
+
+pytestmark = pytest.mark.timeout(60)
+
+QUICK = [{"name": "pause", "type": "wait", "durationMs": 0}]
+SLOW = [{"name": "pause", "type": "wait", "durationMs": 600_000}]
+
+
+async def _definition(client: httpx.AsyncClient, tenant: Tenant, name: str, steps: list[Any]) -> str:
+    body = {"name": name, "version": "1.0.0", "steps": steps}
+    response = await client.post("/v1/workflow-definitions", json=body, headers=tenant.headers)
+    assert response.status_code == 201, response.text
+    return str(response.json()["data"]["id"])
+
+
+async def _schedule(client: httpx.AsyncClient, tenant: Tenant, **body: Any) -> dict[str, Any]:
+    response = await client.post("/v1/schedules", json=body, headers=tenant.headers)
+    assert response.status_code == 201, response.text
+    return dict(response.json()["data"])
+
+
+async def _runs_of(harness: Any, schedule_id: str) -> list[Any]:
+    return list(
+        await harness.rt.pool.fetch(
+            "SELECT r.id, r.input, r.status, t.scheduled_at FROM schedule_ticks t "
+            "JOIN workflow_runs r ON r.id = t.run_id WHERE t.schedule_id = $1 ORDER BY t.scheduled_at",
+            schedule_id,
+        )
+    )
+
+
+async def _backdate(harness: Any, schedule_id: str, by: timedelta) -> None:
+    """As if no worker had run for `by`: the schedule's anchor and next tick move into the past."""
+    await harness.rt.pool.execute(
+        "UPDATE schedules SET created_at = created_at - $2::interval, next_fire_at = next_fire_at - $2::interval, "
+        "next_due_at = next_due_at - $2::interval WHERE id = $1",
+        schedule_id,
+        by,
+    )
+
+
+async def test_a_schedule_shows_its_next_five_fire_times_also_while_paused(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    await _definition(client, tenant, "digest", QUICK)
+    made = await _schedule(
+        client, tenant, definitionName="digest", cron="0 9 * * 1-5", timezone="Europe/Berlin", paused=True
+    )
+    assert made["paused"] is True and made["version"] == "latest"
+    times = [datetime.fromisoformat(t.replace("Z", "+00:00")) for t in made["nextFireTimes"]]
+    assert len(times) == 5 and times == sorted(times)
+    for t in times:
+        local = t.astimezone(__import__("zoneinfo").ZoneInfo("Europe/Berlin"))
+        assert (local.hour, local.minute) == (9, 0) and local.weekday() < 5
+    listed = await client.get("/v1/schedules", headers=tenant.headers)
+    assert [s["id"] for s in listed.json()["data"]] == [made["id"]]
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"cron": "* * *"}, "cron"),
+        ({"cron": "61 * * * *"}, "cron"),
+        ({"intervalS": 5, "timezone": "Mars/Olympus"}, "timezone"),
+        ({"intervalS": 0}, "intervalS"),
+        ({"intervalS": 5, "overlap": "sometimes"}, "overlap"),
+    ],
+)
+async def test_a_bad_schedule_is_a_400_naming_the_field(
+    client: httpx.AsyncClient, tenant: Tenant, body: dict[str, Any], field: str
+) -> None:
+    await _definition(client, tenant, "digest", QUICK)
+    response = await client.post(
+        "/v1/schedules", json={"definitionName": "digest", **body}, headers=tenant.headers
+    )
+    assert response.status_code == 400, response.text
+    assert field in response.text
+
+
+async def test_cron_and_interval_together_or_an_unknown_definition_are_refused(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    await _definition(client, tenant, "digest", QUICK)
+    both = await client.post(
+        "/v1/schedules",
+        json={"definitionName": "digest", "cron": "* * * * *", "intervalS": 5},
+        headers=tenant.headers,
+    )
+    assert both.status_code == 400 and "exactly one of cron and intervalS" in both.text
+    unknown = await client.post(
+        "/v1/schedules", json={"definitionName": "nope", "intervalS": 5}, headers=tenant.headers
+    )
+    assert unknown.status_code == 404
+
+
+async def test_racing_due_passes_make_one_run_per_tick_with_its_scheduled_at(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    await _definition(client, tenant, "tick", QUICK)
+    made = await _schedule(
+        client,
+        tenant,
+        definitionName="tick",
+        intervalS=1,
+        overlap="allow",
+        input={"at": "{{schedule.scheduledAt}}", "fixed": 1},
+    )
+    for _ in range(3):
+        await asyncio.sleep(1.05)
+        await asyncio.gather(*(schedules.due_pass(harness.rt) for _ in range(4)))
+    found = await _runs_of(harness, made["id"])
+    ticks = [r["scheduled_at"] for r in found]
+    assert len(found) >= 2 and len(set(ticks)) == len(ticks)
+    keys = await harness.rt.pool.fetch(
+        "SELECT idempotency_key FROM workflow_runs WHERE workspace_id = $1", tenant.workspace_id
+    )
+    assert len(keys) == len(found)
+    for run in found:
+        assert run["input"] == {"at": run["scheduled_at"].isoformat(), "fixed": 1}
+    got = await client.get(f"/v1/schedules/{made['id']}", headers=tenant.headers)
+    assert {r["runId"] for r in got.json()["data"]["lastRuns"]} == {r["id"] for r in found}
+
+
+async def test_skip_never_starts_a_tick_while_the_previous_run_is_active(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    await _definition(client, tenant, "slow", SLOW)
+    made = await _schedule(client, tenant, definitionName="slow", intervalS=1, overlap="skip")
+    for _ in range(3):
+        await asyncio.sleep(1.05)
+        await schedules.due_pass(harness.rt)
+    assert len(await _runs_of(harness, made["id"])) == 1
+    row = await harness.rt.pool.fetchrow(
+        "SELECT ticks_run, ticks_skipped FROM schedules WHERE id = $1", made["id"]
+    )
+    assert row["ticks_run"] == 1 and row["ticks_skipped"] >= 1
+
+
+async def test_buffer_one_runs_one_buffered_tick_when_the_previous_run_ends(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    await _definition(client, tenant, "slow", SLOW)
+    made = await _schedule(client, tenant, definitionName="slow", intervalS=1, overlap="buffer_one")
+    for _ in range(3):
+        await asyncio.sleep(1.05)
+        await schedules.due_pass(harness.rt)
+    first = await _runs_of(harness, made["id"])
+    assert len(first) == 1
+    buffered = await harness.rt.pool.fetchval("SELECT buffered_at FROM schedules WHERE id = $1", made["id"])
+    assert buffered is not None
+    await client.post(f"/v1/workflow-runs/{first[0]['id']}/cancel", headers=tenant.headers)
+    await schedules.due_pass(harness.rt)
+    after = await _runs_of(harness, made["id"])
+    assert len(after) == 2 and after[1]["scheduled_at"] == buffered
+
+
+async def test_a_paused_schedule_starts_nothing_and_resuming_skips_what_was_missed(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    await _definition(client, tenant, "tick", QUICK)
+    made = await _schedule(client, tenant, definitionName="tick", intervalS=1, paused=True)
+    await asyncio.sleep(2.1)
+    await schedules.due_pass(harness.rt)
+    assert await _runs_of(harness, made["id"]) == []
+    resumed = await client.patch(
+        f"/v1/schedules/{made['id']}", json={"paused": False}, headers=tenant.headers
+    )
+    assert resumed.status_code == 200 and resumed.json()["data"]["paused"] is False
+    await schedules.due_pass(harness.rt)
+    assert await _runs_of(harness, made["id"]) == []  # the next tick is in the future
+
+
+async def test_catch_up_makes_one_run_for_the_latest_missed_tick_inside_the_window(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    await _definition(client, tenant, "tick", QUICK)
+    made = await _schedule(client, tenant, definitionName="tick", intervalS=60, catchupWindowS=300)
+    await _backdate(harness, made["id"], timedelta(minutes=10))
+    await schedules.due_pass(harness.rt)
+    found = await _runs_of(harness, made["id"])
+    assert len(found) == 1
+    now = datetime.now(UTC)
+    assert now - timedelta(seconds=61) < found[0]["scheduled_at"] <= now
+    row = await harness.rt.pool.fetchrow(
+        "SELECT ticks_skipped, next_fire_at FROM schedules WHERE id = $1", made["id"]
+    )
+    assert row["ticks_skipped"] == 9 and row["next_fire_at"] > now
+
+
+async def test_missed_ticks_older_than_the_catch_up_window_are_all_skipped(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    await _definition(client, tenant, "tick", QUICK)
+    made = await _schedule(client, tenant, definitionName="tick", cron="0 0 1 1 *", catchupWindowS=60)
+    # The yearly tick of last January 1st: long outside the window.
+    last_year = datetime(datetime.now(UTC).year, 1, 1, tzinfo=UTC)
+    await harness.rt.pool.execute(
+        "UPDATE schedules SET next_fire_at = $2, next_due_at = $2 WHERE id = $1", made["id"], last_year
+    )
+    await schedules.due_pass(harness.rt)
+    assert await _runs_of(harness, made["id"]) == []
+    row = await harness.rt.pool.fetchrow(
+        "SELECT ticks_skipped, next_fire_at FROM schedules WHERE id = $1", made["id"]
+    )
+    assert row["ticks_skipped"] == 1 and row["next_fire_at"].year == last_year.year + 1
+
+
+async def test_trigger_now_and_backfill_run_each_tick_once(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    await _definition(client, tenant, "tick", QUICK)
+    made = await _schedule(client, tenant, definitionName="tick", cron="0 * * * *", paused=True)
+    now = await client.post(f"/v1/schedules/{made['id']}/trigger", headers=tenant.headers)
+    assert now.status_code == 201, now.text
+    window = {"from": "2026-01-01T00:00:00Z", "to": "2026-01-01T03:00:00Z"}
+    first = await client.post(f"/v1/schedules/{made['id']}/backfill", json=window, headers=tenant.headers)
+    again = await client.post(f"/v1/schedules/{made['id']}/backfill", json=window, headers=tenant.headers)
+    assert first.status_code == 200, first.text
+    assert [r["scheduledAt"] for r in first.json()["data"]] == [
+        f"2026-01-01T0{h}:00:00.000Z" for h in range(4)
+    ]
+    assert first.json()["data"] == again.json()["data"]
+    assert len(await _runs_of(harness, made["id"])) == 5
+    backwards = await client.post(
+        f"/v1/schedules/{made['id']}/backfill",
+        json={"from": "2026-01-02T00:00:00Z", "to": "2026-01-01T00:00:00Z"},
+        headers=tenant.headers,
+    )
+    assert backwards.status_code == 400 and "to" in backwards.text
+
+
+async def test_a_definitions_schedule_is_kept_in_step_with_its_newest_version(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    body: dict[str, Any] = {
+        "name": "nightly",
+        "version": "1",
+        "steps": QUICK,
+        "schedule": {"cron": "0 2 * * *"},
+    }
+    assert (
+        await client.post("/v1/workflow-definitions", json=body, headers=tenant.headers)
+    ).status_code == 201
+    listed = (await client.get("/v1/schedules", headers=tenant.headers)).json()["data"]
+    assert [(s["name"], s["cron"], s["source"]) for s in listed] == [("nightly", "0 2 * * *", "definition")]
+    body |= {"version": "2", "schedule": {"cron": "30 3 * * *", "timezone": "America/New_York"}}
+    assert (
+        await client.post("/v1/workflow-definitions", json=body, headers=tenant.headers)
+    ).status_code == 201
+    listed = (await client.get("/v1/schedules", headers=tenant.headers)).json()["data"]
+    assert [(s["cron"], s["timezone"]) for s in listed] == [("30 3 * * *", "America/New_York")]
+    body = {"name": "nightly", "version": "3", "steps": QUICK}
+    assert (
+        await client.post("/v1/workflow-definitions", json=body, headers=tenant.headers)
+    ).status_code == 201
+    assert (await client.get("/v1/schedules", headers=tenant.headers)).json()["data"] == []
+
+
+async def test_patch_delete_and_other_workspaces(
+    client: httpx.AsyncClient, tenant: Tenant, other_tenant: Tenant
+) -> None:
+    await _definition(client, tenant, "tick", QUICK)
+    made = await _schedule(client, tenant, definitionName="tick", intervalS=60, name="every-minute")
+    assert (await client.get(f"/v1/schedules/{made['id']}", headers=other_tenant.headers)).status_code == 404
+    changed = await client.patch(
+        f"/v1/schedules/{made['id']}", json={"cron": "*/5 * * * *", "intervalS": None}, headers=tenant.headers
+    )
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["data"]["cron"] == "*/5 * * * *"
+    bad = await client.patch(f"/v1/schedules/{made['id']}", json={"intervalS": 10}, headers=tenant.headers)
+    assert bad.status_code == 400
+    deleted = await client.delete(f"/v1/schedules/{made['id']}", headers=tenant.headers)
+    assert deleted.status_code == 200
+    assert (await client.get(f"/v1/schedules/{made['id']}", headers=tenant.headers)).status_code == 404
