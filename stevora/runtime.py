@@ -18,6 +18,9 @@ from stevora.errors import NotFoundError
 from stevora.faults import FaultPlan
 from stevora.llm.pricing import Pricing
 from stevora.llm.router import ProviderRouter
+from stevora.mcp import load_mcp_config
+from stevora.mcp.manager import McpClientManager
+from stevora.observability import metrics
 from stevora.settings import Settings
 from stevora.tasks import TaskRegistry, default_task_registry
 from stevora.tools import ToolRegistry, default_registry
@@ -86,6 +89,8 @@ class Runtime:
     # Per-provider / per-model semaphores capping concurrent LLM calls in this process.
     llm_limits: dict[str, asyncio.Semaphore] = field(default_factory=dict)
     faults: FaultPlan = field(default_factory=lambda: FaultPlan(None))
+    # This process's MCP sessions (docs/mcp.md): the worker's own servers, workspaces' HTTP ones.
+    mcp: McpClientManager = field(default_factory=McpClientManager)
     extras: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
@@ -103,6 +108,7 @@ class Runtime:
         pool = await create_pool(settings.database_url, max_size=settings.hot_pool_size)
         engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
         faults = FaultPlan(settings.fault_injection)
+        mcp_servers = load_mcp_config(settings.mcp_config) if settings.mcp_config else {}
         return cls(
             settings=settings,
             pool=pool,
@@ -116,6 +122,9 @@ class Runtime:
             committer=GroupCommitter(pool, enabled=settings.group_commit, faults=faults),
             llm_limits={k: asyncio.Semaphore(v) for k, v in settings.llm_concurrency.items()},
             faults=faults,
+            mcp=McpClientManager(
+                mcp_servers, on_restart=lambda name: metrics.MCP_RESTARTS.labels(name).inc()
+            ),
         )
 
     @property
@@ -127,6 +136,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.committer.drain()  # queued checkpoints are written before the pool goes
+        await self.mcp.close()  # stdio servers exit with their sessions
         live = self.extras.pop("live_hub", None)  # the API's LISTEN connection (stevora.live)
         if live is not None:
             await live.aclose()

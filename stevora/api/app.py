@@ -31,6 +31,7 @@ from stevora.api.routers import (
     events,
     forks,
     health,
+    mcp_servers,
     rate_limits,
     runs,
     traces,
@@ -67,6 +68,7 @@ def build_v1_router() -> APIRouter:
         traces,
         approvals,
         webhooks,
+        mcp_servers,
         rate_limits,
     ):
         v1.include_router(module.router)

@@ -31,8 +31,9 @@ from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.checkpoints import CommittedRound
 from stevora.db.database import storable_text
 from stevora.db.definitions import find_version, workflow_input_schema
-from stevora.definitions import LlmStep, LlmToolDef, WorkflowToolDef
+from stevora.definitions import LlmStep, LlmToolDef, McpToolsDef, WorkflowToolDef
 from stevora.engine.budget import Meter
+from stevora.engine.steps import llm_mcp
 from stevora.engine.steps.awaited import tool_call_view
 from stevora.engine.steps.awaited.workflow import nesting_problem
 from stevora.engine.steps.base import StepExecution
@@ -68,11 +69,18 @@ class StepTools:
     workflows: dict[str, WorkflowToolDef] = field(default_factory=dict)
     output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # inline outputSchema
     gated: set[str] = field(default_factory=set)  # handler tools that need a person's approval
+    # MCP tools (docs/mcp.md) run inline like handlers (kind "handler"); this says where they go.
+    mcp: dict[str, llm_mcp.McpTool] = field(default_factory=dict)
 
 
-async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTools:
+async def resolve_tools(
+    rt: Runtime, workspace_id: str, step: LlmStep, *, run_id: str | None = None
+) -> StepTools:
     tools = StepTools(specs=[], declared={})
+    servers = [entry for entry in step.tools if isinstance(entry, McpToolsDef)]
     for entry in step.tools:
+        if isinstance(entry, McpToolsDef):
+            continue
         if isinstance(entry, LlmToolDef):
             tools.specs.append(ToolSpec(entry.name, entry.description, dict(entry.parameters)))
             tools.declared[entry.name] = dict(entry.parameters)
@@ -119,6 +127,17 @@ async def resolve_tools(rt: Runtime, workspace_id: str, step: LlmStep) -> StepTo
         tools.kinds[registered.name] = "handler"
         if registered.requires_approval:
             tools.gated.add(registered.name)
+    if servers:
+        assert run_id is not None, "MCP tools are pinned per run"
+        for offered in await llm_mcp.resolve(
+            rt, run_id=run_id, workspace_id=workspace_id, step_name=step.name, entries=servers
+        ):
+            tools.specs.append(ToolSpec(offered.name, offered.description, offered.parameters))
+            tools.declared[offered.name] = offered.parameters
+            tools.kinds[offered.name] = "handler"
+            tools.mcp[offered.name] = offered
+            if offered.approve:
+                tools.gated.add(offered.name)
     if step.global_tools:
         named = {spec.name for spec in tools.specs}
         for registered in rt.tools:
@@ -450,6 +469,12 @@ class ToolRunner:
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments
+        mcp_tool = self.tools.mcp.get(call.name)
+        if mcp_tool is not None:  # an MCP server's tool: a source of its own, recorded the same way
+            with self._observe.call(call.name, call.id, call_round.round, arguments) as obs:
+                outcome = await llm_mcp.call(self.rt, mcp_tool, parse_arguments(arguments)[0], ctx)
+                obs.finished(outcome)
+            return await self._record(call_round, index, call, outcome)
         with self._observe.call(call.name, call.id, call_round.round, arguments) as obs:
             outcome = await invoke_tool(
                 self.rt.tools,

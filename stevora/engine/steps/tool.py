@@ -24,6 +24,7 @@ from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
 from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
+from stevora.engine.steps import llm_mcp
 from stevora.engine.steps.awaited_kinds import hand_over
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.tool_calls import record_outcome
@@ -31,7 +32,7 @@ from stevora.observability import hooks as observe
 from stevora.statuses import AwaitedKind, AwaitedStatus, PauseReason
 from stevora.tasks import StepResult
 from stevora.templating import MissingTemplatePath, render_typed
-from stevora.tools import ToolContext, invoke_tool, schema_problems
+from stevora.tools import ToolContext, ToolOutcome, invoke_tool, schema_problems
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -60,16 +61,25 @@ class ToolStepType(StepType):
         if recorded is not None:  # committed before a crash, or answered by a rejection
             return self._result(step, recorded["status"] == "completed", recorded)
         registered = rt.tools.get(step.tool)
-        if registered is None:
-            return _failed(
-                "TOOL_NOT_REGISTERED",
-                f"Tool '{step.tool}' is not registered in this worker (load its module with `stevora worker --tools`)",
+        mcp_tool = None
+        if registered is None:  # an MCP server's tool, `<server>_<tool>` (docs/mcp.md)?
+            mcp_tool = await llm_mcp.find_tool(
+                rt, run_id=ex.run_id, workspace_id=ex.workspace_id, step_name=ex.step_name, name=step.tool
             )
+            if mcp_tool is None:
+                return _failed(
+                    "TOOL_NOT_REGISTERED",
+                    f"Tool '{step.tool}' is not registered in this worker (load its module with "
+                    "`stevora worker --tools`) nor an MCP server's tool",
+                )
         steps = await runs.completed_step_outputs(rt.pool, ex.run_id)
         try:
             arguments = render_typed(step.input, input=ex.input, state=ex.state, steps=steps)
         except MissingTemplatePath as exc:
             return _failed("TEMPLATE_PATH_MISSING", str(exc))
+        if mcp_tool is not None:
+            return await self._call_mcp(rt, ex, step, mcp_tool, arguments)
+        assert registered is not None
         problems = schema_problems(registered.parameters, arguments)
         if problems:
             return _failed(
@@ -118,18 +128,7 @@ class ToolStepType(StepType):
     async def _call(
         self, rt: Runtime, ex: StepExecution, step: ToolStep, arguments: dict[str, Any]
     ) -> StepResult:
-        ctx = ToolContext(
-            idempotency_key=f"{ex.step_run_id}:tool",
-            workflow_run_id=ex.run_id,
-            workspace_id=ex.workspace_id,
-            step_run_id=ex.step_run_id,
-            step_name=ex.step_name,
-            round=0,
-            call_index=0,
-            tool_call_id=f"step:{step.name}",
-            run_input=MappingProxyType(ex.input),
-            state=MappingProxyType(dict(ex.state)),
-        )
+        ctx = self._context(ex, step)
         with observe.tool_call(step.tool, None, ex.step_run_id, None, arguments) as obs:
             outcome = await invoke_tool(
                 rt.tools,
@@ -143,7 +142,31 @@ class ToolStepType(StepType):
                 max_state_bytes=rt.settings.max_state_bytes,
             )
             obs.finished(outcome)
-        updates = ctx.state_updates if outcome.ok else None
+        return await self._commit(rt, ex, step, outcome, ctx.state_updates if outcome.ok else None)
+
+    @staticmethod
+    def _context(ex: StepExecution, step: ToolStep) -> ToolContext:
+        return ToolContext(
+            idempotency_key=f"{ex.step_run_id}:tool",
+            workflow_run_id=ex.run_id,
+            workspace_id=ex.workspace_id,
+            step_run_id=ex.step_run_id,
+            step_name=ex.step_name,
+            round=0,
+            call_index=0,
+            tool_call_id=f"step:{step.name}",
+            run_input=MappingProxyType(ex.input),
+            state=MappingProxyType(dict(ex.state)),
+        )
+
+    async def _commit(
+        self,
+        rt: Runtime,
+        ex: StepExecution,
+        step: ToolStep,
+        outcome: ToolOutcome,
+        updates: dict[str, Any] | None,
+    ) -> StepResult:
         rt.faults.reached("tool_returned", 0, 0)
         await record_outcome(
             rt,
@@ -164,6 +187,19 @@ class ToolStepType(StepType):
             outcome.ok,
             {"output_json": outcome.output, "error": outcome.error, "error_code": outcome.error_code},
         )
+
+    async def _call_mcp(
+        self, rt: Runtime, ex: StepExecution, step: ToolStep, tool: llm_mcp.McpTool, arguments: Any
+    ) -> StepResult:
+        if ex.budget is not None:
+            meter = await Meter.read(rt.pool, ex.run_id)
+            if meter is not None and meter.tool_calls_left() == 0:
+                return budget_rules.stopped(meter, "maxToolCalls", ex.step_name)
+        ctx = self._context(ex, step)
+        with observe.tool_call(step.tool, None, ex.step_run_id, None, arguments) as obs:
+            outcome = await llm_mcp.call(rt, tool, arguments if isinstance(arguments, dict) else {}, ctx)
+            obs.finished(outcome)
+        return await self._commit(rt, ex, step, outcome, None)
 
     def _result(self, step: ToolStep, ok: bool, recorded: Any) -> StepResult:
         if not ok:
