@@ -197,7 +197,11 @@ async def call(
 
     try:
         result = await conn.call_tool(
-            tool.tool, arguments, idempotency_key=ctx.idempotency_key, timeout_s=timeout_s, progress=on_progress
+            tool.tool,
+            arguments,
+            idempotency_key=ctx.idempotency_key,
+            timeout_s=timeout_s,
+            progress=on_progress,
         )
     except McpUnavailable as exc:
         return failed("MCP_SERVER_UNAVAILABLE", str(exc))
