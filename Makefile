@@ -23,8 +23,7 @@ demo: $(BIN)/stevora
 ## Loads the examples' tools, so every example in docs/tool-calling.md runs as documented there,
 ## and examples/mcp.json's MCP servers (docs/mcp.md): the time server and the filesystem server.
 dev: $(BIN)/stevora .mcp-node/node_modules/.bin/mcp-server-filesystem
-	$(BIN)/stevora dev --tools examples.tools --tools examples.refund_desk --tools examples.toolbox \
-		--mcp-config examples/mcp.json --port $(PORT)
+	$(BIN)/stevora dev --tools examples.tools --tools examples.refund_desk --tools examples.toolbox --mcp-config examples/mcp.json --port $(PORT)
 
 ## The reference MCP filesystem server from npm (Node.js 18+), for `make dev` and the MCP tests.
 .mcp-node/node_modules/.bin/mcp-server-filesystem:
