@@ -17,6 +17,7 @@ import httpx
 import pytest
 
 from stevora.api import create_app
+from stevora.ui.auth import COOKIE_NAME
 from stevora.engine import commands
 from stevora.ids import new_id
 from stevora.mcp.manager import McpClientManager
@@ -330,6 +331,16 @@ async def test_registered_http_server_replay_and_the_api_view(
             headers=other_headers,
         )
         assert refused.status_code == 400
+        client.cookies.set(COOKIE_NAME, headers["x-api-key"])
+        try:
+            ui = await client.get("/ui/mcp")
+            run_page = await client.get(f"/ui/runs/{run_id}")
+        finally:
+            client.cookies.delete(COOKIE_NAME)
+        assert ui.status_code == 200 and "remote" in ui.text and "Authorization" in ui.text
+        assert "s3cret" not in ui.text
+        # The run page says which server, and which version of it, each tool came from.
+        assert run_page.status_code == 200 and "MCP server &#39;remote&#39; (counting 1.2.3)" in run_page.text
         server_id = made.json()["data"]["id"]
         assert (await client.delete(f"/v1/mcp-servers/{server_id}", headers=other_headers)).status_code == 404
         assert (await client.delete(f"/v1/mcp-servers/{server_id}", headers=headers)).status_code == 204
