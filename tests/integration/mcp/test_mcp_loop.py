@@ -17,12 +17,12 @@ import httpx
 import pytest
 
 from stevora.api import create_app
-from stevora.ui.auth import COOKIE_NAME
 from stevora.engine import commands
 from stevora.ids import new_id
 from stevora.mcp.manager import McpClientManager
 from stevora.settings import Settings
 from stevora.testing.fake_llm import FakeLLMServer, openai_text, openai_tool_calls
+from stevora.ui.auth import COOKIE_NAME
 from tests.conftest import Harness, create_definition
 from tests.integration.loop.conftest import SdkProviders, llm_step, load_run, openai_messages, run_workflow
 from tests.integration.loop.test_loop_basics import assert_trace_event_consistency
