@@ -20,12 +20,17 @@ demo: $(BIN)/stevora
 
 ## Embedded stack for development: API + UI on http://127.0.0.1:$(PORT) until Ctrl-C. Writes the
 ## API key to .stevora/dev-api-key, which `stevora` commands run in this folder use by default.
-## Loads the examples' tools, so every example in docs/tool-calling.md runs as documented there.
-dev: $(BIN)/stevora
-	$(BIN)/stevora dev --tools examples.tools --tools examples.refund_desk --tools examples.toolbox --port $(PORT)
+## Loads the examples' tools, so every example in docs/tool-calling.md runs as documented there,
+## and examples/mcp.json's MCP servers (docs/mcp.md): the time server and the filesystem server.
+dev: $(BIN)/stevora .mcp-node/node_modules/.bin/mcp-server-filesystem
+	$(BIN)/stevora dev --tools examples.tools --tools examples.refund_desk --tools examples.toolbox --mcp-config examples/mcp.json --port $(PORT)
+
+## The reference MCP filesystem server from npm (Node.js 18+), for `make dev` and the MCP tests.
+.mcp-node/node_modules/.bin/mcp-server-filesystem:
+	npm install --no-audit --no-fund --prefix .mcp-node @modelcontextprotocol/server-filesystem
 
 ## Set up and run the whole test suite (PostgreSQL: STEVORA_TEST_DATABASE_URL or embedded).
-test: $(BIN)/stevora
+test: $(BIN)/stevora .mcp-node/node_modules/.bin/mcp-server-filesystem
 	$(BIN)/pytest
 
 lint: $(BIN)/stevora
@@ -39,6 +44,7 @@ bench: $(BIN)/stevora
 	$(BIN)/python -m bench.tool_loop
 	$(BIN)/python -m bench.concurrency
 	$(BIN)/python -m bench.api
+	$(BIN)/python -m bench.mcp
 
 clean:
 	rm -rf $(VENV) .stevora test-artifacts .pytest_cache .mypy_cache .ruff_cache

@@ -17,6 +17,8 @@ from typing import Any
 # with no `id:` line, so resuming with Last-Event-ID (stored events only) is unaffected.
 LLM_TEXT_CHANNEL = "stevora_llm_text"
 LLM_TEXT_DELTA = "llm.text.delta"
+# A long MCP tool call's progress notifications, on the same channel and as ephemeral (docs/mcp.md).
+TOOL_PROGRESS = "tool.progress"
 
 
 class EventType(StrEnum):

@@ -17,7 +17,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from stevora.events import LLM_TEXT_CHANNEL, LLM_TEXT_DELTA
+from stevora.events import LLM_TEXT_CHANNEL, LLM_TEXT_DELTA, TOOL_PROGRESS
 
 log = structlog.get_logger("stevora.api")
 
@@ -114,5 +114,7 @@ async def deltas_for(queue: asyncio.Queue[Delta], seconds: float) -> AsyncIterat
 
 
 def delta_sse(delta: Delta) -> str:
-    """One delta as an SSE message: its own event name and no `id:` (Last-Event-ID is for stored events)."""
-    return f"event: {LLM_TEXT_DELTA}\ndata: {json.dumps(delta, separators=(',', ':'))}\n\n"
+    """One delta as an SSE message: its own event name and no `id:` (Last-Event-ID is for stored events).
+    An MCP call's progress (`"event": "tool.progress"` in the payload) goes out under that name."""
+    name = TOOL_PROGRESS if delta.get("event") == TOOL_PROGRESS else LLM_TEXT_DELTA
+    return f"event: {name}\ndata: {json.dumps(delta, separators=(',', ':'))}\n\n"

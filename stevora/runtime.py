@@ -21,6 +21,9 @@ from stevora.live import LiveHub
 from stevora.llm.pricing import Pricing
 from stevora.llm.provider import Provider
 from stevora.llm.router import ProviderRouter
+from stevora.mcp import load_mcp_config
+from stevora.mcp.manager import McpClientManager
+from stevora.observability import metrics
 from stevora.settings import Settings
 from stevora.tasks import TaskRegistry, default_task_registry
 from stevora.tools import ToolRegistry, default_registry
@@ -100,6 +103,8 @@ class Runtime:
     faults: FaultPlan = field(default_factory=lambda: FaultPlan(None))
     # Made at the first limited call (`stevora.engine.provider_limits.of`): only with STEVORA_RATE_LIMITS.
     provider_limits: CallLimits | None = None
+    # This process's MCP sessions (docs/mcp.md): the worker's own servers, workspaces' HTTP ones.
+    mcp: McpClientManager = field(default_factory=McpClientManager)
 
     @classmethod
     async def start(
@@ -116,6 +121,7 @@ class Runtime:
         pool = await create_pool(settings.database_url, max_size=settings.hot_pool_size)
         engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
         faults = FaultPlan(settings.fault_injection)
+        mcp_servers = load_mcp_config(settings.mcp_config) if settings.mcp_config else {}
         return cls(
             settings=settings,
             pool=pool,
@@ -130,6 +136,9 @@ class Runtime:
             live=LiveHub(asyncpg_dsn(settings.database_url)),
             llm_limits={k: asyncio.Semaphore(v) for k, v in settings.llm_concurrency.items()},
             faults=faults,
+            mcp=McpClientManager(
+                mcp_servers, on_restart=lambda name: metrics.MCP_RESTARTS.labels(name).inc()
+            ),
         )
 
     @cached_property
@@ -138,6 +147,7 @@ class Runtime:
 
     async def close(self) -> None:
         await self.committer.drain()  # queued checkpoints are written before the pool goes
+        await self.mcp.close()  # stdio servers exit with their sessions
         await self.live.aclose()  # the API's LISTEN connection, when a stream opened it
         await self.providers.aclose()
         await self.pool.close()

@@ -119,6 +119,12 @@ class Settings(BaseSettings, ProviderSettings):
     # unfinished at once (runs created while it is set queue for a slot). None or 0: no limit.
     workspace_max_running: int | None = Field(default=None, ge=0)
 
+    # MCP (docs/mcp.md): the worker's own MCP servers, an `{"mcpServers": {...}}` JSON file
+    # (`stevora worker --mcp-config FILE`); workspaces' registered HTTP servers may be on loopback
+    # or private addresses only with mcp_allow_private (local development; SSRF risk).
+    mcp_config: str | None = None
+    mcp_allow_private: bool = False
+
     # Webhooks
     webhook_max_attempts: int = 8
     webhook_timeout_s: float = 10.0

@@ -18,6 +18,7 @@ import dramatiq
 import structlog
 from dramatiq.asyncio import get_event_loop_thread
 
+from stevora.engine import mcp_servers
 from stevora.engine.dispatch import DramatiqDispatcher
 from stevora.engine.run_pool import RunPool
 from stevora.engine.sweep import sweep_forever
@@ -35,6 +36,7 @@ class WorkerState:
     runtime: Runtime
     run_pool: RunPool
     sweeper: asyncio.Task[Any]
+    mcp_publisher: asyncio.Task[None] | None = None
 
 
 _state: WorkerState | None = None
@@ -120,7 +122,10 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
         sweeper = asyncio.create_task(
             _background(rt) if self.sweep else asyncio.Event().wait(), name="stevora-sweep"
         )
-        _state = WorkerState(rt, pool, sweeper)
+        # Published before the first message: a definition naming this worker's servers is accepted.
+        await mcp_servers.publish(rt, pool.worker_id)
+        publisher = asyncio.create_task(mcp_servers.publish_forever(rt, pool.worker_id), name="stevora-mcp")
+        _state = WorkerState(rt, pool, sweeper, publisher)
         tune_gc()
         log.info(
             "worker_started", worker_id=pool.worker_id, max_concurrent_runs=self.settings.max_concurrent_runs
@@ -134,6 +139,7 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
         state.sweeper.cancel()
         await asyncio.gather(state.sweeper, return_exceptions=True)
         await state.run_pool.close()
+        await mcp_servers.withdraw(state.runtime, state.run_pool.worker_id, state.mcp_publisher)
         await state.runtime.close()
         tracing.shutdown_tracing()
         log.info("worker_stopped", worker_id=state.run_pool.worker_id)

@@ -32,6 +32,7 @@ from stevora.api.routers import (
     forks,
     health,
     hooks,
+    mcp_servers,
     provider_limits,
     runs,
     schedules,
@@ -75,6 +76,7 @@ def build_v1_router() -> APIRouter:
         schedules,
         trigger_events,
         hooks,
+        mcp_servers,
     ):
         v1.include_router(module.router)
     v1.include_router(costs.runs_router)

@@ -82,4 +82,6 @@ def main() -> None:
         from stevora.cli import server  # noqa: F401
     except ModuleNotFoundError as exc:
         _register_server_stubs(exc.name or "?")
+    from stevora.cli import mcp_commands  # noqa: F401  (`stevora mcp`; `serve` needs the server extra)
+
     app()

@@ -70,6 +70,21 @@ def api(
     serve(_settings(host=host, port=port), workers=workers)
 
 
+def _with_mcp_config(settings: Settings, path: Path | None) -> Settings:
+    """The settings with `--mcp-config`, after checking the file: a bad one is one clear line."""
+    from stevora.mcp import McpConfigError, load_mcp_config
+
+    if path is not None:
+        settings = settings.model_copy(update={"mcp_config": str(path)})
+    if settings.mcp_config:
+        try:
+            load_mcp_config(settings.mcp_config)
+        except McpConfigError as exc:
+            console.print(f"[red]error[/red] {exc}", markup=True, highlight=False)
+            raise typer.Exit(2) from None
+    return settings
+
+
 @app.command()
 def worker(
     tools: Annotated[
@@ -78,11 +93,17 @@ def worker(
     ] = None,
     processes: Annotated[int | None, typer.Option(help="Worker processes (STEVORA_WORKER_PROCESSES)")] = None,
     threads: Annotated[int | None, typer.Option(help="Threads per process (STEVORA_WORKER_THREADS)")] = None,
+    mcp_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--mcp-config", help="The worker's MCP servers: an mcpServers JSON file (STEVORA_MCP_CONFIG)"
+        ),
+    ] = None,
 ) -> None:
     """Run worker process(es) that execute workflow runs from the broker queue."""
     from workers.main import run  # the CLI is the process edge that starts workers
 
-    settings = _settings()
+    settings = _with_mcp_config(_settings(), mcp_config)
     if tools:
         settings = settings.model_copy(update={"tool_modules": [*settings.tool_modules, *tools]})
     _importable(settings.tool_modules)
@@ -110,6 +131,12 @@ def dev(
             "PostgreSQL left behind) and exit",
         ),
     ] = False,
+    mcp_config: Annotated[
+        Path | None,
+        typer.Option(
+            "--mcp-config", help="The worker's MCP servers: an mcpServers JSON file (STEVORA_MCP_CONFIG)"
+        ),
+    ] = None,
 ) -> None:
     """Embedded PostgreSQL + in-process broker and worker + the API, on localhost."""
     from stevora.devstack import DevStack, PortInUse, bind_api_socket, exit_on_sigterm, stop_dev
@@ -123,6 +150,7 @@ def dev(
     if tools:
         settings = settings.model_copy(update={"tool_modules": [*settings.tool_modules, *tools]})
     _importable(settings.tool_modules)
+    settings = _with_mcp_config(settings, mcp_config)
     stack = DevStack(settings, port=port)
     try:
         sock = bind_api_socket(stack.host, port)

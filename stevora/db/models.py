@@ -19,6 +19,7 @@ from sqlalchemy import (
     ForeignKey,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     String,
     Text,
@@ -528,3 +529,60 @@ class ProviderRateLimit(Base):
     # The share of the configured limits in force: a provider 429 lowers it, answered calls raise it.
     scale: Mapped[float] = mapped_column(Float, server_default=text("1"))
     updated_at: Mapped[datetime] = _created()
+
+
+class McpServer(Base):
+    """A workspace's streamable HTTP MCP server, registered through the API (docs/mcp.md). Its
+    headers are secrets: used by the workers' client, never returned."""
+
+    __tablename__ = "mcp_servers"
+    __table_args__ = (UniqueConstraint("workspace_id", "name"),)
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(32))
+    url: Mapped[str] = mapped_column(String(2000))
+    headers: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    timeout_ms: Mapped[int] = mapped_column(Integer, server_default="30000")
+    created_at: Mapped[datetime] = _created()
+
+
+class McpWorkerServer(Base):
+    """A worker's own MCP server (its `mcpServers` file), published at start and on health
+    changes: how the API knows a definition names a server some worker has."""
+
+    __tablename__ = "mcp_worker_servers"
+    worker_id: Mapped[str] = mapped_column(String(100), primary_key=True)
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    transport: Mapped[str] = mapped_column(String(8))
+    state: Mapped[str] = mapped_column(String(16))
+    restarts: Mapped[int] = mapped_column(Integer, server_default="0")
+    last_error: Mapped[str | None] = mapped_column(Text)
+    server_version: Mapped[str | None] = mapped_column(String(200))
+    updated_at: Mapped[datetime] = _created()
+
+
+class McpToolPin(Base):
+    """The tool list an MCP server gave a step at its first round (docs/mcp.md, "Pinned tool
+    lists"): every later round, resume, retry and fork of the step offers exactly this list."""
+
+    __tablename__ = "mcp_tool_pins"
+    workflow_run_id: Mapped[str] = mapped_column(
+        ForeignKey("workflow_runs.id", ondelete="CASCADE"), primary_key=True
+    )
+    step_name: Mapped[str] = mapped_column(String(100), primary_key=True)
+    server: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tools: Mapped[list[Any]] = mapped_column(JSONB)  # [{name, description, inputSchema}]
+    server_name: Mapped[str | None] = mapped_column(String(200))  # as the server said at initialize
+    server_version: Mapped[str | None] = mapped_column(String(200))
+    created_at: Mapped[datetime] = _created()
+
+
+class McpBlob(Base):
+    """Binary content of MCP results (images, audio, blobs), stored once by content hash; the
+    trace's output names it by `sha256` instead of inlining it."""
+
+    __tablename__ = "mcp_blobs"
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    mime_type: Mapped[str] = mapped_column(String(200))
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = _created()

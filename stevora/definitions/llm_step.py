@@ -33,6 +33,9 @@ DUPLICATE_TOOL_MESSAGE = "Duplicate tool name '{name}' (already used by tools[{f
 INLINE_TOOL_TAG = "inline"
 TOOL_REF_TAG = "ref"
 WORKFLOW_TOOL_TAG = "workflow"
+MCP_TOOL_TAG = "mcp"
+# An MCP server's name (docs/mcp.md): short enough that `<server>_<tool>` leaves room for the tool.
+_MCP_SERVER_RE = r"^[A-Za-z][A-Za-z0-9_-]{0,31}$"
 
 
 def _check_tool_name(name: str) -> str:
@@ -145,12 +148,38 @@ class ToolRef(CamelModel):
         return {"name": value} if isinstance(value, str) else value
 
 
+class McpToolsDef(CamelModel):
+    """The tools of an MCP server (docs/mcp.md): `{"mcp": "files"}` offers all of them as
+    `files_<tool>`; `include` / `exclude` narrow the list by the server's own tool names; `prefix`
+    replaces the server name in the offered names; `approve` lists tools (bare names) each of whose
+    calls waits for a person's approval first."""
+
+    mcp: str = Field(pattern=_MCP_SERVER_RE)
+    include: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        default=None, max_length=500
+    )
+    exclude: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=500
+    )
+    prefix: str | None = Field(default=None, pattern=_MCP_SERVER_RE)
+    approve: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        default_factory=list, max_length=500
+    )
+
+    @property
+    def name(self) -> str:
+        """The prefix of the offered names: two entries with one prefix would offer one name twice."""
+        return self.prefix or self.mcp
+
+
 def _tool_kind(value: Any) -> str:
     """Tell a reference from an inline or workflow tool without trying all (which multiplies errors)."""
     if isinstance(value, str | ToolRef):
         return TOOL_REF_TAG
     if isinstance(value, WorkflowToolDef) or (isinstance(value, dict) and "workflow" in value):
         return WORKFLOW_TOOL_TAG
+    if isinstance(value, McpToolsDef) or (isinstance(value, dict) and "mcp" in value):
+        return MCP_TOOL_TAG
     if isinstance(value, dict) and set(value) <= {"name"}:
         return TOOL_REF_TAG
     return INLINE_TOOL_TAG
@@ -159,7 +188,8 @@ def _tool_kind(value: Any) -> str:
 LlmTool = Annotated[
     Annotated[LlmToolDef, Tag(INLINE_TOOL_TAG)]
     | Annotated[ToolRef, Tag(TOOL_REF_TAG)]
-    | Annotated[WorkflowToolDef, Tag(WORKFLOW_TOOL_TAG)],
+    | Annotated[WorkflowToolDef, Tag(WORKFLOW_TOOL_TAG)]
+    | Annotated[McpToolsDef, Tag(MCP_TOOL_TAG)],
     Discriminator(_tool_kind),
 ]
 
@@ -271,8 +301,8 @@ class LlmStep(StepBase):
     @field_validator("tools")
     @classmethod
     def _unique_tool_names(
-        cls, tools: list[LlmToolDef | ToolRef | WorkflowToolDef]
-    ) -> list[LlmToolDef | ToolRef | WorkflowToolDef]:
+        cls, tools: list[LlmToolDef | ToolRef | WorkflowToolDef | McpToolsDef]
+    ) -> list[LlmToolDef | ToolRef | WorkflowToolDef | McpToolsDef]:
         # The model calls tools by name, so two tools with one name make calls ambiguous.
         duplicates = find_duplicates([tool.name for tool in tools])
         if duplicates:
@@ -296,11 +326,17 @@ class LlmStep(StepBase):
     def _tool_choice_names_a_tool(
         cls, choice: str | NamedToolChoice, info: ValidationInfo
     ) -> str | NamedToolChoice:
-        tools: list[LlmToolDef | ToolRef | WorkflowToolDef] | None = info.data.get("tools")
+        tools: list[LlmToolDef | ToolRef | WorkflowToolDef | McpToolsDef] | None = info.data.get("tools")
         if tools is None:  # the tools failed validation; their own error says why
             return choice
         names = [tool.name for tool in tools]
-        if isinstance(choice, NamedToolChoice) and choice.name not in names:
+        # An MCP server's tools are known only when the step runs: a name under its prefix may be one.
+        prefixes = tuple(f"{tool.name}_" for tool in tools if isinstance(tool, McpToolsDef))
+        if (
+            isinstance(choice, NamedToolChoice)
+            and choice.name not in names
+            and not (prefixes and choice.name.startswith(prefixes))
+        ):
             raise PydanticCustomError(
                 "tool_choice_unknown_tool",
                 "toolChoice names '{name}', which is not one of this step's tools ({known})",

@@ -22,6 +22,7 @@ from stevora.definitions.flow import MAX_PRIORITY, Concurrency, key_paths, schem
 from stevora.definitions.llm_step import (
     DUPLICATE_TOOL_MESSAGE,
     INLINE_TOOL_TAG,
+    MCP_TOOL_TAG,
     TOOL_REF_TAG,
     WORKFLOW_TOOL_TAG,
     GuardrailCheck,
@@ -29,6 +30,7 @@ from stevora.definitions.llm_step import (
     LlmMessage,
     LlmStep,
     LlmToolDef,
+    McpToolsDef,
     ToolRef,
     WorkflowToolDef,
     _check_parameters_schema,
@@ -309,7 +311,7 @@ def _step_position(problem: dict[str, str]) -> int:
 # Discriminated unions put the chosen tag into error locations: ('steps', 1, 'llm', 'model').
 _TAGS_UNDER = {
     "steps": frozenset(STEP_TYPES),
-    "tools": frozenset({INLINE_TOOL_TAG, TOOL_REF_TAG, WORKFLOW_TOOL_TAG}),
+    "tools": frozenset({INLINE_TOOL_TAG, TOOL_REF_TAG, WORKFLOW_TOOL_TAG, MCP_TOOL_TAG}),
 }
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 
@@ -350,6 +352,7 @@ _KNOWN_FIELDS = _field_names(
         LlmToolDef,
         ToolRef,
         WorkflowToolDef,
+        McpToolsDef,
         GuardrailCheck,
         GuardrailConfig,
         RetryPolicy,

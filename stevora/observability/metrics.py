@@ -117,6 +117,18 @@ BUDGET_STOPS = Counter(
 WEBHOOK_FAILURES = Counter(
     "stevora_webhook_delivery_failures", "Webhook delivery attempts that failed", ["final"]
 )
+# MCP servers (docs/mcp.md): `server` is a worker's own server (named by the operator in its
+# mcpServers file) or `workspace` for every server a workspace registered through the API.
+MCP_CALLS = Counter("stevora_mcp_calls", "MCP tool calls, by server and outcome", ["server", "status"])
+MCP_CALL_DURATION = Histogram(
+    "stevora_mcp_call_duration_seconds",
+    "MCP tool call latency (tools/call round trip)",
+    ["server"],
+    buckets=_FAST,
+)
+MCP_RESTARTS = Counter(
+    "stevora_mcp_server_restarts", "MCP server sessions started again after a crash", ["server"]
+)
 
 
 OTHER = "other"

@@ -44,6 +44,8 @@ ToolErrorCode = Literal[
     "TOOL_ERROR",
     "TOOL_TIMEOUT",
     "TOOL_OUTPUT_TOO_LARGE",
+    # an MCP server that cannot be reached, died during the call or is being restarted (docs/mcp.md)
+    "MCP_SERVER_UNAVAILABLE",
     # calls answered from outside the loop (stevora.engine.steps.awaited)
     "TOOL_OUTPUT_TIMEOUT",
     "WORKFLOW_NOT_FOUND",

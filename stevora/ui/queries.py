@@ -15,10 +15,12 @@ from typing import TYPE_CHECKING, Any
 import asyncpg
 
 from stevora.db import concurrency, map_items, pages
+from stevora.db import mcp as db_mcp
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.definitions import find_version, workflow_input_schema
 from stevora.db.pages import RunFilters
 from stevora.engine.budget import BUDGET_SIGNAL
+from stevora.engine.steps import llm_mcp
 from stevora.statuses import RunStatus, values
 from stevora.tools.invoke import parse_arguments
 
@@ -84,7 +86,7 @@ class ToolDefView:
     name: str
     description: str | None
     parameters: Any
-    source: str  # "inline" (declared in the definition), "registered" (looked up by name), "workflow"
+    source: str  # "inline" (declared in the definition), "registered" (looked up by name), "workflow", "mcp"
 
 
 MAP_ITEMS_SHOWN = 200  # items listed under a `map` step on the run page (the counts cover all)
@@ -175,7 +177,12 @@ def _step_entries(
     spec = next((s for s in definition_steps if isinstance(s, dict) and s.get("name") == step_name), None)
     if spec is None:
         return []
-    declared = [{"name": e} if isinstance(e, str) else e for e in spec.get("tools") or []]
+    # An `{"mcp": ...}` entry names a server, not a tool: its tools come in through `offered`.
+    declared = [
+        {"name": e} if isinstance(e, str) else e
+        for e in spec.get("tools") or []
+        if isinstance(e, str) or "mcp" not in e
+    ]
     named = {e.get("name") for e in declared}
     return [*declared, *({"name": n} for n in offered or [] if n not in named)]
 
@@ -208,6 +215,7 @@ def step_tools(
     step_name: str,
     offered: list[str] | None = None,
     workflows: dict[tuple[str, str | None], asyncpg.Record] | None = None,
+    mcp: dict[str, llm_mcp.McpTool] | None = None,
 ) -> list[ToolDefView]:
     """The tool definitions an llm step offers the model; references are looked up in the registry,
     workflow tools (and bare names that are no registered tool) in `workflows` (stored definitions).
@@ -215,8 +223,15 @@ def step_tools(
     `offered` (the tool names a model call of this step was sent) adds what the definition does not
     list: the worker's global tools."""
     workflows = workflows or {}
+    mcp = mcp or {}
     out = []
     for entry in _step_entries(definition_steps, step_name, offered):
+        tool = mcp.get(entry["name"])
+        if tool is not None:  # which server, and which version of it, the tool came from
+            version = f"{tool.server_name or ''} {tool.server_version or ''}".strip()
+            origin = f"MCP server '{tool.server}'" + (f" ({version})" if version else "")
+            out.append(ToolDefView(entry["name"], f"{origin}: {tool.description}", tool.parameters, "mcp"))
+            continue
         ref = _workflow_ref(rt, entry)
         row = workflows.get(ref) if ref is not None else None
         if "workflow" in entry or row is not None:
@@ -273,6 +288,7 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
     if entries:
         async with rt.pool.acquire() as conn:
             workflows = await stored_workflows(conn, rt, workspace_id, entries)
+    mcp = await llm_mcp.offered_by_run(rt, run_id, run["definition_id"]) if offered_by_step else {}
     fanouts = {}
     if any(s["step_type"] == "map" for s in steps):
         fanouts = {m["step_run_id"]: m for m in await map_items.maps_of_run(rt.pool, run_id)}
@@ -282,7 +298,7 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
         if s["step_type"] == "llm":
             view.rounds = _rounds(calls_by_step.get(s["id"], []), traces_by_step.get(s["id"], []))
             offered = offered_by_step[s["id"]]
-            view.tools = step_tools(rt, definition_steps, s["step_name"], offered, workflows)
+            view.tools = step_tools(rt, definition_steps, s["step_name"], offered, workflows, mcp)
         elif s["step_type"] == "tool":
             view.tool_trace = next(iter(traces_by_step.get(s["id"], [])), None)
         elif s["step_type"] == "map":
@@ -334,6 +350,11 @@ async def pending_approval_count(rt: Runtime, workspace_id: str) -> int:
 
 async def approval_run_id(rt: Runtime, workspace_id: str, approval_id: str) -> str | None:
     return await pages.approval_run_id(rt.pool, workspace_id, approval_id)
+
+
+async def mcp_servers(rt: Runtime, workspace_id: str) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
+    """The workers' own MCP servers with their health, and the workspace's registered ones."""
+    return await db_mcp.worker_servers(rt.pool), await db_mcp.registrations(rt.pool, workspace_id)
 
 
 async def definitions(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:

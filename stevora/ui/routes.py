@@ -330,6 +330,16 @@ def build_ui_router() -> APIRouter:
             request, user, "definitions.html", {"nav": "definitions", "definitions": rows, "derived": derived}
         )
 
+    @router.get("/mcp")
+    async def mcp_page(request: Request) -> Response:
+        user = await current_user(request)
+        if user is None:
+            return auth.login_redirect(request)
+        workers, registered = await queries.mcp_servers(runtime_of(request), user.workspace_id)
+        return await render(
+            request, user, "mcp.html", {"nav": "mcp", "workers": workers, "registered": registered}
+        )
+
     @router.get("/definitions/{definition_id}")
     async def definition_page(request: Request, definition_id: str) -> Response:
         user = await current_user(request)

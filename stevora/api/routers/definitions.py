@@ -13,9 +13,16 @@ from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import definition_body, errors
 from stevora.api.schemas.definitions import DefinitionOut
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
+from stevora.db import mcp as db_mcp
 from stevora.db import resources
 from stevora.db.definitions import find_version
-from stevora.definitions import MapStep, WorkflowDefinitionSpec, WorkflowToolDef, parse_definition
+from stevora.definitions import (
+    MapStep,
+    McpToolsDef,
+    WorkflowDefinitionSpec,
+    WorkflowToolDef,
+    parse_definition,
+)
 from stevora.engine import limits
 from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.runtime import Runtime
@@ -52,6 +59,7 @@ async def store_definition(
     """Insert a validated definition; `(row, True)`, or `(the stored row, False)` when its
     `(name, version)` exists already (the unique index decides, race-safe)."""
     await check_workflow_tools(rt, workspace_id, spec)
+    await check_mcp_servers(rt, workspace_id, spec)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
     stmt = resources.insert_definition(
         workspace_id,
@@ -98,6 +106,31 @@ async def check_workflow_tools(rt: Runtime, workspace_id: str, spec: WorkflowDef
             problems.append(
                 {"path": path, "message": f"Workflow definition {what} does not exist in this workspace"}
             )
+    if problems:
+        raise ValidationError.from_problems(problems)
+
+
+async def check_mcp_servers(rt: Runtime, workspace_id: str, spec: WorkflowDefinitionSpec) -> None:
+    """An `{"mcp": ...}` tools entry must name a server some worker declares (its published
+    mcpServers) or this workspace registered (docs/mcp.md)."""
+    named = [
+        (f"steps[{step_index}].tools[{tool_index}].mcp", tool.mcp)
+        for step_index, step in enumerate(spec.steps)
+        for tool_index, tool in enumerate(getattr(step, "tools", ()))
+        if isinstance(tool, McpToolsDef)
+    ]
+    if not named:
+        return
+    known = await db_mcp.known_server_names(rt.pool, workspace_id)
+    problems = [
+        {
+            "path": path,
+            "message": f"MCP server '{server}' is not declared by any worker (mcpServers) nor registered in "
+            "this workspace (POST /v1/mcp-servers)",
+        }
+        for path, server in named
+        if server not in known
+    ]
     if problems:
         raise ValidationError.from_problems(problems)
 

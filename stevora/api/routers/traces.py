@@ -3,7 +3,7 @@ and every tool call it made, in execution order."""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
@@ -15,6 +15,7 @@ from stevora.api.routers.runs import load_run
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.traces import LlmCallOut, ToolTraceOut
 from stevora.db import resources
+from stevora.engine.steps import llm_mcp
 
 router = APIRouter(prefix="/workflow-runs", tags=["traces"])
 RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
@@ -44,6 +45,19 @@ async def list_llm_calls(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepNam
 )
 async def list_tool_traces(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepName = None) -> Response:
     """One record per executed tool call, in execution order (round, then position in the round)."""
-    await load_run(ctx.rt, auth.workspace_id, run_id)
+    run = await load_run(ctx.rt, auth.workspace_id, run_id)
     stmt = resources.tool_traces(run_id, step_name)
-    return ok([ToolTraceOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
+    mcp = await llm_mcp.offered_by_run(ctx.rt, run_id, run["definition_id"])
+    return ok([_trace_out(r, mcp) for r in await fetch_all(ctx.rt, stmt)])
+
+
+def _trace_out(row: Any, mcp: dict[str, llm_mcp.McpTool]) -> ToolTraceOut:
+    out = ToolTraceOut.model_validate(row)
+    tool = mcp.get(out.tool_name)
+    if out.child_run_id is not None:
+        out.source = "workflow"
+    elif tool is not None:
+        out.source, out.mcp_server, out.mcp_tool = "mcp", tool.server, tool.tool
+        if tool.server_name:
+            out.mcp_server_version = f"{tool.server_name} {tool.server_version or ''}".strip()
+    return out

@@ -73,6 +73,20 @@ class ToolTraceOut(ApiOut):
         description="In a fork or replay: the origin's tool trace this row was copied from (not executed by "
         "this run; docs/time-travel.md); null for the run's own.",
     )
+    source: Literal["tool", "workflow", "mcp"] = Field(
+        default="tool",
+        description="`mcp`: a tool of an MCP server (docs/mcp.md); `workflow`: a child run answered it; "
+        "`tool`: a handler or a client-executed tool.",
+    )
+    mcp_server: str | None = Field(
+        default=None, description="For an MCP call: the server's name as configured."
+    )
+    mcp_tool: str | None = Field(
+        default=None, description="For an MCP call: the server's own (bare) tool name."
+    )
+    mcp_server_version: str | None = Field(
+        default=None, description="For an MCP call: the server's name and version from initialize, as pinned."
+    )
     created_at: Timestamp
 
 

@@ -65,7 +65,7 @@ class LlmStepRun:
     async def start(cls, rt: Runtime, ex: StepExecution, step: LlmStep) -> LlmStepRun:
         # A run with a budget reads its usage once here; each call then checks it in memory.
         meter = await Meter.read(rt.pool, ex.run_id) if ex.budget is not None else None
-        return cls(rt, ex, step, await resolve_tools(rt, ex.workspace_id, step), meter)
+        return cls(rt, ex, step, await resolve_tools(rt, ex.workspace_id, step, run_id=ex.run_id), meter)
 
     def _meter(self, meter: Meter | None) -> None:
         self.model.meter = self.tools.meter = meter

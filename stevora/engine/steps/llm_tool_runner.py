@@ -34,6 +34,7 @@ from stevora.db.checkpoints import CommittedRound
 from stevora.db.database import storable_text
 from stevora.definitions import LlmStep
 from stevora.engine.budget import Meter
+from stevora.engine.steps import llm_mcp
 from stevora.engine.steps.awaited.kind import HandingOver
 from stevora.engine.steps.base import StepExecution
 from stevora.engine.steps.llm_recorded import RecordedTools
@@ -314,6 +315,12 @@ class ToolRunner:
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments
+        mcp_tool = self.tools.mcp.get(call.name)
+        if mcp_tool is not None:  # an MCP server's tool: a source of its own, recorded the same way
+            with self._observe.call(call.name, call.id, call_round.round, arguments) as obs:
+                outcome = await llm_mcp.call(self.rt, mcp_tool, parse_arguments(arguments)[0], ctx)
+                obs.finished(outcome)
+            return await self._record(call_round, index, call, outcome, slot=slot)
         with self._observe.call(call.name, call.id, call_round.round, arguments) as obs:
             outcome = await invoke_tool(
                 self.rt.tools,

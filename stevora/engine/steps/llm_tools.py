@@ -11,10 +11,11 @@ Nothing here names a kind: the registry says which kind answers or gates an entr
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from stevora.db.checkpoints import CommittedRound
-from stevora.definitions import LlmStep, LlmToolDef, ToolRef, WorkflowToolDef
+from stevora.definitions import LlmStep, LlmToolDef, McpToolsDef, ToolRef, WorkflowToolDef
+from stevora.engine.steps import llm_mcp
 from stevora.engine.steps.awaited_kinds import AWAITED_KINDS, AwaitedKinds
 from stevora.errors import StevoraError
 from stevora.llm.messages import ToolCall, ToolSpec
@@ -40,12 +41,22 @@ class StepTools:
     timeouts_ms: dict[str, int] = field(default_factory=dict)
     output_schemas: dict[str, dict[str, Any]] = field(default_factory=dict)  # inline outputSchema
     kinds: AwaitedKinds = AWAITED_KINDS
+    # MCP tools (docs/mcp.md) run in the loop like handlers; this says where their calls go.
+    mcp: dict[str, llm_mcp.McpTool] = field(default_factory=dict)
 
     def add_handler(self, tool: RegisteredTool) -> None:
         """A registered tool (by name, a toolbox's member, a global tool), run here."""
         self.specs.append(ToolSpec(tool.name, tool.description, dict(tool.parameters)))
         self.offered[tool.name] = None
         self._gate(tool.name, None, tool)
+
+    def add_mcp(self, tool: llm_mcp.McpTool) -> None:
+        """A pinned MCP tool, run here; gated like a registered tool when the entry's `approve` names it."""
+        self.specs.append(ToolSpec(tool.name, tool.description, tool.parameters))
+        self.declared[tool.name] = tool.parameters
+        self.offered[tool.name] = None
+        self.mcp[tool.name] = tool
+        self._gate(tool.name, None, cast(RegisteredTool, tool))  # the gate reads `requires_approval`
 
     def _gate(self, name: str, entry: LlmToolDef | None, registered: RegisteredTool | None) -> None:
         gate = self.kinds.gating(entry, registered)
@@ -54,11 +65,20 @@ class StepTools:
 
 
 async def resolve_tools(
-    rt: Runtime, workspace_id: str, step: LlmStep, kinds: AwaitedKinds = AWAITED_KINDS
+    rt: Runtime,
+    workspace_id: str,
+    step: LlmStep,
+    kinds: AwaitedKinds = AWAITED_KINDS,
+    *,
+    run_id: str | None = None,
 ) -> StepTools:
-    """The tools the step offers; `kinds`: the awaited kinds that may answer or gate them."""
+    """The tools the step offers; `kinds`: the awaited kinds that may answer or gate them;
+    `run_id`: the run whose pinned MCP tool lists an `{"mcp": ...}` entry offers."""
     tools = StepTools(specs=[], declared={}, kinds=kinds)
+    servers = [entry for entry in step.tools if isinstance(entry, McpToolsDef)]
     for entry in step.tools:
+        if isinstance(entry, McpToolsDef):
+            continue
         registered = rt.tools.get(entry.name)
         if isinstance(entry, LlmToolDef):
             tools.specs.append(ToolSpec(entry.name, entry.description, dict(entry.parameters)))
@@ -100,6 +120,12 @@ async def resolve_tools(
                 retryable=False,
             )
         tools.add_handler(registered)
+    if servers:
+        assert run_id is not None, "MCP tools are pinned per run"
+        for offered in await llm_mcp.resolve(
+            rt, run_id=run_id, workspace_id=workspace_id, step_name=step.name, entries=servers
+        ):
+            tools.add_mcp(offered)
     if step.global_tools:
         for registered in rt.tools:
             if registered.is_global and registered.name not in tools.offered:

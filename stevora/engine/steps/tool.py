@@ -24,6 +24,7 @@ from stevora.db.awaited import NewAwaitedCall
 from stevora.definitions import ToolStep
 from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
+from stevora.engine.steps import llm_mcp
 from stevora.engine.steps.awaited_kinds import AWAITED_KINDS
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.tool_calls import CallSlot, output_limits, record_outcome
@@ -31,7 +32,7 @@ from stevora.observability import hooks as observe
 from stevora.statuses import AwaitedKind, AwaitedStatus
 from stevora.tasks import StepResult
 from stevora.templating import MissingTemplatePath, render_typed
-from stevora.tools import ToolContext, invoke_tool, schema_problems
+from stevora.tools import ToolContext, ToolOutcome, invoke_tool, schema_problems
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
@@ -48,6 +49,25 @@ _PERMANENT = frozenset(
 )
 
 
+def _slot(ex: StepExecution, step: ToolStep) -> CallSlot:
+    return CallSlot(ex.step_run_id, None, 0, 0, f"step:{step.name}", step.tool)
+
+
+def _context(ex: StepExecution, step: ToolStep, slot: CallSlot) -> ToolContext:
+    return ToolContext(
+        idempotency_key=slot.key,
+        workflow_run_id=ex.run_id,
+        workspace_id=ex.workspace_id,
+        step_run_id=ex.step_run_id,
+        step_name=ex.step_name,
+        round=0,
+        call_index=0,
+        tool_call_id=f"step:{step.name}",
+        run_input=MappingProxyType(ex.input),
+        state=MappingProxyType(dict(ex.state)),
+    )
+
+
 def _failed(code: str, message: str, retryable: bool = False) -> StepResult:
     return StepResult(status="failed", error={"code": code, "message": message}, retryable=retryable)
 
@@ -60,17 +80,26 @@ class ToolStepType(StepType):
         if recorded is not None:  # committed before a crash, or answered by a rejection
             return self._result(step, recorded["status"] == "completed", recorded)
         registered = rt.tools.get(step.tool)
-        if registered is None:
-            return _failed(
-                "TOOL_NOT_REGISTERED",
-                f"Tool '{step.tool}' is not registered in this worker: register it with `@tool` or "
-                f"`register_tool({step.tool!r}, fn)` in a module loaded with `stevora worker --tools MODULE`",
+        mcp_tool = None
+        if registered is None:  # an MCP server's tool, `<server>_<tool>` (docs/mcp.md)?
+            mcp_tool = await llm_mcp.find_tool(
+                rt, run_id=ex.run_id, workspace_id=ex.workspace_id, step_name=ex.step_name, name=step.tool
             )
+            if mcp_tool is None:
+                return _failed(
+                    "TOOL_NOT_REGISTERED",
+                    f"Tool '{step.tool}' is not registered in this worker nor an MCP server's tool: "
+                    f"register it with `@tool` or `register_tool({step.tool!r}, fn)` in a module loaded "
+                    "with `stevora worker --tools MODULE`",
+                )
         steps = await runs.completed_step_outputs(rt.pool, ex.run_id)
         try:
             arguments = render_typed(step.input, input=ex.input, state=ex.state, steps=steps)
         except MissingTemplatePath as exc:
             return _failed("TEMPLATE_PATH_MISSING", str(exc))
+        if mcp_tool is not None:
+            return await self._call_mcp(rt, ex, step, mcp_tool, arguments)
+        assert registered is not None
         problems = schema_problems(registered.parameters, arguments)
         if problems:
             return _failed(
@@ -120,19 +149,8 @@ class ToolStepType(StepType):
     async def _call(
         self, rt: Runtime, ex: StepExecution, step: ToolStep, arguments: dict[str, Any]
     ) -> StepResult:
-        slot = CallSlot(ex.step_run_id, None, 0, 0, f"step:{step.name}", step.tool)
-        ctx = ToolContext(
-            idempotency_key=slot.key,
-            workflow_run_id=ex.run_id,
-            workspace_id=ex.workspace_id,
-            step_run_id=ex.step_run_id,
-            step_name=ex.step_name,
-            round=0,
-            call_index=0,
-            tool_call_id=f"step:{step.name}",
-            run_input=MappingProxyType(ex.input),
-            state=MappingProxyType(dict(ex.state)),
-        )
+        slot = _slot(ex, step)
+        ctx = _context(ex, step, slot)
         with observe.tool_call(step.tool, None, ex.step_run_id, None, arguments) as obs:
             outcome = await invoke_tool(
                 rt.tools,
@@ -143,7 +161,31 @@ class ToolStepType(StepType):
                 limits=output_limits(rt.settings),
             )
             obs.finished(outcome)
-        updates = ctx.state_updates if outcome.ok else None
+        return await self._commit(rt, ex, step, slot, outcome, ctx.state_updates if outcome.ok else None)
+
+    async def _call_mcp(
+        self, rt: Runtime, ex: StepExecution, step: ToolStep, tool: llm_mcp.McpTool, arguments: Any
+    ) -> StepResult:
+        if ex.budget is not None:
+            meter = await Meter.read(rt.pool, ex.run_id)
+            if meter is not None and meter.tool_calls_left() == 0:
+                return budget_rules.stopped(meter, "maxToolCalls", ex.step_name)
+        slot = _slot(ex, step)
+        ctx = _context(ex, step, slot)
+        with observe.tool_call(step.tool, None, ex.step_run_id, None, arguments) as obs:
+            outcome = await llm_mcp.call(rt, tool, arguments if isinstance(arguments, dict) else {}, ctx)
+            obs.finished(outcome)
+        return await self._commit(rt, ex, step, slot, outcome, None)
+
+    async def _commit(
+        self,
+        rt: Runtime,
+        ex: StepExecution,
+        step: ToolStep,
+        slot: CallSlot,
+        outcome: ToolOutcome,
+        updates: dict[str, Any] | None,
+    ) -> StepResult:
         rt.faults.reached("tool_returned", 0, 0)
         await record_outcome(rt, ex, slot, outcome, state_updates=updates)
         rt.faults.reached("tool_committed", 0, 0)

@@ -1,0 +1,135 @@
+"""MCP tools with real worker processes on real brokers (docs/mcp.md): an agent using MCP tools
+completes with each call once in its trace and event; a worker SIGKILLed during a slow MCP call is
+resumed by another worker with the pinned list, and no committed call runs again."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import pytest
+
+from stevora.engine import commands
+from tests.conftest import create_definition
+from tests.e2e.conftest import BrokerSetup
+from tests.e2e.test_crash_recovery import assert_gap_free, wait_status
+from tests.e2e.workerproc import WorkerProcess
+from tests.mcp_servers import counting_stdio, logged_calls
+
+pytestmark = pytest.mark.timeout(180)
+
+
+def _mcp_config(tmp_path: Path, call_log: Path) -> Path:
+    server = counting_stdio(call_log)
+    path = tmp_path / "mcp.json"
+    body = {"command": server.command, "args": list(server.args), "env": server.env, "cwd": server.cwd}
+    path.write_text(json.dumps({"mcpServers": {"count": body}}))
+    return path
+
+
+def _worker(setup: BrokerSetup, config: Path) -> WorkerProcess:
+    return WorkerProcess(
+        setup.rt.settings.database_url, setup.url, setup.queue, extra_env={"STEVORA_MCP_CONFIG": str(config)}
+    )
+
+
+@pytest.mark.broker
+async def test_an_agent_using_mcp_tools_completes_on_a_real_worker(
+    broker_setup: BrokerSetup, tmp_path: Path
+) -> None:
+    setup = broker_setup
+    log = tmp_path / "calls.jsonl"
+    worker = _worker(setup, _mcp_config(tmp_path, log))
+    try:
+        step = {
+            "type": "llm",
+            "name": "agent",
+            "model": "scripted:rounds=1",
+            "messages": [{"role": "user", "content": "use the tools"}],
+            "tools": [{"mcp": "count", "include": ["add", "echo"]}],
+        }
+        def_id = await create_definition(
+            setup.rt, setup.workspace_id, {"name": "mcp", "version": "1", "steps": [step]}
+        )
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(worker,))
+        assert row["status"] == "COMPLETED", row["error"]
+        traces = await setup.rt.pool.fetch(
+            "SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY sequence", run["id"]
+        )
+        assert sorted(t["tool_name"] for t in traces) == ["count_add", "count_echo"]
+        assert all(t["status"] == "completed" for t in traces)
+        types = await assert_gap_free(setup, run["id"])
+        assert types.count("TOOL_CALL_COMPLETED") == 2
+        calls = logged_calls(log)
+        assert sorted(c["tool"] for c in calls) == ["add", "echo"]  # each executed once
+        assert {c["idempotencyKey"] for c in calls} == {t["idempotency_key"] for t in traces}
+        # The worker published its server, so the API accepts definitions naming it.
+        published = await setup.rt.pool.fetchval(
+            "SELECT count(*) FROM mcp_worker_servers WHERE name = 'count'"
+        )
+        assert published >= 1
+    finally:
+        worker.stop()
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("broker_setup", ["rabbitmq"], indirect=True)  # the crash is broker-independent
+async def test_a_worker_killed_during_a_slow_mcp_call_resumes_without_repeating_a_committed_call(
+    broker_setup: BrokerSetup, tmp_path: Path
+) -> None:
+    setup = broker_setup
+    log = tmp_path / "calls.jsonl"
+    config = _mcp_config(tmp_path, log)
+    step = {
+        "type": "llm",
+        "name": "agent",
+        "model": "scripted:rounds=3",
+        "maxToolRounds": 3,
+        "messages": [{"role": "user", "content": "three slow calls"}],
+        "tools": [{"mcp": "count", "include": ["slow"]}],  # the scripted model calls slow(seconds=1.0)
+    }
+    def_id = await create_definition(
+        setup.rt, setup.workspace_id, {"name": "slow-mcp", "version": "1", "steps": [step]}
+    )
+    first = _worker(setup, config)
+    second = None
+    try:
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+        for _ in range(1200):  # round 2's call is running on the server
+            if len(logged_calls(log)) >= 2:
+                break
+            await asyncio.sleep(0.05)
+        assert len(logged_calls(log)) == 2, first.log_tail()
+        first.kill()
+        pinned_before = await setup.rt.pool.fetch(
+            "SELECT * FROM mcp_tool_pins WHERE workflow_run_id = $1", run["id"]
+        )
+        second = _worker(setup, config)
+        row = await wait_status(
+            setup, run["id"], "COMPLETED", "FAILED", timeout_s=90, workers=(first, second)
+        )
+        assert row["status"] == "COMPLETED", row["error"]
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+    pool = setup.rt.pool
+    traces = await pool.fetch("SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"])
+    assert [(t["round"], t["status"]) for t in traces] == [
+        (1, "completed"),
+        (2, "completed"),
+        (3, "completed"),
+    ]
+    keys = [c["idempotencyKey"] for c in logged_calls(log)]
+    # Round 1 was committed before the kill: never executed again. Round 2 was in flight: it ran
+    # again under the same idempotency key (at-least-once calls, exactly-once records).
+    assert keys.count(traces[0]["idempotency_key"]) == 1
+    assert keys.count(traces[1]["idempotency_key"]) == 2
+    assert keys.count(traces[2]["idempotency_key"]) == 1
+    # The resumed step offered the list pinned at its first round (one pin, unchanged).
+    pinned_after = await pool.fetch("SELECT * FROM mcp_tool_pins WHERE workflow_run_id = $1", run["id"])
+    assert len(pinned_before) == 1 and [dict(p) for p in pinned_after] == [dict(p) for p in pinned_before]
+    types = await assert_gap_free(setup, run["id"])
+    assert types.count("TOOL_CALL_COMPLETED") == 3
