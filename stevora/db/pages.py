@@ -3,8 +3,6 @@ statements, every one scoped to one workspace (a run's own rows are reached thro
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from datetime import datetime
 from typing import TypeAlias
 
 import asyncpg
@@ -21,160 +19,12 @@ _RUN_LIST_COLUMNS = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class RunFilters:
-    """The runs list's search: a run id (or its prefix), status, definition and a creation window."""
-
-    run_id: str | None = None
-    status: str | None = None
-    definition_id: str | None = None
-    created_from: datetime | None = None
-    created_to: datetime | None = None
-
-    @property
-    def active(self) -> bool:
-        return any(getattr(self, name) is not None for name in self.__slots__)
-
-
-_RUNS_WHERE = (
-    "r.workspace_id = $1 AND ($2::text IS NULL OR r.status = $2) "
-    "AND ($3::text IS NULL OR r.definition_id = $3) "
-    "AND ($4::text IS NULL OR starts_with(r.id, $4)) "
-    "AND ($5::timestamptz IS NULL OR r.created_at >= $5) "
-    "AND ($6::timestamptz IS NULL OR r.created_at < $6)"
-)
-
-
-def _run_args(workspace_id: str, filters: RunFilters) -> tuple[object, ...]:
-    return (
-        workspace_id,
-        filters.status,
-        filters.definition_id,
-        filters.run_id,
-        filters.created_from,
-        filters.created_to,
-    )
-
-
-async def count_runs(db: Reader, workspace_id: str, filters: RunFilters) -> int:
-    total: int = await db.fetchval(
-        f"SELECT count(*) FROM workflow_runs r WHERE {_RUNS_WHERE}", *_run_args(workspace_id, filters)
-    )
-    return total
-
-
-async def list_runs(
-    db: Reader, workspace_id: str, filters: RunFilters, *, limit: int, offset: int
-) -> list[asyncpg.Record]:
-    """Newest first."""
-    rows = await db.fetch(
-        f"SELECT {_RUN_LIST_COLUMNS} FROM {_RUNS_JOIN} "
-        f"WHERE {_RUNS_WHERE} ORDER BY r.created_at DESC, r.id DESC LIMIT {int(limit)} OFFSET $7",
-        *_run_args(workspace_id, filters),
-        offset,
-    )
-    return list(rows)
-
-
 async def definition_choices(db: Reader, workspace_id: str) -> list[asyncpg.Record]:
     return list(
         await db.fetch(
             "SELECT id, name, version FROM workflow_definitions WHERE workspace_id = $1 "
             "ORDER BY name, created_at",
             workspace_id,
-        )
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class RunRows:
-    """Everything the run page shows of one run, read on one connection."""
-
-    run: asyncpg.Record  # with definition_name, definition_version, definition_steps
-    steps: list[asyncpg.Record]  # in the order they were created
-    calls: list[asyncpg.Record]  # llm_calls by round
-    traces: list[asyncpg.Record]  # tool_trace by round, sequence
-    events: list[asyncpg.Record]  # the last `events_shown`, oldest first
-    events_total: int
-
-
-async def run_rows(
-    pool: asyncpg.Pool, workspace_id: str, run_id: str, *, events_shown: int
-) -> RunRows | None:
-    async with pool.acquire() as conn:
-        run = await conn.fetchrow(
-            "SELECT r.*, d.name AS definition_name, d.version AS definition_version, "
-            f"d.steps AS definition_steps FROM {_RUNS_JOIN} "
-            "WHERE r.id = $1 AND r.workspace_id = $2",
-            run_id,
-            workspace_id,
-        )
-        if run is None:
-            return None
-        steps = await conn.fetch(
-            "SELECT * FROM step_runs WHERE workflow_run_id = $1 "
-            "ORDER BY created_at, step_index, visit, attempt",
-            run_id,
-        )
-        calls = await conn.fetch(
-            "SELECT * FROM llm_calls WHERE workflow_run_id = $1 ORDER BY round, created_at", run_id
-        )
-        traces = await conn.fetch(
-            "SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round, sequence", run_id
-        )
-        events = await conn.fetch(
-            "SELECT * FROM (SELECT * FROM workflow_events WHERE workflow_run_id = $1 "
-            f"ORDER BY sequence DESC LIMIT {int(events_shown)}) e ORDER BY sequence",
-            run_id,
-        )
-        events_total = await conn.fetchval(
-            "SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1", run_id
-        )
-    return RunRows(run, list(steps), list(calls), list(traces), list(events), events_total)
-
-
-@dataclass(frozen=True, slots=True)
-class RunTrace:
-    """One side of the diff view: the run (with its definition's name and version), its model
-    calls oldest first and its tool calls (the order `GET .../llm-calls` and `.../tool-traces` use)."""
-
-    run: asyncpg.Record
-    calls: list[asyncpg.Record]
-    traces: list[asyncpg.Record]
-
-
-async def run_trace(pool: asyncpg.Pool, workspace_id: str, run_id: str) -> RunTrace | None:
-    async with pool.acquire() as conn:
-        run = await conn.fetchrow(
-            f"SELECT {_RUN_LIST_COLUMNS}, r.forked_from_run_id, r.forked_at_step, r.forked_at_round, "
-            f"r.replay_of FROM {_RUNS_JOIN} WHERE r.id = $1 AND r.workspace_id = $2",
-            run_id,
-            workspace_id,
-        )
-        if run is None:
-            return None
-        calls = await conn.fetch(
-            "SELECT * FROM llm_calls WHERE workflow_run_id = $1 ORDER BY created_at, round, id", run_id
-        )
-        traces = await conn.fetch(
-            "SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round, sequence", run_id
-        )
-    return RunTrace(run, list(calls), list(traces))
-
-
-async def run_status(db: Reader, workspace_id: str, run_id: str) -> str | None:
-    return await db.fetchval(  # type: ignore[no-any-return]
-        "SELECT status FROM workflow_runs WHERE id = $1 AND workspace_id = $2", run_id, workspace_id
-    )
-
-
-async def events_after(db: Reader, run_id: str, after: int, *, limit: int = 500) -> list[asyncpg.Record]:
-    return list(
-        await db.fetch(
-            "SELECT id, sequence, event_type, step_run_id, payload, created_at FROM workflow_events "
-            f"WHERE workflow_run_id = $1 AND sequence > $2 ORDER BY sequence LIMIT {int(limit)}",
-            run_id,
-            after,
         )
     )
 

@@ -10,16 +10,11 @@ from datetime import datetime, timedelta
 from typing import Any, TypeAlias
 
 from sqlalchemy import (
-    ColumnElement,
     Insert,
     Select,
-    Text,
     Update,
-    case,
-    cast,
     delete,
     distinct,
-    exists,
     func,
     select,
     update,
@@ -30,7 +25,6 @@ from sqlalchemy.sql.dml import ReturningDelete
 from stevora.db.models import (
     ApiKey,
     ApprovalRequest,
-    AwaitedToolCall,
     LlmCall,
     StepRun,
     ToolTrace,
@@ -42,7 +36,7 @@ from stevora.db.models import (
     Workspace,
 )
 from stevora.ids import new_id
-from stevora.statuses import ApprovalStatus, AwaitedKind, AwaitedStatus
+from stevora.statuses import ApprovalStatus
 
 # A SELECT of any columns.
 Query: TypeAlias = Select[*tuple[Any, ...]]
@@ -86,107 +80,13 @@ def page_statements(
 # -- workflow runs ------------------------------------------------------------------------------
 
 
-def run(workspace_id: str, run_id: str) -> Query:
-    return select(RUNS).where(RUNS.c.id == run_id, RUNS.c.workspace_id == workspace_id)
-
-
-def runs_where(
-    workspace_id: str, status: str | None, definition_id: str | None, parent_run_id: str | None
-) -> tuple[list[Any], list[Any]]:
-    """(filters, order: newest first) of the runs list."""
-    where = [RUNS.c.workspace_id == workspace_id]
-    if status is not None:
-        where.append(RUNS.c.status == status)
-    if definition_id is not None:
-        where.append(RUNS.c.definition_id == definition_id)
-    if parent_run_id is not None:
-        where.append(RUNS.c.parent_run_id == parent_run_id)
-    return where, [RUNS.c.created_at.desc(), RUNS.c.id.desc()]
-
-
-RUN_LIST_LARGE = ("input", "state", "output")
-
-
-def run_list_columns(page_bytes: int, page_size: int) -> list[ColumnElement[Any]]:
-    """The run columns, with each large JSON column replaced by NULL (and flagged) when its text is
-    over its share of the page: the database measures it, so an oversized value never leaves it."""
-    share = max(1, page_bytes // (len(RUN_LIST_LARGE) * page_size))
-    columns: list[ColumnElement[Any]] = [c for c in RUNS.c if c.name not in RUN_LIST_LARGE]
-    for name in RUN_LIST_LARGE:
-        column = RUNS.c[name]
-        fits = func.octet_length(cast(column, Text)) <= share
-        columns.append(case((fits, column), else_=None).label(name))
-        columns.append((~fits).label(f"{name}_omitted"))
-    return columns
-
-
-def run_settling(workspace_id: str, run_id: str) -> Query:
-    """(status, action: whether a client call is pending) of the workspace's run."""
-    pending_client_call = exists().where(
-        AwaitedToolCall.workflow_run_id == WorkflowRun.id,
-        AwaitedToolCall.status == AwaitedStatus.PENDING,
-        AwaitedToolCall.kind == AwaitedKind.CLIENT,
-    )
-    return select(WorkflowRun.status, pending_client_call.label("action")).where(
-        WorkflowRun.id == run_id, WorkflowRun.workspace_id == workspace_id
-    )
-
-
-def step_runs(run_id: str) -> Query:
-    return (
-        select(STEPS)
-        .where(STEPS.c.workflow_run_id == run_id)
-        .order_by(STEPS.c.created_at, STEPS.c.step_index, STEPS.c.attempt, STEPS.c.id)
-    )
-
-
 def definition_ref(definition_id: str) -> Query:
     return select(WorkflowDefinition.name, WorkflowDefinition.version).where(
         WorkflowDefinition.id == definition_id
     )
 
 
-def run_progress(workspace_id: str, run_id: str) -> Query:
-    """(status, last event sequence) of the workspace's run."""
-    return select(WorkflowRun.status, WorkflowRun.event_seq).where(
-        WorkflowRun.id == run_id, WorkflowRun.workspace_id == workspace_id
-    )
-
-
-def events_between(run_id: str, after: int, until: int) -> Query:
-    """Events with `after < sequence <= until`, in order."""
-    return (
-        select(EVENTS)
-        .where(EVENTS.c.workflow_run_id == run_id, EVENTS.c.sequence > after, EVENTS.c.sequence <= until)
-        .order_by(EVENTS.c.sequence)
-    )
-
-
 # -- traces and costs ---------------------------------------------------------------------------
-
-
-def llm_calls(run_id: str, step_name: str | None) -> Query:
-    """Completed and failed calls, oldest first."""
-    stmt = select(CALLS).where(CALLS.c.workflow_run_id == run_id)
-    if step_name is not None:
-        stmt = stmt.where(CALLS.c.step_name == step_name)
-    return stmt.order_by(CALLS.c.created_at, CALLS.c.round, CALLS.c.id)
-
-
-def tool_traces(run_id: str, step_name: str | None) -> Query:
-    """Rounds in the order their model calls were made, then calls in the order of the model's
-    answer (`sequence`): parallel calls finish (and are committed) in any order. A `tool` step's
-    call has no model call: it sorts by its own commit time."""
-    stmt = (
-        select(TRACES)
-        .outerjoin(CALLS, CALLS.c.id == TRACES.c.llm_call_id)
-        .where(TRACES.c.workflow_run_id == run_id)
-    )
-    if step_name is not None:
-        stmt = stmt.join(STEPS, STEPS.c.id == TRACES.c.step_run_id).where(STEPS.c.step_name == step_name)
-    return stmt.order_by(
-        func.coalesce(CALLS.c.created_at, TRACES.c.created_at), CALLS.c.id, TRACES.c.sequence
-    )
 
 
 def run_cost_calls(run_id: str) -> Query:

@@ -1,5 +1,5 @@
-"""Read models for the UI pages, assembled from the reads in `stevora.db.pages` (every one scoped
-to one workspace).
+"""Read models for the UI pages, assembled from the shared reads in `stevora.db.reads` (every one
+scoped to one workspace).
 
 The run page's trace is assembled here: step runs in order, each llm step run with its rounds
 (`llm_calls` by round), each round with its tool calls (`tool_trace` by sequence, joined to the
@@ -17,7 +17,12 @@ import asyncpg
 from stevora.db import concurrency, map_items, pages
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.definitions import find_version, workflow_input_schema
-from stevora.db.pages import RunFilters
+from stevora.db.reads import events as event_reads
+from stevora.db.reads import runs as run_reads
+from stevora.db.reads.events import EventRow
+from stevora.db.reads.rows import DbRow
+from stevora.db.reads.runs import RunFilters, RunSummary, RunWithDefinition, StepRunRow
+from stevora.db.reads.traces import LlmCallRow, ToolTraceRow
 from stevora.engine.budget import BUDGET_SIGNAL
 from stevora.statuses import RunStatus, values
 from stevora.tools.invoke import parse_arguments
@@ -32,17 +37,17 @@ RUN_STATUSES = values(RunStatus)
 
 @dataclass(slots=True)
 class RunsPage:
-    runs: list[asyncpg.Record]
+    runs: list[RunSummary]
     total: int
     page: int
     pages: int
 
 
 async def list_runs(rt: Runtime, workspace_id: str, filters: RunFilters, *, page: int) -> RunsPage:
-    total = await pages.count_runs(rt.pool, workspace_id, filters)
+    total = await run_reads.count(rt.pool, workspace_id, filters)
     count = max(1, math.ceil(total / PAGE_SIZE))
     page = min(max(1, page), count)
-    rows = await pages.list_runs(
+    rows = await run_reads.summaries(
         rt.pool, workspace_id, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
     )
     return RunsPage(runs=rows, total=total, page=page, pages=count)
@@ -58,7 +63,7 @@ class ToolCallView:
     name: str
     tool_call_id: str
     arguments: Any
-    trace: asyncpg.Record | None  # None while the call has not finished (or never ran)
+    trace: ToolTraceRow | None  # None while the call has not finished (or never ran)
 
     @property
     def status(self) -> str:
@@ -67,7 +72,7 @@ class ToolCallView:
 
 @dataclass(slots=True)
 class RoundView:
-    call: asyncpg.Record
+    call: LlmCallRow
     tool_calls: list[ToolCallView]
 
     @property
@@ -92,13 +97,13 @@ MAP_ITEMS_SHOWN = 200  # items listed under a `map` step on the run page (the co
 
 @dataclass(slots=True)
 class StepView:
-    row: asyncpg.Record
+    row: StepRunRow
     rounds: list[RoundView] = field(default_factory=list)
     tools: list[ToolDefView] = field(default_factory=list)
-    tool_trace: asyncpg.Record | None = None  # a `tool` step's call (no model call)
+    tool_trace: ToolTraceRow | None = None  # a `tool` step's call (no model call)
     # A `map` step's fan-out (its progress counters) and its first MAP_ITEMS_SHOWN items.
-    fanout: asyncpg.Record | None = None
-    map_items: list[asyncpg.Record] = field(default_factory=list)
+    fanout: DbRow | None = None
+    map_items: list[DbRow] = field(default_factory=list)
 
     @property
     def cost_usd(self) -> float:
@@ -111,16 +116,16 @@ class StepView:
 
 @dataclass(slots=True)
 class RunView:
-    run: asyncpg.Record
+    run: RunWithDefinition
     steps: list[StepView]
-    events: list[asyncpg.Record]
+    events: list[EventRow]
     events_total: int
     # What the run used of its budget (`costCents, modelCalls, toolCalls`), when it has one.
     budget_used: dict[str, Any] | None = None
     # A queued run's place in its concurrency key's queue (1: next to start).
     queue_position: int | None = None
     # For a child run a `map` step started: `step_name, total, item_index` of its item.
-    map_item: asyncpg.Record | None = None
+    map_item: DbRow | None = None
 
     @property
     def waiting_for_budget(self) -> bool:
@@ -145,8 +150,8 @@ def call_arguments(raw: Any) -> Any:
     return raw
 
 
-def _rounds(calls: list[asyncpg.Record], traces: list[asyncpg.Record]) -> list[RoundView]:
-    by_call: dict[str, dict[int, asyncpg.Record]] = {}
+def _rounds(calls: list[LlmCallRow], traces: list[ToolTraceRow]) -> list[RoundView]:
+    by_call: dict[str | None, dict[int, ToolTraceRow]] = {}
     for t in traces:
         by_call.setdefault(t["llm_call_id"], {})[t["sequence"]] = t
     rounds = []
@@ -247,14 +252,14 @@ def step_tools(
 
 
 async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | None:
-    rows = await pages.run_rows(rt.pool, workspace_id, run_id, events_shown=EVENTS_SHOWN)
+    rows = await run_reads.run_page(rt.pool, workspace_id, run_id, events_shown=EVENTS_SHOWN)
     if rows is None:
         return None
     run, steps, calls, traces = rows.run, rows.steps, rows.calls, rows.traces
-    calls_by_step: dict[str, list[asyncpg.Record]] = {}
+    calls_by_step: dict[str, list[LlmCallRow]] = {}
     for c in calls:
         calls_by_step.setdefault(c["step_run_id"], []).append(c)
-    traces_by_step: dict[str, list[asyncpg.Record]] = {}
+    traces_by_step: dict[str, list[ToolTraceRow]] = {}
     for t in traces:
         traces_by_step.setdefault(t["step_run_id"], []).append(t)
     definition_steps = run["definition_steps"] or []
@@ -316,11 +321,11 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
 
 
 async def run_status(rt: Runtime, workspace_id: str, run_id: str) -> str | None:
-    return await pages.run_status(rt.pool, workspace_id, run_id)
+    return await run_reads.status(rt.pool, workspace_id, run_id)
 
 
-async def events_after(rt: Runtime, run_id: str, after: int) -> list[asyncpg.Record]:
-    return await pages.events_after(rt.pool, run_id, after)
+async def events_after(rt: Runtime, run_id: str, after: int) -> list[EventRow]:
+    return await event_reads.after(rt.pool, run_id, after, limit=500)
 
 
 async def approvals(rt: Runtime, workspace_id: str) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:

@@ -17,17 +17,16 @@ from stevora.statuses import AwaitedKind, RunStatus
 from stevora.ui import auth
 
 if TYPE_CHECKING:
-    import asyncpg
-
+    from stevora.db.reads.rows import DbRow
     from stevora.runtime import Runtime
 
 
-async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
+async def run_page_context(rt: Runtime, run: DbRow) -> dict[str, Any]:
     """`pending_calls` (client calls the run waits for, in the model's order), `child_runs`
     (`"<llm call id>:<index>"` → the child run answering that workflow-tool call),
     `client_call_ids` (every call answered, or to be answered, by the client) and
     `call_approvals` (tool-call id → the pending approval request gating that call)."""
-    pending: list[asyncpg.Record] = []
+    pending: list[DbRow] = []
     if run["status"] == RunStatus.WAITING:
         pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
     awaited = await db_awaited.for_run_page(rt.pool, run["id"])

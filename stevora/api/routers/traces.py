@@ -8,13 +8,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
 from stevora.api.routers.runs import load_run
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.traces import LlmCallOut, ToolTraceOut
-from stevora.db import resources
+from stevora.db.reads import traces as trace_reads
 
 router = APIRouter(prefix="/workflow-runs", tags=["traces"])
 RunId = Annotated[str, Path(description="A workflow run id (wfrun_...).")]
@@ -32,8 +31,8 @@ StepName = Annotated[
 async def list_llm_calls(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepName = None) -> Response:
     """Completed and failed calls (failed ones include fallback attempts), oldest first."""
     await load_run(ctx.rt, auth.workspace_id, run_id)
-    stmt = resources.llm_calls(run_id, step_name)
-    return ok([LlmCallOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
+    calls = await trace_reads.calls(ctx.rt.pool, run_id, step_name)
+    return ok([LlmCallOut.model_validate(c) for c in calls])
 
 
 @router.get(
@@ -45,5 +44,5 @@ async def list_llm_calls(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepNam
 async def list_tool_traces(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepName = None) -> Response:
     """One record per executed tool call, in execution order (round, then position in the round)."""
     await load_run(ctx.rt, auth.workspace_id, run_id)
-    stmt = resources.tool_traces(run_id, step_name)
-    return ok([ToolTraceOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
+    traces = await trace_reads.tool_traces(ctx.rt.pool, run_id, step_name)
+    return ok([ToolTraceOut.model_validate(t) for t in traces])
