@@ -6,18 +6,16 @@ to read or write; the SQL lives here. Run mutations are not here: they are the e
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, TypeAlias
 
 from sqlalchemy import (
     Insert,
     Select,
-    Update,
     delete,
     distinct,
     func,
     select,
-    update,
 )
 from sqlalchemy.dialects.postgresql import insert
 from sqlalchemy.sql.dml import ReturningDelete
@@ -36,7 +34,6 @@ from stevora.db.models import (
     Workspace,
 )
 from stevora.ids import new_id
-from stevora.statuses import ApprovalStatus
 
 # A SELECT of any columns.
 Query: TypeAlias = Select[*tuple[Any, ...]]
@@ -79,11 +76,6 @@ def page_statements(
 
 # -- workflow runs ------------------------------------------------------------------------------
 
-
-def definition_ref(definition_id: str) -> Query:
-    return select(WorkflowDefinition.name, WorkflowDefinition.version).where(
-        WorkflowDefinition.id == definition_id
-    )
 
 
 # -- traces and costs ---------------------------------------------------------------------------
@@ -155,53 +147,13 @@ def cost_run_count(
 # -- approvals ----------------------------------------------------------------------------------
 
 
-def approvals(workspace_id: str, pending: bool | None, limit: int) -> Query:
-    """Newest first; `pending`: True awaiting a decision, False decided/expired/cancelled."""
-    stmt = select(APPROVALS).where(APPROVALS.c.workspace_id == workspace_id)
-    if pending is True:
-        stmt = stmt.where(APPROVALS.c.status == ApprovalStatus.PENDING)
-    elif pending is False:
-        stmt = stmt.where(APPROVALS.c.status != ApprovalStatus.PENDING)
-    return stmt.order_by(APPROVALS.c.created_at.desc(), APPROVALS.c.id.desc()).limit(limit)
-
-
-def approval(workspace_id: str, approval_id: str) -> Query:
-    return select(APPROVALS).where(APPROVALS.c.id == approval_id, APPROVALS.c.workspace_id == workspace_id)
 
 
 # -- workflow definitions -----------------------------------------------------------------------
 
 
-def insert_definition(workspace_id: str, values: dict[str, Any]) -> Insert:
-    """RETURNING the row, or nothing when (name, version) exists in the workspace."""
-    return (
-        insert(WorkflowDefinition)
-        .values(id=new_id("wfdef"), workspace_id=workspace_id, **values)
-        .on_conflict_do_nothing(constraint="uq_definition_version")
-        .returning(*DEFINITION_COLUMNS)
-    )
 
 
-def definition_version(workspace_id: str, name: str, version: str) -> Query:
-    return select(*DEFINITION_COLUMNS).where(
-        WorkflowDefinition.workspace_id == workspace_id,
-        WorkflowDefinition.name == name,
-        WorkflowDefinition.version == version,
-    )
-
-
-def definitions_where(workspace_id: str, name: str | None) -> tuple[list[Any], list[Any]]:
-    """(filters, order: newest first) of the definitions list."""
-    where = [WorkflowDefinition.workspace_id == workspace_id]
-    if name is not None:
-        where.append(WorkflowDefinition.name == name)
-    return where, [WorkflowDefinition.created_at.desc(), WorkflowDefinition.id.desc()]
-
-
-def definition(workspace_id: str, definition_id: str) -> Query:
-    return select(*DEFINITION_COLUMNS).where(
-        WorkflowDefinition.id == definition_id, WorkflowDefinition.workspace_id == workspace_id
-    )
 
 
 # -- webhooks -----------------------------------------------------------------------------------
@@ -238,68 +190,3 @@ def deliveries_where(webhook_id: str, status: str | None) -> tuple[list[Any], li
 
 
 # -- workspaces and API keys --------------------------------------------------------------------
-
-
-def insert_workspace(name: str, slug: str) -> Insert:
-    """RETURNING the row, or nothing when the slug is taken."""
-    return (
-        insert(Workspace)
-        .values(id=new_id("ws"), name=name, slug=slug)
-        .on_conflict_do_nothing(index_elements=[Workspace.slug])
-        .returning(*WORKSPACE_COLUMNS)
-    )
-
-
-def workspace(workspace_id: str) -> Query:
-    return select(*WORKSPACE_COLUMNS).where(Workspace.id == workspace_id)
-
-
-def lock_workspace(workspace_id: str) -> Query:
-    """The workspace row, locked: concurrent bootstrap requests take turns."""
-    return select(Workspace.id).where(Workspace.id == workspace_id).with_for_update()
-
-
-def api_key_count(workspace_id: str) -> Query:
-    return select(func.count()).where(ApiKey.workspace_id == workspace_id)
-
-
-def insert_api_key(workspace_id: str, name: str, key_hash: str, key_prefix: str) -> Insert:
-    return (
-        insert(ApiKey)
-        .values(
-            id=new_id("key"), workspace_id=workspace_id, name=name, key_hash=key_hash, key_prefix=key_prefix
-        )
-        .returning(ApiKey.id, ApiKey.workspace_id, ApiKey.name, ApiKey.key_prefix, ApiKey.created_at)
-    )
-
-
-def api_keys(workspace_id: str) -> Query:
-    return (
-        select(*API_KEY_COLUMNS)
-        .where(ApiKey.workspace_id == workspace_id)
-        .order_by(ApiKey.created_at, ApiKey.id)
-    )
-
-
-def revoke_api_key(workspace_id: str, key_id: str) -> Update:
-    """Sets `revoked_at` once (revoking again keeps the first time)."""
-    return (
-        update(ApiKey)
-        .where(ApiKey.id == key_id, ApiKey.workspace_id == workspace_id)
-        .values(revoked_at=func.coalesce(ApiKey.revoked_at, func.now()))
-        .returning(*API_KEY_COLUMNS)
-    )
-
-
-def api_key_by_hash(key_hash: str) -> Query:
-    return select(ApiKey.id, ApiKey.workspace_id, ApiKey.revoked_at).where(ApiKey.key_hash == key_hash)
-
-
-def touch_api_key(key_id: str, gap: timedelta) -> Update:
-    """`last_used_at = now()` unless it was set within `gap` (few writes under load)."""
-    return (
-        update(ApiKey)
-        .where(ApiKey.id == key_id)
-        .where(ApiKey.last_used_at.is_(None) | (ApiKey.last_used_at < func.now() - gap))
-        .values(last_used_at=func.now())
-    )

@@ -12,13 +12,15 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
-
-from stevora.db import concurrency, map_items, pages
+from stevora.db import concurrency, map_items
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.definitions import find_version, workflow_input_schema
+from stevora.db.reads import approvals as approval_reads
+from stevora.db.reads import definitions as definition_reads
 from stevora.db.reads import events as event_reads
 from stevora.db.reads import runs as run_reads
+from stevora.db.reads.approvals import ApprovalWithRun
+from stevora.db.reads.definitions import DefinitionRef, DefinitionRow, DefinitionSummary
 from stevora.db.reads.events import EventRow
 from stevora.db.reads.rows import DbRow
 from stevora.db.reads.runs import RunFilters, RunSummary, RunWithDefinition, StepRunRow
@@ -53,8 +55,8 @@ async def list_runs(rt: Runtime, workspace_id: str, filters: RunFilters, *, page
     return RunsPage(runs=rows, total=total, page=page, pages=count)
 
 
-async def definition_choices(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
-    return await pages.definition_choices(rt.pool, workspace_id)
+async def definition_choices(rt: Runtime, workspace_id: str) -> list[DefinitionRef]:
+    return await definition_reads.choices(rt.pool, workspace_id)
 
 
 @dataclass(slots=True)
@@ -196,12 +198,12 @@ def _workflow_ref(rt: Runtime, entry: dict[str, Any]) -> tuple[str, str | None] 
 
 
 async def stored_workflows(
-    conn: asyncpg.Connection, rt: Runtime, workspace_id: str, entries: list[dict[str, Any]]
-) -> dict[tuple[str, str | None], asyncpg.Record]:
+    rt: Runtime, workspace_id: str, entries: list[dict[str, Any]]
+) -> dict[tuple[str, str | None], DbRow]:
     """The stored definitions the entries' workflow tools name, by (name, version)."""
-    found: dict[tuple[str, str | None], asyncpg.Record] = {}
+    found: dict[tuple[str, str | None], DbRow] = {}
     for ref in {r for e in entries if (r := _workflow_ref(rt, e)) is not None}:
-        row = await find_version(conn, workspace_id, ref[0], ref[1])
+        row = await find_version(rt.pool, workspace_id, ref[0], ref[1])
         if row is not None:
             found[ref] = row
     return found
@@ -212,7 +214,7 @@ def step_tools(
     definition_steps: list[Any],
     step_name: str,
     offered: list[str] | None = None,
-    workflows: dict[tuple[str, str | None], asyncpg.Record] | None = None,
+    workflows: dict[tuple[str, str | None], DbRow] | None = None,
 ) -> list[ToolDefView]:
     """The tool definitions an llm step offers the model; references are looked up in the registry,
     workflow tools (and bare names that are no registered tool) in `workflows` (stored definitions).
@@ -274,10 +276,7 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
         if s["id"] in offered_by_step
         for e in _step_entries(definition_steps, s["step_name"], offered_by_step[s["id"]])
     ]
-    workflows = {}
-    if entries:
-        async with rt.pool.acquire() as conn:
-            workflows = await stored_workflows(conn, rt, workspace_id, entries)
+    workflows = await stored_workflows(rt, workspace_id, entries) if entries else {}
     fanouts = {}
     if any(s["step_type"] == "map" for s in steps):
         fanouts = {m["step_run_id"]: m for m in await map_items.maps_of_run(rt.pool, run_id)}
@@ -328,24 +327,31 @@ async def events_after(rt: Runtime, run_id: str, after: int) -> list[EventRow]:
     return await event_reads.after(rt.pool, run_id, after, limit=500)
 
 
-async def approvals(rt: Runtime, workspace_id: str) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
+async def approvals(rt: Runtime, workspace_id: str) -> tuple[list[ApprovalWithRun], list[ApprovalWithRun]]:
     """Pending requests (oldest first, the order to work through them) and the 10 latest decided."""
-    return await pages.approvals(rt.pool, workspace_id)
+    return await approval_reads.to_work_through(rt.pool, workspace_id)
 
 
 async def pending_approval_count(rt: Runtime, workspace_id: str) -> int:
-    return await pages.pending_approval_count(rt.pool, workspace_id)
+    return await approval_reads.pending_count(rt.pool, workspace_id)
 
 
 async def approval_run_id(rt: Runtime, workspace_id: str, approval_id: str) -> str | None:
-    return await pages.approval_run_id(rt.pool, workspace_id, approval_id)
+    return await approval_reads.run_of(rt.pool, workspace_id, approval_id)
 
 
-async def definitions(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
-    return await pages.definitions(rt.pool, workspace_id)
+async def definitions(rt: Runtime, workspace_id: str) -> list[DefinitionSummary]:
+    return await definition_reads.summaries(rt.pool, workspace_id)
+
+
+LATEST_RUNS = 10  # of a definition, on its page
 
 
 async def definition(
     rt: Runtime, workspace_id: str, definition_id: str
-) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
-    return await pages.definition(rt.pool, workspace_id, definition_id)
+) -> tuple[DefinitionRow, list[RunSummary]] | None:
+    """A definition of the workspace and its latest runs."""
+    row = await definition_reads.get(rt.pool, workspace_id, definition_id)
+    if row is None:
+        return None
+    return row, await run_reads.of_definition(rt.pool, workspace_id, definition_id, LATEST_RUNS)

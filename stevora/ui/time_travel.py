@@ -19,7 +19,7 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from stevora.db import forks as db_forks
-from stevora.db import pages
+from stevora.db.reads import definitions as definition_reads
 from stevora.db.reads import runs as run_reads
 from stevora.engine import fork as forking
 from stevora.engine.run_diff import CallRow, Row, TraceRow, align
@@ -194,7 +194,7 @@ async def fork_page(
     step = next((s for s in spec.steps if s.name == plan.point.step_name), None)
     versions = [
         d["version"]
-        for d in await pages.definition_choices(rt.pool, workspace_id)
+        for d in await definition_reads.choices(rt.pool, workspace_id)
         if d["name"] == spec.name and d["version"] != spec.version
     ]
     return {

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import RedirectResponse, Response
 
 from stevora.db import awaited as db_awaited
-from stevora.db import pages
+from stevora.db.reads import approvals as approval_reads
 from stevora.engine.steps.awaited.client import ToolOutput, submit_tool_outputs
 from stevora.errors import StevoraError
 from stevora.statuses import AwaitedKind, RunStatus
@@ -30,7 +30,7 @@ async def run_page_context(rt: Runtime, run: DbRow) -> dict[str, Any]:
     if run["status"] == RunStatus.WAITING:
         pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
     awaited = await db_awaited.for_run_page(rt.pool, run["id"])
-    gated = await pages.pending_call_approvals(rt.pool, run["id"])
+    gated = await approval_reads.gating_calls(rt.pool, run["id"])
     return {
         "pending_calls": pending,
         "pending_call_ids": {c["tool_call_id"] for c in pending},

@@ -12,7 +12,6 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Body, Path, Query, Request
 from starlette.responses import Response
 
-from stevora.api.db import fetch_one
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import errors
 from stevora.api.routers.definitions import store_definition
@@ -30,7 +29,8 @@ from stevora.api.schemas.runs import (
 from stevora.api.waiting import RequestedWait, applied, settle
 from stevora.db import awaited as db_awaited
 from stevora.db import budgets as db_budgets
-from stevora.db import concurrency, map_items, resources
+from stevora.db import concurrency, map_items
+from stevora.db.reads import definitions as definition_reads
 from stevora.db.reads import runs as run_reads
 from stevora.db.reads.runs import RunFilters, RunRow
 from stevora.definitions import Budget, parse_definition
@@ -236,7 +236,7 @@ async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOu
     (run,) = await with_required_action(rt, [await load_run(rt, workspace_id, run_id)])
     steps = await run_reads.steps(rt.pool, run_id)
     fanouts = {m["step_run_id"]: m for m in await map_items.maps_of_run(rt.pool, run_id)}
-    definition = await fetch_one(rt, resources.definition_ref(run["definition_id"]))
+    definition = await definition_reads.ref(rt.pool, run["definition_id"])
     assert definition is not None  # a foreign key guarantees it
     used = await db_budgets.usage(rt.pool, run_id) if run["budget"] is not None else None
     queued = run["queued_at"] is not None and run["status"] in (RunStatus.PENDING, RunStatus.WAITING)

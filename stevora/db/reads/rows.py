@@ -107,7 +107,6 @@ async def fetchval(db: Reader, sql: str, *args: Any) -> Any:
     return await reading(db, lambda d: d.fetchval(sql, *args), "read")
 
 
-
 DbRow: TypeAlias = Mapping[str, Any]
 """What code outside `stevora.db` takes when it did not get a typed `Row` (the engine's run and
 step records, the rows of `stevora.db`'s write modules): a read-only mapping of columns. A typed
