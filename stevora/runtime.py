@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from stevora.db import definitions as db_definitions
-from stevora.db.database import create_engine, create_pool, session_factory
+from stevora.db.database import create_pool
 from stevora.db.group_commit import GroupCommitter
 from stevora.definitions import WorkflowDefinitionSpec, parse_definition
 from stevora.errors import NotFoundError
@@ -74,8 +73,7 @@ class DefinitionCache:
 @dataclass
 class Runtime:
     settings: Settings
-    pool: asyncpg.Pool
-    engine: AsyncEngine
+    pool: asyncpg.Pool  # the process's one pool: the engine's writes, the API's and the UI's reads
     dispatcher: Dispatcher
     providers: ProviderRouter
     tasks: TaskRegistry
@@ -101,12 +99,10 @@ class Runtime:
         from stevora.llm.setup import build_router
 
         pool = await create_pool(settings.database_url, max_size=settings.hot_pool_size)
-        engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
         faults = FaultPlan(settings.fault_injection)
         return cls(
             settings=settings,
             pool=pool,
-            engine=engine,
             dispatcher=dispatcher,
             providers=providers if providers is not None else build_router(settings),
             tasks=tasks if tasks is not None else default_task_registry,
@@ -118,13 +114,6 @@ class Runtime:
             faults=faults,
         )
 
-    @property
-    def sessions(self) -> Any:
-        maker = self.extras.get("sessions")
-        if maker is None:
-            maker = self.extras["sessions"] = session_factory(self.engine)
-        return maker
-
     async def close(self) -> None:
         await self.committer.drain()  # queued checkpoints are written before the pool goes
         live = self.extras.pop("live_hub", None)  # the API's LISTEN connection (stevora.live)
@@ -132,4 +121,3 @@ class Runtime:
             await live.aclose()
         await self.providers.aclose()
         await self.pool.close()
-        await self.engine.dispose()

@@ -267,7 +267,7 @@ async def test_waiting_requests_share_the_pool_without_holding_connections(
 ) -> None:
     """More waiting requests than the pool has connections all answer at their bound."""
     definition_id = await define([timer()])
-    size = harness.rt.engine.pool.size()  # type: ignore[attr-defined]
+    size = harness.rt.pool.get_max_size()
     async with make_client(app) as c:
         other = await bootstrap_tenant(c)
         assert other.workspace_id != tenant.workspace_id
