@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.definitions import WorkflowDefinitionSpec
 from stevora.engine import endings
 from stevora.engine.driving import DriverCore, Next, Position, step_started
@@ -23,8 +24,8 @@ MAX_VISITS_PER_STEP = 1000
 class Advancing(DriverCore):
     async def _complete_step(
         self,
-        run: asyncpg.Record,
-        step_run: asyncpg.Record,
+        run: DbRow,
+        step_run: DbRow,
         result: StepResult,
         definition: WorkflowDefinitionSpec,
     ) -> Next:
@@ -77,9 +78,7 @@ class Advancing(DriverCore):
         await self._dispatch(wake)
         return more
 
-    async def _advance(
-        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
-    ) -> Next:
+    async def _advance(self, run: DbRow, step_run: DbRow, definition: WorkflowDefinitionSpec) -> Next:
         wake: list[str] = []
         async with self.pool.acquire() as conn, conn.transaction():
             more = await self._advance_in(conn, run, step_run, definition, wake)
@@ -89,8 +88,8 @@ class Advancing(DriverCore):
     async def _advance_in(
         self,
         conn: asyncpg.Connection,
-        run: asyncpg.Record,
-        step_run: asyncpg.Record,
+        run: DbRow,
+        step_run: DbRow,
         definition: WorkflowDefinitionSpec,
         wake: list[str],
     ) -> Next:

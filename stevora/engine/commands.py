@@ -16,6 +16,7 @@ import asyncpg
 import structlog
 
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.definitions import Budget
 from stevora.definitions.flow import Concurrency
@@ -36,8 +37,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("stevora.engine")
 
 
-async def _owned_run(conn: asyncpg.Connection, workspace_id: str, run_id: str) -> asyncpg.Record:
-    row = await runs.get_run_in_workspace(conn, workspace_id, run_id)
+async def _owned_run(conn: asyncpg.Connection, workspace_id: str, run_id: str) -> DbRow:
+    row: DbRow | None = await runs.get_run_in_workspace(conn, workspace_id, run_id)
     if row is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
     return row
@@ -52,7 +53,7 @@ async def create_run(
     budget: Budget | None = None,
     concurrency: Concurrency | None = None,
     priority: int | None = None,
-) -> tuple[asyncpg.Record, bool]:
+) -> tuple[DbRow, bool]:
     """Insert a PENDING run and dispatch it. With an idempotency key already used in this
     workspace, return the existing run and `created=False` (race-safe: the unique index decides).
 
@@ -100,7 +101,7 @@ async def create_run(
     return row, True
 
 
-async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
+async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> DbRow:
     wake: list[str] = []
     async with rt.pool.acquire() as conn, conn.transaction():
         await _owned_run(conn, workspace_id, run_id)
@@ -110,7 +111,7 @@ async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Rec
     return row
 
 
-async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
+async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> DbRow:
     """FAILED → RUNNING: the failed step runs again from scratch, with a fresh attempt budget."""
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await _owned_run(conn, workspace_id, run_id)
@@ -138,7 +139,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
             visit=visit,
             attempt=1,
         )
-        row = await runs.update_run(
+        row: DbRow = await runs.update_run(
             conn,
             run_id,
             expect=[RunStatus.FAILED],
@@ -165,11 +166,11 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
     return row
 
 
-async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
+async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> DbRow:
     """RUNNING → PAUSED. The worker stops at its next checkpoint (its fenced write fails)."""
     async with rt.pool.acquire() as conn, conn.transaction():
         await _owned_run(conn, workspace_id, run_id)
-        row = await runs.update_run(
+        row: DbRow = await runs.update_run(
             conn,
             run_id,
             expect=[RunStatus.RUNNING],
@@ -181,7 +182,7 @@ async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
 
 async def resume_run(
     rt: Runtime, workspace_id: str, run_id: str, signal_type: str | None, payload: dict[str, Any] | None
-) -> asyncpg.Record:
+) -> DbRow:
     """Deliver a signal to a run waiting in an `external_event` step (payload merged into state),
     or un-pause a PAUSED run (no signalType needed)."""
     if payload:
@@ -195,7 +196,7 @@ async def resume_run(
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await _owned_run(conn, workspace_id, run_id)
         if run["status"] == RunStatus.PAUSED and signal_type is None:
-            row = await runs.update_run(
+            row: DbRow = await runs.update_run(
                 conn,
                 run_id,
                 expect=[RunStatus.PAUSED],

@@ -19,6 +19,7 @@ import structlog
 
 from stevora.db import approvals, runs, transitions
 from stevora.db.outbox import enqueue_webhooks
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.engine.steps import map as map_step
 from stevora.engine.steps.awaited import workflow as workflow_calls
@@ -31,9 +32,9 @@ log = structlog.get_logger("stevora.engine")
 
 async def complete_run(
     conn: asyncpg.Connection, run_id: str, *, owner: str, wake: list[str], events: Sequence[Event] = ()
-) -> asyncpg.Record:
+) -> DbRow:
     """RUNNING → COMPLETED. The run's output is its final state (documented in docs/concepts.md)."""
-    final = await runs.update_run(
+    final: DbRow = await runs.update_run(
         conn,
         run_id,
         expect=[RunStatus.RUNNING],
@@ -63,14 +64,14 @@ async def complete_run(
 
 async def complete_with_last_step(
     db: asyncpg.Pool | asyncpg.Connection,
-    run: asyncpg.Record,
+    run: DbRow,
     step_run_id: str,
     *,
     owner: str,
     output: dict[str, Any],
     state_updates: dict[str, Any] | None,
     wake: list[str] | None = None,
-) -> asyncpg.Record:
+) -> DbRow:
     """The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED, its events and its
     webhook outbox rows in one statement (`transitions.complete_last_step`). A run with a parent
     or a concurrency slot passes a connection in a transaction and `wake`: in that transaction
@@ -79,7 +80,9 @@ async def complete_with_last_step(
     if wake is None:
         assert run["parent_run_id"] is None, "a child run's ending tells its parent: pass `wake`"
         assert not needs_queue_wake(run), "a run with a slot wakes its queue: pass `wake`"
-    final = await transitions.complete_last_step(db, run["id"], step_run_id, owner, output, state_updates)
+    final: DbRow = await transitions.complete_last_step(
+        db, run["id"], step_run_id, owner, output, state_updates
+    )
     log.info("run_completed", workflow_run_id=run["id"])
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
     if wake is not None:
@@ -98,9 +101,9 @@ async def fail_run(
     wake: list[str],
     events: Sequence[Event] = (),
     expect: Sequence[str] = (RunStatus.RUNNING,),
-) -> asyncpg.Record:
+) -> DbRow:
     """RUNNING (or `expect`) → FAILED with `error` (retryable later by `commands.retry_run`)."""
-    final = await runs.update_run(
+    final: DbRow = await runs.update_run(
         conn,
         run_id,
         expect=expect,
@@ -124,7 +127,7 @@ async def fail_run(
 
 async def cancel_run(
     conn: asyncpg.Connection, run_id: str, *, wake: list[str], tell_parent: bool = True
-) -> asyncpg.Record:
+) -> DbRow:
     """Any active status → CANCELLED; open steps, pending approvals and active child runs are
     cancelled with it. Children are locked and cancelled before their parent: the same order a
     child's own ending takes (child, then parent), so the two never deadlock."""
@@ -134,7 +137,7 @@ async def cancel_run(
             await map_step.record_cancelled_with_parent(conn, child)
     cancelled_steps = await runs.cancel_open_steps(conn, run_id)
     await approvals.cancel_for_run(conn, run_id)
-    final = await runs.update_run(
+    final: DbRow = await runs.update_run(
         conn,
         run_id,
         expect=ACTIVE_RUN_STATUSES,
@@ -156,18 +159,18 @@ async def cancel_run(
     return final
 
 
-def _queue_wake(final: asyncpg.Record) -> list[str]:
+def _queue_wake(final: DbRow) -> list[str]:
     # The ended run dispatches itself: its claim, after this commit and under the slot's advisory
     # locks, dispatches the runs queued for the slot (stevora.engine.flow.claim).
     return [final["id"]] if needs_queue_wake(final) else []
 
 
-def needs_queue_wake(run: asyncpg.Record) -> bool:
+def needs_queue_wake(run: DbRow) -> bool:
     """Whether the run's ending frees a slot that runs may be queued for."""
     return run["concurrency_key"] is not None or run["workspace_limit"] is not None
 
 
-async def _tell_parent(conn: asyncpg.Connection, final: asyncpg.Record, wake: list[str]) -> None:
+async def _tell_parent(conn: asyncpg.Connection, final: DbRow, wake: list[str]) -> None:
     if final["parent_run_id"] is None:
         return
     if final["parent_tool_call_id"] is not None:  # started by a workflow tool call

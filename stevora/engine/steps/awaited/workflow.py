@@ -20,6 +20,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db import definitions as db_definitions
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
+from stevora.db.reads.rows import DbRow
 from stevora.engine import budget as budget_rules
 from stevora.engine.steps.awaited import Answer, answer
 from stevora.engine.steps.base import WaitContext, WaitPlan
@@ -84,7 +85,7 @@ async def on_handed_over(wait: WaitContext, calls: list[NewAwaitedCall], inserte
     return WaitPlan(pause_details={"childRuns": children} if children else {}, dispatch=tuple(started))
 
 
-async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wake: list[str]) -> None:
+async def answer_from_child(conn: asyncpg.Connection, child: DbRow, wake: list[str]) -> None:
     """Called in the child's terminal transaction: write the parent's result for the call that
     started `child`, and wake the parent when it has nothing else pending. A parent that is not
     WAITING (cancelled, or not yet waiting) is left alone; the sweep retries the latter."""
@@ -99,7 +100,7 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record, wak
         wake.append(parent["id"])
 
 
-async def _child_result(conn: asyncpg.Connection, child: asyncpg.Record, call: asyncpg.Record) -> Answer:
+async def _child_result(conn: asyncpg.Connection, child: DbRow, call: DbRow) -> Answer:
     if child["status"] == RunStatus.COMPLETED:
         return Answer(call, ok=True, output=child["output"], answered_by=AnsweredBy.WORKFLOW)
     name = await db_definitions.name_of(conn, child["definition_id"])
