@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from functools import cached_property
-from typing import Any, Protocol
+from typing import Protocol
 
 import asyncpg
-from sqlalchemy.ext.asyncio import AsyncEngine
 
 from stevora.db import definitions as db_definitions
-from stevora.db.database import asyncpg_dsn, create_engine, create_pool, session_factory
+from stevora.db.database import asyncpg_dsn, create_pool
 from stevora.db.group_commit import GroupCommitter
 from stevora.definitions import WorkflowDefinitionSpec, parse_definition
 from stevora.errors import NotFoundError
@@ -87,8 +85,7 @@ class DefinitionCache:
 @dataclass
 class Runtime:
     settings: Settings
-    pool: asyncpg.Pool
-    engine: AsyncEngine
+    pool: asyncpg.Pool  # the process's one pool: the engine's writes, the API's and the UI's reads
     dispatcher: Dispatcher
     providers: ProviderRouter
     tasks: TaskRegistry
@@ -119,13 +116,11 @@ class Runtime:
         from stevora.llm.setup import build_router
 
         pool = await create_pool(settings.database_url, max_size=settings.hot_pool_size)
-        engine = create_engine(settings.database_url, pool_size=settings.db_pool_size)
         faults = FaultPlan(settings.fault_injection)
         mcp_servers = load_mcp_config(settings.mcp_config) if settings.mcp_config else {}
         return cls(
             settings=settings,
             pool=pool,
-            engine=engine,
             dispatcher=dispatcher,
             providers=providers if providers is not None else build_router(settings),
             tasks=tasks if tasks is not None else default_task_registry,
@@ -141,14 +136,9 @@ class Runtime:
             ),
         )
 
-    @cached_property
-    def sessions(self) -> Any:
-        return session_factory(self.engine)
-
     async def close(self) -> None:
         await self.committer.drain()  # queued checkpoints are written before the pool goes
         await self.mcp.close()  # stdio servers exit with their sessions
         await self.live.aclose()  # the API's LISTEN connection, when a stream opened it
         await self.providers.aclose()
         await self.pool.close()
-        await self.engine.dispose()

@@ -35,8 +35,7 @@ class Settings(BaseSettings, ProviderSettings):
     database_url: str = "postgresql+asyncpg://postgres@127.0.0.1:5432/stevora"
     broker_url: str = "amqp://guest:guest@127.0.0.1:5672/"
     queue_name: str = "stevora"
-    db_pool_size: int = 10
-    hot_pool_size: int = 10  # raw asyncpg pool used by the tool-loop checkpoints
+    hot_pool_size: int = 10  # the process's one asyncpg pool (engine, API and UI)
     # Concurrent runs' checkpoints share one statement and one commit (stevora/db/group_commit.py).
     group_commit: bool = True
 

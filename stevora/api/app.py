@@ -1,7 +1,7 @@
 """The FastAPI application factory.
 
-`create_app(settings)` owns its Runtime: the lifespan starts one (asyncpg pool, SQLAlchemy
-engine, Dramatiq dispatcher for `settings.broker_url`) and closes it on shutdown.
+`create_app(settings)` owns its Runtime: the lifespan starts one (the asyncpg pool, the
+Dramatiq dispatcher for `settings.broker_url`) and closes it on shutdown.
 `create_app(settings, runtime=rt)` uses the caller's Runtime and never closes it (tests, the
 embedded `stevora dev` process).
 """

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from stevora.db import resources
+from stevora.db.reads import keys as key_reads
 from stevora.errors import AuthError
 from stevora.ids import random_token
 from stevora.runtime import Runtime
@@ -125,9 +125,7 @@ class ApiKeyAuthenticator:
         return await asyncio.shield(pending)
 
     async def _lookup(self, rt: Runtime, digest: str, now: float) -> _Cached:
-        stmt = resources.api_key_by_hash(digest)
-        async with rt.engine.connect() as conn:
-            row = (await conn.execute(stmt)).first()
+        row = await key_reads.by_hash(rt.pool, digest)
         entry = _Cached(
             key_id=row.id if row else None,
             workspace_id=row.workspace_id if row else None,
@@ -142,9 +140,7 @@ class ApiKeyAuthenticator:
         return entry
 
     async def _touch(self, rt: Runtime, key_id: str) -> None:
-        stmt = resources.touch_api_key(key_id, _TOUCH_GAP)
-        async with rt.engine.begin() as conn:
-            await conn.execute(stmt)
+        await key_reads.touch(rt.pool, key_id, _TOUCH_GAP)
         if len(self._touched) > _MAX_CACHED:
             self._touched.clear()
 

@@ -29,7 +29,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from stevora.api.schemas.envelope import error_response
-from stevora.db.database import is_connection_error
+from stevora.db.transient import is_connection_error
 from stevora.errors import RateLimitError, StevoraError, ValidationError
 
 log = structlog.get_logger("stevora.api")

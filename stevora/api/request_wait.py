@@ -20,9 +20,8 @@ from typing import Annotated
 from fastapi import Depends, Header, Query, Request
 from starlette.responses import Response
 
-from stevora.api.db import fetch_one
 from stevora.api.deps import Ctx
-from stevora.db import resources
+from stevora.db.reads import runs as run_reads
 from stevora.runtime import Runtime
 from stevora.statuses import TERMINAL_RUN_STATUSES, RunStatus
 
@@ -53,10 +52,11 @@ def requested_wait(query: float | None, prefer: str | None, cap_s: float) -> flo
 
 async def is_settled(rt: Runtime, workspace_id: str, run_id: str) -> bool:
     """One read: is the run settled (or gone, which the caller's load then reports as 404)?"""
-    row = await fetch_one(rt, resources.run_settling(workspace_id, run_id))
-    if row is None:
+    found = await run_reads.settling(rt.pool, workspace_id, run_id)
+    if found is None:
         return True
-    return row["status"] in SETTLED or (row["status"] == RunStatus.WAITING and bool(row["action"]))
+    status, action = found
+    return status in SETTLED or (status == RunStatus.WAITING and action)
 
 
 async def wait_until_settled(

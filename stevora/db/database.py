@@ -1,10 +1,10 @@
-"""Connections: a raw asyncpg pool for the engine's guarded transitions and checkpoints, and a
-SQLAlchemy async engine for the API's queries.
+"""Connections: a process's one asyncpg pool, for the engine's guarded transitions and
+checkpoints and for the reads and writes of the API and the UI (`stevora.db.reads`).
 
-The engine writes with hand-written SQL on asyncpg because each checkpoint is on the hot path
-(measured when the engine was designed: SQLAlchemy Core costs ~1.9x a raw asyncpg round trip;
-docs/architecture.md). Tables are still defined once,
-in stevora.db.models, and only Alembic changes them.
+Everything runs hand-written SQL on asyncpg because each checkpoint is on the hot path (measured
+when the engine was designed: SQLAlchemy Core costs ~1.9x a raw asyncpg round trip;
+docs/architecture.md). Tables are still defined once, in stevora.db.models, and only Alembic
+changes them.
 """
 
 from __future__ import annotations
@@ -17,25 +17,6 @@ from typing import Any
 
 import asyncpg
 import orjson
-import sqlalchemy.exc
-from sqlalchemy import event
-from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
-
-from stevora.db.transient import DEAD_CONNECTION_MARKERS
-
-# PostgreSQL errors that mean "the server went away or is not accepting connections yet" (class 08
-# connection exceptions, 57P01-57P03 shutdown/startup), as opposed to errors in a statement.
-_UNAVAILABLE_ASYNCPG = (
-    asyncpg.PostgresConnectionError,
-    asyncpg.ConnectionDoesNotExistError,
-    asyncpg.exceptions.AdminShutdownError,
-    asyncpg.exceptions.CrashShutdownError,
-    asyncpg.exceptions.CannotConnectNowError,
-)
-_UNAVAILABLE = (*_UNAVAILABLE_ASYNCPG, ConnectionError, sqlalchemy.exc.DisconnectionError)
-# Messages of a connection that is gone: the engine's dead-connection markers and two more.
-_CLOSED_MESSAGES = (*DEAD_CONNECTION_MARKERS, "connection was closed", "unexpected connection_lost")
-
 
 # Datetimes go through `default=str` as with the stdlib encoder (orjson would write RFC 3339);
 # integer dict keys become strings as json.dumps makes them.
@@ -94,12 +75,6 @@ def asyncpg_dsn(database_url: str) -> str:
     return database_url.replace("postgresql+asyncpg://", "postgresql://", 1)
 
 
-def sqlalchemy_url(database_url: str) -> str:
-    if database_url.startswith("postgresql://"):
-        return database_url.replace("postgresql://", "postgresql+asyncpg://", 1)
-    return database_url
-
-
 async def _no_reset(conn: asyncpg.Connection) -> None:
     """asyncpg's default reset costs a round trip per release (`RESET ALL; UNLISTEN *; ...`),
     which would double every checkpoint. This pool never changes session state (no SET, LISTEN,
@@ -118,57 +93,6 @@ async def create_pool(database_url: str, *, min_size: int = 1, max_size: int = 1
     )
     assert pool is not None
     return pool
-
-
-def create_engine(database_url: str, *, pool_size: int = 10) -> AsyncEngine:
-    engine = create_async_engine(
-        sqlalchemy_url(database_url),
-        pool_size=pool_size,
-        max_overflow=pool_size,
-        # A ping costs a round trip per checkout; `_skip_closed` below is free and catches what
-        # matters: connections the server closed while they sat in the pool.
-        pool_pre_ping=False,
-        json_serializer=_dumps,
-    )
-    event.listen(engine.sync_engine, "checkout", _skip_closed)
-    return engine
-
-
-def _skip_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
-    """Never hand out a pooled connection whose socket the server closed (a restart,
-    `pg_terminate_backend`, an idle timeout): asyncpg notices the EOF while the connection
-    idles, and raising `DisconnectionError` here makes the pool replace it and check out again."""
-    driver = getattr(dbapi_connection, "driver_connection", None)
-    if driver is not None and driver.is_closed():
-        raise sqlalchemy.exc.DisconnectionError("pooled connection was closed by the server")
-
-
-def is_connection_error(exc: BaseException) -> bool:
-    """True when `exc` (or what it wraps) means the database is unreachable, restarting or dropped
-    the connection: the request may succeed if retried, so the API answers 503, not 500."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        if isinstance(current, _UNAVAILABLE):
-            return True
-        if isinstance(current, sqlalchemy.exc.DBAPIError) and current.connection_invalidated:
-            return True
-        if isinstance(current, sqlalchemy.exc.TimeoutError):  # pool exhausted while connects hang
-            return True
-        if isinstance(current, OSError) and not isinstance(current, FileNotFoundError | PermissionError):
-            return True  # refused, unreachable, DNS failure on connect
-        if isinstance(current, asyncpg.InterfaceError | asyncpg.InternalClientError) and any(
-            m in str(current) for m in _CLOSED_MESSAGES
-        ):
-            return True
-        orig = getattr(current, "orig", None)
-        current = orig if isinstance(orig, BaseException) else (current.__cause__ or current.__context__)
-    return False
-
-
-def session_factory(engine: AsyncEngine) -> async_sessionmaker[Any]:
-    return async_sessionmaker(engine, expire_on_commit=False)
 
 
 async def ping(pool: asyncpg.Pool) -> None:

@@ -45,30 +45,50 @@ DEAD_CONNECTION_MARKERS = (
     "another operation (2)",
     "protocol is in an unexpected state",
     "connection is closed",
+    "connection was closed",
+    "unexpected connection_lost",
 )
 
 
 # 40P01 and 40001: PostgreSQL rolled the transaction back and asks for it to be run again.
 _ROLLED_BACK = (asyncpg.DeadlockDetectedError, asyncpg.SerializationError)
+# The server went away, is shutting down or starting up, or refuses more connections.
+_UNAVAILABLE = (
+    asyncpg.PostgresConnectionError  # class 08: ConnectionDoesNotExist, ConnectionFailure, ...
+    | asyncpg.AdminShutdownError
+    | asyncpg.CrashShutdownError
+    | asyncpg.CannotConnectNowError
+    | asyncpg.TooManyConnectionsError
+    | OSError  # connection refused or reset while the server restarts, a connect timeout
+)
+
+
+def _lost_connection(exc: BaseException) -> bool:
+    if isinstance(exc, _UNAVAILABLE):
+        return True
+    if isinstance(exc, asyncpg.InterfaceError | asyncpg.InternalClientError):
+        return any(marker in str(exc) for marker in DEAD_CONNECTION_MARKERS)
+    return False
 
 
 def is_transient(exc: BaseException) -> bool:
     """True for errors that mean the database connection was lost, the server is unavailable, or
     PostgreSQL rolled the transaction back asking for it to be run again."""
-    if isinstance(
-        exc,
-        asyncpg.PostgresConnectionError  # class 08: ConnectionDoesNotExist, ConnectionFailure, ...
-        | asyncpg.AdminShutdownError
-        | asyncpg.CrashShutdownError
-        | asyncpg.CannotConnectNowError
-        | asyncpg.TooManyConnectionsError
-        | OSError,  # connection refused or reset while the server restarts
-    ):
-        return True
-    if isinstance(exc, _ROLLED_BACK):
-        return True
-    if isinstance(exc, asyncpg.InterfaceError | asyncpg.InternalClientError):
-        return any(marker in str(exc) for marker in DEAD_CONNECTION_MARKERS)
+    return _lost_connection(exc) or isinstance(exc, _ROLLED_BACK)
+
+
+def is_connection_error(exc: BaseException) -> bool:
+    """True when `exc`, or an error it was raised from, means the database is unreachable,
+    restarting or dropped the connection: the request may succeed if retried, so the API answers
+    503, not 500 (after `retry_transient` gave up)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        # A missing file or a refused permission is no database outage, though an OSError.
+        if _lost_connection(current) and not isinstance(current, FileNotFoundError | PermissionError):
+            return True
+        current = current.__cause__ or current.__context__
     return False
 
 

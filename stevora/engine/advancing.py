@@ -9,6 +9,7 @@ from typing import Any
 import asyncpg
 
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.definitions import WorkflowDefinitionSpec
 from stevora.engine import endings
 from stevora.engine.driving import DriverCore, Next, Position, step_started
@@ -23,8 +24,8 @@ MAX_VISITS_PER_STEP = 1000
 class Advancing(DriverCore):
     async def _complete_step(
         self,
-        run: asyncpg.Record,
-        step_run: asyncpg.Record,
+        run: DbRow,
+        step_run: DbRow,
         result: StepResult,
         definition: WorkflowDefinitionSpec,
     ) -> Next:
@@ -75,9 +76,7 @@ class Advancing(DriverCore):
             more = await self._advance_in(conn, run, done, definition)
         return await self._went_on(more)
 
-    async def _advance(
-        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
-    ) -> Next:
+    async def _advance(self, run: DbRow, step_run: DbRow, definition: WorkflowDefinitionSpec) -> Next:
         async with self.pool.acquire() as conn, conn.transaction():
             more = await self._advance_in(conn, run, step_run, definition)
         return await self._went_on(more)
@@ -93,8 +92,8 @@ class Advancing(DriverCore):
     async def _advance_in(
         self,
         conn: asyncpg.Connection,
-        run: asyncpg.Record,
-        step_run: asyncpg.Record,
+        run: DbRow,
+        step_run: DbRow,
         definition: WorkflowDefinitionSpec,
     ) -> Position | endings.Ended:
         """Insert the step run that comes after `step_run` (or end the run); returns the rows to go

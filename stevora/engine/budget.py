@@ -18,6 +18,7 @@ import structlog
 
 from stevora.db import budgets as db_budgets
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.definitions import Budget
 from stevora.engine.hints import dispatch_hint
@@ -183,9 +184,7 @@ def stopped(meter: Meter, limit: str, step_name: str) -> StepResult:
     )
 
 
-async def update_budget(
-    rt: Runtime, workspace_id: str, run_id: str, requested: Budget
-) -> tuple[asyncpg.Record, bool]:
+async def update_budget(rt: Runtime, workspace_id: str, run_id: str, requested: Budget) -> tuple[DbRow, bool]:
     """Set the fields `requested` gives on a run's budget (null removes a limit), within the
     server's ceiling; a run waiting for its budget (`onBudgetExceeded: "pause"`) resumes.
 
@@ -237,7 +236,7 @@ async def update_budget(
 _RESUMED_RUN: dict[str, Any] = {"status": RunStatus.RUNNING, "next_run_at": None, **RELEASE}
 
 
-async def _resume_step(conn: asyncpg.Connection, step_run: asyncpg.Record) -> Event:
+async def _resume_step(conn: asyncpg.Connection, step_run: DbRow) -> Event:
     """The step's budget wait ends (WAITING → RUNNING); returns the run's WORKFLOW_RESUMED event."""
     await runs.update_step(
         conn,
@@ -260,7 +259,7 @@ async def raised_since_stop(conn: asyncpg.Connection, run_id: str, result: StepR
     return await db_budgets.locked_budget(conn, run_id) != stopped_by
 
 
-async def resume_raised(conn: asyncpg.Connection, run_id: str, step_run: asyncpg.Record) -> None:
+async def resume_raised(conn: asyncpg.Connection, run_id: str, step_run: DbRow) -> None:
     """A budget wait written after a raise had committed ends at once, as the raise would have
     ended it had it come after: the step runs again under the new limits."""
     resumed = await _resume_step(conn, step_run)

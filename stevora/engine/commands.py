@@ -18,6 +18,7 @@ import structlog
 
 from stevora.db import forks as db_forks
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.definitions import Budget
 from stevora.definitions.flow import Concurrency
@@ -39,8 +40,8 @@ if TYPE_CHECKING:
 log = structlog.get_logger("stevora.engine")
 
 
-async def _owned_run(conn: asyncpg.Connection, workspace_id: str, run_id: str) -> asyncpg.Record:
-    row = await runs.get_run_in_workspace(conn, workspace_id, run_id)
+async def _owned_run(conn: asyncpg.Connection, workspace_id: str, run_id: str) -> DbRow:
+    row: DbRow | None = await runs.get_run_in_workspace(conn, workspace_id, run_id)
     if row is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
     return row
@@ -56,7 +57,7 @@ async def create_run(
     concurrency: Concurrency | None = None,
     priority: int | None = None,
     conn: asyncpg.Connection | None = None,
-) -> tuple[asyncpg.Record, bool]:
+) -> tuple[DbRow, bool]:
     """Insert a PENDING run and dispatch it. With an idempotency key already used in this
     workspace, return the existing run and `created=False` (race-safe: the unique index decides).
 
@@ -98,7 +99,7 @@ class _NewRun:
     budget: dict[str, Any] | None
     flow: runs.FlowColumns
 
-    async def on(self, conn: asyncpg.Connection) -> tuple[asyncpg.Record, bool]:
+    async def on(self, conn: asyncpg.Connection) -> tuple[DbRow, bool]:
         # One round trip on the hot path: the definition check is the INSERT's SELECT.
         with tracing.run_created(self.workspace_id, self.definition_id) as trace:
             row = await runs.insert_run(
@@ -131,7 +132,7 @@ class _NewRun:
         return row, True
 
 
-async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
+async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> DbRow:
     async with rt.pool.acquire() as conn, conn.transaction():
         await _owned_run(conn, workspace_id, run_id)
         ended = await endings.cancel_run(conn, run_id)
@@ -140,7 +141,7 @@ async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Rec
     return ended.run
 
 
-async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
+async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> DbRow:
     """FAILED → RUNNING: the failed step runs again from scratch, with a fresh attempt budget."""
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await _owned_run(conn, workspace_id, run_id)
@@ -168,7 +169,7 @@ async def retry_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
             visit=visit,
             attempt=1,
         )
-        row = await runs.update_run(
+        row: DbRow = await runs.update_run(
             conn,
             run_id,
             expect=[RunStatus.FAILED],
@@ -210,7 +211,7 @@ _RESUME_HINTS = {
 }
 
 
-async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Record:
+async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> DbRow:
     """RUNNING → PAUSED. The worker stops at its next checkpoint (its fenced write fails)."""
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await _owned_run(conn, workspace_id, run_id)
@@ -220,7 +221,7 @@ async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
                 + _PAUSE_HINTS.get(run["status"], ""),
                 details={"workflowRunId": run_id, "status": run["status"]},
             )
-        row = await runs.update_run(
+        row: DbRow = await runs.update_run(
             conn,
             run_id,
             expect=[RunStatus.RUNNING],
@@ -232,7 +233,7 @@ async def pause_run(rt: Runtime, workspace_id: str, run_id: str) -> asyncpg.Reco
 
 async def resume_run(
     rt: Runtime, workspace_id: str, run_id: str, signal_type: str | None, payload: dict[str, Any] | None
-) -> asyncpg.Record:
+) -> DbRow:
     """Deliver a signal to a run waiting in an `external_event` step (payload merged into state),
     or un-pause a PAUSED run (no signalType needed)."""
     if payload:
@@ -246,7 +247,7 @@ async def resume_run(
     async with rt.pool.acquire() as conn, conn.transaction():
         run = await _owned_run(conn, workspace_id, run_id)
         if run["status"] == RunStatus.PAUSED and signal_type is None:
-            row = await runs.update_run(
+            row: DbRow = await runs.update_run(
                 conn,
                 run_id,
                 expect=[RunStatus.PAUSED],

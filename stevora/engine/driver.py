@@ -34,10 +34,10 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-import asyncpg
 import structlog
 
 from stevora.db import runs, transitions
+from stevora.db.reads.rows import DbRow
 from stevora.db.transient import Retrier, is_transient
 from stevora.definitions import WorkflowDefinitionSpec
 from stevora.engine import limits
@@ -108,14 +108,14 @@ class RunDriver(Advancing, Waiting, Retrying):
 
     # -- transitions ---------------------------------------------------------------------------
 
-    async def _start(self, run: asyncpg.Record) -> Position:
+    async def _start(self, run: DbRow) -> Position:
         """PENDING → RUNNING with the first step run started. The claim does this already
         (`transitions.claim`); this is for a PENDING run leased without it."""
         run, step_run = await transitions.start(self.pool, run["id"], self.owner, self.rt.settings.lease_s)
         log.info("run_started", workflow_run_id=run["id"])
         return Position(run, step_run, fresh=True)
 
-    async def _begin(self, run: asyncpg.Record, step_run: asyncpg.Record) -> Position:
+    async def _begin(self, run: DbRow, step_run: DbRow) -> Position:
         async with self.pool.acquire() as conn, conn.transaction():
             started = await runs.update_step(
                 conn,
@@ -137,8 +137,8 @@ class RunDriver(Advancing, Waiting, Retrying):
 
     async def _execute(
         self,
-        run: asyncpg.Record,
-        step_run: asyncpg.Record,
+        run: DbRow,
+        step_run: DbRow,
         definition: WorkflowDefinitionSpec,
         *,
         fresh: bool,

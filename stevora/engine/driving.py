@@ -17,6 +17,7 @@ import asyncpg
 
 from stevora.clock import utcnow
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.engine.hints import dispatch_hint
 from stevora.events import Event, EventType
 
@@ -46,7 +47,7 @@ class Position:
     the next pass reads again.
     """
 
-    run: asyncpg.Record
+    run: DbRow
     step_run: Any = None  # None: read the run's current step run
     # This driver just started this step run, attempt 1 of a new visit: it has no committed rounds.
     fresh: bool = False

@@ -21,6 +21,7 @@ import structlog
 
 from stevora.db import approvals, runs, transitions
 from stevora.db.outbox import enqueue_webhooks
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.engine.steps import map as map_step
 from stevora.engine.steps.awaited import workflow as workflow_calls
@@ -35,7 +36,7 @@ log = structlog.get_logger("stevora.engine")
 class Ended:
     """A run that ended: its final row, and the runs to dispatch after the commit."""
 
-    run: asyncpg.Record
+    run: DbRow
     dispatch: tuple[str, ...] = ()
 
 
@@ -43,7 +44,7 @@ async def complete_run(
     conn: asyncpg.Connection, run_id: str, *, owner: str, events: Sequence[Event] = ()
 ) -> Ended:
     """RUNNING → COMPLETED. The run's output is its final state (documented in docs/concepts.md)."""
-    final = await runs.update_run(
+    final: DbRow = await runs.update_run(
         conn,
         run_id,
         expect=[RunStatus.RUNNING],
@@ -71,7 +72,7 @@ async def complete_run(
 
 async def complete_with_last_step(
     db: asyncpg.Pool | asyncpg.Connection,
-    run: asyncpg.Record,
+    run: DbRow,
     step_run_id: str,
     *,
     owner: str,
@@ -83,7 +84,9 @@ async def complete_with_last_step(
     or a concurrency slot passes a connection in a transaction: in that transaction its ending
     then answers its parent (a map item or a workflow tool call), and its slot's queue is woken
     after the commit."""
-    final = await transitions.complete_last_step(db, run["id"], step_run_id, owner, output, state_updates)
+    final: DbRow = await transitions.complete_last_step(
+        db, run["id"], step_run_id, owner, output, state_updates
+    )
     log.info("run_completed", workflow_run_id=run["id"])
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
     if final["parent_run_id"] is None and not needs_queue_wake(final):
@@ -102,7 +105,7 @@ async def fail_run(
     expect: Sequence[str] = (RunStatus.RUNNING,),
 ) -> Ended:
     """RUNNING (or `expect`) → FAILED with `error` (retryable later by `commands.retry_run`)."""
-    final = await runs.update_run(
+    final: DbRow = await runs.update_run(
         conn,
         run_id,
         expect=expect,
@@ -134,7 +137,7 @@ async def cancel_run(conn: asyncpg.Connection, run_id: str, *, tell_parent: bool
             await map_step.record_cancelled_with_parent(conn, child.run)
     cancelled_steps = await runs.cancel_open_steps(conn, run_id)
     await approvals.cancel_for_run(conn, run_id)
-    final = await runs.update_run(
+    final: DbRow = await runs.update_run(
         conn,
         run_id,
         expect=ACTIVE_RUN_STATUSES,
@@ -155,23 +158,23 @@ async def cancel_run(conn: asyncpg.Connection, run_id: str, *, tell_parent: bool
     return Ended(final, (*dispatch, *_queue_wake(final)))
 
 
-async def _announced(conn: asyncpg.Connection, final: asyncpg.Record) -> Ended:
+async def _announced(conn: asyncpg.Connection, final: DbRow) -> Ended:
     """The ended run's parent told, and what to dispatch after the commit."""
     return Ended(final, (*await _tell_parent(conn, final), *_queue_wake(final)))
 
 
-def _queue_wake(final: asyncpg.Record) -> list[str]:
+def _queue_wake(final: DbRow) -> list[str]:
     # The ended run dispatches itself: its claim, after this commit and under the slot's advisory
     # locks, dispatches the runs queued for the slot (stevora.engine.flow.claim).
     return [final["id"]] if needs_queue_wake(final) else []
 
 
-def needs_queue_wake(run: asyncpg.Record) -> bool:
+def needs_queue_wake(run: DbRow) -> bool:
     """Whether the run's ending frees a slot that runs may be queued for."""
     return run["concurrency_key"] is not None or run["workspace_limit"] is not None
 
 
-async def _tell_parent(conn: asyncpg.Connection, final: asyncpg.Record) -> list[str]:
+async def _tell_parent(conn: asyncpg.Connection, final: DbRow) -> list[str]:
     """Answer the call or item that started the ended run; returns the runs to dispatch."""
     if final["parent_run_id"] is None:
         return []

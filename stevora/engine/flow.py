@@ -21,6 +21,7 @@ import asyncpg
 import structlog
 
 from stevora.db import concurrency, transitions
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import FlowColumns
 from stevora.definitions.flow import Concurrency, key_paths
 from stevora.errors import ConflictError, ValidationError
@@ -32,7 +33,7 @@ if TYPE_CHECKING:
 
 log = structlog.get_logger("stevora.flow")
 
-Claimed = tuple[asyncpg.Record, dict[str, Any] | None]
+Claimed = tuple[DbRow, dict[str, Any] | None]
 
 
 async def claim(
@@ -60,7 +61,7 @@ async def claim(
     return (None if got is None else (run_id, got)), more
 
 
-async def _release(pool: asyncpg.Pool, why: asyncpg.Record) -> list[str]:
+async def _release(pool: asyncpg.Pool, why: DbRow) -> list[str]:
     async with pool.acquire() as conn, conn.transaction():
         await concurrency.lock_slots(
             conn, why["workspace_id"], why["concurrency_key"], why["workspace_limit"] is not None
@@ -91,7 +92,7 @@ async def _claim_ignoring_rank(
     return claimed, more
 
 
-async def take_slot_for_retry(conn: asyncpg.Connection, run: asyncpg.Record) -> None:
+async def take_slot_for_retry(conn: asyncpg.Connection, run: DbRow) -> None:
     """A FAILED run retried goes straight to RUNNING: with a concurrency key (or a workspace
     limit) only if a slot is free, decided under the slot's locks (held until the retry commits);
     else a CONFLICT naming the key (retry when a run of the key ends)."""
@@ -107,7 +108,7 @@ async def take_slot_for_retry(conn: asyncpg.Connection, run: asyncpg.Record) -> 
         )
 
 
-def released_by_wait(run: asyncpg.Record) -> list[str]:
+def released_by_wait(run: DbRow) -> list[str]:
     """What to dispatch when `run` starts waiting: itself, if its key lets a waiting run give its
     slot up (`holdWhileWaiting: false`), so that its claim hands the slot on (`claim`); it
     queues for a slot again when it wakes."""

@@ -29,6 +29,7 @@ from stevora.db import definitions as db_definitions
 from stevora.db import forks as db_forks
 from stevora.db import runs
 from stevora.db.outbox import enqueue_webhooks
+from stevora.db.reads.rows import DbRow
 from stevora.definitions import parse_definition
 from stevora.engine import limits
 from stevora.engine.hints import dispatch_hint
@@ -81,19 +82,19 @@ def _merge(state: dict[str, Any], updates: Any) -> None:
 
 
 async def fork_points(
-    conn: asyncpg.Connection | asyncpg.Pool, run: asyncpg.Record
+    conn: asyncpg.Connection | asyncpg.Pool, run: DbRow
 ) -> tuple[list[ForkPoint], dict[str, Any]]:
     """Every point `run` can be forked at, in order, and its history (rows by table)."""
     hist = await db_forks.history(conn, run["id"])
     state: dict[str, Any] = copy.deepcopy(dict(run["initial_state"] or {}))
     edits = run["fork_edits"] or {}
-    visits: dict[tuple[str, int], list[asyncpg.Record]] = {}
+    visits: dict[tuple[str, int], list[DbRow]] = {}
     for s in hist["steps"]:
         visits.setdefault((s["step_name"], s["visit"]), []).append(s)
-    calls_by_step: dict[str, list[asyncpg.Record]] = {}
+    calls_by_step: dict[str, list[DbRow]] = {}
     for c in hist["calls"]:
         calls_by_step.setdefault(c["step_run_id"], []).append(c)
-    traces_by_step: dict[str, list[asyncpg.Record]] = {}
+    traces_by_step: dict[str, list[DbRow]] = {}
     for t in hist["traces"]:
         traces_by_step.setdefault(t["step_run_id"], []).append(t)
     points: list[ForkPoint] = []
@@ -178,17 +179,17 @@ def parse_at(at: Any) -> tuple[str, int | None, int | None]:
 
 @dataclass(slots=True)
 class ForkPlan:
-    origin: asyncpg.Record
+    origin: DbRow
     point: ForkPoint
     points: list[ForkPoint]
-    history: dict[str, list[asyncpg.Record]]
+    history: dict[str, list[DbRow]]
     state_edits: dict[str, Any]
     tool_results: dict[str, Any]
     model: str | None
     system_prompt: str | None
     replay_tools: str | None = None
     replay: bool = False
-    version: asyncpg.Record | None = None  # another version of the origin's definition (id, version)
+    version: DbRow | None = None  # another version of the origin's definition (id, version)
     # A replay under another version starts with that version's first step (name, type, index)
     # instead of the origin's.
     start_step: tuple[str, str, int] | None = None
@@ -289,7 +290,7 @@ async def plan_fork(
     return plan
 
 
-def previous_round_calls(point: ForkPoint, hist: dict[str, list[asyncpg.Record]]) -> list[asyncpg.Record]:
+def previous_round_calls(point: ForkPoint, hist: dict[str, list[DbRow]]) -> list[DbRow]:
     """The model calls of the round before a fork point at a round: the calls whose tool results
     a fork may replace (none for a point before a step)."""
     if point.round is None:
@@ -311,7 +312,7 @@ def _check_model_and_prompt(rt: Runtime, model: Any, system_prompt: Any, prefix:
 
 async def _other_version(
     rt: Runtime, workspace_id: str, origin: dict[str, Any], point: ForkPoint, version: Any
-) -> asyncpg.Record:
+) -> DbRow:
     """The origin's definition at `version`, checked to run the forked step where the origin ran
     it: the same name, type and position (the fork's step run keeps its position)."""
     path = "edits.definitionVersion"
@@ -319,7 +320,7 @@ async def _other_version(
         raise ValidationError.at(path, "must be a version of the run's definition")
     async with rt.pool.acquire() as conn:
         name = await db_definitions.name_of(conn, origin["definition_id"])
-        row = await db_definitions.find_version(conn, workspace_id, name or "", version)
+        row: DbRow | None = await db_definitions.find_version(conn, workspace_id, name or "", version)
     if row is None:
         raise ValidationError.at(path, f"definition '{name}' has no version '{version}'")
     spec = await rt.definitions.get(row["id"])
@@ -430,7 +431,7 @@ async def fork_definition_id(rt: Runtime, plan: ForkPlan, edited_step: str | Non
     )
 
 
-async def make(rt: Runtime, plan: ForkPlan, idempotency_key: str | None) -> tuple[asyncpg.Record, bool]:
+async def make(rt: Runtime, plan: ForkPlan, idempotency_key: str | None) -> tuple[DbRow, bool]:
     """The fork or replay `plan` describes, under its definition (`fork_definition_id`); (run
     row, created)."""
     definition_id = await fork_definition_id(rt, plan, plan.edited_step)
@@ -439,7 +440,7 @@ async def make(rt: Runtime, plan: ForkPlan, idempotency_key: str | None) -> tupl
 
 async def create_fork(
     rt: Runtime, plan: ForkPlan, definition_id: str, idempotency_key: str | None
-) -> tuple[asyncpg.Record, bool]:
+) -> tuple[DbRow, bool]:
     """Write the fork in one transaction; (run row, created). With a taken idempotency key, the
     existing run and False. The new run's trace starts at a `fork_run` span linked to the origin's."""
     origin = plan.origin
@@ -462,7 +463,7 @@ class ForkCopy:
     (whose copies get their ids as they are written)."""
 
     inherited_visits: int  # step visits before the fork point, copied whole
-    inherited_steps: tuple[asyncpg.Record, ...]  # their step runs (every attempt)
+    inherited_steps: tuple[DbRow, ...]  # their step runs (every attempt)
     own_step: Mapping[str, Any]  # what the fork's own step run for the forked step copies
     own_status: str  # PENDING before a step, RUNNING at a round
     own_step_run_ids: tuple[str, ...]  # the origin's step runs the own step run stands for
@@ -558,7 +559,7 @@ async def _write_fork(
     idempotency_key: str | None,
     state: dict[str, Any],
     trace_context: dict[str, str] | None,
-) -> tuple[asyncpg.Record, bool]:
+) -> tuple[DbRow, bool]:
     """Write what `copying` says, in one transaction: the run, its step runs, model calls and
     tool traces, its events and webhook."""
     origin, point = plan.origin, plan.point
@@ -638,7 +639,7 @@ async def _write_fork(
     return fork, True
 
 
-def _before(c: asyncpg.Record, hist: dict[str, list[asyncpg.Record]], visits: set[tuple[str, int]]) -> bool:
+def _before(c: DbRow, hist: dict[str, list[DbRow]], visits: set[tuple[str, int]]) -> bool:
     step = next((s for s in hist["steps"] if s["id"] == c["step_run_id"]), None)
     return step is not None and (step["step_name"], step["visit"]) in visits
 

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 import asyncpg
 
 from stevora.db import provider_limits as db
+from stevora.db.reads.rows import DbRow
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse
 from stevora.llm.provider import UNDER_SHARED_LIMIT, Provider
@@ -49,7 +50,7 @@ BURST = 0.9
 
 
 async def deferred_too_often(
-    pool: asyncpg.Pool, settings: Settings, step_run: asyncpg.Record, error: dict[str, object]
+    pool: asyncpg.Pool, settings: Settings, step_run: DbRow, error: dict[str, object]
 ) -> dict[str, object] | None:
     """A step visit the rate limit has deferred `STEVORA_RATE_LIMIT_MAX_DEFERRALS` times stops
     being retried at its turn: the error that fails the run then (not retryable), else None.

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-import asyncpg
-
 from stevora.clock import utcnow
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.definitions import WorkflowDefinitionSpec, compute_next_retry_delay_ms
 from stevora.engine import endings
@@ -21,7 +20,7 @@ from stevora.tasks import StepResult
 
 
 class Retrying(DriverCore):
-    async def _fail_step(self, run: asyncpg.Record, step_run: asyncpg.Record, result: StepResult) -> None:
+    async def _fail_step(self, run: DbRow, step_run: DbRow, result: StepResult) -> None:
         error = dict(result.error or {"message": "Step failed"})
         error.setdefault("code", "STEP_FAILED")
         error["retryable"] = result.retryable and error.get("retryable", True) is not False
@@ -41,9 +40,7 @@ class Retrying(DriverCore):
                 events=[step_failed(step_run, error)],
             )
 
-    async def _handle_failure(
-        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
-    ) -> bool:
+    async def _handle_failure(self, run: DbRow, step_run: DbRow, definition: WorkflowDefinitionSpec) -> bool:
         step = definition.step(step_run["step_name"])
         policy = step.effective_retry()
         error = dict(step_run["error"] or {})

@@ -5,10 +5,9 @@ from __future__ import annotations
 
 from typing import Any
 
-import asyncpg
-
 from stevora.clock import iso, utcnow
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.definitions import WorkflowDefinitionSpec
 from stevora.engine import budget, flow
@@ -22,9 +21,7 @@ from stevora.tasks import StepResult
 
 
 class Waiting(DriverCore):
-    async def _wait(
-        self, run: asyncpg.Record, step_run: asyncpg.Record, step: Any, result: StepResult
-    ) -> None:
+    async def _wait(self, run: DbRow, step_run: DbRow, step: Any, result: StepResult) -> None:
         until = result.wait_until
         reason = result.pause_reason or PauseReason.WAIT
         async with self.pool.acquire() as conn, conn.transaction():
@@ -69,9 +66,7 @@ class Waiting(DriverCore):
         if until is not None:
             await dispatch_hint(self.rt.dispatcher, run["id"], delay_ms=delay_until(until))
 
-    async def _wake(
-        self, run: asyncpg.Record, step_run: asyncpg.Record, definition: WorkflowDefinitionSpec
-    ) -> bool:
+    async def _wake(self, run: DbRow, step_run: DbRow, definition: WorkflowDefinitionSpec) -> bool:
         due = step_run["wait_until"]
         if due is None or due > utcnow():
             # Dispatched early (or by a duplicate): hand the run back and come back when it is due.

@@ -21,6 +21,7 @@ import asyncpg
 import structlog
 
 from stevora.db import trigger_events as rows
+from stevora.db.reads.rows import DbRow
 from stevora.definitions.steps import EVENT_SIGNAL_PREFIX
 from stevora.definitions.triggers import EventTrigger
 from stevora.engine.hints import dispatch_hint
@@ -47,9 +48,9 @@ class IncomingEvent:
 class Received:
     """One event's answer: the stored row, whether it was a repeat, and its runs."""
 
-    event: asyncpg.Record
+    event: DbRow
     deduplicated: bool
-    runs: list[asyncpg.Record] = field(default_factory=list)
+    runs: list[DbRow] = field(default_factory=list)
 
 
 # How long a repeated id's answer waits for the first post to finish processing (polled; no
@@ -133,9 +134,7 @@ async def process_stale(rt: Runtime, *, limit: int = 100) -> int:
     return done
 
 
-async def _start_triggers(
-    rt: Runtime, conn: asyncpg.Connection, event: asyncpg.Record, wake: list[str]
-) -> None:
+async def _start_triggers(rt: Runtime, conn: asyncpg.Connection, event: DbRow, wake: list[str]) -> None:
     context = expressions.event_context(event)
     for trigger in await rows.triggers_for(conn, event["workspace_id"], event["name"]):
         spec = EventTrigger.model_validate(trigger["spec"])

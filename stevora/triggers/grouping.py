@@ -20,6 +20,7 @@ import structlog
 
 from stevora.db import trigger_events as event_rows
 from stevora.db import trigger_groups as rows
+from stevora.db.reads.rows import DbRow
 from stevora.definitions.triggers import EventTrigger
 from stevora.engine.hints import dispatch_hint
 from stevora.errors import StevoraError
@@ -35,9 +36,9 @@ log = structlog.get_logger("stevora.triggers")
 async def add(
     rt: Runtime,
     conn: asyncpg.Connection,
-    trigger: asyncpg.Record,
+    trigger: DbRow,
     spec: EventTrigger,
-    event: asyncpg.Record,
+    event: DbRow,
     context: dict[str, Any],
 ) -> list[str]:
     """Put the event in its group; the runs to dispatch when that filled a batch."""
@@ -83,9 +84,7 @@ async def fire_due(rt: Runtime, *, limit: int = 200) -> list[str]:
     return wake
 
 
-async def _fire(
-    rt: Runtime, conn: asyncpg.Connection, group: asyncpg.Record, spec: EventTrigger | None
-) -> str | None:
+async def _fire(rt: Runtime, conn: asyncpg.Connection, group: DbRow, spec: EventTrigger | None) -> str | None:
     event_ids = [str(e) for e in group["event_ids"]]
     stored = {e["id"]: e for e in await event_rows.events_by_ids(conn, event_ids)}
     events = [expressions.event_context(stored[i]) for i in event_ids if i in stored]  # arrival order

@@ -12,6 +12,7 @@ import asyncpg
 
 from stevora.db import definitions as definition_rows
 from stevora.db import schedules as rows
+from stevora.db.reads.rows import DbRow
 from stevora.definitions.triggers import ScheduleTiming
 from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.ids import new_id
@@ -57,7 +58,7 @@ async def create(
     definition_name: str | None,
     version: str,
     source: str = "api",
-) -> asyncpg.Record:
+) -> DbRow:
     async with rt.pool.acquire() as conn, conn.transaction():
         def_name, def_version = await resolve_definition(
             conn, workspace_id, definition_id, definition_name, version
@@ -77,10 +78,14 @@ async def create(
                 f"A schedule named '{fields['name']}' already exists", details={"name": fields["name"]}
             )
         fire, due = schedules.next_tick(row, now)
-        return await rows.update_schedule(conn, row["id"], {"next_fire_at": fire, "next_due_at": due})
+        made: DbRow | None = await rows.update_schedule(
+            conn, row["id"], {"next_fire_at": fire, "next_due_at": due}
+        )
+        assert made is not None  # inserted just now, in this transaction
+        return made
 
 
-async def update(rt: Runtime, workspace_id: str, schedule_id: str, changes: dict[str, Any]) -> asyncpg.Record:
+async def update(rt: Runtime, workspace_id: str, schedule_id: str, changes: dict[str, Any]) -> DbRow:
     """Apply `changes` (snake_case fields of ScheduleUpdate that were sent), checked as a whole."""
     async with rt.pool.acquire() as conn, conn.transaction():
         row = await rows.get_schedule(conn, workspace_id, schedule_id, lock=True)
@@ -105,15 +110,15 @@ async def update(rt: Runtime, workspace_id: str, schedule_id: str, changes: dict
             sets.update(next_fire_at=fire, next_due_at=due, buffered_at=None)
         try:
             async with conn.transaction():
-                updated = await rows.update_schedule(conn, schedule_id, sets)
+                updated: DbRow | None = await rows.update_schedule(conn, schedule_id, sets)
         except asyncpg.UniqueViolationError:
             raise ConflictError(f"A schedule named '{sets['name']}' already exists") from None
         assert updated is not None
         return updated
 
 
-async def get(rt: Runtime, workspace_id: str, schedule_id: str) -> asyncpg.Record:
-    row = await rows.get_schedule(rt.pool, workspace_id, schedule_id)
+async def get(rt: Runtime, workspace_id: str, schedule_id: str) -> DbRow:
+    row: DbRow | None = await rows.get_schedule(rt.pool, workspace_id, schedule_id)
     if row is None:
         raise NotFoundError("Schedule not found", details={"scheduleId": schedule_id})
     return row

@@ -184,7 +184,8 @@ def _grace(rt: Runtime) -> timedelta:
 async def _cancel_previous(conn: asyncpg.Connection, row: Any, done: _Pass) -> None:
     try:
         async with conn.transaction():
-            await endings.cancel_run(conn, row["last_run_id"], wake=done.wake)
+            ended = await endings.cancel_run(conn, row["last_run_id"])
+        done.wake += ended.dispatch
     except (InvalidStateTransition, NotFoundError):
         pass  # it ended meanwhile: nothing to cancel
 

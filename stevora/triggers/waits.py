@@ -15,6 +15,7 @@ import structlog
 
 from stevora.db import runs
 from stevora.db import trigger_events as rows
+from stevora.db.reads.rows import DbRow
 from stevora.definitions import ExternalEventStep
 from stevora.definitions.steps import EVENT_SIGNAL_PREFIX
 from stevora.engine.steps.external_event import deliver_signal
@@ -27,7 +28,7 @@ if TYPE_CHECKING:
 log = structlog.get_logger("stevora.triggers")
 
 
-async def resume_waiting(rt: Runtime, conn: asyncpg.Connection, event: asyncpg.Record) -> list[str]:
+async def resume_waiting(rt: Runtime, conn: asyncpg.Connection, event: DbRow) -> list[str]:
     """Resume the runs waiting for this event whose `match` holds; their ids (dispatch after commit)."""
     signal = EVENT_SIGNAL_PREFIX + event["name"]
     context = expressions.event_context(event)

@@ -29,7 +29,7 @@ from fastapi import Request
 from fastapi.responses import PlainTextResponse, RedirectResponse, Response
 from fastapi.routing import APIRoute
 
-from stevora.db import pages
+from stevora.db.reads import keys as key_reads
 from stevora.errors import RateLimitError, StevoraError, ValidationError
 
 if TYPE_CHECKING:
@@ -80,15 +80,15 @@ async def user_for_key(rt: Runtime, raw_key: str | None) -> UiUser | None:
     """The UI user of a raw key, or `None` when it is missing, unknown or revoked."""
     if not raw_key or len(raw_key) > _MAX_KEY_CHARS:
         return None
-    row = await pages.ui_user(rt.pool, hash_key(raw_key))
-    if row is None:
+    key = await key_reads.by_hash(rt.pool, hash_key(raw_key))
+    if key is None or key.revoked_at is not None:
         return None
     return UiUser(
-        workspace_id=row["workspace_id"],
-        workspace_name=row["workspace_name"],
-        key_id=row["id"],
-        key_name=row["key_name"],
-        key_prefix=row["key_prefix"],
+        workspace_id=key.workspace_id,
+        workspace_name=key.workspace_name,
+        key_id=key.id,
+        key_name=key.name,
+        key_prefix=key.key_prefix,
         csrf_token=csrf_token_for(raw_key),
     )
 

@@ -1,5 +1,5 @@
-"""Read models for the UI pages, assembled from the reads in `stevora.db.pages` (every one scoped
-to one workspace).
+"""Read models for the UI pages, assembled from the shared reads in `stevora.db.reads` (every one
+scoped to one workspace).
 
 The run page's trace is assembled here: step runs in order, each llm step run with its rounds
 (`llm_calls` by round), each round with its tool calls (`tool_trace` by sequence, joined to the
@@ -12,13 +12,20 @@ import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-import asyncpg
-
-from stevora.db import concurrency, map_items, pages
+from stevora.db import concurrency, map_items
 from stevora.db import mcp as db_mcp
 from stevora.db.budgets import UNCOUNTED_TOOL_ERROR
 from stevora.db.definitions import find_version, workflow_input_schema
-from stevora.db.pages import RunFilters
+from stevora.db.reads import approvals as approval_reads
+from stevora.db.reads import definitions as definition_reads
+from stevora.db.reads import events as event_reads
+from stevora.db.reads import runs as run_reads
+from stevora.db.reads.approvals import ApprovalWithRun
+from stevora.db.reads.definitions import DefinitionRef, DefinitionRow, DefinitionSummary
+from stevora.db.reads.events import EventRow
+from stevora.db.reads.rows import DbRow
+from stevora.db.reads.runs import RunFilters, RunSummary, RunWithDefinition, StepRunRow
+from stevora.db.reads.traces import LlmCallRow, ToolTraceRow
 from stevora.engine.budget import BUDGET_SIGNAL
 from stevora.engine.steps import llm_mcp
 from stevora.statuses import RunStatus, values
@@ -34,24 +41,24 @@ RUN_STATUSES = values(RunStatus)
 
 @dataclass(slots=True)
 class RunsPage:
-    runs: list[asyncpg.Record]
+    runs: list[RunSummary]
     total: int
     page: int
     pages: int
 
 
 async def list_runs(rt: Runtime, workspace_id: str, filters: RunFilters, *, page: int) -> RunsPage:
-    total = await pages.count_runs(rt.pool, workspace_id, filters)
+    total = await run_reads.count(rt.pool, workspace_id, filters)
     count = max(1, math.ceil(total / PAGE_SIZE))
     page = min(max(1, page), count)
-    rows = await pages.list_runs(
+    rows = await run_reads.summaries(
         rt.pool, workspace_id, filters, limit=PAGE_SIZE, offset=(page - 1) * PAGE_SIZE
     )
     return RunsPage(runs=rows, total=total, page=page, pages=count)
 
 
-async def definition_choices(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
-    return await pages.definition_choices(rt.pool, workspace_id)
+async def definition_choices(rt: Runtime, workspace_id: str) -> list[DefinitionRef]:
+    return await definition_reads.choices(rt.pool, workspace_id)
 
 
 @dataclass(slots=True)
@@ -60,7 +67,7 @@ class ToolCallView:
     name: str
     tool_call_id: str
     arguments: Any
-    trace: asyncpg.Record | None  # None while the call has not finished (or never ran)
+    trace: ToolTraceRow | None  # None while the call has not finished (or never ran)
 
     @property
     def status(self) -> str:
@@ -69,7 +76,7 @@ class ToolCallView:
 
 @dataclass(slots=True)
 class RoundView:
-    call: asyncpg.Record
+    call: LlmCallRow
     tool_calls: list[ToolCallView]
 
     @property
@@ -94,13 +101,13 @@ MAP_ITEMS_SHOWN = 200  # items listed under a `map` step on the run page (the co
 
 @dataclass(slots=True)
 class StepView:
-    row: asyncpg.Record
+    row: StepRunRow
     rounds: list[RoundView] = field(default_factory=list)
     tools: list[ToolDefView] = field(default_factory=list)
-    tool_trace: asyncpg.Record | None = None  # a `tool` step's call (no model call)
+    tool_trace: ToolTraceRow | None = None  # a `tool` step's call (no model call)
     # A `map` step's fan-out (its progress counters) and its first MAP_ITEMS_SHOWN items.
-    fanout: asyncpg.Record | None = None
-    map_items: list[asyncpg.Record] = field(default_factory=list)
+    fanout: DbRow | None = None
+    map_items: list[DbRow] = field(default_factory=list)
 
     @property
     def cost_usd(self) -> float:
@@ -113,16 +120,16 @@ class StepView:
 
 @dataclass(slots=True)
 class RunView:
-    run: asyncpg.Record
+    run: RunWithDefinition
     steps: list[StepView]
-    events: list[asyncpg.Record]
+    events: list[EventRow]
     events_total: int
     # What the run used of its budget (`costCents, modelCalls, toolCalls`), when it has one.
     budget_used: dict[str, Any] | None = None
     # A queued run's place in its concurrency key's queue (1: next to start).
     queue_position: int | None = None
     # For a child run a `map` step started: `step_name, total, item_index` of its item.
-    map_item: asyncpg.Record | None = None
+    map_item: DbRow | None = None
 
     @property
     def waiting_for_budget(self) -> bool:
@@ -147,8 +154,8 @@ def call_arguments(raw: Any) -> Any:
     return raw
 
 
-def _rounds(calls: list[asyncpg.Record], traces: list[asyncpg.Record]) -> list[RoundView]:
-    by_call: dict[str, dict[int, asyncpg.Record]] = {}
+def _rounds(calls: list[LlmCallRow], traces: list[ToolTraceRow]) -> list[RoundView]:
+    by_call: dict[str | None, dict[int, ToolTraceRow]] = {}
     for t in traces:
         by_call.setdefault(t["llm_call_id"], {})[t["sequence"]] = t
     rounds = []
@@ -198,12 +205,12 @@ def _workflow_ref(rt: Runtime, entry: dict[str, Any]) -> tuple[str, str | None] 
 
 
 async def stored_workflows(
-    conn: asyncpg.Connection, rt: Runtime, workspace_id: str, entries: list[dict[str, Any]]
-) -> dict[tuple[str, str | None], asyncpg.Record]:
+    rt: Runtime, workspace_id: str, entries: list[dict[str, Any]]
+) -> dict[tuple[str, str | None], DbRow]:
     """The stored definitions the entries' workflow tools name, by (name, version)."""
-    found: dict[tuple[str, str | None], asyncpg.Record] = {}
+    found: dict[tuple[str, str | None], DbRow] = {}
     for ref in {r for e in entries if (r := _workflow_ref(rt, e)) is not None}:
-        row = await find_version(conn, workspace_id, ref[0], ref[1])
+        row = await find_version(rt.pool, workspace_id, ref[0], ref[1])
         if row is not None:
             found[ref] = row
     return found
@@ -214,7 +221,7 @@ def step_tools(
     definition_steps: list[Any],
     step_name: str,
     offered: list[str] | None = None,
-    workflows: dict[tuple[str, str | None], asyncpg.Record] | None = None,
+    workflows: dict[tuple[str, str | None], DbRow] | None = None,
     mcp: dict[str, llm_mcp.McpTool] | None = None,
 ) -> list[ToolDefView]:
     """The tool definitions an llm step offers the model; references are looked up in the registry,
@@ -262,14 +269,14 @@ def step_tools(
 
 
 async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | None:
-    rows = await pages.run_rows(rt.pool, workspace_id, run_id, events_shown=EVENTS_SHOWN)
+    rows = await run_reads.run_page(rt.pool, workspace_id, run_id, events_shown=EVENTS_SHOWN)
     if rows is None:
         return None
     run, steps, calls, traces = rows.run, rows.steps, rows.calls, rows.traces
-    calls_by_step: dict[str, list[asyncpg.Record]] = {}
+    calls_by_step: dict[str, list[LlmCallRow]] = {}
     for c in calls:
         calls_by_step.setdefault(c["step_run_id"], []).append(c)
-    traces_by_step: dict[str, list[asyncpg.Record]] = {}
+    traces_by_step: dict[str, list[ToolTraceRow]] = {}
     for t in traces:
         traces_by_step.setdefault(t["step_run_id"], []).append(t)
     definition_steps = run["definition_steps"] or []
@@ -284,10 +291,7 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
         if s["id"] in offered_by_step
         for e in _step_entries(definition_steps, s["step_name"], offered_by_step[s["id"]])
     ]
-    workflows = {}
-    if entries:
-        async with rt.pool.acquire() as conn:
-            workflows = await stored_workflows(conn, rt, workspace_id, entries)
+    workflows = await stored_workflows(rt, workspace_id, entries) if entries else {}
     mcp = await llm_mcp.offered_by_run(rt, run_id, run["definition_id"]) if offered_by_step else {}
     fanouts = {}
     if any(s["step_type"] == "map" for s in steps):
@@ -332,41 +336,48 @@ async def run_view(rt: Runtime, workspace_id: str, run_id: str) -> RunView | Non
 
 
 async def run_status(rt: Runtime, workspace_id: str, run_id: str) -> str | None:
-    return await pages.run_status(rt.pool, workspace_id, run_id)
+    return await run_reads.status(rt.pool, workspace_id, run_id)
 
 
-async def events_after(rt: Runtime, run_id: str, after: int) -> list[asyncpg.Record]:
-    return await pages.events_after(rt.pool, run_id, after)
+async def events_after(rt: Runtime, run_id: str, after: int) -> list[EventRow]:
+    return await event_reads.after(rt.pool, run_id, after, limit=500)
 
 
-async def approvals(rt: Runtime, workspace_id: str) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
+async def approvals(rt: Runtime, workspace_id: str) -> tuple[list[ApprovalWithRun], list[ApprovalWithRun]]:
     """Pending requests (oldest first, the order to work through them) and the 10 latest decided."""
-    return await pages.approvals(rt.pool, workspace_id)
+    return await approval_reads.to_work_through(rt.pool, workspace_id)
 
 
 async def pending_approval_count(rt: Runtime, workspace_id: str) -> int:
-    return await pages.pending_approval_count(rt.pool, workspace_id)
+    return await approval_reads.pending_count(rt.pool, workspace_id)
 
 
 async def approval_run_id(rt: Runtime, workspace_id: str, approval_id: str) -> str | None:
-    return await pages.approval_run_id(rt.pool, workspace_id, approval_id)
+    return await approval_reads.run_of(rt.pool, workspace_id, approval_id)
 
 
-async def mcp_servers(rt: Runtime, workspace_id: str) -> tuple[list[asyncpg.Record], list[asyncpg.Record]]:
+async def mcp_servers(rt: Runtime, workspace_id: str) -> tuple[list[DbRow], list[DbRow]]:
     """The workers' own MCP servers with their health, and the workspace's registered ones."""
     return await db_mcp.worker_servers(rt.pool), await db_mcp.registrations(rt.pool, workspace_id)
 
 
-async def definitions(rt: Runtime, workspace_id: str) -> list[asyncpg.Record]:
+async def definitions(rt: Runtime, workspace_id: str) -> list[DefinitionSummary]:
     """The workspace's definitions, without the versions forks and replays derived."""
-    return await pages.definitions(rt.pool, workspace_id)
+    return await definition_reads.summaries(rt.pool, workspace_id)
+
+
+LATEST_RUNS = 10  # of a definition, on its page
 
 
 async def derived_definition_count(rt: Runtime, workspace_id: str) -> int:
-    return await pages.derived_definition_count(rt.pool, workspace_id)
+    return await definition_reads.derived_count(rt.pool, workspace_id)
 
 
 async def definition(
     rt: Runtime, workspace_id: str, definition_id: str
-) -> tuple[asyncpg.Record, list[asyncpg.Record]] | None:
-    return await pages.definition(rt.pool, workspace_id, definition_id)
+) -> tuple[DefinitionRow, list[RunSummary]] | None:
+    """A definition of the workspace and its latest runs."""
+    row = await definition_reads.get(rt.pool, workspace_id, definition_id)
+    if row is None:
+        return None
+    return row, await run_reads.of_definition(rt.pool, workspace_id, definition_id, LATEST_RUNS)

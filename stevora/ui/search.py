@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from urllib.parse import urlencode
 
-from stevora.db.pages import RunFilters
+from stevora.db.reads.runs import RunFilters
 from stevora.ui.queries import RUN_STATUSES
 
 FILTER_KEYS = ("q", "status", "definition", "from", "to")

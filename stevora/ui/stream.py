@@ -20,8 +20,7 @@ from stevora.statuses import TERMINAL_RUN_STATUSES, values
 from stevora.ui import queries
 
 if TYPE_CHECKING:
-    import asyncpg
-
+    from stevora.db.reads.events import EventRow
     from stevora.runtime import Runtime
 
 POLL_S = 0.3
@@ -31,7 +30,7 @@ HEARTBEAT_S = 15.0
 EVENT_TYPES = values(EventType)
 
 
-def event_json(run_id: str, row: asyncpg.Record) -> dict[str, Any]:
+def event_json(run_id: str, row: EventRow) -> dict[str, Any]:
     return {
         "id": row["id"],
         "workflowRunId": run_id,

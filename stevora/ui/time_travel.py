@@ -19,7 +19,8 @@ from fastapi import APIRouter, Request
 from fastapi.responses import RedirectResponse, Response
 
 from stevora.db import forks as db_forks
-from stevora.db import pages
+from stevora.db.reads import definitions as definition_reads
+from stevora.db.reads import runs as run_reads
 from stevora.engine import fork as forking
 from stevora.engine.run_diff import CallRow, Row, TraceRow, align
 from stevora.errors import NotFoundError, ValidationError
@@ -30,15 +31,15 @@ from stevora.ui.forms import checked_form
 from stevora.ui.queries import call_arguments
 
 if TYPE_CHECKING:
-    import asyncpg
-
+    from stevora.db.reads.rows import DbRow
+    from stevora.db.reads.runs import RunSummary
     from stevora.runtime import Runtime
 
 Render = Callable[[Request, UiUser | None, str, dict[str, Any], int], Awaitable[Response]]
 RESULT_FIELD = "result."  # + tool call id: the form field of a replaced result
 
 
-async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
+async def run_page_context(rt: Runtime, run: DbRow) -> dict[str, Any]:
     """`forks`: the runs forked or replayed from this one (its origin is on the run row)."""
     return {"forks": await db_forks.list_forks(rt.pool, run["id"])}
 
@@ -193,7 +194,7 @@ async def fork_page(
     step = next((s for s in spec.steps if s.name == plan.point.step_name), None)
     versions = [
         d["version"]
-        for d in await pages.definition_choices(rt.pool, workspace_id)
+        for d in await definition_reads.choices(rt.pool, workspace_id)
         if d["name"] == spec.name and d["version"] != spec.version
     ]
     return {
@@ -213,9 +214,7 @@ async def fork_page(
     }
 
 
-async def create_from_form(
-    rt: Runtime, workspace_id: str, run_id: str, form: dict[str, str]
-) -> asyncpg.Record:
+async def create_from_form(rt: Runtime, workspace_id: str, run_id: str, form: dict[str, str]) -> DbRow:
     """Plan and create the fork the form describes (one transaction); ValidationError naming the
     field otherwise, nothing stored."""
     at = at_value(form.get("at", ""), form.get("visit"))
@@ -224,8 +223,8 @@ async def create_from_form(
     plan = await forking.plan_fork(rt, workspace_id, run_id, at, edits)
     definition_id = await forking.fork_definition_id(rt, plan)
     key = form.get("key", "").strip()[:200] or None
-    run, _ = await forking.create_fork(rt, plan, definition_id, key)
-    return run
+    created: DbRow = (await forking.create_fork(rt, plan, definition_id, key))[0]
+    return created
 
 
 def _where(step: str | None, rnd: int | None) -> str:
@@ -237,8 +236,8 @@ def _where(step: str | None, rnd: int | None) -> str:
 
 @dataclass(frozen=True, slots=True)
 class DiffView:
-    a: asyncpg.Record
-    b: asyncpg.Record
+    a: RunSummary
+    b: RunSummary
     rows: list[Row]
     inherited: set[str]  # model calls copied from an origin (not executed by their run)
 
@@ -263,7 +262,7 @@ async def diff_view(rt: Runtime, workspace_id: str, a: str, b: str) -> DiffView:
     """Both runs' model calls aligned (engine.run_diff, as `stevora runs diff A B`)."""
     found = []
     for field, run_id in (("a", a), ("b", b)):
-        trace = await pages.run_trace(rt.pool, workspace_id, run_id)
+        trace = await run_reads.run_trace(rt.pool, workspace_id, run_id)
         if trace is None:
             raise ValidationError.at(field, f"no run {run_id!r} in this workspace")
         found.append(trace)

@@ -10,31 +10,30 @@ from typing import TYPE_CHECKING, Any
 from fastapi.responses import RedirectResponse, Response
 
 from stevora.db import awaited as db_awaited
-from stevora.db import pages
+from stevora.db.reads import approvals as approval_reads
 from stevora.engine.steps.awaited.client import ToolOutput, submit_tool_outputs
 from stevora.errors import StevoraError
 from stevora.statuses import AwaitedKind, RunStatus
 from stevora.ui import auth
 
 if TYPE_CHECKING:
-    import asyncpg
-
+    from stevora.db.reads.rows import DbRow
     from stevora.runtime import Runtime
 
 
-async def run_page_context(rt: Runtime, run: asyncpg.Record) -> dict[str, Any]:
+async def run_page_context(rt: Runtime, run: DbRow) -> dict[str, Any]:
     """`pending_calls` (client calls the run waits for, in the model's order), `child_runs`
     (`"<llm call id>:<index>"` → the child run answering that workflow-tool call),
     `client_call_ids` (every call answered, or to be answered, by the client) and
     `call_approvals` (tool-call id → the pending approval request gating that call) and
     `run_approvals` (every pending approval of a WAITING run, for the call to action at the top)."""
-    pending: list[asyncpg.Record] = []
+    pending: list[DbRow] = []
     if run["status"] == RunStatus.WAITING:
         pending = await db_awaited.pending_client_calls(rt.pool, [run["id"]])
     awaited = await db_awaited.for_run_page(rt.pool, run["id"])
-    gated = await pages.pending_call_approvals(rt.pool, run["id"])
+    gated = await approval_reads.gating_calls(rt.pool, run["id"])
     waiting_for_people = (
-        await pages.pending_run_approvals(rt.pool, run["id"]) if run["status"] == RunStatus.WAITING else []
+        await approval_reads.pending_of_run(rt.pool, run["id"]) if run["status"] == RunStatus.WAITING else []
     )
     return {
         "awaited_calls": awaited,

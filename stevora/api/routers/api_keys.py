@@ -11,17 +11,16 @@ from __future__ import annotations
 
 from typing import Annotated
 
+import asyncpg
 from fastapi import APIRouter, Depends, Path, Request
-from sqlalchemy.ext.asyncio import AsyncConnection
 from starlette.responses import Response
 
 from stevora.api.auth import MISSING_KEY, admin_token_accepted, hash_key, new_api_key
-from stevora.api.db import fetch_all, write_one
 from stevora.api.deps import Auth, Ctx, admin_token_header, api_key_header
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.workspaces import ApiKeyCreate, ApiKeyCreated, ApiKeyOut
-from stevora.db import resources
+from stevora.db.reads import keys as key_reads
 from stevora.errors import AuthError, NotFoundError, ValidationError
 from stevora.throttle.failed_auth import client_address
 
@@ -62,28 +61,24 @@ async def create_api_key(
         workspace_id, bootstrap = body.workspace_id, admin_token is None
     await ctx.limiter.hit(ctx.rt, workspace_id)
     raw = new_api_key()
-    async with ctx.rt.engine.begin() as conn:
+    async with ctx.rt.pool.acquire() as conn, conn.transaction():
         await _lock_workspace(conn, workspace_id, bootstrap=bootstrap)
-        insert = resources.insert_api_key(workspace_id, body.name, hash_key(raw), raw[:8])
-        row = (await conn.execute(insert)).mappings().one()
+        row = await key_reads.insert(conn, workspace_id, body.name, hash_key(raw), raw[:8])
     return ok(ApiKeyCreated.model_validate({**row, "key": raw}), 201)
 
 
-async def _lock_workspace(conn: AsyncConnection, workspace_id: str, *, bootstrap: bool) -> None:
+async def _lock_workspace(conn: asyncpg.Connection, workspace_id: str, *, bootstrap: bool) -> None:
     """The workspace must exist; for a bootstrap it must have no key yet. The row lock makes two
     concurrent bootstrap requests take turns, so only one of them can be first."""
-    found = (await conn.execute(resources.lock_workspace(workspace_id))).first()
-    if found is None:
+    if not await key_reads.lock_workspace(conn, workspace_id):
         raise NotFoundError("Workspace not found", details={"workspaceId": workspace_id})
-    if bootstrap:
-        has_key = (await conn.execute(resources.api_key_count(workspace_id))).scalar()
-        if has_key:
-            raise AuthError(MISSING_KEY)
+    if bootstrap and await key_reads.has_key(conn, workspace_id):
+        raise AuthError(MISSING_KEY)
 
 
 @router.get("", response_model=Envelope[list[ApiKeyOut]], summary="List the workspace's API keys")
 async def list_api_keys(auth: Auth, ctx: Ctx) -> Response:
-    rows = await fetch_all(ctx.rt, resources.api_keys(auth.workspace_id))
+    rows = await key_reads.of_workspace(ctx.rt.pool, auth.workspace_id)
     return ok([ApiKeyOut.model_validate(r) for r in rows])
 
 
@@ -93,7 +88,7 @@ async def list_api_keys(auth: Auth, ctx: Ctx) -> Response:
 async def revoke_api_key(key_id: KeyId, auth: Auth, ctx: Ctx) -> Response:
     """Sets `revokedAt` (idempotent: revoking again keeps the first time). The key stops working
     at once in this process and within 5 s in others."""
-    row = await write_one(ctx.rt, resources.revoke_api_key(auth.workspace_id, key_id))
+    row = await key_reads.revoke(ctx.rt.pool, auth.workspace_id, key_id)
     if row is None:
         raise NotFoundError("API key not found", details={"apiKeyId": key_id})
     ctx.keys.forget(key_id)

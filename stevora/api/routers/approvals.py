@@ -12,12 +12,11 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all, fetch_one
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
 from stevora.api.schemas.approvals import ApprovalOut, DecisionIn
 from stevora.api.schemas.envelope import Envelope, ok
-from stevora.db import resources
+from stevora.db.reads import approvals as approval_reads
 from stevora.engine.steps.approval import decide_approval
 from stevora.errors import NotFoundError
 
@@ -34,13 +33,13 @@ async def list_approvals(
     ] = None,
     limit: Annotated[int, Query(ge=1, le=1000, description="At most this many, newest first.")] = 100,
 ) -> Response:
-    stmt = resources.approvals(auth.workspace_id, pending, limit)
-    return ok([ApprovalOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
+    rows = await approval_reads.listed(ctx.rt.pool, auth.workspace_id, pending, limit)
+    return ok([ApprovalOut.model_validate(r) for r in rows])
 
 
 @router.get("/{approval_id}", response_model=Envelope[ApprovalOut], responses=errors(404), summary="Get one")
 async def get_approval(approval_id: ApprovalId, auth: Auth, ctx: Ctx) -> Response:
-    row = await fetch_one(ctx.rt, resources.approval(auth.workspace_id, approval_id))
+    row = await approval_reads.get(ctx.rt.pool, auth.workspace_id, approval_id)
     if row is None:
         raise NotFoundError("Approval request not found", details={"approvalRequestId": approval_id})
     return ok(ApprovalOut.model_validate(row))

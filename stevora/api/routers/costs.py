@@ -12,13 +12,12 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all, fetch_value
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
 from stevora.api.routers.runs import load_run
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.traces import CostCallOut, CostSummaryOut, ModelCostOut, RunCostOut
-from stevora.db import resources
+from stevora.db.reads import costs as cost_reads
 from stevora.errors import ValidationError
 
 runs_router = APIRouter(prefix="/workflow-runs", tags=["costs"])
@@ -32,7 +31,7 @@ _ISO = {"format": "date-time"}
 )
 async def run_cost(run_id: RunId, auth: Auth, ctx: Ctx) -> Response:
     await load_run(ctx.rt, auth.workspace_id, run_id)
-    calls = [CostCallOut.model_validate(r) for r in await fetch_all(ctx.rt, resources.run_cost_calls(run_id))]
+    calls = [CostCallOut.model_validate(c) for c in await cost_reads.of_run(ctx.rt.pool, run_id)]
     cost = RunCostOut(
         workflow_run_id=run_id,
         total_cost_usd=round(sum(c.cost_usd for c in calls), 10),
@@ -77,11 +76,8 @@ async def cost_summary(
     A fork's inherited calls are its origin's (counted once, there); replays are left out unless
     `includeReplays=true` (docs/time-travel.md)."""
     start, end = parse_instant(from_, "from"), parse_instant(to, "to")
-    rows = await fetch_all(ctx.rt, resources.cost_by_model(auth.workspace_id, start, end, include_replays))
-    run_count = (
-        await fetch_value(ctx.rt, resources.cost_run_count(auth.workspace_id, start, end, include_replays))
-        or 0
-    )
+    rows = await cost_reads.by_model(ctx.rt.pool, auth.workspace_id, start, end, include_replays)
+    run_count = await cost_reads.run_count(ctx.rt.pool, auth.workspace_id, start, end, include_replays)
     by_model = [ModelCostOut.model_validate(r) for r in rows]
     summary = CostSummaryOut.model_validate(
         {

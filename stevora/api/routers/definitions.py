@@ -5,17 +5,16 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query
-from sqlalchemy import RowMapping
 from starlette.responses import Response
 
-from stevora.api.db import fetch_one, fetch_page, write_one
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import definition_body, errors
 from stevora.api.schemas.definitions import DefinitionOut
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
 from stevora.db import mcp as db_mcp
-from stevora.db import resources
 from stevora.db.definitions import find_version
+from stevora.db.reads import definitions as definition_reads
+from stevora.db.reads.definitions import DefinitionRow
 from stevora.definitions import (
     MapStep,
     McpToolsDef,
@@ -55,13 +54,14 @@ async def create_definition(auth: Auth, ctx: Ctx, body: Annotated[dict[str, Any]
 
 async def store_definition(
     rt: Runtime, workspace_id: str, spec: WorkflowDefinitionSpec
-) -> tuple[RowMapping, bool]:
+) -> tuple[DefinitionRow, bool]:
     """Insert a validated definition; `(row, True)`, or `(the stored row, False)` when its
     `(name, version)` exists already (the unique index decides, race-safe)."""
     await check_workflow_tools(rt, workspace_id, spec)
     await check_mcp_servers(rt, workspace_id, spec)
     dump = spec.model_dump(by_alias=True, exclude_none=True, mode="json")
-    stmt = resources.insert_definition(
+    row = await definition_reads.insert(
+        rt.pool,
         workspace_id,
         {
             "name": spec.name,
@@ -75,11 +75,10 @@ async def store_definition(
             "priority": spec.priority,
         },
     )
-    row = await write_one(rt, stmt)
     if row is not None:
         await triggers.sync(rt, workspace_id, row["id"], spec)  # its schedule and event triggers
         return row, True
-    existing = await fetch_one(rt, resources.definition_version(workspace_id, spec.name, spec.version))
+    existing = await definition_reads.version(rt.pool, workspace_id, spec.name, spec.version)
     if existing is None:  # cannot happen (definitions are not deleted); never answer with nothing
         raise ConflictError(f"Workflow definition '{spec.name}' version '{spec.version}' already exists")
     return existing, False
@@ -143,16 +142,12 @@ async def list_definitions(
     name: Annotated[str | None, Query(max_length=200, description="Only definitions with this name.")] = None,
 ) -> Response:
     """Newest first."""
-    where, order = resources.definitions_where(auth.workspace_id, name)
-    rows, total = await fetch_page(
-        ctx.rt,
-        resources.DEFINITIONS,
-        where,
-        order,
-        paging.offset,
-        paging.page_size,
-        columns=resources.DEFINITION_COLUMNS,
-    )
+    total = await definition_reads.count(ctx.rt.pool, auth.workspace_id, name)
+    rows = []
+    if paging.offset < total:  # the page query is skipped past the end
+        rows = await definition_reads.page(
+            ctx.rt.pool, auth.workspace_id, name, offset=paging.offset, limit=paging.page_size
+        )
     data = [DefinitionOut.model_validate(r) for r in rows]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
@@ -164,7 +159,7 @@ async def list_definitions(
     summary="Get a definition",
 )
 async def get_definition(definition_id: DefinitionId, auth: Auth, ctx: Ctx) -> Response:
-    row = await fetch_one(ctx.rt, resources.definition(auth.workspace_id, definition_id))
+    row = await definition_reads.get(ctx.rt.pool, auth.workspace_id, definition_id)
     if row is None:
         raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
     return ok(DefinitionOut.model_validate(row))

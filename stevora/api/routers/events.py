@@ -14,12 +14,12 @@ from typing import Annotated
 from fastapi import APIRouter, Header, Path, Query
 from starlette.responses import Response, StreamingResponse
 
-from stevora.api.db import fetch_all, fetch_one
 from stevora.api.deps import ApiContext, Auth, Ctx, Paging
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Page, page
 from stevora.api.schemas.runs import EventOut
-from stevora.db import resources
+from stevora.db.reads import events as event_reads
+from stevora.db.reads import runs as run_reads
 from stevora.errors import NotFoundError, ValidationError
 from stevora.live import delta_sse, deltas_for, drain
 from stevora.runtime import Runtime
@@ -33,16 +33,15 @@ MAX_SEQUENCE = 2**31 - 1  # workflow_events.sequence is an integer column
 
 async def _run_progress(rt: Runtime, workspace_id: str, run_id: str) -> tuple[str, int]:
     """(status, last event sequence) of the caller's run, or NotFoundError."""
-    row = await fetch_one(rt, resources.run_progress(workspace_id, run_id))
-    if row is None:
+    found = await run_reads.progress(rt.pool, workspace_id, run_id)
+    if found is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
-    return row["status"], row["event_seq"]
+    return found
 
 
 async def events_between(rt: Runtime, run_id: str, after: int, until: int) -> list[EventOut]:
     """Events with `after < sequence <= until`, in order."""
-    stmt = resources.events_between(run_id, after, until)
-    return [EventOut.model_validate(r) for r in await fetch_all(rt, stmt)]
+    return [EventOut.model_validate(r) for r in await event_reads.after(rt.pool, run_id, after, until=until)]
 
 
 @router.get(

@@ -10,10 +10,8 @@ from collections.abc import Mapping, Sequence
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Body, Path, Query, Request
-from sqlalchemy import RowMapping
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all, fetch_one, fetch_page
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import errors
 from stevora.api.request_wait import RequestedWait, applied, settle
@@ -31,7 +29,10 @@ from stevora.api.schemas.runs import (
 )
 from stevora.db import awaited as db_awaited
 from stevora.db import budgets as db_budgets
-from stevora.db import concurrency, map_items, resources
+from stevora.db import concurrency, map_items
+from stevora.db.reads import definitions as definition_reads
+from stevora.db.reads import runs as run_reads
+from stevora.db.reads.runs import RunFilters, RunRow
 from stevora.definitions import Budget, parse_definition
 from stevora.engine import commands, limits
 from stevora.engine.budget import update_budget
@@ -53,9 +54,9 @@ _NEW_RUN_DEFAULTS = {
 ADHOC_NAME = "adhoc"
 
 
-async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> RowMapping:
+async def load_run(rt: Runtime, workspace_id: str, run_id: str) -> RunRow:
     """The run as stored, or `NotFoundError` (also for another workspace's run)."""
-    row = await fetch_one(rt, resources.run(workspace_id, run_id))
+    row = await run_reads.get(rt.pool, workspace_id, run_id)
     if row is None:
         raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
     return row
@@ -176,7 +177,7 @@ async def adhoc_definition(rt: Runtime, workspace_id: str, body: dict[str, Any])
 
 
 def _list_item(row: Mapping[str, Any]) -> RunListItemOut:
-    omitted = [name for name in resources.RUN_LIST_LARGE if row[f"{name}_omitted"]]
+    omitted = [name for name in run_reads.LARGE_COLUMNS if row[f"{name}_omitted"]]
     definition = {"name": row["definition_name"], "version": row["definition_version"]}
     return RunListItemOut.model_validate(
         {**row, "omitted_fields": omitted, "definition": definition if row["definition_name"] else None}
@@ -209,18 +210,23 @@ async def list_runs(
     """Newest first. Items leave out an `input`, `state` or `output` whose JSON is over its share of
     `STEVORA_MAX_LIST_PAGE_BYTES` (a third of the page's bytes per item): it is `null` and named in
     `omittedFields`."""
-    where, order = resources.runs_where(
-        auth.workspace_id, status, definition_id, parent_run_id, definition_name
+    filters = RunFilters(
+        status=status,
+        definition_id=definition_id,
+        parent_run_id=parent_run_id,
+        definition_name=definition_name,
     )
-    rows, total = await fetch_page(
-        ctx.rt,
-        resources.RUNS,
-        where,
-        order,
-        paging.offset,
-        paging.page_size,
-        columns=resources.run_list_columns(ctx.settings.max_list_page_bytes, paging.page_size),
-    )
+    total = await run_reads.count(ctx.rt.pool, auth.workspace_id, filters)
+    rows = []
+    if paging.offset < total:  # the page query is skipped past the end
+        rows = await run_reads.page(
+            ctx.rt.pool,
+            auth.workspace_id,
+            filters,
+            offset=paging.offset,
+            limit=paging.page_size,
+            page_bytes=ctx.settings.max_list_page_bytes,
+        )
     data = [_list_item(r) for r in await with_required_action(ctx.rt, rows)]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)
 
@@ -242,9 +248,9 @@ async def get_run(run_id: RunId, auth: Auth, ctx: Ctx, request: Request, wait: R
 async def run_detail(rt: Runtime, workspace_id: str, run_id: str) -> RunDetailOut:
     """The run as `GET /workflow-runs/{id}` returns it: with its step runs and `requiredAction`."""
     (run,) = await with_required_action(rt, [await load_run(rt, workspace_id, run_id)])
-    steps = await fetch_all(rt, resources.step_runs(run_id))
+    steps = await run_reads.steps(rt.pool, run_id)
     fanouts = {m["step_run_id"]: m for m in await map_items.maps_of_run(rt.pool, run_id)}
-    definition = await fetch_one(rt, resources.definition_ref(run["definition_id"]))
+    definition = await definition_reads.ref(rt.pool, run["definition_id"])
     assert definition is not None  # a foreign key guarantees it
     used = await db_budgets.usage(rt.pool, run_id) if run["budget"] is not None else None
     queued = run["queued_at"] is not None and run["status"] in (RunStatus.PENDING, RunStatus.WAITING)

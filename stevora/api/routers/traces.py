@@ -8,13 +8,12 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all
 from stevora.api.deps import Auth, Ctx
 from stevora.api.openapi import errors
 from stevora.api.routers.runs import load_run
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.traces import LlmCallOut, ToolTraceOut
-from stevora.db import resources
+from stevora.db.reads import traces as trace_reads
 from stevora.engine.steps import llm_mcp
 
 router = APIRouter(prefix="/workflow-runs", tags=["traces"])
@@ -33,8 +32,8 @@ StepName = Annotated[
 async def list_llm_calls(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepName = None) -> Response:
     """Completed and failed calls (failed ones include fallback attempts), oldest first."""
     await load_run(ctx.rt, auth.workspace_id, run_id)
-    stmt = resources.llm_calls(run_id, step_name)
-    return ok([LlmCallOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
+    calls = await trace_reads.calls(ctx.rt.pool, run_id, step_name)
+    return ok([LlmCallOut.model_validate(c) for c in calls])
 
 
 @router.get(
@@ -46,9 +45,9 @@ async def list_llm_calls(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepNam
 async def list_tool_traces(run_id: RunId, auth: Auth, ctx: Ctx, step_name: StepName = None) -> Response:
     """One record per executed tool call, in execution order (round, then position in the round)."""
     run = await load_run(ctx.rt, auth.workspace_id, run_id)
-    stmt = resources.tool_traces(run_id, step_name)
+    traces = await trace_reads.tool_traces(ctx.rt.pool, run_id, step_name)
     mcp = await llm_mcp.offered_by_run(ctx.rt, run_id, run["definition_id"])
-    return ok([_trace_out(r, mcp) for r in await fetch_all(ctx.rt, stmt)])
+    return ok([_trace_out(t, mcp) for t in traces])
 
 
 def _trace_out(row: Any, mcp: dict[str, llm_mcp.McpTool]) -> ToolTraceOut:

@@ -11,7 +11,6 @@ from typing import Annotated
 from fastapi import APIRouter, Path, Query
 from starlette.responses import Response
 
-from stevora.api.db import fetch_all, fetch_one, fetch_page, write_one
 from stevora.api.deps import Auth, Ctx, Paging
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
@@ -22,7 +21,7 @@ from stevora.api.schemas.webhooks import (
     WebhookCreated,
     WebhookOut,
 )
-from stevora.db import resources, webhook_endpoints
+from stevora.db.reads import webhooks as webhook_reads
 from stevora.errors import ConflictError, NotFoundError, ValidationError
 from stevora.ids import random_token
 from stevora.webhooks.address import BlockedUrl, UnresolvedHost, check_webhook_url
@@ -50,8 +49,9 @@ async def create_webhook(body: WebhookCreate, auth: Auth, ctx: Ctx) -> Response:
     except UnresolvedHost:
         pass  # accepted: delivery resolves again (and refuses a private answer then)
     limit = ctx.settings.webhooks_per_workspace
-    row, count = await webhook_endpoints.insert_within_limit(
-        ctx.rt.pool, auth.workspace_id, body.url, list(body.events), SECRET_PREFIX + random_token(32), limit
+    secret = SECRET_PREFIX + random_token(32)
+    row, count = await webhook_reads.insert_within_limit(
+        ctx.rt.pool, auth.workspace_id, body.url, list(body.events), secret, limit
     )
     if row is None:
         raise ConflictError(
@@ -59,19 +59,19 @@ async def create_webhook(body: WebhookCreate, auth: Auth, ctx: Ctx) -> Response:
             "delete one or subscribe an existing one to more events",
             details={"limit": limit, "webhooks": count},
         )
-    return ok(WebhookCreated.model_validate(dict(row)), 201)
+    return ok(WebhookCreated.model_validate(row), 201)
 
 
 @router.get("", response_model=Envelope[list[WebhookOut]], summary="List webhooks")
 async def list_webhooks(auth: Auth, ctx: Ctx) -> Response:
-    stmt = resources.webhooks(auth.workspace_id)
-    return ok([WebhookOut.model_validate(r) for r in await fetch_all(ctx.rt, stmt)])
+    rows = await webhook_reads.of_workspace(ctx.rt.pool, auth.workspace_id)
+    return ok([WebhookOut.model_validate(r) for r in rows])
 
 
 @router.delete("/{webhook_id}", response_model=Envelope[WebhookOut], responses=errors(404), summary="Delete")
 async def delete_webhook(webhook_id: WebhookId, auth: Auth, ctx: Ctx) -> Response:
     """Deletes the webhook and its delivery log; pending deliveries are not sent."""
-    row = await write_one(ctx.rt, resources.delete_webhook(auth.workspace_id, webhook_id))
+    row = await webhook_reads.delete(ctx.rt.pool, auth.workspace_id, webhook_id)
     if row is None:
         raise NotFoundError("Webhook not found", details={"webhookId": webhook_id})
     return ok(WebhookOut.model_validate(row))
@@ -91,12 +91,13 @@ async def list_deliveries(
     status: Annotated[DeliveryStatus | None, Query(description="Only deliveries in this status.")] = None,
 ) -> Response:
     """Newest first; each with its `attemptLog` ({attempt, at, statusCode, error, durationMs})."""
-    found = await fetch_one(ctx.rt, resources.webhook_id(auth.workspace_id, webhook_id))
-    if found is None:
+    if not await webhook_reads.exists(ctx.rt.pool, auth.workspace_id, webhook_id):
         raise NotFoundError("Webhook not found", details={"webhookId": webhook_id})
-    where, order = resources.deliveries_where(webhook_id, status)
-    rows, total = await fetch_page(
-        ctx.rt, resources.DELIVERIES, where, order, paging.offset, paging.page_size
-    )
+    total = await webhook_reads.delivery_count(ctx.rt.pool, webhook_id, status)
+    rows = []
+    if paging.offset < total:  # the page query is skipped past the end
+        rows = await webhook_reads.deliveries(
+            ctx.rt.pool, webhook_id, status, offset=paging.offset, limit=paging.page_size
+        )
     data = [DeliveryOut.model_validate(r) for r in rows]
     return page(data, page=paging.page, page_size=paging.page_size, total=total)

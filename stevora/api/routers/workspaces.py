@@ -8,12 +8,11 @@ from fastapi import APIRouter, Depends, Request
 from starlette.responses import Response
 
 from stevora.api.auth import require_admin_if_configured
-from stevora.api.db import fetch_one, write_one
 from stevora.api.deps import Auth, Ctx, admin_token_header
 from stevora.api.openapi import errors
 from stevora.api.schemas.envelope import Envelope, ok
 from stevora.api.schemas.workspaces import WorkspaceCreate, WorkspaceOut
-from stevora.db import resources
+from stevora.db.reads import keys as key_reads
 from stevora.errors import ConflictError, NotFoundError
 from stevora.throttle.failed_auth import client_address
 
@@ -37,7 +36,7 @@ async def create_workspace(
     require_admin_if_configured(
         ctx.settings.admin_token, admin_token, ctx.keys.failures, client_address(request)
     )
-    row = await write_one(ctx.rt, resources.insert_workspace(body.name, body.slug))
+    row = await key_reads.insert_workspace(ctx.rt.pool, body.name, body.slug)
     if row is None:
         raise ConflictError(
             f"A workspace with slug '{body.slug}' already exists", details={"slug": body.slug}
@@ -49,7 +48,7 @@ async def create_workspace(
     "/current", response_model=Envelope[WorkspaceOut], responses=errors(404), summary="The key's workspace"
 )
 async def current_workspace(auth: Auth, ctx: Ctx) -> Response:
-    row = await fetch_one(ctx.rt, resources.workspace(auth.workspace_id))
+    row = await key_reads.workspace(ctx.rt.pool, auth.workspace_id)
     if row is None:  # deleted under a cached key
         raise NotFoundError("Workspace not found")
     return ok(WorkspaceOut.model_validate(row))

@@ -23,6 +23,7 @@ from stevora.db import approvals, runs
 from stevora.db import awaited as db_awaited
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.outbox import enqueue_webhooks
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.definitions import ApprovalStep, LlmToolDef
 from stevora.engine import limits
@@ -200,7 +201,7 @@ async def decide_approval(
     decision: Decision,
     edited_content: Any = None,
     decided_by: str | None = None,
-) -> asyncpg.Record:
+) -> DbRow:
     """approved → step completes; edited → `editedContent` replaces state[contentKey] and the step
     completes; rejected → the step fails with APPROVAL_REJECTED (not retried) and so does the run.
 
@@ -216,7 +217,7 @@ async def decide_approval(
     if edited_content is not None:
         limits.check_value(rt.settings, edited_content, "editedContent")
     async with rt.pool.acquire() as conn, conn.transaction():
-        approval = await approvals.decide(
+        approval: DbRow | None = await approvals.decide(
             conn, workspace_id, approval_id, decided, edited_content, decided_by
         )
         if approval is None:
@@ -248,7 +249,7 @@ async def decide_approval(
 async def _decide_step(
     conn: asyncpg.Connection,
     workspace_id: str,
-    approval: asyncpg.Record,
+    approval: DbRow,
     decision: ApprovalDecision,
     edited_content: Any,
     decided_by: str | None,
@@ -318,7 +319,7 @@ async def _decide_step(
 async def _decide_tool_call(
     conn: asyncpg.Connection,
     workspace_id: str,
-    approval: asyncpg.Record,
+    approval: DbRow,
     decision: ApprovalDecision,
     edited_content: Any,
     decided_by: str | None,
@@ -374,7 +375,7 @@ async def _decide_tool_call(
     return resumed
 
 
-def _check_edited_arguments(call: asyncpg.Record, edited: Any) -> None:
+def _check_edited_arguments(call: DbRow, edited: Any) -> None:
     if not isinstance(edited, dict):
         raise ValidationError.from_problems(
             [{"path": "editedContent", "message": "Edited tool arguments must be a JSON object"}]

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import asyncpg
 
 from stevora.clock import iso
+from stevora.db.reads.rows import DbRow
 from stevora.events import Event
 from stevora.tasks import StepResult
 
@@ -50,8 +51,8 @@ class WaitContext:
 
     conn: asyncpg.Connection
     rt: Runtime
-    run: asyncpg.Record
-    step_run: asyncpg.Record
+    run: DbRow
+    step_run: DbRow
     step: Any  # the step's definition model
     owner: str  # the driver's lease
 

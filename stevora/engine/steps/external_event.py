@@ -16,6 +16,7 @@ import asyncpg
 
 from stevora.clock import utcnow
 from stevora.db import runs
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.definitions import ExternalEventStep
 from stevora.engine import limits
@@ -47,12 +48,12 @@ class ExternalEventStepType(StepType):
 async def deliver_signal(
     conn: asyncpg.Connection,
     settings: Settings,
-    run: asyncpg.Record,
+    run: DbRow,
     signal_type: str,
     payload: dict[str, Any] | None,
     *,
     output: dict[str, Any] | None = None,
-) -> asyncpg.Record:
+) -> DbRow:
     """Complete the run's waiting `external_event` step with the signal (payload merged into
     state), in the caller's transaction; returns the run row. The caller dispatches after commit.
     An event answering the step (`stevora.triggers.waits`) passes its data as `output` too."""
@@ -86,7 +87,7 @@ async def deliver_signal(
         },
         now_columns=["completed_at"],
     )
-    row = await runs.update_run(
+    row: DbRow = await runs.update_run(
         conn,
         run["id"],
         expect=[RunStatus.WAITING],

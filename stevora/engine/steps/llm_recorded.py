@@ -21,6 +21,7 @@ import asyncpg
 
 from stevora.db import forks as db_forks
 from stevora.db.checkpoints import replay_result_text
+from stevora.db.reads.rows import DbRow
 from stevora.llm.messages import ToolCall
 from stevora.tools import ToolOutcome
 from stevora.tools.invoke import parse_arguments
@@ -38,14 +39,14 @@ class RecordedTools:
     def __init__(
         self,
         origin_id: str,
-        recorded: list[asyncpg.Record],
-        used: list[asyncpg.Record],
+        recorded: list[DbRow],
+        used: list[DbRow],
         *,
         live: bool = False,
     ) -> None:
         self.origin_id = origin_id
         self.live = live  # unmatched calls run live instead of failing
-        self._queues: dict[str, deque[asyncpg.Record]] = defaultdict(deque)
+        self._queues: dict[str, deque[DbRow]] = defaultdict(deque)
         for r in recorded:
             self._queues[canonical(r["tool_name"], r["input_json"])].append(r)
         # This replay's own committed calls (a resumed step): the results they took are taken.

@@ -122,10 +122,10 @@ async def resolve_tools(
         tools.add_handler(registered)
     if servers:
         assert run_id is not None, "MCP tools are pinned per run"
-        for offered in await llm_mcp.resolve(
+        for mcp_tool in await llm_mcp.resolve(
             rt, run_id=run_id, workspace_id=workspace_id, step_name=step.name, entries=servers
         ):
-            tools.add_mcp(offered)
+            tools.add_mcp(mcp_tool)
     if step.global_tools:
         for registered in rt.tools:
             if registered.is_global and registered.name not in tools.offered:

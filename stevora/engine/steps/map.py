@@ -38,6 +38,7 @@ from stevora.db import definitions as db_definitions
 from stevora.db import map_items as db_map
 from stevora.db import runs
 from stevora.db.map_items import NewMap
+from stevora.db.reads.rows import DbRow
 from stevora.definitions import MapStep
 from stevora.engine import budget as budget_rules
 from stevora.engine import limits
@@ -215,7 +216,7 @@ class MapStepType(StepType):
         return None
 
     async def _complete(
-        self, wait: WaitContext, header: asyncpg.Record, step: MapStep, rows: list[asyncpg.Record]
+        self, wait: WaitContext, header: DbRow, step: MapStep, rows: list[DbRow]
     ) -> StepResult | None:
         """Complete the step with the results, and the run back to RUNNING with them merged into
         its state (what the driver's due path does not do: a due wait has no state updates)."""
@@ -268,7 +269,7 @@ async def _nesting_problem(rt: Runtime, run_id: str, workflow: str) -> StepResul
     return _failed(nesting.code, message, path="workflow")
 
 
-def _carried(rows: list[asyncpg.Record], inputs: list[Any]) -> list[asyncpg.Record]:
+def _carried(rows: list[DbRow], inputs: list[Any]) -> list[DbRow]:
     """Items of a failed map to take over: completed or still running, for the same input."""
 
     def same(a: Any, b: Any) -> bool:
@@ -283,7 +284,7 @@ def _carried(rows: list[asyncpg.Record], inputs: list[Any]) -> list[asyncpg.Reco
     ]
 
 
-def _collected(step: MapStep, rows: list[asyncpg.Record]) -> StepResult:
+def _collected(step: MapStep, rows: list[DbRow]) -> StepResult:
     """The completed step's result: outputs in item order (`fail`), or for `continue` each item's
     `{index, status, output, error, childRunId}`."""
     completed = sum(1 for r in rows if r["status"] == MapItemStatus.COMPLETED)
@@ -304,7 +305,7 @@ def _collected(step: MapStep, rows: list[asyncpg.Record]) -> StepResult:
     return StepResult(output=output, state_updates={step.effective_output_key(): results})
 
 
-def _item_failed(header: asyncpg.Record, item: asyncpg.Record) -> StepResult:
+def _item_failed(header: DbRow, item: DbRow) -> StepResult:
     error = item["error"] or {}
     message = (
         f"Item {item['item_index']} of {header['total']} failed: child run {item['child_run_id']} "
@@ -321,7 +322,7 @@ def _item_failed(header: asyncpg.Record, item: asyncpg.Record) -> StepResult:
     )
 
 
-def _progress(header: asyncpg.Record, *, started: int = 0) -> dict[str, int]:
+def _progress(header: DbRow, *, started: int = 0) -> dict[str, int]:
     return {
         "total": header["total"],
         "done": header["completed"] + header["failed"],
@@ -330,7 +331,7 @@ def _progress(header: asyncpg.Record, *, started: int = 0) -> dict[str, int]:
     }
 
 
-def _started_event(step_run: asyncpg.Record, row: asyncpg.Record, progress: dict[str, int]) -> Event:
+def _started_event(step_run: DbRow, row: DbRow, progress: dict[str, int]) -> Event:
     return Event(
         EventType.MAP_ITEM_STARTED,
         {
@@ -343,7 +344,7 @@ def _started_event(step_run: asyncpg.Record, row: asyncpg.Record, progress: dict
     )
 
 
-async def record_cancelled_with_parent(conn: asyncpg.Connection, child: asyncpg.Record) -> None:
+async def record_cancelled_with_parent(conn: asyncpg.Connection, child: DbRow) -> None:
     """A child run cancelled because its parent is: its item ends `cancelled` (and stops counting
     as running), with no slot filled, since the parent is ending in the same transaction."""
     await db_map.record_child_end(
@@ -355,7 +356,7 @@ async def record_cancelled_with_parent(conn: asyncpg.Connection, child: asyncpg.
     )
 
 
-async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record) -> list[str]:
+async def answer_from_child(conn: asyncpg.Connection, child: DbRow) -> list[str]:
     """Called in the terminal transaction of a run with a parent and no tool call: if it is a map
     item's child run, write the item's result, start the next pending items into the freed slots
     and, when the map is done (or failed fast), make the parent's wait due. Returns the runs to

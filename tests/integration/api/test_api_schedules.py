@@ -148,6 +148,21 @@ async def test_skip_never_starts_a_tick_while_the_previous_run_is_active(
     assert row["ticks_run"] == 1 and row["ticks_skipped"] >= 1
 
 
+async def test_cancel_previous_cancels_the_active_run_and_starts_the_tick(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    await _definition(client, tenant, "slow", SLOW)
+    made = await _schedule(client, tenant, definitionName="slow", intervalS=1, overlap="cancel_previous")
+    await asyncio.sleep(1.05)
+    await schedules.due_pass(harness.rt)
+    (first,) = await _runs_of(harness, made["id"])
+    await asyncio.sleep(1.05)
+    await schedules.due_pass(harness.rt)
+    runs = await _runs_of(harness, made["id"])
+    assert len(runs) == 2 and runs[0]["id"] == first["id"]
+    assert runs[0]["status"] == "CANCELLED" and runs[1]["status"] != "CANCELLED"
+
+
 async def test_buffer_one_runs_one_buffered_tick_when_the_previous_run_ends(
     client: httpx.AsyncClient, tenant: Tenant, harness: Any
 ) -> None:

@@ -14,6 +14,7 @@ from api_helpers import Conforms, DefinitionFactory, Tenant, bootstrap_tenant, m
 
 from stevora.api import create_app
 from stevora.api.request_wait import requested_wait
+from stevora.definitions.llm_step import MAX_TOOL_ROUNDS_CEILING
 from stevora.settings import Settings
 from tests.awaited_tools import LOCATION, WEATHER
 from tests.conftest import Harness
@@ -182,7 +183,7 @@ async def test_an_ad_hoc_run_with_inline_tools_needs_no_stored_definition(
 async def test_an_ad_hoc_definition_is_validated_with_paths_under_definition(
     client: httpx.AsyncClient, tenant: Tenant
 ) -> None:
-    bad = {"definition": {"steps": [{**agent(WEATHER), "maxToolRounds": 99}]}}
+    bad = {"definition": {"steps": [{**agent(WEATHER), "maxToolRounds": MAX_TOOL_ROUNDS_CEILING + 1}]}}
     response = await client.post("/v1/workflow-runs", json=bad, headers=tenant.headers)
     assert response.status_code == 400
     paths = [e["path"] for e in response.json()["error"]["details"]["errors"]]
@@ -267,7 +268,7 @@ async def test_waiting_requests_share_the_pool_without_holding_connections(
 ) -> None:
     """More waiting requests than the pool has connections all answer at their bound."""
     definition_id = await define([timer()])
-    size = harness.rt.engine.pool.size()  # type: ignore[attr-defined]
+    size = harness.rt.pool.get_max_size()
     async with make_client(app) as c:
         other = await bootstrap_tenant(c)
         assert other.workspace_id != tenant.workspace_id

@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from stevora.db.database import is_connection_error
+from stevora.db.transient import is_connection_error
 
 
 @pytest.mark.parametrize(

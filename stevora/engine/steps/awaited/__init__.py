@@ -33,6 +33,7 @@ from stevora.clock import utcnow
 from stevora.db import awaited as db_awaited
 from stevora.db import checkpoints, runs
 from stevora.db.checkpoints import ToolTraceRecord
+from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
 from stevora.engine.steps.tool_calls import row_key, tool_call_event
 from stevora.events import Event, EventType
@@ -43,7 +44,7 @@ from stevora.statuses import AnsweredBy, ResumeReason, RunStatus, StepStatus
 class Answer:
     """What to record for one awaited call."""
 
-    call: asyncpg.Record  # the awaited_tool_calls row
+    call: DbRow  # the awaited_tool_calls row
     ok: bool
     output: Any = None
     error: str | None = None
@@ -59,7 +60,7 @@ def tool_call_view(call: Mapping[str, Any]) -> dict[str, Any]:
 
 async def answer(
     conn: asyncpg.Connection,
-    run: asyncpg.Record,
+    run: DbRow,
     answers: list[Answer],
     *,
     reason: ResumeReason,

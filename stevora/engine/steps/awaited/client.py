@@ -24,6 +24,7 @@ from stevora.db import awaited as db_awaited
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.outbox import enqueue_webhooks
+from stevora.db.reads.rows import DbRow
 from stevora.definitions import LlmStep, LlmToolDef
 from stevora.engine import limits
 from stevora.engine.hints import dispatch_hint
@@ -113,7 +114,7 @@ def expires_first(step: LlmStep, tool: LlmToolDef | None) -> bool:
 
 
 async def expire_overdue(
-    wait: WaitContext, *, expires_run: Callable[[asyncpg.Record], bool] = lambda call: False
+    wait: WaitContext, *, expires_run: Callable[[DbRow], bool] = lambda call: False
 ) -> StepResult | None:
     """The step's wait is due: each client call past its `timeoutMs` fails with TOOL_OUTPUT_TIMEOUT
     (the model gets an error result and the loop goes on, as after a handler timeout). A lapsed
@@ -159,14 +160,14 @@ async def expire_overdue(
     return None
 
 
-def required_action(client_calls: list[asyncpg.Record]) -> dict[str, Any] | None:
+def required_action(client_calls: list[DbRow]) -> dict[str, Any] | None:
     """The run's `requiredAction`: its pending client calls in the model's order, else None."""
     if not client_calls:
         return None
     return {"type": "submit_tool_outputs", "toolCalls": [tool_call_view(c) for c in client_calls]}
 
 
-async def announce_tool_outputs_required(conn: asyncpg.Connection, run: asyncpg.Record) -> None:
+async def announce_tool_outputs_required(conn: asyncpg.Connection, run: DbRow) -> None:
     """`workflow.tool_outputs_required` with every pending client call of the run."""
     pending = await db_awaited.pending_client_calls(conn, [run["id"]])
     if pending:
@@ -195,7 +196,7 @@ class ToolOutput:
         return self.error is None
 
 
-def _same_as_recorded(item: ToolOutput, call: asyncpg.Record) -> bool:
+def _same_as_recorded(item: ToolOutput, call: DbRow) -> bool:
     if call["trace_status"] is None:
         return False
     if item.ok:
@@ -203,9 +204,7 @@ def _same_as_recorded(item: ToolOutput, call: asyncpg.Record) -> bool:
     return bool(call["trace_status"] == "failed" and call["trace_error"] == item.error)
 
 
-async def submit_tool_outputs(
-    rt: Runtime, workspace_id: str, run_id: str, items: list[ToolOutput]
-) -> asyncpg.Record:
+async def submit_tool_outputs(rt: Runtime, workspace_id: str, run_id: str, items: list[ToolOutput]) -> DbRow:
     """Record the outputs of client-executed tool calls; resume the run when none is pending.
 
     Checked in this order, before anything is written: a request whose every item equals what is
@@ -216,12 +215,12 @@ async def submit_tool_outputs(
     """
     resumed = False
     async with rt.pool.acquire() as conn, conn.transaction():
-        run = await runs.get_run_in_workspace(conn, workspace_id, run_id, for_update=True)
+        run: DbRow | None = await runs.get_run_in_workspace(conn, workspace_id, run_id, for_update=True)
         if run is None:
             raise NotFoundError("Workflow run not found", details={"workflowRunId": run_id})
         calls = await db_awaited.client_calls_with_results(conn, run_id)
         pending = {c["tool_call_id"]: c for c in calls if c["status"] == AwaitedStatus.PENDING}
-        answered: dict[str, asyncpg.Record] = {}
+        answered: dict[str, DbRow] = {}
         for c in calls:  # newest round first: a reused id means its latest call
             if c["status"] == AwaitedStatus.ANSWERED:
                 answered.setdefault(c["tool_call_id"], c)
@@ -243,8 +242,8 @@ async def submit_tool_outputs(
 def _validated_answers(
     rt: Runtime,
     items: list[ToolOutput],
-    pending: dict[str, asyncpg.Record],
-    answered: dict[str, asyncpg.Record],
+    pending: dict[str, DbRow],
+    answered: dict[str, DbRow],
 ) -> list[Answer]:
     limit = rt.settings.max_tool_output_bytes
     answers: list[Answer] = []

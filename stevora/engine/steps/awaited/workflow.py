@@ -21,6 +21,7 @@ from stevora.db import definitions as db_definitions
 from stevora.db import runs
 from stevora.db.awaited import NewAwaitedCall
 from stevora.db.definitions import find_version, workflow_input_schema
+from stevora.db.reads.rows import DbRow
 from stevora.definitions import ToolRef, WorkflowToolDef
 from stevora.engine import budget as budget_rules
 from stevora.engine.steps.awaited import Answer, answer
@@ -156,7 +157,7 @@ class WorkflowKind(CallKind):
 KIND = WorkflowKind()
 
 
-async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record) -> list[str]:
+async def answer_from_child(conn: asyncpg.Connection, child: DbRow) -> list[str]:
     """Called in the child's terminal transaction: write the parent's result for the call that
     started `child`; returns the parent to dispatch after commit when it has nothing else
     pending. A parent that is not WAITING (cancelled, or not yet waiting) is left alone; the
@@ -173,7 +174,7 @@ async def answer_from_child(conn: asyncpg.Connection, child: asyncpg.Record) -> 
     return []
 
 
-async def _child_result(conn: asyncpg.Connection, child: asyncpg.Record, call: asyncpg.Record) -> Answer:
+async def _child_result(conn: asyncpg.Connection, child: DbRow, call: DbRow) -> Answer:
     if child["status"] == RunStatus.COMPLETED:
         return Answer(call, ok=True, output=child["output"], answered_by=AnsweredBy.WORKFLOW)
     name = await db_definitions.name_of(conn, child["definition_id"])
