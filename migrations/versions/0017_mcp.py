@@ -1,7 +1,7 @@
 """MCP servers, pinned tool lists and stored binary results (docs/mcp.md)
 
 Revision ID: 0017
-Revises: 0015
+Revises: 0016
 Create Date: 2026-11-27 05:40:00
 """
 
@@ -12,7 +12,7 @@ from alembic import op
 from sqlalchemy.dialects import postgresql
 
 revision: str = "0017"
-down_revision: str | None = "0015"
+down_revision: str | None = "0016"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

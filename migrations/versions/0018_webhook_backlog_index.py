@@ -1,7 +1,7 @@
 """Pending deliveries by webhook: the backlog cap counts them on every announcement (docs/api/webhooks.md)
 
 Revision ID: 0018
-Revises: 0015
+Revises: 0017
 Create Date: 2026-11-27 06:00:00
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0018"
-down_revision: str | None = "0015"
+down_revision: str | None = "0017"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

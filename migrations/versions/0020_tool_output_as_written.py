@@ -7,7 +7,7 @@ written, so the rebuilt transcript is byte for byte the one first sent. Nothing 
 the column (no operator, index or equality on it), so it loses nothing by leaving `jsonb`.
 
 Revision ID: 0020
-Revises: 0015
+Revises: 0018
 Create Date: 2026-11-27 06:00:00
 """
 
@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0020"
-down_revision: str | None = "0015"
+down_revision: str | None = "0018"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
