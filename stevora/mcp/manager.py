@@ -35,6 +35,7 @@ class McpClientManager:
         # Checks a registered server's URL before each session is opened (the worker edge sets the
         # private-address guard of webhooks here unless STEVORA_MCP_ALLOW_PRIVATE; docs/mcp.md).
         self.url_guard: Callable[[str], Awaitable[None]] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
 
     def connection(
         self, name: str, *, workspace_id: str | None = None, registered: McpServerConfig | None = None
@@ -50,7 +51,9 @@ class McpClientManager:
         if found is not None and found.config == registered:
             return found
         if found is not None:  # replaced: the old session closes in the background
-            asyncio.get_running_loop().create_task(found.close())
+            closing = asyncio.get_running_loop().create_task(found.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
         # No `on_restart`: metrics are never labelled by a (tenant-chosen) registered name.
         found = self._registered[key] = McpConnection(
             registered, errlog=self._errlog, url_guard=self.url_guard
