@@ -286,7 +286,13 @@ def _raw_cross_step_problems(data: Any) -> list[_Problem]:
         tools = step.get("tools")
         if step.get("type") != "llm" or not isinstance(tools, list):
             continue
-        tool_names = [tool if isinstance(tool, str) else _get(tool, "name") for tool in tools]
+        # An MCP entry's "name" is its prefix (`McpToolsDef.name`): the server's name by default.
+        tool_names = [
+            tool
+            if isinstance(tool, str)
+            else (_get(tool, "name") or _get(tool, "prefix") or _get(tool, "mcp"))
+            for tool in tools
+        ]
         for index, name, first in find_duplicates(tool_names):
             message = DUPLICATE_TOOL_MESSAGE.format(name=name, first=first)
             problems.append(
