@@ -303,7 +303,9 @@ async def test_the_ui_shows_schedules_and_events_and_pauses_resumes_and_triggers
         csrf = {"csrf": csrf_token_for(tenant.key)}
         paused = await client.post(f"/ui/schedules/{made['id']}/pause", data=csrf)
         assert paused.status_code == 303
-        assert (await client.get(f"/v1/schedules/{made['id']}", headers=tenant.headers)).json()["data"]["paused"]
+        assert (await client.get(f"/v1/schedules/{made['id']}", headers=tenant.headers)).json()["data"][
+            "paused"
+        ]
         assert "Resume" in (await client.get("/ui/schedules")).text
         await client.post(f"/ui/schedules/{made['id']}/resume", data=csrf)
         triggered = await client.post(f"/ui/schedules/{made['id']}/trigger", data=csrf)
