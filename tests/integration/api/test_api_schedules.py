@@ -319,3 +319,24 @@ async def test_the_ui_shows_schedules_and_events_and_pauses_resumes_and_triggers
         assert events.status_code == 200 and "thing.happened" in events.text and "ui-1" in events.text
     finally:
         client.cookies.delete(COOKIE_NAME)
+
+
+async def test_a_definition_with_a_schedule_and_triggers_applies_twice_as_the_same_definition(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    from stevora.client import AsyncAgentRuntime
+
+    spec: dict[str, Any] = {
+        "name": "applied",
+        "version": "1",
+        "steps": QUICK,
+        "schedule": {"cron": "0 6 * * *", "timezone": "Europe/Berlin"},
+        "triggers": [{"event": "thing.done", "if": "data.ok == true"}],
+    }
+    transport = client._transport  # the in-process app, as the api fixtures use it
+    async with AsyncAgentRuntime(tenant.key, base_url="http://test", transport=transport) as sdk:  # type: ignore[arg-type]
+        first = await sdk.definitions.apply(spec)
+        again = await sdk.definitions.apply(spec)
+    assert first.id == again.id
+    stored = (await client.get(f"/v1/workflow-definitions/{first.id}", headers=tenant.headers)).json()["data"]
+    assert stored["schedule"]["cron"] == "0 6 * * *" and stored["triggers"][0]["if"] == "data.ok == true"
