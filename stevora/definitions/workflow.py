@@ -98,7 +98,7 @@ class WorkflowDefinitionSpec(CamelModel):
     """The default priority of this workflow's runs (0 when not given; higher is claimed first)."""
     schedule: ScheduleTiming | None = None
     """Runs on a clock (Dagu's `schedule:`); the newest version stored keeps it (docs/triggers.md)."""
-    triggers: list[EventTrigger] = Field(default_factory=list, max_length=50)
+    triggers: list[EventTrigger] | None = Field(default=None, max_length=50)
     """Events that start runs of this workflow (docs/triggers.md)."""
 
     def input_json_schema(self) -> dict[str, Any] | None:
