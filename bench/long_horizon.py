@@ -186,7 +186,7 @@ async def _run_mode(url: str, base_url: str, provider: str, mode: str, rounds: i
         wall = time.perf_counter() - t0
         await pool.close()
         calls = await rt.pool.fetch(
-            "SELECT round, status, input_tokens, cache_read_tokens, cache_write_tokens, cost_usd, "
+            "SELECT round, status, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, "
             "pg_column_size(c.*) AS bytes FROM llm_calls c WHERE workflow_run_id = $1 ORDER BY created_at",
             row["id"],
         )
