@@ -184,6 +184,7 @@ class DevStack:
                     "port": self.port,
                     # Local development delivers webhooks to local receivers.
                     "webhook_allow_private": True,
+                    "mcp_allow_private": True,
                 }
             )
         )

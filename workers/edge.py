@@ -12,6 +12,7 @@ import importlib
 import os
 import sys
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import dramatiq
@@ -27,6 +28,7 @@ from stevora.runtime import Runtime
 from stevora.settings import Settings
 from stevora.triggers.loop import triggers_forever
 from stevora.tuning import tune_gc
+from stevora.webhooks.address import check_webhook_url
 
 log = structlog.get_logger("stevora.worker")
 
@@ -117,6 +119,10 @@ class StevoraWorkerMiddleware(dramatiq.Middleware):
         rt = await Runtime.start(
             self.settings, dispatcher=DramatiqDispatcher(broker, self.settings.queue_name)
         )
+        if not self.settings.mcp_allow_private:
+            # A workspace's registered MCP server is checked again before each session is opened:
+            # its name may resolve to a private address since it was registered (docs/mcp.md).
+            rt.mcp.url_guard = partial(check_webhook_url, allow_private=False)
         pool = RunPool(rt)
         pool.start()
         sweeper = asyncio.create_task(

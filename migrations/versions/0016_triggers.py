@@ -19,6 +19,12 @@ depends_on: str | Sequence[str] | None = None
 
 
 def upgrade() -> None:
+    op.add_column(
+        "workflow_definitions", sa.Column("schedule", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
+    )
+    op.add_column(
+        "workflow_definitions", sa.Column("triggers", postgresql.JSONB(astext_type=sa.Text()), nullable=True)
+    )
     op.create_table(
         "inbound_hooks",
         sa.Column("id", sa.String(length=40), nullable=False),
@@ -205,6 +211,8 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    op.drop_column("workflow_definitions", "triggers")
+    op.drop_column("workflow_definitions", "schedule")
     op.drop_table("trigger_event_runs")
     op.drop_table("schedule_ticks")
     op.drop_index("ix_event_triggers_event", table_name="event_triggers")

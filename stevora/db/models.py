@@ -112,6 +112,10 @@ class WorkflowDefinition(Base):
     # "holdWhileWaiting"}` as camelCase JSON, and a priority. NULL: none.
     concurrency: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     priority: Mapped[int | None] = mapped_column(Integer)
+    # What starts its runs without a client (docs/triggers.md), as given; kept for reads and for
+    # `definitions apply` (the live copies are the `schedules` and `event_triggers` rows).
+    schedule: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
+    triggers: Mapped[list[Any] | None] = mapped_column(JSONB)
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 

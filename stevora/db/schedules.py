@@ -153,7 +153,8 @@ async def record_tick(
     conn: asyncpg.Connection, schedule_id: str, scheduled_at: datetime, run_id: str, kind: str
 ) -> None:
     await conn.execute(
-        "INSERT INTO schedule_ticks (schedule_id, scheduled_at, run_id, kind) VALUES ($1, $2, $3, $4) "
+        "INSERT INTO schedule_ticks (schedule_id, scheduled_at, run_id, kind, created_at) "
+        "VALUES ($1, $2, $3, $4, clock_timestamp()) "
         "ON CONFLICT (schedule_id, scheduled_at) DO NOTHING",
         schedule_id,
         scheduled_at,

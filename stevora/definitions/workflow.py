@@ -98,7 +98,7 @@ class WorkflowDefinitionSpec(CamelModel):
     """The default priority of this workflow's runs (0 when not given; higher is claimed first)."""
     schedule: ScheduleTiming | None = None
     """Runs on a clock (Dagu's `schedule:`); the newest version stored keeps it (docs/triggers.md)."""
-    triggers: list[EventTrigger] = Field(default_factory=list, max_length=50)
+    triggers: list[EventTrigger] | None = Field(default=None, max_length=50)
     """Events that start runs of this workflow (docs/triggers.md)."""
 
     def input_json_schema(self) -> dict[str, Any] | None:
@@ -286,7 +286,13 @@ def _raw_cross_step_problems(data: Any) -> list[_Problem]:
         tools = step.get("tools")
         if step.get("type") != "llm" or not isinstance(tools, list):
             continue
-        tool_names = [tool if isinstance(tool, str) else _get(tool, "name") for tool in tools]
+        # An MCP entry's "name" is its prefix (`McpToolsDef.name`): the server's name by default.
+        tool_names = [
+            tool
+            if isinstance(tool, str)
+            else (_get(tool, "name") or _get(tool, "prefix") or _get(tool, "mcp"))
+            for tool in tools
+        ]
         for index, name, first in find_duplicates(tool_names):
             message = DUPLICATE_TOOL_MESSAGE.format(name=name, first=first)
             problems.append(

@@ -195,7 +195,7 @@ def _looks_like_schema(value: Any) -> bool:
 def _text_answer(messages: list[Message], last_user: str) -> str:
     names = {call.id: call.name for m in messages for call in m.tool_calls}
     results = [
-        f"{m.name or names.get(m.tool_call_id or '', 'tool')}: {(m.content or '')[:_RESULT_PREVIEW_CHARS]}"
+        f"{m.name or names.get(m.tool_call_id or '', 'tool')}: {_summary(m.content or '')}"
         for m in messages
         if m.role == "tool"
     ]
@@ -203,3 +203,28 @@ def _text_answer(messages: list[Message], last_user: str) -> str:
     if results:
         answer += " Tool results: " + "; ".join(results)
     return answer
+
+
+_SUMMARY_FIELDS = 5
+_LABEL_KEYS = ("title", "name", "id")
+
+
+def _summary(content: str) -> str:
+    """A tool result as an answer would quote it: a JSON object as `key value` pairs, a JSON list
+    as its count and first labels, anything else as its first characters (never a JSON text)."""
+    try:
+        value = json.loads(content)
+    except ValueError:
+        return content[:_RESULT_PREVIEW_CHARS]
+    if isinstance(value, dict):
+        pairs = [f"{k} {v}" for k, v in value.items() if isinstance(v, str | int | float | bool)]
+        return ", ".join(pairs[:_SUMMARY_FIELDS]) or f"{len(value)} field(s)"
+    if isinstance(value, list):
+        labels = [
+            str(next((item[k] for k in _LABEL_KEYS if isinstance(item.get(k), str)), "")) if isinstance(item, dict)
+            else str(item)
+            for item in value[:3]
+        ]  # fmt: skip
+        shown = ", ".join(label for label in labels if label)
+        return f"{len(value)} result(s)" + (f" ({shown})" if shown else "")
+    return content[:_RESULT_PREVIEW_CHARS]

@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -71,9 +71,15 @@ class McpConnection:
     """One server's session: started lazily, restarted after a crash with backoff."""
 
     def __init__(
-        self, config: McpServerConfig, *, errlog: Any = None, on_restart: Callable[[str], None] | None = None
+        self,
+        config: McpServerConfig,
+        *,
+        errlog: Any = None,
+        on_restart: Callable[[str], None] | None = None,
+        url_guard: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.config = config
+        self._url_guard = url_guard
         self._on_restart = on_restart
         self.health = ServerHealth()
         self._errlog = errlog if errlog is not None else sys.stderr
@@ -112,6 +118,8 @@ class McpConnection:
             return self._session
 
     async def _start(self) -> None:
+        if self._url_guard is not None and self.config.url is not None:
+            await self._url_guard(self.config.url)  # raises: the session is not opened
         loop = asyncio.get_running_loop()
         ready: asyncio.Future[tuple[ClientSession, Implementation]] = loop.create_future()
         stop = asyncio.Event()

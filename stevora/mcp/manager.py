@@ -4,7 +4,7 @@ workspaces' streamable HTTP servers (registered through the API), one pooled con
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from stevora.mcp.client import McpConnection, ServerHealth
@@ -32,6 +32,10 @@ class McpClientManager:
         # (workspace id, name) → the connection and the registration it was opened for: a
         # registration replaced under the same name (new URL or headers) gets a new session.
         self._registered: dict[tuple[str, str], McpConnection] = {}
+        # Checks a registered server's URL before each session is opened (the worker edge sets the
+        # private-address guard of webhooks here unless STEVORA_MCP_ALLOW_PRIVATE; docs/mcp.md).
+        self.url_guard: Callable[[str], Awaitable[None]] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
 
     def connection(
         self, name: str, *, workspace_id: str | None = None, registered: McpServerConfig | None = None
@@ -47,9 +51,13 @@ class McpClientManager:
         if found is not None and found.config == registered:
             return found
         if found is not None:  # replaced: the old session closes in the background
-            asyncio.get_running_loop().create_task(found.close())
+            closing = asyncio.get_running_loop().create_task(found.close())
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
         # No `on_restart`: metrics are never labelled by a (tenant-chosen) registered name.
-        found = self._registered[key] = McpConnection(registered, errlog=self._errlog)
+        found = self._registered[key] = McpConnection(
+            registered, errlog=self._errlog, url_guard=self.url_guard
+        )
         return found
 
     def health(self) -> dict[str, ServerHealth]:

@@ -18,7 +18,9 @@ if TYPE_CHECKING:
 
 
 async def sync(rt: Runtime, workspace_id: str, definition_id: str, spec: WorkflowDefinitionSpec) -> None:
-    triggers = [(t.event, t.model_dump(by_alias=True, exclude_none=True, mode="json")) for t in spec.triggers]
+    triggers = [
+        (t.event, t.model_dump(by_alias=True, exclude_none=True, mode="json")) for t in spec.triggers or []
+    ]
     async with rt.pool.acquire() as conn, conn.transaction():
         await trigger_events.replace_triggers(conn, workspace_id, spec.name, definition_id, triggers)
         await schedule_store.sync_from_definition(conn, workspace_id, spec.name, spec.schedule)

@@ -14,6 +14,7 @@ old; the older ones are skipped and counted (`ticksSkipped`).
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
@@ -107,11 +108,39 @@ async def start_tick_run(
     return run["id"], created
 
 
-async def due_pass(rt: Runtime, *, limit: int = 200) -> list[str]:
+# A pass works the due schedules in short transactions of BATCH rows, on LANES concurrent
+# connections (the database round trips overlap), until none is due or its time is up; so the
+# row locks are held briefly and many workers share a large backlog.
+BATCH = 25
+LANES = 3
+
+
+async def due_pass(rt: Runtime, *, time_budget_s: float | None = None) -> list[str]:
     """Handle every schedule due now (this worker's share); returns the runs started."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + (
+        time_budget_s if time_budget_s is not None else max(2 * rt.settings.trigger_poll_s, 1.0)
+    )
+    started: list[str] = []
+
+    async def lane() -> None:
+        while loop.time() < deadline:
+            wake = await _due_batch(rt)
+            if wake is None:
+                return
+            started.extend(wake)
+
+    await asyncio.gather(*(lane() for _ in range(LANES)))
+    return started
+
+
+async def _due_batch(rt: Runtime) -> list[str] | None:
+    """One transaction over up to BATCH due schedules; None when none was due (or all locked)."""
     done = _Pass()
     async with rt.pool.acquire() as conn, conn.transaction():
-        now, due = await rows.claim_due(conn, limit)
+        now, due = await rows.claim_due(conn, BATCH)
+        if not due:
+            return None
         for row in due:
             try:
                 async with conn.transaction():  # a savepoint: one schedule's failure is its own
@@ -133,7 +162,9 @@ async def _handle(rt: Runtime, conn: asyncpg.Connection, row: Any, now: datetime
     ran = skipped = 0
     last_run: str | None = None
     buffered: datetime | None = row["buffered_at"]
-    active = await rows.run_status(conn, row["last_run_id"]) in ACTIVE_RUN_STATUSES
+    active = False
+    if row["overlap"] != "allow" or buffered is not None:  # `allow` never asks
+        active = await rows.run_status(conn, row["last_run_id"]) in ACTIVE_RUN_STATUSES
     if buffered is not None and not active:
         last_run, created = await start_tick_run(rt, conn, row, buffered, kind="tick")
         done.wake += [last_run] if created else []

@@ -268,7 +268,10 @@ def step_details(step: dict[str, Any]) -> list[tuple[str, str]]:
         else:
             by_name = " → ".join(str(provider_name_for_model(str(m)) or "?") for m in models)
             out.append(("provider", f"{by_name} (by model name; a run shows the provider that answered)"))
-        names = [t if isinstance(t, str) else t.get("name", "?") for t in step.get("tools") or []]
+        names = [
+            t if isinstance(t, str) else t.get("name") or (f"MCP server {t['mcp']}" if "mcp" in t else "?")
+            for t in step.get("tools") or []
+        ]
         if names:
             out.append(("tools", ", ".join(names)))
             out.append(("max tool rounds", str(step.get("maxToolRounds", 10))))

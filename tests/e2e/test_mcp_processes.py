@@ -133,3 +133,49 @@ async def test_a_worker_killed_during_a_slow_mcp_call_resumes_without_repeating_
     assert len(pinned_before) == 1 and [dict(p) for p in pinned_after] == [dict(p) for p in pinned_before]
     types = await assert_gap_free(setup, run["id"])
     assert types.count("TOOL_CALL_COMPLETED") == 3
+
+
+@pytest.mark.broker
+async def test_killing_the_stdio_server_mid_run_gives_an_error_result_and_the_next_call_works(
+    broker_setup: BrokerSetup, tmp_path: Path
+) -> None:
+    import os
+    import signal
+
+    setup = broker_setup
+    log = tmp_path / "calls.jsonl"
+    worker = _worker(setup, _mcp_config(tmp_path, log))
+    step = {
+        "type": "llm",
+        "name": "agent",
+        "model": "scripted:rounds=2",
+        "maxToolRounds": 2,
+        "messages": [{"role": "user", "content": "two slow calls"}],
+        "tools": [{"mcp": "count", "include": ["slow"]}],
+    }
+    def_id = await create_definition(
+        setup.rt, setup.workspace_id, {"name": "kill-server", "version": "1", "steps": [step]}
+    )
+    try:
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+        for _ in range(1200):  # round 1's call is running on the server
+            if logged_calls(log):
+                break
+            await asyncio.sleep(0.05)
+        calls = logged_calls(log)
+        assert calls, worker.log_tail()
+        os.kill(calls[0]["pid"], signal.SIGKILL)
+        row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", timeout_s=90, workers=(worker,))
+        assert row["status"] == "COMPLETED", row["error"]
+    finally:
+        worker.stop()
+    traces = await setup.rt.pool.fetch(
+        "SELECT * FROM tool_trace WHERE workflow_run_id = $1 ORDER BY round", run["id"]
+    )
+    assert [(t["round"], t["status"], t["error_code"]) for t in traces] == [
+        (1, "failed", "MCP_SERVER_UNAVAILABLE"),
+        (2, "completed", None),
+    ]
+    assert len({c["pid"] for c in logged_calls(log)}) == 2  # the restarted server answered round 2
+    types = await assert_gap_free(setup, run["id"])
+    assert types.count("TOOL_CALL_FAILED") == 1 and types.count("TOOL_CALL_COMPLETED") == 1

@@ -73,6 +73,8 @@ async def store_definition(
             "budget": dump.get("budget"),
             "concurrency": dump.get("concurrency"),
             "priority": spec.priority,
+            "schedule": dump.get("schedule"),
+            "triggers": dump.get("triggers"),
         },
     )
     if row is not None:

@@ -23,5 +23,7 @@ class DefinitionOut(ApiOut):
         default=None, description="The concurrency key and limit of its runs (docs/flow-control.md)."
     )
     priority: int | None = Field(default=None, description="The default priority of its runs.")
+    schedule: dict[str, Any] | None = Field(default=None, description="Its schedule (docs/triggers.md).")
+    triggers: list[dict[str, Any]] | None = Field(default=None, description="Events that start its runs.")
     created_at: Timestamp
     updated_at: Timestamp

@@ -20,7 +20,6 @@ Handlers see the run through `ToolContext` (input, a state snapshot) and may `up
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
 from operator import itemgetter
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any
@@ -64,14 +63,16 @@ _INDEX = itemgetter(0)
 Indexed = list[tuple[int, ToolCall]]  # calls with their index in the round
 
 
-@dataclass(slots=True)
 class Sorted:
     """A round's untraced calls by who answers them."""
 
-    here: Indexed = field(default_factory=list)  # handler calls, run in the loop
-    gated: Indexed = field(default_factory=list)  # handler calls that wait for a gate first
-    outside: Indexed = field(default_factory=list)  # calls handed over to an awaited kind
-    approved: dict[int, Any] = field(default_factory=dict)  # index → the arguments a person approved
+    __slots__ = ("approved", "gated", "here", "outside")
+
+    def __init__(self) -> None:  # one call per round, not one per field (`bench/tool_loop.py` counts)
+        self.here: Indexed = []  # handler calls, run in the loop
+        self.gated: Indexed = []  # handler calls that wait for a gate first
+        self.outside: Indexed = []  # calls handed over to an awaited kind
+        self.approved: dict[int, Any] = {}  # index → the arguments a person approved
 
 
 class ToolRunner:
@@ -113,16 +114,17 @@ class ToolRunner:
             return None
         self.steering = (st.transcript, len(st.transcript))
         by_index: dict[int, dict[str, Any]] = {}
-        missing = await self._replay(last, missing, by_index)
+        if self.recorded is not None:  # unread yet, or a replay
+            missing = await self._replay(last, missing, by_index)
         if missing:
             by_who = await self._sort(last, missing, by_index)
             if by_who.gated:
                 await self._open_gates(last, by_who)
-            over_budget = self._fit_budget(by_who)
+            over_budget = self.meter is not None and self._fit_budget(self.meter, by_who)
             await self._run_here(last, by_who, by_index)
             if over_budget:
                 raise BudgetExceeded("maxToolCalls")
-            handed = await self._hand_over(last, by_who.outside, by_index)
+            handed = await self._hand_over(last, by_who.outside, by_index) if by_who.outside else None
             if handed:
                 return self.tools.kinds.waiting(handed, self.tools.entries)
         self._deliver(st, calls, last, by_index)
@@ -182,13 +184,11 @@ class ToolRunner:
                 by_who.outside.append((index, call))
         by_who.here.sort(key=_INDEX)  # the model's order
 
-    def _fit_budget(self, by_who: Sorted) -> bool:
+    def _fit_budget(self, meter: Meter, by_who: Sorted) -> bool:
         """With a `maxToolCalls` the round does not fit: handler calls run in the model's order up
         to the limit and nothing is handed over (a step cannot wait for outputs and for a budget
         at once). True: the rest wait, or fail (BudgetExceeded once these are recorded)."""
-        if self.meter is None:
-            return False
-        left = self.meter.tool_calls_left()
+        left = meter.tool_calls_left()
         if left is None or len(by_who.here) + len(by_who.outside) <= left:
             return False
         by_who.here, by_who.outside = by_who.here[:left], []
@@ -284,10 +284,9 @@ class ToolRunner:
         )
 
     def _declared(self, name: str) -> DeclaredSchemas:
-        declared = self._declared_by_name.get(name)
-        if declared is None:
-            declared = DeclaredSchemas(self.tools.declared.get(name), self.tools.output_schemas.get(name))
-            self._declared_by_name[name] = declared
+        """The step's own schemas for the tool, made once per visit."""
+        declared = DeclaredSchemas(self.tools.declared.get(name), self.tools.output_schemas.get(name))
+        self._declared_by_name[name] = declared
         return declared
 
     def _registered_parameters(self, name: str) -> dict[str, Any] | None:
@@ -329,7 +328,7 @@ class ToolRunner:
                 context=ctx,
                 timeout_s=timeout_ms / 1000,
                 limits=self.limits,
-                declared=self._declared(call.name),
+                declared=self._declared_by_name.get(call.name) or self._declared(call.name),
             )
             obs.finished(outcome)
         faults = self.rt.faults

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from stevora.db import checkpoints
@@ -81,10 +81,12 @@ class CallSlot:
     sequence: int
     tool_call_id: str
     tool_name: str
+    key: str = field(init=False)  # its `tool_call_key`, made once (read by the handler and the trace)
 
-    @property
-    def key(self) -> str:
-        return tool_call_key(self.step_run_id, self.llm_call_id, self.round, self.sequence)
+    def __post_init__(self) -> None:
+        object.__setattr__(
+            self, "key", tool_call_key(self.step_run_id, self.llm_call_id, self.round, self.sequence)
+        )
 
 
 def tool_call_event(

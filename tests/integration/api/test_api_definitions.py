@@ -37,6 +37,8 @@ async def test_create_returns_the_stored_definition(client: httpx.AsyncClient, t
         "budget",
         "concurrency",
         "priority",
+        "schedule",
+        "triggers",
         "createdAt",
         "updatedAt",
     }

@@ -193,8 +193,10 @@ async def test_a_paused_schedule_starts_nothing_and_resuming_skips_what_was_miss
         f"/v1/schedules/{made['id']}", json={"paused": False}, headers=tenant.headers
     )
     assert resumed.status_code == 200 and resumed.json()["data"]["paused"] is False
+    resumed_at = datetime.fromisoformat(resumed.json()["data"]["updatedAt"].replace("Z", "+00:00"))
     await schedules.due_pass(harness.rt)
-    assert await _runs_of(harness, made["id"]) == []  # the next tick is in the future
+    # Ticks missed while paused are not run: any run now is of a tick after the resume.
+    assert all(r["scheduled_at"] > resumed_at for r in await _runs_of(harness, made["id"]))
 
 
 async def test_catch_up_makes_one_run_for_the_latest_missed_tick_inside_the_window(
@@ -299,3 +301,57 @@ async def test_patch_delete_and_other_workspaces(
     deleted = await client.delete(f"/v1/schedules/{made['id']}", headers=tenant.headers)
     assert deleted.status_code == 200
     assert (await client.get(f"/v1/schedules/{made['id']}", headers=tenant.headers)).status_code == 404
+
+
+async def test_the_ui_shows_schedules_and_events_and_pauses_resumes_and_triggers(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any
+) -> None:
+    from stevora.ui.auth import COOKIE_NAME, csrf_token_for
+
+    await _definition(client, tenant, "tick", QUICK)
+    made = await _schedule(client, tenant, definitionName="tick", cron="15 4 * * *", name="early")
+    await client.post("/v1/events", json={"name": "thing.happened", "id": "ui-1"}, headers=tenant.headers)
+    client.cookies.set(COOKIE_NAME, tenant.key)
+    try:
+        page = await client.get("/ui/schedules")
+        assert page.status_code == 200 and "early" in page.text and "Trigger now" in page.text
+        csrf = {"csrf": csrf_token_for(tenant.key)}
+        paused = await client.post(f"/ui/schedules/{made['id']}/pause", data=csrf)
+        assert paused.status_code == 303
+        assert (await client.get(f"/v1/schedules/{made['id']}", headers=tenant.headers)).json()["data"][
+            "paused"
+        ]
+        assert "Resume" in (await client.get("/ui/schedules")).text
+        await client.post(f"/ui/schedules/{made['id']}/resume", data=csrf)
+        triggered = await client.post(f"/ui/schedules/{made['id']}/trigger", data=csrf)
+        assert triggered.status_code == 303
+        runs = await _runs_of(harness, made["id"])
+        assert len(runs) == 1
+        assert runs[0]["id"] in (await client.get("/ui/schedules")).text
+        forged = await client.post(f"/ui/schedules/{made['id']}/trigger", data={"csrf": "nope"})
+        assert forged.status_code in (400, 403) and len(await _runs_of(harness, made["id"])) == 1
+        events = await client.get("/ui/events")
+        assert events.status_code == 200 and "thing.happened" in events.text and "ui-1" in events.text
+    finally:
+        client.cookies.delete(COOKIE_NAME)
+
+
+async def test_a_definition_with_a_schedule_and_triggers_applies_twice_as_the_same_definition(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    from stevora.client import AsyncAgentRuntime
+
+    spec: dict[str, Any] = {
+        "name": "applied",
+        "version": "1",
+        "steps": QUICK,
+        "schedule": {"cron": "0 6 * * *", "timezone": "Europe/Berlin"},
+        "triggers": [{"event": "thing.done", "if": "data.ok == true"}],
+    }
+    transport = client._transport  # the in-process app, as the api fixtures use it
+    async with AsyncAgentRuntime(tenant.key, base_url="http://test", transport=transport) as sdk:  # type: ignore[arg-type]
+        first = await sdk.definitions.apply(spec)
+        again = await sdk.definitions.apply(spec)
+    assert first.id == again.id
+    stored = (await client.get(f"/v1/workflow-definitions/{first.id}", headers=tenant.headers)).json()["data"]
+    assert stored["schedule"]["cron"] == "0 6 * * *" and stored["triggers"][0]["if"] == "data.ok == true"

@@ -199,3 +199,27 @@ async def test_an_http_session_the_server_dropped_is_initialised_again(tmp_path:
         assert [c["idempotencyKey"] for c in logged_calls(log)] == ["a", "c"]
     finally:
         await manager.close()
+
+
+async def test_a_registered_server_is_checked_by_the_url_guard_before_each_session() -> None:
+    from stevora.mcp.config import McpServerConfig
+    from stevora.webhooks.address import BlockedUrl, check_webhook_url
+
+    manager = McpClientManager()
+    checked: list[str] = []
+
+    async def guard(url: str) -> None:
+        checked.append(url)
+        await check_webhook_url(url, allow_private=False)
+
+    manager.url_guard = guard
+    config = McpServerConfig(name="inside", url="http://127.0.0.1:9/mcp")
+    try:
+        conn = manager.connection("inside", workspace_id="ws_1", registered=config)
+        assert conn is not None
+        with pytest.raises(McpUnavailable, match="cannot be started") as caught:
+            await conn.list_tools()
+        assert isinstance(caught.value.__cause__, BlockedUrl)
+        assert checked == ["http://127.0.0.1:9/mcp"]
+    finally:
+        await manager.close()

@@ -358,3 +358,42 @@ async def test_a_private_address_is_refused_unless_allowed(harness: Harness, set
         )
         assert refused.status_code == 400
         assert refused.json()["error"]["details"]["errors"][0]["path"] == "url"
+
+
+async def test_a_fork_inherits_its_origins_pinned_list(
+    harness: Harness, fake: FakeLLMServer, sdk: SdkProviders, api: Any, with_count: Any, call_log: Path
+) -> None:
+    client, headers, ws_id = api
+    fake.openai.enqueue(
+        openai_tool_calls([("c1", "count_add", '{"a": 1, "b": 2}')]),
+        openai_tool_calls([("c2", "count_echo", '{"text": "x"}')]),
+        openai_text("done"),
+    )
+    def_id = await create_definition(
+        harness.rt, ws_id, {"name": "forked", "version": "1", "steps": [llm_step(tools=[{"mcp": "count"}])]}
+    )
+    run, _ = await commands.create_run(harness.rt, ws_id, def_id, {"question": "?"})
+    row = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED", row["error"]
+    # The origin's pin gains a tool the server does not have: only a fork reading it would offer it.
+    ghost = {
+        "name": "ghost",
+        "description": "pinned only",
+        "inputSchema": {"type": "object", "properties": {}},
+    }
+    await harness.rt.pool.execute(
+        "UPDATE mcp_tool_pins SET tools = tools || $2::jsonb WHERE workflow_run_id = $1", run["id"], [ghost]
+    )
+    fake.openai.enqueue(openai_text("forked"))
+    forked = await client.post(
+        f"/v1/workflow-runs/{run['id']}/fork", json={"at": {"step": "agent", "round": 2}}, headers=headers
+    )
+    assert forked.status_code == 201, forked.text
+    fork_id = forked.json()["data"]["id"]
+    row = await harness.wait_for_status(fork_id, "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED", row["error"]
+    assert "count_ghost" in _offered(fake, len(fake.openai.requests) - 1)
+    own = await harness.rt.pool.fetchval(
+        "SELECT count(*) FROM mcp_tool_pins WHERE workflow_run_id = $1", fork_id
+    )
+    assert own == 0  # nothing listed again: the origin's list was read

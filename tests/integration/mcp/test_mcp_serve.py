@@ -5,6 +5,7 @@ arrives as notifications, and a run that waits for a person says so (docs/mcp.md
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -145,3 +146,29 @@ async def test_serve_over_streamable_http(api: tuple[str, str]) -> None:
     finally:
         proc.kill()
         await proc.wait()
+
+
+async def test_mcp_list_shows_the_workers_servers_and_their_health(
+    harness: Harness, settings: Settings, workspace_id: str
+) -> None:
+    from typer.testing import CliRunner
+
+    from stevora.cli import app
+    from stevora.db import mcp as db_mcp
+
+    await db_mcp.publish_worker_servers(
+        harness.rt.pool,
+        "w-1",
+        [("files", "stdio", "down", 2, "Connection closed", "secure-filesystem-server 0.2.0")],
+    )
+    key = await insert_api_key(harness.rt, workspace_id)
+    async with serve(create_app(settings, runtime=harness.rt)) as url:
+        env = {"STEVORA_URL": url, "STEVORA_API_KEY": key, "STEVORA_API_KEY_FILE": ""}
+        import stevora.cli.mcp_commands  # noqa: F401  (registers `stevora mcp`)
+
+        shown = await asyncio.to_thread(CliRunner().invoke, app, ["mcp", "list"], env=env)
+        as_json = await asyncio.to_thread(CliRunner().invoke, app, ["mcp", "list", "--json"], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert "files" in shown.output and "down" in shown.output and "Connection closed" in shown.output
+    (worker,) = [w for w in json.loads(as_json.output)["workers"] if w["workerId"] == "w-1"]
+    assert (worker["state"], worker["restarts"]) == ("down", 2)

@@ -150,3 +150,23 @@ def test_id_properties_get_an_id_token_from_the_prompt_not_the_whole_prompt() ->
     schema = {"type": "object", "properties": {"customerId": {"type": "string"}, "query": {"type": "string"}}}
     value = synthesize_value(schema, "Refund policy? (customer cus_42)")
     assert value == {"customerId": "cus_42", "query": "Refund policy? (customer cus_42)"}
+
+
+async def test_the_answer_quotes_json_results_as_prose_not_as_a_json_text() -> None:
+    """The answer lands in the run's state and output: a JSON text inside it would be a wall of
+    escaped quotes on the run page."""
+    provider = ScriptedProvider()
+    request = LlmRequest(model="scripted", messages=[Message.user("Refunds?")], tools=[SEARCH, CUSTOMER])
+    first = await provider.complete(request)
+    articles = json.dumps([{"id": "kb_1", "title": "Refund policy", "body": "x" * 300}, {"title": "SSO"}])
+    customer = json.dumps({"plan": "enterprise", "seats": 250, "address": {"city": "Oslo"}})
+    request.messages += [
+        first.to_message(),
+        Message.tool_result("call_1", articles),
+        Message.tool_result("call_2", customer),
+    ]
+    final = await provider.complete(request)
+    assert final.text == (
+        "Scripted answer to: Refunds?. Tool results: search: 2 result(s) (Refund policy, SSO); "
+        "get_customer: plan enterprise, seats 250"
+    )

@@ -121,3 +121,37 @@ def test_text_structured_binary_and_error_results_become_outputs() -> None:
         convert_result(CallToolResult(content=[], is_error=True)).error_text
         == "The MCP tool reported an error"
     )
+
+
+def test_an_mcp_tools_entry_is_checked_where_the_definition_is() -> None:
+    from stevora.definitions import McpToolsDef, parse_definition
+    from stevora.errors import ValidationError
+
+    def step(*tools: object, **extra: object) -> dict[str, object]:
+        return {
+            "name": "s",
+            "type": "llm",
+            "model": "m",
+            "messages": [{"role": "user", "content": "x"}],
+            "tools": list(tools),
+            **extra,
+        }
+
+    ok = parse_definition(
+        {"name": "a", "version": "1", "steps": [step({"mcp": "files", "approve": ["write_file"]})]}
+    )
+    (entry,) = ok.steps[0].tools  # type: ignore[union-attr]
+    assert isinstance(entry, McpToolsDef) and entry.name == "files" and entry.approve == ["write_file"]
+    # A named toolChoice may name a tool under an MCP entry's prefix (known only when the step runs).
+    parse_definition(
+        {"name": "a", "version": "1", "steps": [step({"mcp": "files"}, toolChoice={"name": "files_read"})]}
+    )
+    for bad, path in [
+        (step({"mcp": "no spaces"}), "steps[0].tools[0].mcp"),
+        (step({"mcp": "files", "prefix": "9bad"}), "steps[0].tools[0].prefix"),
+        (step({"mcp": "a"}, {"mcp": "b", "prefix": "a"}), "steps[0].tools[1]"),
+        (step({"mcp": "files", "unknown": 1}), "steps[0].tools[0].unknown"),
+    ]:
+        with pytest.raises(ValidationError) as caught:
+            parse_definition({"name": "a", "version": "1", "steps": [bad]})
+        assert any(p["path"].startswith(path) for p in caught.value.details["errors"]), caught.value.details
