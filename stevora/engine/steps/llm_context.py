@@ -56,11 +56,10 @@ def trimmed(messages: list[Message], through: int) -> list[Message]:
             seen += 1
             names = {call.id: call.name for call in message.tool_calls}
         elif message.role == "tool" and seen <= through:
-            call_id = message.tool_call_id or ""
-            name = message.name or names.get(call_id, "tool")
-            stub = json.dumps(
-                {"trimmed": True, "tool": name, "toolCallId": call_id, "note": _NOTE}, ensure_ascii=False
-            )
+            # As short as it can say it: every trimmed round keeps paying for its stub. The call
+            # it answers is named by the message's own tool_call_id.
+            name = message.name or names.get(message.tool_call_id or "", "tool")
+            stub = json.dumps({"trimmed": True, "tool": name}, ensure_ascii=False, separators=(",", ":"))
             message = dataclasses.replace(message, content=stub)
         out.append(message)
     return out

@@ -23,6 +23,7 @@ from stevora.engine import commands
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import FakeLLMServer
+from stevora.testing.fake_prompt_cache import without_cache_markers
 from tests.conftest import Harness, create_definition
 
 
@@ -187,7 +188,17 @@ def openai_messages(fake: FakeLLMServer, index: int) -> list[dict[str, Any]]:
 
 
 def anthropic_messages(fake: FakeLLMServer, index: int) -> list[dict[str, Any]]:
-    return list(fake.anthropic.requests[index].json["messages"])
+    """The `messages` of the index-th Anthropic request, prompt-cache markers aside."""
+    return list(without_cache_markers(fake.anthropic.requests[index].json)["messages"])
+
+
+def anthropic_system(fake: FakeLLMServer, index: int) -> str | None:
+    """The system prompt's text of the index-th Anthropic request (sent as one text block that
+    carries a cache breakpoint, or as a string when the step turned caching off)."""
+    system = fake.anthropic.requests[index].json.get("system")
+    if isinstance(system, list):
+        return "".join(block["text"] for block in system)
+    return system
 
 
 def error_json(message: str) -> str:

@@ -17,6 +17,7 @@ from tests.conftest import Harness
 from tests.integration.loop.conftest import (
     SdkProviders,
     anthropic_messages,
+    anthropic_system,
     error_json,
     llm_step,
     openai_messages,
@@ -85,7 +86,7 @@ async def test_fallback_model_continues_the_loop_from_the_committed_transcript(
     # Anthropic got the whole conversation so far, rebuilt from the committed rows, with the
     # non-portable OpenAI id "call.1:kb" normalised on both the tool_use and its tool_result.
     (request,) = fake.anthropic.requests
-    assert request.json["system"] == "Be brief."
+    assert anthropic_system(fake, 0) == "Be brief."
     assert request.json["model"] == "claude-haiku-4-5"
     assert anthropic_messages(fake, 0) == [
         {"role": "user", "content": [{"type": "text", "text": "Hello?"}]},
@@ -270,5 +271,5 @@ async def test_after_failing_over_later_rounds_stay_on_the_fallback_model(
         (1, "anthropic", "completed"),
         (2, "anthropic", "completed"),
     ]
-    assert sum(1 for path, _, _ in fake.requests if path.endswith("/chat/completions")) == 1
+    assert sum(1 for r in fake.requests if r.path.endswith("/chat/completions")) == 1
     await assert_trace_event_consistency(harness, result.run["id"])

@@ -14,9 +14,11 @@ from stevora.testing.fake_llm import (
     openai_text,
     openai_tool_calls,
 )
+from stevora.testing.fake_prompt_cache import without_cache_markers
 from tests.conftest import Harness
 from tests.integration.loop.conftest import (
     SdkProviders,
+    anthropic_system,
     llm_step,
     openai_messages,
     run_workflow,
@@ -77,7 +79,7 @@ async def test_json_answer_violating_the_output_schema_blocks_without_guardrail_
     assert event["action"] == "block"
     assert event["violations"][0]["check"] == "output_schema"
     assert event["violations"][0]["message"].startswith("sentiment: 'ecstatic' is not one of")
-    assert fake.anthropic.requests[0].json["system"] == JSON_INSTRUCTION  # no JSON mode: said in the prompt
+    assert anthropic_system(fake, 0) == JSON_INSTRUCTION  # no JSON mode: said in the prompt
     await assert_trace_event_consistency(harness, result.id)
 
 
@@ -96,7 +98,9 @@ async def test_text_answer_lands_under_output_key_defaulting_to_the_step_name(
     assert result.run["output"] == result.state  # the run's output is its final state
     assert result.traces == [] and result.event_types().count("LLM_CALL_COMPLETED") == 1
     (request,) = fake.anthropic.requests
-    assert request.json["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hello?"}]}]
+    assert without_cache_markers(request.json)["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Hello?"}]}
+    ]
     assert "system" not in request.json and "tools" not in request.json
     await assert_trace_event_consistency(harness, result.id)
 
