@@ -29,6 +29,8 @@ class DefinitionRow(Row):
     budget: dict[str, Any] | None
     concurrency: dict[str, Any] | None
     priority: int | None
+    schedule: dict[str, Any] | None
+    triggers: list[Any] | None
     created_at: datetime
     updated_at: datetime
 
@@ -46,6 +48,8 @@ STORED_FIELDS = (
     "budget",
     "concurrency",
     "priority",
+    "schedule",
+    "triggers",
 )
 _INSERT = (
     f"INSERT INTO workflow_definitions (id, workspace_id, {', '.join(STORED_FIELDS)}) "
