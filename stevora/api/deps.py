@@ -91,7 +91,8 @@ class PageParams:
 
 
 async def page_params(
-    page: Annotated[int, Query(ge=1, description="1-based page number.")] = 1,
+    # Bounded so an offset always fits PostgreSQL's bigint (a page past the end is just empty).
+    page: Annotated[int, Query(ge=1, le=1_000_000_000, description="1-based page number.")] = 1,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100, description="Items per page.")] = 20,
 ) -> PageParams:
     return PageParams(page, page_size)
