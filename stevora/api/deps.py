@@ -80,6 +80,9 @@ async def authenticated(
 Auth = Annotated[Principal, Depends(authenticated)]
 
 
+_MAX_OFFSET = 2**63 - 1
+
+
 @dataclass(frozen=True, slots=True)
 class PageParams:
     page: int
@@ -87,12 +90,13 @@ class PageParams:
 
     @property
     def offset(self) -> int:
-        return (self.page - 1) * self.page_size
+        # Capped to PostgreSQL's bigint: any page that far is past the end (an empty page), and
+        # a query given a larger OFFSET would fail to encode it (a 500).
+        return min((self.page - 1) * self.page_size, _MAX_OFFSET)
 
 
 async def page_params(
-    # Bounded so an offset always fits PostgreSQL's bigint (a page past the end is just empty).
-    page: Annotated[int, Query(ge=1, le=1_000_000_000, description="1-based page number.")] = 1,
+    page: Annotated[int, Query(ge=1, description="1-based page number.")] = 1,
     page_size: Annotated[int, Query(alias="pageSize", ge=1, le=100, description="Items per page.")] = 20,
 ) -> PageParams:
     return PageParams(page, page_size)

@@ -155,12 +155,14 @@ async def test_cancel_previous_cancels_the_active_run_and_starts_the_tick(
     made = await _schedule(client, tenant, definitionName="slow", intervalS=1, overlap="cancel_previous")
     await asyncio.sleep(1.05)
     await schedules.due_pass(harness.rt)
-    (first,) = await _runs_of(harness, made["id"])
+    before = await _runs_of(harness, made["id"])
+    assert before  # a loaded machine may have let a second tick fall due already
     await asyncio.sleep(1.05)
     await schedules.due_pass(harness.rt)
     runs = await _runs_of(harness, made["id"])
-    assert len(runs) == 2 and runs[0]["id"] == first["id"]
-    assert runs[0]["status"] == "CANCELLED" and runs[1]["status"] != "CANCELLED"
+    assert len(runs) > len(before) and runs[0]["id"] == before[0]["id"]
+    # Each new tick cancelled the run before it: only the newest is still going.
+    assert all(r["status"] == "CANCELLED" for r in runs[:-1]) and runs[-1]["status"] != "CANCELLED"
 
 
 async def test_buffer_one_runs_one_buffered_tick_when_the_previous_run_ends(
