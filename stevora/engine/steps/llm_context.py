@@ -24,13 +24,20 @@ from stevora.llm.messages import Message
 CHARS_PER_TOKEN = 4
 
 
-def estimated_input_tokens(st: LoopState, messages: list[Message]) -> int:
+def estimated_input_tokens(st: LoopState, messages: list[Message], through: int = 0) -> int:
     """The next request's input tokens: the previous round's reported input, plus an estimate of
-    what was added after its request (its answer, the tool results, appended messages)."""
+    what was added after its request (its answer, the tool results, appended messages), as sent
+    with the tool results of the first `through` rounds trimmed."""
     if not st.rounds:
-        return _estimate(messages)
+        return _estimate(messages)  # no assistant turn yet: nothing to trim
     last_assistant = max((i for i, m in enumerate(messages) if m.role == "assistant"), default=0)
-    return st.rounds[-1].input_tokens + _estimate(messages[last_assistant:])
+    tail = messages[last_assistant:]
+    # Only the tail is estimated, so only the tail is trimmed (its one assistant turn is round
+    # `rounds`): not a rewrite of the whole transcript per round.
+    rounds = sum(1 for m in messages if m.role == "assistant")
+    if through >= rounds:
+        tail = trimmed(tail, 1)
+    return st.rounds[-1].input_tokens + _estimate(tail)
 
 
 def trim_point(step: LlmStep, st: LoopState, messages: list[Message]) -> int:
@@ -38,7 +45,7 @@ def trim_point(step: LlmStep, st: LoopState, messages: list[Message]) -> int:
     context = step.context
     if context is None:
         return st.trimmed_through
-    if estimated_input_tokens(st, trimmed(messages, st.trimmed_through)) <= context.max_input_tokens:
+    if estimated_input_tokens(st, messages, st.trimmed_through) <= context.max_input_tokens:
         return st.trimmed_through
     rounds = sum(1 for m in messages if m.role == "assistant")
     return max(st.trimmed_through, rounds - context.keep_last_rounds)
