@@ -2,7 +2,7 @@
 `intervalS: 1` schedules kept by two real worker processes.
 
     .venv/bin/python -m bench.triggers [--events 500] [--concurrency 8] [--schedules 1000]
-                                       [--seconds 15] [--processes 2]
+                                       [--seconds 15] [--processes 2] [--counted 1000]
 
 Events: `--events` events are received by `stevora.triggers.events.receive` (the code behind
 `POST /v1/events`, without HTTP) from `--concurrency` concurrent senders, each starting one run of
@@ -10,6 +10,12 @@ a one-step definition; the workers (RabbitMQ) execute the runs. Printed: events 
 second, and from each event's receipt to its run's `started_at` (both on the database's clock),
 p50 and p99. Then the same number of events again with one id each sent twice (the repeats: what
 deduplication costs).
+
+Round trips per tick: `--counted` schedules fall due at once and one in-process due pass handles
+them, counted by `bench.counts.Probe` (statements, and a round trip more for each one not yet
+prepared): once one by one (`due_pass(batched=False)`: the statement pattern before batching, the
+baseline) and once set-based (the workers' pass), each twice (the second pass is printed: the
+statements are prepared by then, as in a long-running worker); with the pass's in-process ticks/s.
 
 Schedules: `--schedules` schedules of `intervalS: 1` (overlap `allow`) for `--seconds`, with
 `--processes` workers doing the due pass (STEVORA_TRIGGER_POLL_S 0.5). Printed: ticks run per
@@ -29,14 +35,15 @@ import time
 from typing import Any
 
 from bench.common import bench_database_url, new_workspace, pct
+from bench.counts import Counts, Probe
 from stevora.definitions.triggers import ScheduleTiming
 from stevora.engine import commands
 from stevora.engine.brokers import build_broker
-from stevora.engine.dispatch import DramatiqDispatcher
+from stevora.engine.dispatch import DramatiqDispatcher, RecordingDispatcher
 from stevora.logging import configure_logging
 from stevora.runtime import Runtime
 from stevora.settings import Settings
-from stevora.triggers import schedule_store
+from stevora.triggers import schedule_store, schedules
 from stevora.triggers.events import IncomingEvent, receive
 from tests.conftest import create_definition
 from tests.e2e.workerproc import WorkerProcess
@@ -138,6 +145,58 @@ async def _bench_schedules(rt: Runtime, ws: str, args: argparse.Namespace) -> No
     print(f"        ticks skipped as late: {skipped}; doubled: {doubled}; runs {runs} = tick rows {ticks}")
 
 
+async def _bench_round_trips(url: str, args: argparse.Namespace) -> None:
+    """Round trips per tick of the due pass, one by one (the baseline) against set-based."""
+    rt = await Runtime.start(Settings(database_url=url), dispatcher=RecordingDispatcher())
+    probe = Probe()
+    try:
+        ws = await new_workspace(rt.pool)
+        await create_definition(rt, ws, {"name": "counted", "version": "1", "steps": STEP})
+        timing = ScheduleTiming(interval_s=3600, overlap="allow", catchup_window_s=0, paused=True)
+        for _ in range(args.counted):
+            await schedule_store.create(
+                rt, ws, timing, name=None, definition_id=None, definition_name="counted", version="latest"
+            )
+        print(f"due pass, {args.counted} schedules due at once, in process:")
+        for batched, label in ((False, "one by one (before)"), (True, "set-based (now)")):
+            for _warm in range(2):  # the first warms the statement caches up
+                await rt.pool.execute(
+                    "UPDATE schedules SET paused = false, next_fire_at = clock_timestamp() - interval '0.1 s', "
+                    "next_due_at = clock_timestamp() - interval '0.1 s' WHERE workspace_id = $1",
+                    ws,
+                )
+                probe.counts = Counts()
+                probe.start()
+                try:
+                    started = len(await schedules.due_pass(rt, time_budget_s=60, batched=batched))
+                finally:
+                    probe.stop()
+                counted = probe.counts
+                await rt.pool.execute("UPDATE schedules SET paused = true WHERE workspace_id = $1", ws)
+                wall = time.perf_counter()
+                await rt.pool.execute(
+                    "UPDATE schedules SET paused = false, next_fire_at = clock_timestamp() - interval '0.1 s', "
+                    "next_due_at = clock_timestamp() - interval '0.1 s' WHERE workspace_id = $1",
+                    ws,
+                )
+                timed = len(await schedules.due_pass(rt, time_budget_s=60, batched=batched))
+                wall = time.perf_counter() - wall
+                await rt.pool.execute("UPDATE schedules SET paused = true WHERE workspace_id = $1", ws)
+            print(
+                f"        {label:>20}: {counted.round_trips / started:.2f} round trips per tick "
+                f"({counted.statements / started:.2f} statements, {counted.commits / started:.3f} commits), "
+                f"{timed / wall:.0f} ticks/s in one process (no probe)"
+            )
+        doubled = await rt.pool.fetchval(
+            "SELECT count(*) FROM (SELECT idempotency_key FROM workflow_runs WHERE workspace_id = $1 "
+            "GROUP BY 1 HAVING count(*) > 1) d",
+            ws,
+        )
+        print(f"        doubled keys: {doubled}")
+    finally:
+        await rt.close()
+
+
 async def _workers_ready(rt: Runtime, ws: str) -> None:
     """Wait until a worker has started a run (start-up takes seconds on a loaded machine), so the
     figures measure triggers, not imports."""
@@ -153,6 +212,7 @@ async def _workers_ready(rt: Runtime, ws: str) -> None:
 
 
 async def main(args: argparse.Namespace, url: str) -> None:
+    await _bench_round_trips(url, args)
     queue = f"bench-triggers-{secrets.token_hex(3)}"
     settings = Settings(database_url=url, broker_url=BROKER, queue_name=queue)
     broker = build_broker(BROKER)
@@ -185,6 +245,7 @@ if __name__ == "__main__":
     parser.add_argument("--events", type=int, default=500)
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--schedules", type=int, default=1000)
+    parser.add_argument("--counted", type=int, default=1000)
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--processes", type=int, default=2)
     asyncio.run(main(parser.parse_args(), bench_database_url("triggers")))

@@ -314,6 +314,64 @@ async def insert_run(
     )
 
 
+@dataclass(frozen=True, slots=True)
+class KeyedRun:
+    """A top-level run to insert under an idempotency key (`insert_keyed_runs`)."""
+
+    workspace_id: str
+    definition_id: str
+    input: dict[str, Any]
+    idempotency_key: str
+    trace_context: dict[str, str] | None
+    budget: dict[str, Any] | None
+    flow: FlowColumns
+
+
+async def insert_keyed_runs(conn: asyncpg.Connection, news: Sequence[KeyedRun]) -> dict[str, str]:
+    """Insert PENDING runs in one statement, each checking its definition belongs to its
+    workspace; {key: run id} of the runs inserted (a key already taken, or a definition not
+    found, is left out)."""
+    if not news:
+        return {}
+    rows = await conn.fetch(
+        "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
+        "dispatched_at, depth, trace_context, budget, concurrency_key, concurrency_limit, "
+        "concurrency_hold_waiting, workspace_limit, priority) "
+        "SELECT n.id, n.ws, d.id, 'PENDING', n.input, n.key, now(), 1, n.trace, n.budget, n.ckey, n.climit, "
+        "n.hold, n.wlimit, n.priority "
+        "FROM unnest($1::text[], $2::text[], $3::text[], $4::jsonb[], $5::text[], $6::jsonb[], $7::jsonb[], "
+        "$8::text[], $9::int[], $10::bool[], $11::int[], $12::int[]) WITH ORDINALITY "
+        "AS n(id, ws, def, input, key, trace, budget, ckey, climit, hold, wlimit, priority, ord) "
+        "JOIN workflow_definitions d ON d.id = n.def AND d.workspace_id = n.ws "
+        "ORDER BY n.ord "
+        "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING RETURNING id, idempotency_key",
+        [new_id("wfrun") for _ in news],
+        [n.workspace_id for n in news],
+        [n.definition_id for n in news],
+        [n.input for n in news],
+        [n.idempotency_key for n in news],
+        [n.trace_context for n in news],
+        [n.budget for n in news],
+        [n.flow.concurrency_key for n in news],
+        [n.flow.concurrency_limit for n in news],
+        [n.flow.hold_waiting for n in news],
+        [n.flow.workspace_limit for n in news],
+        [n.flow.priority for n in news],
+    )
+    return {r["idempotency_key"]: r["id"] for r in rows}
+
+
+async def run_ids_by_key(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> dict[str, str]:
+    """{idempotency key: run id} of the runs already holding these (workspace, key) pairs."""
+    rows = await conn.fetch(
+        "SELECT r.id, r.idempotency_key FROM unnest($1::text[], $2::text[]) AS k(ws, key) "
+        "JOIN workflow_runs r ON r.workspace_id = k.ws AND r.idempotency_key = k.key",
+        [ws for ws, _ in keys],
+        [key for _, key in keys],
+    )
+    return {r["idempotency_key"]: r["id"] for r in rows}
+
+
 async def get_run_by_idempotency_key(
     conn: asyncpg.Connection | asyncpg.Pool, workspace_id: str, key: str
 ) -> asyncpg.Record | None:

@@ -6,6 +6,7 @@ The exactly-once key of a tick is the run's idempotency key (`stevora.triggers.s
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -128,18 +129,30 @@ async def database_now(conn: asyncpg.Connection) -> datetime:
     return now
 
 
+_CLAIMED_COLUMNS = ", ".join(f"s.{c.strip()}" for c in SCHEDULE_COLUMNS.split(","))
+
+
 async def claim_due(conn: asyncpg.Connection, limit: int) -> tuple[datetime, list[asyncpg.Record]]:
     """The database's clock and the schedules due now (or holding a buffered tick), locked; other
-    workers skip them. The database's clock decides, so workers' clock skew does not matter."""
-    now = await database_now(conn)
+    workers skip them. The database's clock decides, so workers' clock skew does not matter.
+
+    One statement: each row also carries `last_run_status` (its last run's status now) and
+    `target_definition_id` (the definition version a tick starts now, None when it is gone)."""
     rows = await conn.fetch(
-        f"SELECT {SCHEDULE_COLUMNS} FROM schedules "
-        "WHERE NOT paused AND (next_due_at <= $1 OR buffered_at IS NOT NULL) "
-        "ORDER BY next_due_at LIMIT $2 FOR UPDATE SKIP LOCKED",
-        now,
+        "WITH clock AS MATERIALIZED (SELECT clock_timestamp() AS now) "
+        f"SELECT {_CLAIMED_COLUMNS}, (SELECT now FROM clock) AS now, r.status AS last_run_status, "
+        "d.id AS target_definition_id FROM schedules s "
+        "LEFT JOIN workflow_runs r ON r.id = s.last_run_id "
+        "LEFT JOIN LATERAL (SELECT w.id FROM workflow_definitions w WHERE w.workspace_id = s.workspace_id "
+        "AND w.name = s.definition_name AND (s.definition_version = 'latest' OR w.version = s.definition_version) "
+        "ORDER BY w.created_at DESC, w.id DESC LIMIT 1) d ON true "
+        "WHERE NOT s.paused AND (s.next_due_at <= (SELECT now FROM clock) OR s.buffered_at IS NOT NULL) "
+        "ORDER BY s.next_due_at LIMIT $1 FOR UPDATE OF s SKIP LOCKED",
         limit,
     )
-    return now, list(rows)
+    if rows:
+        return rows[0]["now"], list(rows)
+    return await database_now(conn), []
 
 
 async def run_status(conn: asyncpg.Connection, run_id: str | None) -> str | None:
@@ -160,6 +173,51 @@ async def record_tick(
         scheduled_at,
         run_id,
         kind,
+    )
+
+
+async def record_ticks(conn: asyncpg.Connection, ticks: list[tuple[str, datetime, str]], kind: str) -> None:
+    """Many (schedule id, scheduled_at, run id) rows in one statement; a tick recorded stays."""
+    await conn.execute(
+        "INSERT INTO schedule_ticks (schedule_id, scheduled_at, run_id, kind, created_at) "
+        "SELECT t.sid, t.at, t.run, $4, clock_timestamp() FROM unnest($1::text[], $2::timestamptz[], $3::text[]) "
+        "AS t(sid, at, run) ON CONFLICT (schedule_id, scheduled_at) DO NOTHING",
+        [t[0] for t in ticks],
+        [t[1] for t in ticks],
+        [t[2] for t in ticks],
+        kind,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Advance:
+    """What the due pass did with one schedule: its next tick, its buffered tick, its last run
+    (None: unchanged) and the ticks it ran and skipped (added to the counters)."""
+
+    schedule_id: str
+    next_fire_at: datetime | None
+    next_due_at: datetime | None
+    buffered_at: datetime | None
+    last_run_id: str | None
+    ran: int
+    skipped: int
+
+
+async def advance_many(conn: asyncpg.Connection, advances: list[Advance]) -> None:
+    """`advance` for many schedules in one statement."""
+    await conn.execute(
+        "UPDATE schedules s SET next_fire_at = a.fire, next_due_at = a.due, buffered_at = a.buffered, "
+        "last_run_id = COALESCE(a.last_run, s.last_run_id), ticks_run = s.ticks_run + a.ran, "
+        "ticks_skipped = s.ticks_skipped + a.skipped, updated_at = now() "
+        "FROM unnest($1::text[], $2::timestamptz[], $3::timestamptz[], $4::timestamptz[], $5::text[], "
+        "$6::int[], $7::int[]) AS a(id, fire, due, buffered, last_run, ran, skipped) WHERE s.id = a.id",
+        [a.schedule_id for a in advances],
+        [a.next_fire_at for a in advances],
+        [a.next_due_at for a in advances],
+        [a.buffered_at for a in advances],
+        [a.last_run_id for a in advances],
+        [a.ran for a in advances],
+        [a.skipped for a in advances],
     )
 
 

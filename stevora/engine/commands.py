@@ -67,6 +67,30 @@ async def create_run(
     Given `conn`, the run is inserted in the caller's transaction and not dispatched: the caller
     dispatches after its commit (a trigger's run and the row that records it commit together).
     """
+    insert = await prepare_run(
+        rt, workspace_id, definition_id, input, idempotency_key, budget, concurrency, priority
+    )
+    if conn is not None:
+        return await insert.on(conn)
+    async with rt.pool.acquire() as own:
+        row, created = await insert.on(own)
+    if created:
+        await dispatch_hint(rt.dispatcher, row["id"])
+    return row, created
+
+
+async def prepare_run(
+    rt: Runtime,
+    workspace_id: str,
+    definition_id: str,
+    input: dict[str, Any] | None = None,
+    idempotency_key: str | None = None,
+    budget: Budget | None = None,
+    concurrency: Concurrency | None = None,
+    priority: int | None = None,
+) -> NewRun:
+    """A run checked and ready to insert (no I/O but the definition cache): its input with the
+    schema's defaults, its budget and flow control. A bad input is a VALIDATION_ERROR naming the field."""
     limits.check_run_input(rt.settings, input or {})
     spec = await rt.definitions.get_in_workspace(workspace_id, definition_id)
     run_budget = budget_rules.resolve(rt.settings, spec.budget if spec is not None else None, budget)
@@ -80,18 +104,35 @@ async def create_run(
                 message="Invalid run input: " + "; ".join(problems),
             )
     run_flow = flow.resolve(rt.settings, spec, input or {}, concurrency, priority)
-    insert = _NewRun(workspace_id, definition_id, input or {}, idempotency_key, run_budget, run_flow)
-    if conn is not None:
-        return await insert.on(conn)
-    async with rt.pool.acquire() as own:
-        row, created = await insert.on(own)
-    if created:
-        await dispatch_hint(rt.dispatcher, row["id"])
-    return row, created
+    return NewRun(workspace_id, definition_id, input or {}, idempotency_key, run_budget, run_flow)
+
+
+async def insert_runs(conn: asyncpg.Connection, news: list[NewRun]) -> dict[str, tuple[str, bool]]:
+    """Insert many keyed runs in two statements at most (the caller's transaction; it dispatches
+    after commit): {idempotency key: (run id, created)}. A key already used keeps its run; a run
+    whose definition is gone is left out."""
+    keyed: list[runs.KeyedRun] = []
+    for new in news:
+        assert new.idempotency_key is not None, "insert_runs is for keyed runs"
+        with tracing.run_created(new.workspace_id, new.definition_id) as trace:
+            keyed.append(
+                runs.KeyedRun(new.workspace_id, new.definition_id, new.input, new.idempotency_key,
+                              trace.carrier, new.budget, new.flow)
+            )  # fmt: skip
+    made = await runs.insert_keyed_runs(conn, keyed)
+    found = {key: (run_id, True) for key, run_id in made.items()}
+    taken = [(new.workspace_id, new.idempotency_key) for new in keyed if new.idempotency_key not in made]
+    if taken:
+        existing = await runs.run_ids_by_key(conn, taken)
+        found |= {key: (run_id, False) for key, run_id in existing.items()}
+    if made:
+        log.info("runs_created", count=len(made), workflow_run_ids=sorted(made.values()))
+        RUNS_CREATED.inc(len(made))
+    return found
 
 
 @dataclass(frozen=True, slots=True)
-class _NewRun:
+class NewRun:
     workspace_id: str
     definition_id: str
     input: dict[str, Any]

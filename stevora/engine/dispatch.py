@@ -34,6 +34,14 @@ class DramatiqDispatcher:
         # Broker clients (pika, redis) block; keep them off the event loop.
         await asyncio.to_thread(self.send, EXECUTE_RUN_ACTOR, run_id, delay_ms=delay_ms)
 
+    async def dispatch_many(self, run_ids: list[str]) -> None:
+        """Wake-ups for many runs in one hop off the event loop (a due pass's batch)."""
+        await asyncio.to_thread(self._send_all, run_ids)
+
+    def _send_all(self, run_ids: list[str]) -> None:
+        for run_id in run_ids:
+            self.send(EXECUTE_RUN_ACTOR, run_id)
+
 
 class RecordingDispatcher:
     """Keeps dispatches in a list; for tests that drive runs by hand."""

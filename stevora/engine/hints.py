@@ -28,3 +28,21 @@ async def dispatch_hint(dispatcher: Dispatcher, run_id: str, *, delay_ms: int = 
         )
         return False
     return True
+
+
+async def dispatch_hints(dispatcher: Dispatcher, run_ids: list[str]) -> None:
+    """Wake-ups for many runs: in one call to the broker when the dispatcher sends in bulk
+    (`dispatch_many`), else one by one; a refusal is logged (the sweep re-dispatches)."""
+    if not run_ids:
+        return
+    many = getattr(dispatcher, "dispatch_many", None)
+    if many is None:
+        for run_id in run_ids:
+            await dispatch_hint(dispatcher, run_id)
+        return
+    try:
+        await many(run_ids)
+    except Exception as exc:
+        log.warning(
+            "dispatch_failed_sweep_will_retry", runs=len(run_ids), error=f"{type(exc).__name__}: {exc}"
+        )

@@ -357,3 +357,59 @@ async def test_a_definition_with_a_schedule_and_triggers_applies_twice_as_the_sa
     assert first.id == again.id
     stored = (await client.get(f"/v1/workflow-definitions/{first.id}", headers=tenant.headers)).json()["data"]
     assert stored["schedule"]["cron"] == "0 6 * * *" and stored["triggers"][0]["if"] == "data.ok == true"
+
+
+@pytest.mark.parametrize("batched", [True, False], ids=["set-based", "one-by-one"])
+async def test_more_schedules_than_a_batch_each_run_their_tick_once_and_a_bad_one_holds_none_back(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any, batched: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from stevora.definitions.triggers import ScheduleTiming
+    from stevora.triggers import schedule_store
+
+    await _definition(client, tenant, "tick", QUICK)
+    strict = {"name": "strict", "version": "1", "steps": QUICK, "inputSchema": {
+        "type": "object", "required": ["name"], "properties": {"name": {"type": "string"}}}}  # fmt: skip
+    made = await client.post("/v1/workflow-definitions", json=strict, headers=tenant.headers)
+    assert made.status_code == 201, made.text
+    timing = ScheduleTiming(interval_s=3600, overlap="skip", input={"at": "{{schedule.scheduledAt}}"})
+    monkeypatch.setattr(schedules, "BATCH", 20)  # batches of a size a test can fill quickly
+    monkeypatch.setattr(schedules, "BATCH_ALONE", 8)
+    count = 50
+    ids = [
+        (await schedule_store.create(harness.rt, tenant.workspace_id, timing, name=None, definition_id=None,
+                                     definition_name="strict" if n == 7 else "tick", version="latest"))["id"]
+        for n in range(count)
+    ]  # fmt: skip
+    bad = ids[7]
+    await harness.rt.pool.execute(
+        "UPDATE schedules SET next_fire_at = clock_timestamp() - interval '0.2 s', "
+        "next_due_at = clock_timestamp() - interval '0.2 s' WHERE workspace_id = $1",
+        tenant.workspace_id,
+    )
+    passes = [schedules.due_pass(harness.rt, batched=batched) for _ in range(3)]
+    await asyncio.gather(*passes, schedules.due_pass(harness.rt, batched=not batched))
+    rows = await harness.rt.pool.fetch(
+        "SELECT s.id, s.ticks_run, s.ticks_skipped, s.next_fire_at > clock_timestamp() AS advanced, "
+        "count(t.run_id) AS ticks, count(DISTINCT r.idempotency_key) AS keys FROM schedules s "
+        "LEFT JOIN schedule_ticks t ON t.schedule_id = s.id LEFT JOIN workflow_runs r ON r.id = t.run_id "
+        "WHERE s.workspace_id = $1 GROUP BY s.id",
+        tenant.workspace_id,
+    )
+    by_id = {r["id"]: r for r in rows}
+    assert by_id[bad]["ticks"] == 0 and by_id[bad]["ticks_skipped"] == 1 and by_id[bad]["advanced"]
+    good = [by_id[i] for i in ids if i != bad]
+    assert {(r["ticks"], r["keys"], r["ticks_run"], r["advanced"]) for r in good} == {(1, 1, 1, True)}
+    runs = await harness.rt.pool.fetch(
+        "SELECT r.input, t.scheduled_at, s.last_run_id = r.id AS last FROM schedule_ticks t "
+        "JOIN workflow_runs r ON r.id = t.run_id JOIN schedules s ON s.id = t.schedule_id "
+        "WHERE s.workspace_id = $1",
+        tenant.workspace_id,
+    )
+    assert len(runs) == count - 1
+    assert all(r["input"] == {"at": r["scheduled_at"].isoformat()} and r["last"] for r in runs)
+    # Every started run was handed to the dispatcher once.
+    sent = [run_id for run_id, _ in harness.rt.dispatcher.sent]
+    started = await harness.rt.pool.fetch(
+        "SELECT id FROM workflow_runs WHERE workspace_id = $1", tenant.workspace_id
+    )
+    assert {r["id"] for r in started} <= set(sent)
