@@ -179,3 +179,93 @@ async def test_killing_the_stdio_server_mid_run_gives_an_error_result_and_the_ne
     assert len({c["pid"] for c in logged_calls(log)}) == 2  # the restarted server answered round 2
     types = await assert_gap_free(setup, run["id"])
     assert types.count("TOOL_CALL_FAILED") == 1 and types.count("TOOL_CALL_COMPLETED") == 1
+
+
+@pytest.mark.broker
+async def test_on_a_real_worker_only_offered_and_approved_mcp_calls_run_and_a_replay_calls_no_server(
+    broker_setup: BrokerSetup, tmp_path: Path
+) -> None:
+    """include / exclude / approve with the model played by the fake OpenAI API (the worker's real
+    SDK), then a replay with recorded tools that makes zero calls on the server (its log)."""
+    from stevora.engine import fork as forking
+    from stevora.engine.steps.approval import decide_approval
+    from stevora.testing.fake_llm import FakeLLMServer, openai_text, openai_tool_calls
+
+    setup = broker_setup
+    log = tmp_path / "calls.jsonl"
+    tools = [
+        {"mcp": "count", "include": ["add", "echo"], "approve": ["echo"]},
+        {"mcp": "count", "prefix": "cnt", "exclude": ["whoami", "slow", "pixel", "fail", "echo"]},
+    ]
+    step = {"type": "llm", "name": "agent", "model": "gpt-4o-mini", "maxToolRounds": 2, "tools": tools,
+            "messages": [{"role": "user", "content": "go"}]}  # fmt: skip
+    def_id = await create_definition(
+        setup.rt, setup.workspace_id, {"name": "bounded-mcp", "version": "1", "steps": [step]}
+    )
+    with FakeLLMServer() as fake:
+        round_1 = [
+            ("c1", "count_add", '{"a": 2, "b": 40}'),  # included: runs
+            ("c2", "count_whoami", "{}"),  # not included: never runs
+            ("c3", "cnt_whoami", "{}"),  # excluded: never runs
+            ("c4", "cnt_add", '{"a": 1, "b": 1}'),  # the second entry offers it: runs
+            ("c5", "count_echo", '{"text": "yes"}'),  # gated: approved below, then runs
+            ("c6", "count_echo", '{"text": "no"}'),  # gated: rejected below, never runs
+        ]
+        fake.openai.enqueue(openai_tool_calls(round_1), openai_text("42"))
+        env = {"STEVORA_MCP_CONFIG": str(_mcp_config(tmp_path, log)), "OPENAI_API_KEY": "test",
+               "OPENAI_BASE_URL": fake.openai_base_url}  # fmt: skip
+        worker = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, extra_env=env)
+        try:
+            run, _ = await commands.create_run(setup.rt, setup.workspace_id, def_id)
+            await wait_status(setup, run["id"], "WAITING", workers=(worker,))
+            for _ in range(100):  # both approvals are asked for in the same round
+                pending = await setup.rt.pool.fetch(
+                    "SELECT a.id, c.arguments FROM approval_requests a JOIN awaited_tool_calls c "
+                    "ON c.id = a.awaited_tool_call_id WHERE a.workflow_run_id = $1 ORDER BY c.sequence",
+                    run["id"],
+                )
+                if len(pending) == 2:
+                    break
+                await asyncio.sleep(0.1)
+            assert [p["arguments"] for p in pending] == [{"text": "yes"}, {"text": "no"}]
+            assert sorted(c["tool"] for c in logged_calls(log)) == ["add", "add"]  # none gated yet
+            for row, decision in zip(pending, ("approved", "rejected"), strict=True):
+                await decide_approval(setup.rt, setup.workspace_id, row["id"], decision, decided_by="ann")
+            row = await wait_status(setup, run["id"], "COMPLETED", "FAILED", workers=(worker,))
+            assert row["status"] == "COMPLETED", row["error"]
+            before_replay = logged_calls(log)
+            plan = await forking.plan_replay(setup.rt, setup.workspace_id, run["id"])
+            replay, _ = await forking.make(setup.rt, plan, None)
+            fake.openai.enqueue(openai_tool_calls(round_1), openai_text("42 again"))
+            replayed = await wait_status(
+                setup, replay["id"], "COMPLETED", "FAILED", "WAITING", workers=(worker,)
+            )
+        finally:
+            worker.stop()
+    traces = await setup.rt.pool.fetch(
+        "SELECT tool_name, status, error_code, output_json FROM tool_trace WHERE workflow_run_id = $1 "
+        "ORDER BY sequence",
+        run["id"],
+    )
+    assert [(t["tool_name"], t["status"], t["error_code"]) for t in traces] == [
+        ("count_add", "completed", None),
+        ("count_whoami", "failed", "TOOL_NOT_OFFERED"),
+        ("cnt_whoami", "failed", "TOOL_NOT_OFFERED"),
+        ("cnt_add", "completed", None),
+        ("count_echo", "completed", None),
+        ("count_echo", "failed", "APPROVAL_REJECTED"),
+    ]
+    assert sorted((c["tool"], json.dumps(c["arguments"])) for c in before_replay) == [
+        ("add", '{"a": 1, "b": 1}'), ("add", '{"a": 2, "b": 40}'), ("echo", '{"text": "yes"}'),
+    ]  # fmt: skip
+    # The replay answered every call from the recording: the server ran nothing more.
+    assert replayed["status"] == "COMPLETED", replayed["error"]
+    assert logged_calls(log) == before_replay
+    outputs = await setup.rt.pool.fetch(
+        "SELECT tool_name, output_json FROM tool_trace WHERE workflow_run_id = $1 AND status = 'completed' "
+        "ORDER BY sequence",
+        replay["id"],
+    )
+    assert [(t["tool_name"], t["output_json"]) for t in outputs] == [
+        ("count_add", {"sum": 42}), ("cnt_add", {"sum": 2}), ("count_echo", {"result": "yes"}),
+    ]  # fmt: skip

@@ -35,6 +35,15 @@ GATED = "issue_refund"
 # Registered in the worker, never offered by the step: a plain tool, a global tool (the step has
 # globalTools: false) and an approval-gated tool.
 UNOFFERED = ("delete_account", "current_time", "wire_money")
+# The step also offers an MCP server's tools (tests/mcp_servers/hostile.py, as server `h`, with
+# `exclude: ["wipe"]` and `approve: ["refund"]`): results huge, deeply nested, carrying NUL and lone
+# surrogates or broken base64, and `h_die`, which kills the server mid-call.
+MCP_SERVER = "h"
+MCP_OFFERED = tuple(
+    f"h_{t}" for t in ("lookup", "sum", "refund", "blob", "deep", "garbage", "badimage", "die")
+)
+MCP_GATED = "h_refund"
+MCP_UNOFFERED = ("h_wipe", "wipe", "lookup", "h__lookup", "mcp.h.lookup", "h_missing")
 DECISIONS = ("approved", "rejected", "edited")
 MODEL = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5"}
 
@@ -145,6 +154,9 @@ def _look_alikes(name: str) -> list[str]:
 
 
 LOOK_ALIKES = tuple(sorted({n for name in OFFERED for n in _look_alikes(name)} - set(OFFERED)))
+MCP_LOOK_ALIKES = tuple(
+    sorted({n for name in ("h_lookup", "h_refund") for n in _look_alikes(name)} - set(MCP_OFFERED))
+)
 
 names = st.one_of(
     st.sampled_from(OFFERED),
@@ -152,6 +164,9 @@ names = st.one_of(
     st.sampled_from(OFFERED),
     st.sampled_from(UNOFFERED),
     st.sampled_from(LOOK_ALIKES),
+    st.sampled_from(MCP_OFFERED),
+    st.just(MCP_GATED),
+    st.sampled_from(MCP_UNOFFERED + MCP_LOOK_ALIKES),
     st.sampled_from(["", " ", "\x00", "null", "None", "*", "../get_order"]),
     st.text(max_size=20),
     st.text(alphabet=string.ascii_lowercase + "_", min_size=65, max_size=300),
@@ -253,20 +268,40 @@ huge_args = st.builds(
     _huge, st.integers(min_value=100_000, max_value=1_200_000), st.sampled_from(["string", "key", "list"])
 )
 
-_valid_for = {
+_valid_for: dict[str, st.SearchStrategy[Any]] = {
     "get_order": st.fixed_dictionaries({"order_id": st.text(max_size=12)}),
     "add_numbers": st.fixed_dictionaries({"a": st.integers(-1000, 1000), "b": st.integers(-1000, 1000)}),
     "issue_refund": st.fixed_dictionaries(
         {"order_id": st.text(max_size=12), "amount": st.integers(0, 10_000)}
     ),
+    "h_lookup": st.fixed_dictionaries({"order_id": st.text(max_size=12)}),
+    "h_sum": st.fixed_dictionaries({"a": st.integers(-1000, 1000), "b": st.integers(-1000, 1000)}),
+    "h_refund": st.fixed_dictionaries({"order_id": st.text(max_size=12), "amount": st.integers(0, 10_000)}),
+    "h_blob": st.fixed_dictionaries({"size": st.sampled_from([0, 10, 70_000, 600_000, 3_000_000])}),
+    "h_deep": st.fixed_dictionaries({"depth": st.sampled_from([1, 50, 400, 3000])}),
+    "h_garbage": st.just({}),
+    "h_badimage": st.just({}),
+    "h_die": st.just({}),
 }
 
 
+# The MCP-heavy form (its own test): mostly the server's tools, with valid arguments more often,
+# so each hostile result (huge, deep, garbage, broken image, a dying server) is met in CI.
+mcp_names = st.one_of(
+    st.sampled_from(MCP_OFFERED),
+    st.sampled_from(MCP_OFFERED),
+    st.sampled_from(("h_die", "h_garbage", "h_deep", "h_blob", "h_badimage")),
+    st.just(MCP_GATED),
+    st.sampled_from(MCP_UNOFFERED + MCP_LOOK_ALIKES),
+    st.sampled_from(OFFERED),
+)
+
+
 @st.composite
-def calls(draw: st.DrawFn) -> Call:
+def calls(draw: st.DrawFn, pool: st.SearchStrategy[str] = names) -> Call:
     """A call; an offered name gets arguments valid for it half the time (so calls run and approvals
     are asked for), anything from `args` otherwise."""
-    name = draw(names)
+    name = draw(pool)
     valid = _valid_for.get(name)
     arguments = draw(valid) if valid is not None and draw(st.booleans()) else draw(args)
     return Call(draw(ids), name, arguments)
@@ -298,10 +333,17 @@ turns = st.one_of(
 )
 
 
+mcp_turns = st.one_of(
+    st.builds(Turn, st.lists(calls(mcp_names), min_size=1, max_size=4).map(tuple), texts),
+    st.builds(Turn, st.lists(calls(mcp_names), min_size=1, max_size=4).map(tuple), texts),
+    st.builds(Turn, error=errors),
+)
+
+
 @st.composite
-def scripts(draw: st.DrawFn) -> Script:
+def scripts(draw: st.DrawFn, turn_pool: st.SearchStrategy[Turn] = turns) -> Script:
     wire: Wire = draw(st.sampled_from(["openai", "anthropic"]))
-    body = list(draw(st.lists(turns, min_size=1, max_size=7)))
+    body = list(draw(st.lists(turn_pool, min_size=1, max_size=7)))
     if draw(st.integers(0, 3)) == 0:  # a burst of a hundred calls or more, somewhere
         body.insert(draw(st.integers(0, len(body))), draw(bursts))
     if draw(st.integers(0, 3)) == 0:  # one megabyte argument in one call

@@ -15,6 +15,7 @@ class HostileStats:
     calls_in_rounds: int = 0  # tool calls in the model answers Stevora committed
     traced: int = 0
     executed: int = 0
+    mcp_executed: Counter[str] = field(default_factory=Counter)  # what the MCP server ran, by tool
     refused: Counter[str] = field(default_factory=Counter)  # by error code
     outcomes: Counter[str] = field(default_factory=Counter)  # COMPLETED / FAILED:<code>
     decisions: Counter[str] = field(default_factory=Counter)
@@ -31,6 +32,7 @@ class HostileStats:
             f"violations={self.violations}",
             f"  calls refused by code: {dict(self.refused.most_common())}",
             f"  runs by outcome: {dict(self.outcomes.most_common())}",
+            f"  MCP calls the server executed, by tool: {dict(self.mcp_executed.most_common())}",
             f"  runs with a budget: {self.budgeted}; approval decisions: {dict(self.decisions.most_common())}",
             f"  API/UI reads: {self.api_reads}; slowest run: {self.max_run_s:.1f} s",
         ]

@@ -7,11 +7,15 @@ Each hypothesis example is one run of a one-step agent workflow against the real
 OpenAI/Anthropic SDKs talking to `FakeLLMServer`, which plays a generated script (`scripts.py`).
 The step offers `get_order`, `add_numbers` and the approval-gated `issue_refund` with
 `globalTools: false`; the worker also registers `delete_account`, the global `current_time` and
-the gated `wire_money`. Every handler writes to a side-effect log. Approval requests are decided
-through the API as the script says (approved, rejected or edited).
+the gated `wire_money`. It also offers the tools of an MCP server of our own that answers like a
+hostile one (`tests/mcp_servers/hostile.py`, over stdio, as the worker's server `h`): with `wipe`
+excluded and `refund` approval-gated, results huge, deeply nested, carrying NUL and lone
+surrogates or broken base64, and `die`, which kills the server mid-call (the next call restarts
+it). Every handler writes to a side-effect log, and the MCP server logs every call it executes.
+Approval requests are decided through the API as the script says (approved, rejected or edited).
 
 Invariants after every run:
-* nothing unoffered ran (the side-effect log holds offered tools only);
+* nothing unoffered ran (the side-effect log and the MCP server's log hold offered tools only);
 * no gated call ran unapproved (each `issue_refund` execution has its approval, approved or
   edited by us, for that very call; an edit's arguments are what ran);
 * every call of every committed round is traced exactly once (completed, or failed with an error
@@ -35,10 +39,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import os
+import sys
 import time
 from collections import Counter
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -47,14 +53,30 @@ import structlog
 from hypothesis import HealthCheck, Phase, given, note, settings
 
 from stevora.api import create_app
+from stevora.engine import mcp_servers
+from stevora.mcp.config import McpServerConfig
+from stevora.mcp.manager import McpClientManager
 from stevora.testing.fake_llm import FakeLLMServer, anthropic_text, openai_text
 from stevora.tools import ToolContext
 from stevora.ui.auth import COOKIE_NAME
 from tests.conftest import Harness
-from tests.e2e.hostile.scripts import GATED, MODEL, OFFERED, UNOFFERED, Script, scripts
+from tests.e2e.hostile.scripts import (
+    GATED,
+    MCP_GATED,
+    MCP_OFFERED,
+    MCP_SERVER,
+    MCP_UNOFFERED,
+    MODEL,
+    OFFERED,
+    UNOFFERED,
+    Script,
+    mcp_turns,
+    scripts,
+)
 from tests.e2e.hostile.stats import STATS
 from tests.integration.api.api_helpers import Tenant, bootstrap_tenant, make_client
 from tests.integration.loop.conftest import SdkProviders, llm_step
+from tests.mcp_servers import ROOT, logged_calls
 
 # A failing example's repr (the fixtures) can be large; the note() names the script instead.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
@@ -65,6 +87,9 @@ FULL_EXAMPLES = int(os.environ.get("STEVORA_HOSTILE_EXAMPLES", "200"))
 RUN_BUDGET_S = 60.0
 STEP_ATTEMPTS = 3
 EDITED = {"order_id": "o_edited", "amount": 1}
+EVERY_OFFERED = frozenset(OFFERED) | frozenset(MCP_OFFERED)
+EVERY_GATED = frozenset({GATED, MCP_GATED})
+MCP_TOOLS = {"mcp": MCP_SERVER, "exclude": ["wipe"], "approve": ["refund"]}
 
 
 @dataclass
@@ -80,6 +105,7 @@ class HostileEnv:
     fake: FakeLLMServer
     client: httpx.AsyncClient
     tenant: Tenant
+    mcp_log: Path
     effects: list[Effect] = field(default_factory=list)
     definitions: dict[tuple[str, int], str] = field(default_factory=dict)
 
@@ -131,17 +157,29 @@ def hostile_fake() -> AsyncIterator[FakeLLMServer]:
 
 
 @pytest.fixture
-async def env(harness: Harness, hostile_fake: FakeLLMServer, settings: Any) -> AsyncIterator[HostileEnv]:
-    """One engine, API, tenant and tool registry for all the examples of the test."""
-    assert set(OFFERED).isdisjoint(UNOFFERED)
+async def env(
+    harness: Harness, hostile_fake: FakeLLMServer, settings: Any, tmp_path: Path
+) -> AsyncIterator[HostileEnv]:
+    """One engine, API, tenant, tool registry and MCP server for all the examples of the test."""
+    assert set(OFFERED).isdisjoint(UNOFFERED) and set(MCP_OFFERED).isdisjoint(MCP_UNOFFERED)
+    mcp_log = tmp_path / "mcp-calls.jsonl"
+    server = McpServerConfig(
+        name=MCP_SERVER, command=sys.executable, args=("-m", "tests.mcp_servers.hostile"),
+        env={"MCP_CALL_LOG": str(mcp_log), "PYTHONPATH": str(ROOT)}, cwd=str(ROOT), timeoutMs=20_000,
+    )  # fmt: skip
+    harness.rt.mcp = McpClientManager({MCP_SERVER: server})
+    await mcp_servers.publish(harness.rt, "hostile-suite")  # so the API accepts the step naming it
     app = create_app(settings, runtime=harness.rt)
-    async with make_client(app) as client:
-        tenant = await bootstrap_tenant(client)
-        client.cookies.set(COOKIE_NAME, tenant.key, path="/ui")
-        hostile = HostileEnv(harness, hostile_fake, client, tenant)
-        _register_tools(harness, hostile.effects)
-        yield hostile
-    hostile_fake.reset()
+    try:
+        async with make_client(app) as client:
+            tenant = await bootstrap_tenant(client)
+            client.cookies.set(COOKIE_NAME, tenant.key, path="/ui")
+            hostile = HostileEnv(harness, hostile_fake, client, tenant, mcp_log)
+            _register_tools(harness, hostile.effects)
+            yield hostile
+    finally:
+        hostile_fake.reset()
+        await harness.rt.mcp.close()
 
 
 async def _definition(env: HostileEnv, script: Script) -> str:
@@ -149,7 +187,7 @@ async def _definition(env: HostileEnv, script: Script) -> str:
     if key not in env.definitions:
         step = llm_step(
             model=MODEL[script.wire],
-            tools=list(OFFERED),
+            tools=[*OFFERED, MCP_TOOLS],
             globalTools=False,
             maxToolRounds=script.max_tool_rounds,
             retry={"maxAttempts": STEP_ATTEMPTS, "backoffMs": 100, "backoffMultiplier": 1},
@@ -247,7 +285,11 @@ async def _check(env: HostileEnv, script: Script, played: Played) -> list[str]:
         "LEFT JOIN approval_requests r ON r.awaited_tool_call_id = a.id WHERE a.workflow_run_id = $1",
         run_id,
     )
-    effects = [e for e in env.effects]
+    # What the handlers ran, and what the MCP server ran (its own log, under the name the model saw).
+    effects = list(env.effects) + [
+        Effect(f"{MCP_SERVER}_{c['tool']}", c["idempotencyKey"] or "(no key)", c["arguments"])
+        for c in logged_calls(env.mcp_log)
+    ]
 
     # -- the run ended, with a code when it failed
     if played.ended:
@@ -258,13 +300,13 @@ async def _check(env: HostileEnv, script: Script, played: Played) -> list[str]:
 
     # -- nothing unoffered ran; gated calls ran only when we approved that very call
     for effect in effects:
-        if effect.name not in OFFERED:
+        if effect.name not in EVERY_OFFERED:
             v.append(f"unoffered tool {effect.name!r} ran ({effect.key})")
     by_position = {
         (a["step_run_id"], a["round"], a["sequence"]): a for a in awaited if a["kind"] == "approval"
     }
     for effect in effects:
-        if effect.name != GATED:
+        if effect.name not in EVERY_GATED:
             continue
         step_run_id, round_no, index = effect.key.rsplit(":", 2)
         approval = by_position.get((step_run_id, int(round_no), int(index)))
@@ -327,7 +369,7 @@ async def _check(env: HostileEnv, script: Script, played: Played) -> list[str]:
                     f"trace of round {c['round']} call {i} names {t['tool_name'][:40]!r}/{t['tool_call_id'][:40]!r}, "
                     f"the model said {call['name'][:40]!r}/{call['id'][:40]!r}"
                 )
-            if call["name"] not in OFFERED and (t["status"], t["error_code"]) != (
+            if call["name"] not in EVERY_OFFERED and (t["status"], t["error_code"]) != (
                 "failed",
                 "TOOL_NOT_OFFERED",
             ):
@@ -371,6 +413,7 @@ async def _check(env: HostileEnv, script: Script, played: Played) -> list[str]:
     STATS.calls_in_rounds += calls_in_rounds
     STATS.traced += len(traces)
     STATS.executed += len(effects)
+    STATS.mcp_executed.update(e.name for e in effects if e.name.startswith(f"{MCP_SERVER}_"))
     for t in traces:
         if t["status"] == "failed":
             STATS.refused[t["error_code"] or "(none)"] += 1
@@ -426,8 +469,7 @@ async def _read_back(env: HostileEnv, run_id: str, run: Any, traces: int, calls:
     return v
 
 
-@pytest.mark.timeout(3600 if FULL else 600)
-@settings(
+_SETTINGS = settings(
     max_examples=FULL_EXAMPLES if FULL else CI_EXAMPLES,
     derandomize=not FULL,
     deadline=None,
@@ -439,10 +481,30 @@ async def _read_back(env: HostileEnv, run_id: str, run: Any, traces: int, calls:
         p for p in Phase if not (p is Phase.shrink and os.environ.get("STEVORA_HOSTILE_NO_SHRINK") == "1")
     ],
 )
+
+
+@pytest.mark.timeout(3600 if FULL else 600)
+@_SETTINGS
 @given(script=scripts())
 async def test_a_hostile_model_changes_nothing_it_may_not(env: HostileEnv, script: Script) -> None:
+    await _run_example(env, script)
+
+
+@pytest.mark.timeout(3600 if FULL else 600)
+@_SETTINGS
+@given(script=scripts(mcp_turns))
+async def test_a_hostile_model_and_a_hostile_mcp_server_change_nothing_they_may_not(
+    env: HostileEnv, script: Script
+) -> None:
+    """Mostly the MCP server's tools: hostile arguments and names, huge, deep and unstorable
+    results, a broken image, and a server that dies mid-call (the next call restarts it)."""
+    await _run_example(env, script)
+
+
+async def _run_example(env: HostileEnv, script: Script) -> None:
     env.fake.reset()
     env.effects.clear()
+    env.mcp_log.unlink(missing_ok=True)
     note(script.describe())
     providers = SdkProviders(env.harness, env.fake)
     providers.openai(max_retries=script.sdk_retries)
