@@ -238,7 +238,9 @@ async def _carry_out(
             )
             continue
         ticks += [(row["id"], tick, run_id) for tick, (run_id, _) in zip(plan.start, started, strict=True)]
-        wake += [run_id for run_id, created in started if created]
+        new_runs = [run_id for run_id, created in started if created]
+        TRIGGER_RUNS_STARTED.labels("schedule").inc(len(new_runs))
+        wake += new_runs
         advances.append(_advance(row, plan, started[-1][0] if started else None))
     await rows.record_ticks(conn, ticks, "tick")
     await rows.advance_many(conn, advances)
