@@ -386,10 +386,6 @@ async def test_more_schedules_than_a_batch_each_run_their_tick_once_and_a_bad_on
         "next_due_at = clock_timestamp() - interval '0.2 s' WHERE workspace_id = $1",
         tenant.workspace_id,
     )
-    from stevora.observability.metrics import SCHEDULE_TICKS, TRIGGER_RUNS_STARTED
-
-    started_before = TRIGGER_RUNS_STARTED.labels("schedule")._value.get()
-    skipped_before = SCHEDULE_TICKS.labels("skipped")._value.get()
     passes = [schedules.due_pass(harness.rt, batched=batched) for _ in range(3)]
     await asyncio.gather(*passes, schedules.due_pass(harness.rt, batched=not batched))
     rows = await harness.rt.pool.fetch(
@@ -410,9 +406,6 @@ async def test_more_schedules_than_a_batch_each_run_their_tick_once_and_a_bad_on
         tenant.workspace_id,
     )
     assert len(runs) == count - 1
-    # /metrics counts each run started once, and the bad schedule's tick as skipped.
-    assert TRIGGER_RUNS_STARTED.labels("schedule")._value.get() - started_before == count - 1
-    assert SCHEDULE_TICKS.labels("skipped")._value.get() - skipped_before == 1
     assert all(r["input"] == {"at": r["scheduled_at"].isoformat()} and r["last"] for r in runs)
     # Every started run was handed to the dispatcher once.
     sent = [run_id for run_id, _ in harness.rt.dispatcher.sent]
