@@ -327,10 +327,10 @@ class KeyedRun:
     flow: FlowColumns
 
 
-async def insert_keyed_runs(conn: asyncpg.Connection, news: Sequence[KeyedRun]) -> dict[str, str]:
+async def insert_keyed_runs(conn: asyncpg.Connection, news: Sequence[KeyedRun]) -> dict[tuple[str, str], str]:
     """Insert PENDING runs in one statement, each checking its definition belongs to its
-    workspace; {key: run id} of the runs inserted (a key already taken, or a definition not
-    found, is left out)."""
+    workspace; {(workspace, key): run id} of the runs inserted (a key already taken, or a
+    definition not found, is left out)."""
     if not news:
         return {}
     rows = await conn.fetch(
@@ -344,7 +344,7 @@ async def insert_keyed_runs(conn: asyncpg.Connection, news: Sequence[KeyedRun]) 
         "AS n(id, ws, def, input, key, trace, budget, ckey, climit, hold, wlimit, priority, ord) "
         "JOIN workflow_definitions d ON d.id = n.def AND d.workspace_id = n.ws "
         "ORDER BY n.ord "
-        "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING RETURNING id, idempotency_key",
+        "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING RETURNING id, workspace_id, idempotency_key",
         [new_id("wfrun") for _ in news],
         [n.workspace_id for n in news],
         [n.definition_id for n in news],
@@ -358,18 +358,20 @@ async def insert_keyed_runs(conn: asyncpg.Connection, news: Sequence[KeyedRun]) 
         [n.flow.workspace_limit for n in news],
         [n.flow.priority for n in news],
     )
-    return {r["idempotency_key"]: r["id"] for r in rows}
+    return {(r["workspace_id"], r["idempotency_key"]): r["id"] for r in rows}
 
 
-async def run_ids_by_key(conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]) -> dict[str, str]:
-    """{idempotency key: run id} of the runs already holding these (workspace, key) pairs."""
+async def run_ids_by_key(
+    conn: asyncpg.Connection, keys: Sequence[tuple[str, str]]
+) -> dict[tuple[str, str], str]:
+    """{(workspace, key): run id} of the runs already holding these (workspace, key) pairs."""
     rows = await conn.fetch(
-        "SELECT r.id, r.idempotency_key FROM unnest($1::text[], $2::text[]) AS k(ws, key) "
+        "SELECT r.id, r.workspace_id, r.idempotency_key FROM unnest($1::text[], $2::text[]) AS k(ws, key) "
         "JOIN workflow_runs r ON r.workspace_id = k.ws AND r.idempotency_key = k.key",
         [ws for ws, _ in keys],
         [key for _, key in keys],
     )
-    return {r["idempotency_key"]: r["id"] for r in rows}
+    return {(r["workspace_id"], r["idempotency_key"]): r["id"] for r in rows}
 
 
 async def get_run_by_idempotency_key(

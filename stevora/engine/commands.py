@@ -107,10 +107,12 @@ async def prepare_run(
     return NewRun(workspace_id, definition_id, input or {}, idempotency_key, run_budget, run_flow)
 
 
-async def insert_runs(conn: asyncpg.Connection, news: list[NewRun]) -> dict[str, tuple[str, bool]]:
+async def insert_runs(
+    conn: asyncpg.Connection, news: list[NewRun]
+) -> dict[tuple[str, str], tuple[str, bool]]:
     """Insert many keyed runs in two statements at most (the caller's transaction; it dispatches
-    after commit): {idempotency key: (run id, created)}. A key already used keeps its run; a run
-    whose definition is gone is left out."""
+    after commit): {(workspace, idempotency key): (run id, created)}. A key already used keeps its
+    run; a run whose definition is gone is left out."""
     keyed: list[runs.KeyedRun] = []
     for new in news:
         assert new.idempotency_key is not None, "insert_runs is for keyed runs"
@@ -121,7 +123,9 @@ async def insert_runs(conn: asyncpg.Connection, news: list[NewRun]) -> dict[str,
             )  # fmt: skip
     made = await runs.insert_keyed_runs(conn, keyed)
     found = {key: (run_id, True) for key, run_id in made.items()}
-    taken = [(new.workspace_id, new.idempotency_key) for new in keyed if new.idempotency_key not in made]
+    taken = [
+        (n.workspace_id, n.idempotency_key) for n in keyed if (n.workspace_id, n.idempotency_key) not in made
+    ]
     if taken:
         existing = await runs.run_ids_by_key(conn, taken)
         found |= {key: (run_id, False) for key, run_id in existing.items()}

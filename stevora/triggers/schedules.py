@@ -231,7 +231,8 @@ async def _carry_out(
     made = await commands.insert_runs(conn, news)
     ticks: list[tuple[str, datetime, str]] = []
     for row, plan in ready:
-        started = [made[key] for tick in plan.start if (key := tick_key(row["id"], tick)) in made]
+        keys = [(row["workspace_id"], tick_key(row["id"], tick)) for tick in plan.start]
+        started = [made[key] for key in keys if key in made]
         if len(started) < len(plan.start):  # its definition went away since the claim
             advances.append(
                 _failed(row, now, NotFoundError("The schedule's workflow definition is not found"))
@@ -336,7 +337,7 @@ async def backfill(rt: Runtime, row: Any, first: datetime, last: datetime) -> li
         made = await commands.insert_runs(conn, news)
         if len(made) < len(news):
             raise NotFoundError("The schedule's workflow definition is not found")
-        started = [(tick, made[tick_key(row["id"], tick)]) for tick in ticks]
+        started = [(tick, made[(row["workspace_id"], tick_key(row["id"], tick))]) for tick in ticks]
         await rows.record_ticks(
             conn, [(row["id"], tick, run_id) for tick, (run_id, _) in started], "backfill"
         )
