@@ -21,8 +21,9 @@ from stevora.testing.fake_llm import (
     openai_tool_calls,
 )
 from tests.conftest import Harness
-from tests.integration.loop.conftest import SdkProviders, llm_step, run_workflow, tool_def
+from tests.integration.loop.conftest import SdkProviders, llm_step, load_run, run_workflow, tool_def
 from tests.integration.loop.test_loop_prompt_cache import _register_bulky
+from tests.integration.loop.test_time_travel import api  # noqa: F401  (the API client fixture)
 
 SUMMARY = "SUMMARY: looked up t0..tN, each said detail; nothing left but to go on."
 CONTEXT = {"maxInputTokens": 2_000, "strategy": "compact", "keepLastRounds": 1}
@@ -180,3 +181,80 @@ def test_context_model_and_strategy_are_validated_naming_the_field() -> None:
             parse_definition({**base, "steps": [llm_step(context=context)]})
         paths = [e["path"] for e in caught.value.details["errors"]]
         assert field in paths, (paths, caught.value.details)
+
+
+def _stateless_responder(rounds: int) -> Any:
+    """OpenAI: the round from the request itself (the highest `call_N` answered, plus one), so an
+    origin and its forks are answered alike; a compaction request gets a numbered summary."""
+    summaries: list[int] = []
+
+    def respond(body: dict[str, Any]) -> Any:
+        if is_compaction(body):
+            summaries.append(1)
+            return openai_text(f"{SUMMARY} #{len(summaries)}")
+        answered = [int(m["tool_call_id"][5:]) for m in body["messages"] if m["role"] == "tool"]
+        done = max(answered) + 1 if answered else 0
+        if done >= rounds:
+            return openai_text("All findings are in.")
+        return openai_tool_calls([(f"call_{done}", "lookup", json.dumps({"topic": f"t{done}"}))])
+
+    return respond
+
+
+async def test_a_fork_starts_before_or_after_a_compaction(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders, api: Any
+) -> None:
+    """At the compaction's round: the fork compacts again. At the next: it inherits the summary
+    and its first request is the origin's request for that round, byte for byte."""
+    client, headers = api
+    _register_bulky(harness)
+    fake.context_window_tokens = 2_500
+    fake.openai.responder = _stateless_responder(6)
+    definition = {"name": "compacting", "steps": [_agent("gpt-4o-mini")]}
+    created = await client.post(
+        "/v1/workflow-runs", json={"definition": definition, "input": {"question": "go"}}, headers=headers
+    )
+    assert created.status_code == 201, created.text
+    origin_id = created.json()["data"]["id"]
+    row = await harness.wait_for_status(origin_id, "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED", row["error"]
+    origin_bodies = [r.raw for r in fake.openai.requests]
+    first = next(i for i, b in enumerate(origin_bodies) if is_compaction(json.loads(b)))
+    compaction_round = (await load_run(harness, origin_id)).events_of("CONTEXT_COMPACTED")[0]["round"]
+    # Its fork points: the compaction is one (before it), the round after it another.
+    points = (await client.get(f"/v1/workflow-runs/{origin_id}/checkpoints", headers=headers)).json()["data"]
+    ats = [p["at"] for p in points]
+    assert f"agent:{compaction_round}" in ats and f"agent:{compaction_round + 1}" in ats
+
+    async def fork(at_round: int) -> tuple[str, list[bytes]]:
+        sent = len(fake.openai.requests)
+        made = await client.post(
+            f"/v1/workflow-runs/{origin_id}/fork",
+            json={"at": {"step": "agent", "round": at_round}},
+            headers=headers,
+        )
+        assert made.status_code == 201, made.text
+        fork_id = made.json()["data"]["id"]
+        done = await harness.wait_for_status(fork_id, "COMPLETED", "FAILED")
+        assert done["status"] == "COMPLETED", done["error"]
+        return fork_id, [r.raw for r in fake.openai.requests[sent:]]
+
+    # After it: the summary is inherited, not asked for again; the first request is the origin's.
+    after_id, after = await fork(compaction_round + 1)
+    # (Byte for byte but for the prompt cache key: each run's own id.)
+    assert after[0].replace(after_id.encode(), origin_id.encode()) == origin_bodies[first + 1]
+    assert SUMMARY.encode() + b" #1" in after[0]
+    inherited = [c for c in (await load_run(harness, after_id)).llm_calls if c["inherited_from"]]
+    assert any("compaction" in c["request"] for c in inherited)
+    listed = (await client.get(f"/v1/workflow-runs/{after_id}/llm-calls", headers=headers)).json()["data"]
+    by_id = {c["id"]: c["kind"] for c in listed}
+    assert all(
+        by_id[c["id"]] == ("compaction" if "compaction" in c["request"] else "round") for c in inherited
+    )
+    # Before it: the fork's first call is the compaction again (a new summary), then its round.
+    before_id, before = await fork(compaction_round)
+    assert is_compaction(json.loads(before[0]))
+    assert before[0].replace(before_id.encode(), origin_id.encode()) == origin_bodies[first]
+    assert SUMMARY.encode() + b" #1" not in before[1] and SUMMARY.encode() in before[1]
+    before_run = await load_run(harness, before_id)
+    assert [e["round"] for e in before_run.events_of("CONTEXT_COMPACTED")][0] == compaction_round
