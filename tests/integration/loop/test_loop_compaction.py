@@ -202,7 +202,11 @@ def _stateless_responder(rounds: int) -> Any:
 
 
 async def test_a_fork_starts_before_or_after_a_compaction(
-    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders, api: Any
+    harness: Harness,
+    workspace_id: str,
+    fake: FakeLLMServer,
+    sdk: SdkProviders,
+    api: Any,  # noqa: F811  (the fixture imported above)
 ) -> None:
     """At the compaction's round: the fork compacts again. At the next: it inherits the summary
     and its first request is the origin's request for that round, byte for byte."""
@@ -257,4 +261,4 @@ async def test_a_fork_starts_before_or_after_a_compaction(
     assert before[0].replace(before_id.encode(), origin_id.encode()) == origin_bodies[first]
     assert SUMMARY.encode() + b" #1" not in before[1] and SUMMARY.encode() in before[1]
     before_run = await load_run(harness, before_id)
-    assert [e["round"] for e in before_run.events_of("CONTEXT_COMPACTED")][0] == compaction_round
+    assert before_run.events_of("CONTEXT_COMPACTED")[0]["round"] == compaction_round
