@@ -69,12 +69,10 @@ def _responder(kind: str, rounds: int, fail_at: int | None = None) -> Any:
 
 def _agent(model: str, **fields: Any) -> dict[str, Any]:
     fields.setdefault("maxToolRounds", 12)
+    fields.setdefault("systemPrompt", "Be brief.")
+    fields.setdefault("context", CONTEXT)
     return llm_step(
-        model=model,
-        systemPrompt="Be brief.",
-        tools=[tool_def("lookup", {"topic": {"type": "string"}}, ["topic"])],
-        context=CONTEXT,
-        **fields,
+        model=model, tools=[tool_def("lookup", {"topic": {"type": "string"}}, ["topic"])], **fields
     )
 
 
