@@ -103,7 +103,9 @@ def compaction_point(step: LlmStep, st: LoopState, messages: list[Message]) -> t
         return None  # committed already for this round (a resumed step reads it, never redoes it)
     rounds = sum(1 for m in messages if m.role == "assistant")
     through = rounds - context.keep_last_rounds
-    if through <= (done.through if done is not None else 0):
+    # At least `keepLastRounds` new rounds (and one) per summary: when the prompt and the kept
+    # rounds alone are over the limit, the step does not compact again at every round.
+    if through - (done.through if done is not None else 0) < max(1, context.keep_last_rounds):
         return None
     before = estimated_input_tokens(st, messages)
     if before <= context.max_input_tokens:
