@@ -260,3 +260,32 @@ async def test_a_fork_starts_before_or_after_a_compaction(
     assert SUMMARY.encode() + b" #1" not in before[1] and SUMMARY.encode() in before[1]
     before_run = await load_run(harness, before_id)
     assert before_run.events_of("CONTEXT_COMPACTED")[0]["round"] == compaction_round
+
+
+async def test_a_failed_summary_call_is_recorded_and_the_retried_step_compacts_then(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    _register_bulky(harness)
+    fake.context_window_tokens = 2_500
+    inner = _stateless_responder(6)
+    failed: list[int] = []
+
+    def respond(body: dict[str, Any]) -> Any:
+        if is_compaction(body) and not failed:
+            failed.append(1)
+            return error(503, "overloaded")
+        return inner(body)
+
+    fake.openai.responder = respond
+    step = _agent("gpt-4o-mini", retry={"maxAttempts": 2, "backoffMs": 100})
+    result = await run_workflow(harness, workspace_id, step)
+
+    assert result.status == "COMPLETED", result.run["error"]
+    assert len(result.step_runs) == 2
+    failures = result.events_of("LLM_CALL_FAILED")
+    assert [f["kind"] for f in failures] == ["compaction"]
+    failed_row = next(c for c in result.llm_calls if c["status"] == "failed")
+    assert "compaction" in failed_row["request"] and failed_row["round"] == failures[0]["round"]
+    # The retry compacted at the same point (the same round number, now completed).
+    compacted = result.events_of("CONTEXT_COMPACTED")
+    assert compacted[0]["round"] == failures[0]["round"]
