@@ -4,8 +4,8 @@ the fake providers (zero latency; they record each request's raw bytes):
 * a 300-round run completes; its worker SIGKILLed right after round 150's model call committed,
   the next worker's first request carries the previous request's bytes as its prefix (as does
   every request of the run), `cache_control` markers aside; Anthropic requests carry at most
-  the provider's four breakpoints; a fork at round 200 sends, as its first request, the
-  origin's round-200 request byte for byte (its own run id as the prompt cache key);
+  the provider's four breakpoints; a fork at round 280 sends, as its first request, the
+  origin's round-280 request byte for byte (its own run id as the prompt cache key);
 * a `compact` step runs past a `maxInputTokens` its full transcript would exceed, every request
   with valid tool-call pairing, its worker SIGKILLed right after a compaction committed (the
   summary is read from the checkpoint, never asked for again);
@@ -42,7 +42,7 @@ from tests.integration.loop.test_loop_prompt_cache import LONG_SYSTEM
 
 ROUNDS = 300
 KILLED_AT = 150
-FORKED_AT = 200
+FORKED_AT = 280
 MARKER = re.compile(rb',"cache_control":\{"type":"ephemeral"\}')
 
 
@@ -141,7 +141,7 @@ async def test_a_300_round_run_killed_at_round_150_resends_its_prefix_and_a_fork
             )
             assert row["status"] == "COMPLETED", row["error"]
             origin = [r.raw for r in route.requests]
-            # A fork at round 200, run by the same worker.
+            # A fork at round 280, run by the same worker.
             plan = await forking.plan_fork(
                 setup.rt, setup.workspace_id, run["id"], {"step": "agent", "round": FORKED_AT}, None
             )
@@ -176,7 +176,7 @@ async def test_a_300_round_run_killed_at_round_150_resends_its_prefix_and_a_fork
     # The restarted worker's first request read the cached prefix.
     after_kill = log[KILLED_AT]
     assert after_kill.read_tokens / after_kill.prompt_tokens >= 0.9, after_kill
-    # The fork's first request is the origin's round-200 request, byte for byte (run id aside).
+    # The fork's first request is the origin's round-280 request, byte for byte (run id aside).
     assert len(forked) == ROUNDS + 1 - (FORKED_AT - 1)
     first_fork = forked[0].replace(fork["id"].encode(), run["id"].encode())
     assert first_fork == origin[FORKED_AT - 1]

@@ -13,7 +13,7 @@ fork at the compaction's round starts before it (and compacts again); at the nex
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from stevora.db import checkpoints
 from stevora.db.checkpoints import LlmCallRecord
@@ -26,10 +26,31 @@ from stevora.events import EventType
 from stevora.llm.messages import LlmRequest
 
 if TYPE_CHECKING:
-    from stevora.engine.steps.llm_model import ModelCaller
+    from stevora.definitions import LlmStep
+    from stevora.engine.budget import Meter
+    from stevora.engine.steps.base import StepExecution
+    from stevora.llm.messages import Message
+    from stevora.llm.provider import Provider
+    from stevora.observability.hooks import ModelCalls
+    from stevora.runtime import Runtime
 
 
-async def compact(caller: ModelCaller, st: LoopState, through: int, tokens_before: int) -> None:
+class Caller(Protocol):
+    """What the compaction uses of the step's model caller (`llm_model.ModelCaller`)."""
+
+    rt: Runtime
+    ex: StepExecution
+    step: LlmStep
+    meter: Meter | None
+    timeout_s: float | None
+    _observe: ModelCalls
+
+    def _provider(self, index: int, model: str) -> Provider | None: ...
+
+    def _prepared(self, st: LoopState, provider_name: str) -> list[Message]: ...
+
+
+async def compact(caller: Caller, st: LoopState, through: int, tokens_before: int) -> None:
     """Summarise the rounds through `through`, commit the checkpoint, and make it the state's
     compaction. A failed call is recorded (`LLM_CALL_FAILED`) and fails the step as any model
     call's error does; nothing of it is used."""
