@@ -91,7 +91,7 @@ def _serve(conn: Connection, rounds: int) -> None:
             ids = re.findall(r'\\?"(?:tool_call_id|tool_use_id)\\?": ?\\?"(?:call|toolu)_(\d+)', text)
             done = max(map(int, ids)) + 1 if ids else 0
             task = re.search(r"Investigate the incident \((\w+)\)", text)
-            marker = task.group(1) if task else ""  # the run's task names its mode
+            marker = kind + (task.group(1) if task else "")  # the run's task names its mode
             if done == rounds // 2 and FAIL_AT in text and marker not in failed:
                 failed.add(marker)
                 return error(503, "overloaded")
