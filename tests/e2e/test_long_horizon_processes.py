@@ -217,6 +217,7 @@ async def test_a_compacting_step_runs_past_its_window_and_a_kill_after_a_compact
             if second:
                 second.stop()
         bodies = [r.json for r in route.requests]
+        raws = [r.raw for r in route.requests]
 
     assert row["status"] == "COMPLETED", row["error"]
     events = [
@@ -234,6 +235,18 @@ async def test_a_compacting_step_runs_past_its_window_and_a_kill_after_a_compact
     for body in bodies:
         _tool_pairs_valid(route.kind, body)
     assert all(e["tokensBefore"] > 2_000 for e in events)
+    # Between two compactions each request carries the one before it, summary included, byte for
+    # byte (markers aside): the summary is sent the same way every round, from any worker.
+    previous, compacted_since, pairs = None, False, 0
+    for raw, body in zip(raws, bodies, strict=True):
+        if is_compaction(body):
+            compacted_since = True
+            continue
+        if previous is not None and not compacted_since:
+            assert _extends(previous, raw)
+            pairs += 1
+        previous, compacted_since = raw, False
+    assert pairs >= rounds - 2 * len(compactions)
     await assert_gap_free(setup, run["id"])
 
 

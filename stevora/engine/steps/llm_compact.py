@@ -86,7 +86,10 @@ async def compact(caller: Caller, st: LoopState, through: int, tokens_before: in
     round_ = st.next_round
     started = time.perf_counter()
     try:
-        response = await provider.complete(request)
+        # A `chat` span and the model-call metrics, as for a round of the loop.
+        with caller._observe.call(provider.name, model, round_, request.messages) as obs:
+            response = await provider.complete(request)
+            obs.answered(response)
     except ProviderError as exc:
         rec = LlmCallRecord(
             step_run_id=ex.step_run_id,
