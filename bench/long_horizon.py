@@ -1,13 +1,16 @@
 """Long-horizon runs: input tokens, the cached share and the cost of a run of hundreds of rounds.
 
     .venv/bin/python -m bench.long_horizon [--rounds 500] [--providers openai anthropic]
-                                           [--modes cached uncached trimmed]
+                                           [--modes cached uncached trimmed compacted]
 
 One `llm` step calls a `lookup` tool once per round for `--rounds` rounds, through the real SDKs,
 against the loopback fake with its prefix cache on (stevora/testing/fake_prompt_cache.py: each
 provider's documented caching; the fake runs in its own process, so the worker's CPU is Stevora's
 and the SDK's only). Modes: `cached` (the default step), `uncached` (`cache: false`), `trimmed`
-(`context: trim_tool_results` with a window that the full transcript exceeds about halfway).
+(`context: trim_tool_results` with a window that the full transcript exceeds about halfway),
+`compacted` (`context: compact`, `keepLastRounds: 20`, with a window the full transcript exceeds
+about a fifth of the way in: a summarising model call every ~80 rounds; `cached` is its baseline
+without compaction).
 Printed per provider and mode:
 
 * input tokens per round and the cached share, at rounds 1, 2, 3, 100 and the last; the share of
@@ -17,6 +20,8 @@ Printed per provider and mode:
 * per-round worker CPU (outside the provider call: checkpoint, tool, transcript; inside it: the
   SDK encoding the growing request and parsing the answer) and the storage the round added
   (its `llm_calls` and `tool_trace` rows) at rounds 1, 100 and the last;
+* with `compacted`: the compactions (round, tokens before and after, cost) and the input tokens
+  per round around them (the prefix cache is written again once after each);
 * the cached share of the first request after a simulated crash: the step fails at round
   `rounds/2` (a 503) and its retry rebuilds the transcript from the rows; the rebuilt request
   reads the prefix the lost one wrote.
@@ -28,6 +33,7 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import re
 import time
 from multiprocessing.connection import Connection
 from typing import Any
@@ -71,12 +77,22 @@ def _serve(conn: Connection, rounds: int) -> None:
     from stevora.testing.fake_prompt_cache import FakePromptCache
 
     failed: set[str] = set()
+    summaries = {"openai": 0, "anthropic": 0}
 
     def responder(kind: str) -> Any:
         def respond(body: dict[str, Any]) -> Any:
-            done = sum(1 for m in body.get("messages") or () if m.get("role") == "assistant")
-            marker = json.dumps((body.get("messages") or [])[:2])[-300:]  # the run's task names its mode
-            if done == rounds // 2 and FAIL_AT in marker and marker not in failed:
+            text = json.dumps(body.get("messages") or [])
+            if not body.get("tools") and "<conversation>" in text:  # a `compact` summary call
+                summaries[kind] += 1
+                summary = f"Summary {summaries[kind]}: " + "topic checked, logged, nothing open; " * 25
+                return openai_text(summary) if kind == "openai" else anthropic_text(summary)
+            # The round from the request itself (the highest call answered, plus one): a
+            # compacted request carries fewer assistant turns than the rounds done.
+            ids = re.findall(r'\\?"(?:tool_call_id|tool_use_id)\\?": ?\\?"(?:call|toolu)_(\d+)', text)
+            done = max(map(int, ids)) + 1 if ids else 0
+            task = re.search(r"Investigate the incident \((\w+)\)", text)
+            marker = kind + (task.group(1) if task else "")  # the run's task names its mode
+            if done == rounds // 2 and FAIL_AT in text and marker not in failed:
                 failed.add(marker)
                 return error(503, "overloaded")
             if kind == "openai":
@@ -168,6 +184,9 @@ async def _run_mode(url: str, base_url: str, provider: str, mode: str, rounds: i
         if mode == "trimmed":
             # About halfway, the full transcript would be over this.
             step["context"] = {"maxInputTokens": 60 * rounds, "keepLastRounds": 20}
+        if mode == "compacted":
+            # About a fifth of the way in, the full transcript would be over this.
+            step["context"] = {"maxInputTokens": 24 * rounds, "strategy": "compact", "keepLastRounds": 20}
         def_id = await create_definition(
             rt, ws, {"name": f"long-{provider}-{mode}", "version": "1", "steps": [step]}
         )
@@ -187,7 +206,8 @@ async def _run_mode(url: str, base_url: str, provider: str, mode: str, rounds: i
         await pool.close()
         calls = await rt.pool.fetch(
             "SELECT round, status, input_tokens, output_tokens, cache_read_tokens, cache_write_tokens, cost_usd, "
-            "pg_column_size(c.*) AS bytes FROM llm_calls c WHERE workflow_run_id = $1 ORDER BY created_at",
+            "pg_column_size(c.*) AS bytes, request->'compaction' AS compaction "
+            "FROM llm_calls c WHERE workflow_run_id = $1 ORDER BY created_at",
             row["id"],
         )
         traces = {
@@ -222,11 +242,13 @@ async def _run_mode(url: str, base_url: str, provider: str, mode: str, rounds: i
 
 
 def _report(provider: str, mode: str, result: dict[str, Any], rounds: int) -> None:
-    calls = [c for c in result["calls"] if c["status"] == "completed"]
+    every = [c for c in result["calls"] if c["status"] == "completed"]
+    compactions = [c for c in every if c["compaction"] is not None]
+    calls = [c for c in every if c["compaction"] is None]  # the loop's rounds
     failed = [i for i, c in enumerate(result["calls"]) if c["status"] != "completed"]
     inputs = [c["input_tokens"] for c in calls]
     reads = [c["cache_read_tokens"] for c in calls]
-    cost = sum(c["cost_usd"] for c in calls)
+    cost = sum(c["cost_usd"] for c in every)  # the summary calls' cost included
     from_three = sum(reads[2:]) / max(1, sum(inputs[2:]))
     print(f"\n{provider} / {mode}: {result['status']} in {result['wall_s']:.1f} s, {len(calls)} model calls")
     if result["error"]:
@@ -239,6 +261,15 @@ def _report(provider: str, mode: str, result: dict[str, Any], rounds: int) -> No
             f"written {c['cache_write_tokens']:>6}, row {c['bytes']:>6} B + traces "
             f"{result['trace_bytes'].get(c['round'], 0):>5} B"
         )
+    for c in compactions:
+        marker = json.loads(c["compaction"]) if isinstance(c["compaction"], str) else c["compaction"]
+        print(
+            f"  compaction at call {c['round']:>3}: {marker['roundsCompacted']:>3} rounds summarised, "
+            f"{marker['tokensBefore']:>6} → {marker['tokensAfter']:>5} tokens, ${c['cost_usd']:.5f}"
+        )
+    if compactions:
+        peak = max(inputs)
+        print(f"  largest input of any round: {peak} tokens (full transcript at the end: see `cached`)")
     full = result["full_price"]
     print(
         f"  cached share of input tokens from round 3 on: {from_three:.1%}; cost per run ${cost:.4f} "
@@ -283,7 +314,7 @@ def main() -> None:
     )
     parser.add_argument("--rounds", type=int, default=500)
     parser.add_argument("--providers", nargs="+", default=["openai", "anthropic"])
-    parser.add_argument("--modes", nargs="+", default=["cached", "uncached", "trimmed"])
+    parser.add_argument("--modes", nargs="+", default=["cached", "uncached", "trimmed", "compacted"])
     args = parser.parse_args()
     asyncio.run(_main(args, bench_database_url("long_horizon")))
 

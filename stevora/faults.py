@@ -4,6 +4,7 @@
 reaches that point: `<point>[:<round>[:<call index>]]`. Points:
 
 * `llm_call_committed` — right after a model call's llm_calls row + event commit
+* `context_compacted`  — right after a `compact` checkpoint (its row + CONTEXT_COMPACTED) commits
 * `tool_returned`      — a tool handler returned, its trace is not committed yet
 * `tool_committed`     — right after a tool trace + event commit
 * `step_started`       — a step run just went RUNNING (before its handler runs)

@@ -361,6 +361,10 @@ def runs_show(
         return
     console.print(render.run_header(run))
     console.print(render.steps_table(run))
+    with connect(url, api_key) as rt:
+        calls = rt.workflows.llm_calls(run_id)
+    for line in render.round_lines(calls):  # per model call: input, cached, context; compactions
+        console.print(line)
     pending = render.pending_tool_calls(run)
     if pending is not None:
         console.print(pending)

@@ -11,6 +11,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from stevora.client import ApprovalRequest, Event, LlmCall, Page, PendingToolCall, ToolTrace, WorkflowRun
+from stevora.round_usage import round_usage
 from stevora.statuses import AnsweredBy, PauseReason, ResumeReason
 
 STATUS_STYLES = {
@@ -236,6 +237,26 @@ def llm_call_lines(calls: list[LlmCall]) -> list[str]:
     return lines or ["[dim]no LLM calls[/dim]"]
 
 
+def round_lines(calls: list[LlmCall]) -> list[str]:
+    """`runs show`: per completed model call its input tokens, the cached part and the context it
+    leaves (as the run page's waterfall says them); a `compact` summary call is marked."""
+    lines = []
+    for call in calls:
+        if call.status != "completed":
+            continue
+        usage = round_usage(call.input_tokens, call.cache_read_tokens, call.output_tokens)
+        compaction = (call.request or {}).get("compaction")
+        if compaction:
+            lines.append(
+                f"  [magenta]⇤ compaction[/magenta] {escape(call.step_name)} #{call.round}  [dim]{usage}[/dim]  "
+                f"summarised {compaction.get('roundsCompacted')} rounds "
+                f"({compaction.get('tokensBefore')} → {compaction.get('tokensAfter')} tok)"
+            )
+        else:
+            lines.append(f"  [cyan]◆[/cyan] {escape(call.step_name)} #{call.round}  [dim]{usage}[/dim]")
+    return ["[bold]Rounds[/bold]", *lines] if lines else []
+
+
 def trace_lines(traces: list[ToolTrace]) -> list[str]:
     """`runs traces`: per tool call a head line, then its arguments and its result or error."""
     lines = []
@@ -356,6 +377,11 @@ class Progress:
             return (
                 f"    [magenta]⚙[/magenta] {tool} {mark} [dim]{duration(p.get('durationMs'))}"
                 f"{_answered_by(p)}[/dim]{goto}"
+            )
+        if kind == "CONTEXT_COMPACTED":
+            return (
+                f"  [magenta]⇤ compaction[/magenta] in {step}: {p.get('roundsCompacted')} rounds summarised "
+                f"[dim]{p.get('tokensBefore')} → {p.get('tokensAfter')} tok · {usd(float(p.get('costUsd') or 0))}[/dim]"
             )
         if kind == "GUARDRAIL_FAILED":
             return f"  [yellow]⚠ guardrail failed[/yellow] ({escape(str(p.get('action')))}) in {step}"

@@ -243,10 +243,22 @@ class ContextConfig(CamelModel):
     max_input_tokens: int = Field(ge=256, le=10_000_000)
     """Before a round whose input would be over this (the previous round's reported input tokens
     plus an estimate of what was added since), the strategy makes room."""
-    strategy: Literal["trim_tool_results"] = "trim_tool_results"
+    strategy: Literal["trim_tool_results", "compact"] = "trim_tool_results"
     """`trim_tool_results`: the results of the rounds before the last `keepLastRounds` are replaced
-    by a short stub naming the call (each call keeps its result message, so pairs stay valid)."""
+    by a short stub naming the call (each call keeps its result message, so pairs stay valid).
+    `compact`: one model call (no tools) summarises everything before the last `keepLastRounds`
+    rounds, and the summary replaces them in every later request (a recorded checkpoint)."""
     keep_last_rounds: int = Field(default=3, ge=0, le=1000)
+    model: str | None = Field(default=None, min_length=1, max_length=200)
+    """`compact` only: the model that writes the summary (default: the step's `model`)."""
+
+    @model_validator(mode="after")
+    def _model_is_for_compact(self) -> ContextConfig:
+        if self.model is not None and self.strategy != "compact":
+            raise PydanticCustomError(
+                "context_model_needs_compact", 'context.model applies to strategy "compact" only'
+            )
+        return self
 
 
 # The largest `STEVORA_MAX_TOOL_ROUNDS` a server may be configured with.

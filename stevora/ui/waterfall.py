@@ -21,6 +21,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from stevora.clock import utcnow
+from stevora.round_usage import round_usage
 from stevora.statuses import TERMINAL_RUN_STATUSES
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ AWAITED_BY = {
 
 @dataclass(frozen=True, slots=True)
 class Bar:
-    kind: str  # "step" | "model" | "tool" | "wait" | "item" (a map step's item)
+    kind: str  # "step" | "model" | "compaction" | "tool" | "wait" | "item" (a map step's item)
     label: str
     detail: str
     status: str
@@ -107,16 +108,20 @@ def build(view: RunView, awaited: Sequence[Mapping[str, Any]] = ()) -> Waterfall
                 provider = "scripted (offline)"
             ttft = call.get("time_to_first_token_ms")
             first = f" · first token {ttft:.0f} ms" if ttft is not None else ""
-            spans.append(
-                (
-                    "model",
-                    f"round {call['round']}",
-                    f"{call['model']} · {provider}{first}",
-                    call["status"],
-                    start,
-                    end,
-                )
+            compaction = (call["request"] or {}).get("compaction")
+            kind, label = (
+                ("compaction", f"compaction {call['round']}")
+                if compaction
+                else ("model", f"round {call['round']}")
             )
+            detail = f"{call['model']} · {provider}{first}"
+            if call["status"] == "completed":
+                detail += " · " + round_usage(
+                    call["input_tokens"], call["cache_read_tokens"], call["output_tokens"]
+                )
+            if compaction:
+                detail += f" · summarised {compaction.get('roundsCompacted')} rounds"
+            spans.append((kind, label, detail, call["status"], start, end))
             for wait in awaited_by_call.get(str(call["id"]), []):
                 answered = wait["answered_at"] or (
                     now if run["status"] not in TERMINAL_RUN_STATUSES else None

@@ -93,3 +93,10 @@ async def route(note: str, ctx: ToolContext) -> dict[str, Any]:
     executions = await record_effect(ctx.idempotency_key)
     ctx.goto("finish")
     return {"ok": True, "executions": executions}
+
+
+@tool
+async def finding(topic: str, size: int = 0) -> dict[str, Any]:
+    """Look a topic up (test_long_horizon_processes): no side effect; `size` words of detail, and
+    keys in an order `jsonb` would not keep, so a rebuilt transcript must repeat the bytes sent."""
+    return {"zeta": f"about {topic}", "a": {"yy": 2, "b": 1}, "big": 1e16, "text": "detail " * size}

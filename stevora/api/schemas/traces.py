@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import Field
+from pydantic import Field, computed_field
 
 from stevora.api.schemas.envelope import ApiOut, Stored, Timestamp
 
@@ -41,6 +41,14 @@ class LlmCallOut(ApiOut):
         "this run; docs/time-travel.md); null for the run's own.",
     )
     created_at: Timestamp
+
+    @computed_field(  # type: ignore[prop-decorator]
+        description='"compaction": an `llm` step\'s `compact` summary call (its request carries '
+        '`compaction`, its response the summary; docs/long-horizon.md); "round": a round of the loop.'
+    )
+    @property
+    def kind(self) -> Literal["round", "compaction"]:
+        return "compaction" if "compaction" in (self.request or {}) else "round"
 
 
 class ToolTraceOut(ApiOut):

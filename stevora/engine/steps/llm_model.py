@@ -19,7 +19,9 @@ from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
 from stevora.engine.provider_limits import LimitedProvider
 from stevora.engine.steps.base import StepExecution
-from stevora.engine.steps.llm_context import trim_point, trimmed
+from stevora.engine.steps.llm_compact import compact
+from stevora.engine.steps.llm_context import compacted, compaction_point, trim_point, trimmed
+from stevora.engine.steps.llm_records import completed_call
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import BudgetExceeded, ProviderError, ProviderNotFound, StevoraError
 from stevora.events import EventType
@@ -68,6 +70,10 @@ class ModelCaller:
         candidates = [self.step.model, *self.step.fallback_models]
         # The step's `context` strategy, decided once per round from the committed rows.
         trim_through = trim_point(self.step, st, st.transcript)
+        point = compaction_point(self.step, st, st.transcript)
+        if point is not None:  # `compact`: its own checkpoint, before this round's request
+            await compact(self, st, *point)
+        compaction = st.compaction
         last_error: StevoraError | None = None
         # Stay on the model that answered last: once the primary has failed over, later rounds of
         # this execution do not pay for its failures (and its SDK retries) again.
@@ -89,7 +95,7 @@ class ModelCaller:
                 continue
             request = LlmRequest(
                 model=model,
-                messages=trimmed(self._prepared(st, provider.name), trim_through),
+                messages=compacted(trimmed(self._prepared(st, provider.name), trim_through), compaction),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
                 max_tokens=self.step.max_tokens,
@@ -111,6 +117,7 @@ class ModelCaller:
                 "responseFormat": self.step.response_format,
                 **({"feedback": True} if is_feedback else {}),
                 **({"contextTrimmedThrough": trim_through} if trim_through else {}),
+                **({"contextCompactedThrough": compaction.through} if compaction else {}),
                 **(
                     {"toolChoice": _tool_choice_json(self.step.tool_choice)}
                     if request.tool_choice != "auto"
@@ -208,47 +215,25 @@ class ModelCaller:
             for c in response.tool_calls
         ]
         self._observe.answered(provider.name, model, usage, cost)
-        rec = LlmCallRecord(
-            step_run_id=self.ex.step_run_id,
-            step_name=self.ex.step_name,
-            round=st.next_round,
-            provider=provider.name,
-            model=model,
-            status="completed",
-            request=stored_request,
-            response={
-                "text": text,
-                "toolCalls": calls,
-                "responseModel": response.model,
-                "responseId": response.response_id,
-                "priced": cost is not None,
-            },
-            finish_reason=response.finish_reason,
-            input_tokens=usage.input_tokens,
-            output_tokens=usage.output_tokens,
-            cache_read_tokens=usage.cache_read_tokens,
-            cache_write_tokens=usage.cache_write_tokens,
-            cost_usd=cost or 0.0,
-            duration_ms=elapsed_s * 1000,
-            time_to_first_token_ms=live.time_to_first_token_ms,
+        rec, payload = completed_call(
+            self.ex,
+            st.next_round,
+            provider.name,
+            model,
+            stored_request,
+            response,
+            (text, calls),
+            cost,
+            elapsed_s * 1000,
+            live.time_to_first_token_ms,
         )
-        payload = {
-            "llmCallId": rec.id,
-            "model": model,
-            "provider": provider.name,
-            "round": rec.round,
-            "inputTokens": usage.input_tokens,
-            "outputTokens": usage.output_tokens,
-            "cacheReadTokens": usage.cache_read_tokens,
-            "cacheWriteTokens": usage.cache_write_tokens,
-            "costUsd": rec.cost_usd,
-            "durationMs": round(rec.duration_ms, 3),
-            "timeToFirstTokenMs": _ms(rec.time_to_first_token_ms),
-            "toolCalls": [c["name"] for c in calls],
-            "finishReason": response.finish_reason,
-        }
+        payload["timeToFirstTokenMs"] = _ms(rec.time_to_first_token_ms)
+        payload["toolCalls"] = [c["name"] for c in calls]
+        payload["finishReason"] = response.finish_reason
         if stored_request.get("contextTrimmedThrough"):  # the step's `context` strategy trimmed
             payload["contextTrimmedThrough"] = stored_request["contextTrimmedThrough"]
+        if stored_request.get("contextCompactedThrough"):  # sent with the `compact` summary
+            payload["contextCompactedThrough"] = stored_request["contextCompactedThrough"]
         if self._limited and isinstance(provider, LimitedProvider):  # STEVORA_RATE_LIMITS only
             payload["rateLimitWaitMs"] = rec.response["rateLimitWaitMs"] = provider.last_wait_ms  # type: ignore[index]
         committed_at = await checkpoints.record_llm_call(

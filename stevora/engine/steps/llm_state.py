@@ -38,6 +38,28 @@ class LoopState:
     # Rounds (counted by assistant turns) whose tool results the requests send as stubs (the
     # step's `context` strategy; stored with each call's request, so a rebuild trims the same).
     trimmed_through: int = 0
+    # The step's latest `compact` checkpoint: its summary stands for the rounds it covers in every
+    # later request (read from its row on a rebuild, never generated again).
+    compaction: Compaction | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Compaction:
+    """A committed compaction: the summary of the rounds (by count of assistant turns) through
+    `through`, committed as the model call numbered `round`."""
+
+    round: int
+    through: int
+    summary: str
+    tokens_after: int
+
+    @classmethod
+    def of(cls, r: CommittedRound) -> Compaction | None:
+        """The compaction a committed model call is, or None for a round of the loop."""
+        marker = r.request.get("compaction")
+        if not isinstance(marker, dict):
+            return None
+        return cls(r.round, marker["through"], r.response.get("text") or "", marker.get("tokensAfter") or 0)
 
 
 def response_message(response: dict[str, Any]) -> Message:
@@ -51,8 +73,15 @@ def rebuild(rounds: list[CommittedRound], prompt: list[Message]) -> LoopState:
     if not rounds:
         return LoopState(transcript=[], rounds=[], next_round=1, tool_rounds=0, pending_append=list(prompt))
     transcript: list[Message] = []
-    state = LoopState(transcript=transcript, rounds=rounds, next_round=rounds[-1].round + 1, tool_rounds=0)
+    state = LoopState(transcript=transcript, rounds=[], next_round=rounds[-1].round + 1, tool_rounds=0)
     for r in rounds:
+        compaction = Compaction.of(r)
+        if compaction is not None:  # a `compact` checkpoint: not a turn of the conversation
+            state.compaction = compaction
+            state.cost_usd += r.cost_usd
+            state.usage = state.usage + Usage(input_tokens=r.input_tokens, output_tokens=r.output_tokens)
+            continue
+        state.rounds.append(r)
         transcript.extend(Message.from_dict(m) for m in r.request.get("messages") or ())
         if r.request.get("feedback"):
             state.feedback_attempts += 1
