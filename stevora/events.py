@@ -45,6 +45,7 @@ class EventType(StrEnum):
     MAP_ITEM_STARTED = "MAP_ITEM_STARTED"  # a `map` step started an item's child run
     MAP_ITEM_COMPLETED = "MAP_ITEM_COMPLETED"  # ... whose child run completed
     MAP_ITEM_FAILED = "MAP_ITEM_FAILED"  # ... whose child run failed or was cancelled
+    MESSAGE_INJECTED = "MESSAGE_INJECTED"  # a message sent to the run went into an llm step's round
 
 
 # Events after which a run has ended (the UI stream and the client's watch stop on them).

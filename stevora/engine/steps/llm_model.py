@@ -99,8 +99,9 @@ class ModelCaller:
                 output_schema=self.step.output_schema,
                 # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
                 tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
-                # The run's requests share one prompt-cache key: its prefix grows round by round.
-                cache_key=self.ex.run_id if self.step.cache else None,
+                # The run's requests share one prompt-cache key: its prefix grows round by round
+                # (a thread's turns share the thread's: each turn's prefix is the last one's).
+                cache_key=(self.ex.thread_id or self.ex.run_id) if self.step.cache else None,
             )
             stored_request = {
                 "messages": [m.to_dict() for m in appended],

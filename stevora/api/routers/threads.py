@@ -1,0 +1,170 @@
+"""`/v1/threads`: conversations whose turns are runs; `POST /v1/workflow-runs/{id}/messages`.
+
+Sending a message (and what it does while a turn is active) is `stevora.engine.threads`."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import APIRouter, Path, Request
+from starlette.responses import Response
+
+from stevora.api.deps import Auth, Ctx, Paging
+from stevora.api.openapi import errors
+from stevora.api.schemas.envelope import Envelope, Page, ok, page
+from stevora.api.schemas.threads import (
+    MessageIn,
+    RunMessageIn,
+    RunMessageOut,
+    SentOut,
+    ThreadCreate,
+    ThreadMessageOut,
+    ThreadOut,
+)
+from stevora.db.reads import threads as thread_reads
+from stevora.db.reads.threads import ThreadRow
+from stevora.engine import threads
+from stevora.errors import NotFoundError, ValidationError
+from stevora.runtime import Runtime
+
+router = APIRouter(prefix="/threads", tags=["threads"])
+runs_router = APIRouter(prefix="/workflow-runs", tags=["workflow-runs"])
+ThreadId = Annotated[str, Path(description="A thread id (thr_...).")]
+_METADATA = "metadata."
+
+
+async def _thread(rt: Runtime, workspace_id: str, thread_id: str) -> ThreadRow:
+    row = await thread_reads.get(rt.pool, workspace_id, thread_id)
+    if row is None:
+        raise NotFoundError("Thread not found", details={"threadId": thread_id})
+    return row
+
+
+async def _out(rt: Runtime, row: ThreadRow) -> ThreadOut:
+    turns = await thread_reads.turns(rt.pool, row.id)
+    open_ids = [t.id for t in turns if t.status in ("PENDING", "RUNNING", "WAITING", "PAUSED")]
+    return ThreadOut.model_validate(
+        {**row.as_dict(), "active_run_id": open_ids[0] if open_ids else None, "queued_run_ids": open_ids[1:]}
+    )
+
+
+@router.post(
+    "",
+    status_code=201,
+    response_model=Envelope[ThreadOut],
+    responses=errors(400, 404),
+    summary="Create a thread",
+)
+async def create_thread(body: ThreadCreate, auth: Auth, ctx: Ctx) -> Response:
+    """A conversation with an agent definition (`definitionId`, or `definitionName` for its newest
+    version). Each message to it starts a turn: a run with input `{"content": ...}`."""
+    if (body.definition_id is None) == (body.definition_name is None):
+        raise ValidationError.from_problems(
+            [{"path": "definitionId", "message": "give exactly one of definitionId and definitionName"}]
+        )
+    definition_id = body.definition_id
+    if definition_id is None:
+        assert body.definition_name is not None
+        definition_id = await thread_reads.latest_definition(
+            ctx.rt.pool, auth.workspace_id, body.definition_name
+        )
+        if definition_id is None:
+            raise NotFoundError(
+                "Workflow definition not found", details={"definitionName": body.definition_name}
+            )
+    row = await threads.create_thread(
+        ctx.rt,
+        auth.workspace_id,
+        definition_id,
+        metadata=dict(body.metadata),
+        state=body.state,
+        on_active=body.on_active,
+    )
+    return ok(await _out(ctx.rt, row), 201)
+
+
+@router.get("", response_model=Page[ThreadOut], summary="List threads")
+async def list_threads(request: Request, auth: Auth, ctx: Ctx, paging: Paging) -> Response:
+    """Newest first. `?metadata.<key>=<value>` (repeatable) keeps the threads whose metadata has
+    every such pair."""
+    metadata = {k[len(_METADATA) :]: v for k, v in request.query_params.items() if k.startswith(_METADATA)}
+    rows, total = await thread_reads.listed(
+        ctx.rt.pool, auth.workspace_id, metadata, offset=paging.offset, limit=paging.page_size
+    )
+    data = [await _out(ctx.rt, r) for r in rows]
+    return page(data, page=paging.page, page_size=paging.page_size, total=total)
+
+
+@router.get("/{thread_id}", response_model=Envelope[ThreadOut], responses=errors(404), summary="Get a thread")
+async def get_thread(thread_id: ThreadId, auth: Auth, ctx: Ctx) -> Response:
+    return ok(await _out(ctx.rt, await _thread(ctx.rt, auth.workspace_id, thread_id)))
+
+
+@router.delete(
+    "/{thread_id}", response_model=Envelope[ThreadOut], responses=errors(404), summary="Delete a thread"
+)
+async def delete_thread(thread_id: ThreadId, auth: Auth, ctx: Ctx) -> Response:
+    """Deletes the thread; a turn still active is cancelled (the turns' runs stay, with their traces)."""
+    row = await threads.delete_thread(ctx.rt, auth.workspace_id, thread_id)
+    return ok(ThreadOut.model_validate(row.as_dict()))
+
+
+@router.post(
+    "/{thread_id}/messages",
+    status_code=201,
+    response_model=Envelope[SentOut],
+    responses={
+        202: {"model": Envelope[SentOut], "description": "enqueue / steer: accepted for later"},
+        **errors(400, 404, 409),
+    },
+    summary="Send a message (start a turn)",
+)
+async def send_message(thread_id: ThreadId, body: MessageIn, auth: Auth, ctx: Ctx) -> Response:
+    """201 with the new turn's `runId`. While a turn is active, `onActive` (default: the thread's)
+    decides: `reject` → 409 THREAD_BUSY naming the active run; `enqueue` → 202, the turn starts
+    when those before it end; `interrupt` → the active run is CANCELLED (reason `interrupted`) and
+    the new turn starts (201); `steer` → 202, the message goes into the active run's llm step at
+    its next round boundary."""
+    sent = await threads.send(ctx.rt, auth.workspace_id, thread_id, body.content, body.on_active)
+    out = SentOut(
+        run_id=sent.run_id,
+        policy=sent.policy,  # type: ignore[arg-type]
+        message_id=sent.message_id,
+        interrupted_run_id=sent.interrupted_run_id,
+    )
+    return ok(out, 202 if sent.queued else 201)
+
+
+@router.get(
+    "/{thread_id}/messages",
+    response_model=Envelope[list[ThreadMessageOut]],
+    responses=errors(404),
+    summary="The conversation",
+)
+async def list_messages(thread_id: ThreadId, auth: Auth, ctx: Ctx) -> Response:
+    """Every message in order (user, assistant, tool), each with the `runId` of its turn; steered
+    messages carry the round they went into."""
+    row = await _thread(ctx.rt, auth.workspace_id, thread_id)
+    spec = await ctx.rt.definitions.get_in_workspace(auth.workspace_id, row.definition_id)
+    step = next((s.name for s in spec.steps if s.type == "llm"), None) if spec is not None else None
+    entries = await threads.conversation(ctx.rt, row, step)
+    return ok([ThreadMessageOut.model_validate(e, from_attributes=True) for e in entries])
+
+
+@runs_router.post(
+    "/{run_id}/messages",
+    status_code=202,
+    response_model=Envelope[RunMessageOut],
+    responses=errors(400, 404, 409),
+    summary="Steer a running llm step",
+)
+async def steer_run(
+    run_id: Annotated[str, Path(description="A workflow run id (wfrun_...).")],
+    body: RunMessageIn,
+    auth: Auth,
+    ctx: Ctx,
+) -> Response:
+    """The message goes into the run's llm step at its next round boundary, after that round's
+    tool results (a `MESSAGE_INJECTED` event says which round). 409 when the run has ended."""
+    row = await threads.steer_run(ctx.rt, auth.workspace_id, run_id, body.content)
+    return ok(RunMessageOut.model_validate(dict(row)), 202)
