@@ -93,3 +93,10 @@ async def route(note: str, ctx: ToolContext) -> dict[str, Any]:
     executions = await record_effect(ctx.idempotency_key)
     ctx.goto("finish")
     return {"ok": True, "executions": executions}
+
+
+@tool
+async def nap() -> dict[str, Any]:
+    """Take three seconds (a turn that is still working when the next message arrives: test_threads_processes)."""
+    await asyncio.sleep(3.0)
+    return {"slept": 3}
