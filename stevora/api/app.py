@@ -36,6 +36,7 @@ from stevora.api.routers import (
     provider_limits,
     runs,
     schedules,
+    store,
     threads,
     traces,
     trigger_events,
@@ -79,6 +80,7 @@ def build_v1_router() -> APIRouter:
         hooks,
         mcp_servers,
         threads,
+        store,
     ):
         v1.include_router(module.router)
     v1.include_router(threads.runs_router)

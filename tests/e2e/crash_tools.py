@@ -100,3 +100,12 @@ async def nap() -> dict[str, Any]:
     """Take three seconds (a turn that is still working when the next message arrives: test_threads_processes)."""
     await asyncio.sleep(3.0)
     return {"slept": 3}
+
+
+@tool
+async def count_visit(ctx: ToolContext) -> dict[str, Any]:
+    """Add one to a counter in the memory store (its write lands with the call's checkpoint)."""
+    await record_effect(ctx.idempotency_key)
+    seen = await ctx.store.get(["visits"], ctx.workflow_run_id) or {"n": 0}
+    await ctx.store.put(["visits"], ctx.workflow_run_id, {"n": seen["n"] + 1})
+    return {"n": seen["n"] + 1}

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from stevora.engine import threads
+from stevora.engine import commands, threads
 from stevora.ids import new_id
 from tests.conftest import create_definition
 from tests.e2e.conftest import BrokerSetup
@@ -190,3 +190,37 @@ async def test_a_steered_message_survives_the_worker_killed_and_goes_in_once(
         "SELECT status FROM run_messages WHERE workflow_run_id = $1", sent.run_id
     )
     assert status == "injected"
+
+
+@pytest.mark.parametrize("broker_setup", ["rabbitmq"], indirect=True)
+# tool_returned: the handler ran (and buffered its write) but its checkpoint did not commit: it runs
+# again; tool_committed: its checkpoint committed: it is not run again.
+@pytest.mark.parametrize("fault", ["tool_returned:1:0", "tool_committed:1:0"])
+async def test_a_store_write_lands_once_when_the_worker_is_killed_around_its_checkpoint(
+    broker_setup: BrokerSetup, fault: str
+) -> None:
+    setup = broker_setup
+    definition_id = await create_definition(setup.rt, setup.workspace_id, agent("count_visit"))
+    first_worker = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
+    second_worker = None
+    try:
+        run, _ = await commands.create_run(setup.rt, setup.workspace_id, definition_id, {"content": "count"})
+        assert await first_worker.wait_exit(40) == -9, first_worker.log_tail()
+        second_worker = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
+        await wait_status(setup, run["id"], "COMPLETED", workers=(first_worker, second_worker))
+    finally:
+        first_worker.stop()
+        if second_worker is not None:
+            second_worker.stop()
+    pool = setup.rt.pool
+    value = await pool.fetchval(
+        "SELECT value FROM store_items WHERE workspace_id = $1 AND namespace = 'visits' AND key = $2",
+        setup.workspace_id,
+        run["id"],
+    )
+    assert value == {"n": 1}
+    key = await pool.fetchval("SELECT idempotency_key FROM tool_trace WHERE workflow_run_id = $1", run["id"])
+    executions = await pool.fetchval(
+        "SELECT executions FROM test_side_effects WHERE idempotency_key = $1", key
+    )
+    assert executions == (2 if fault.startswith("tool_returned") else 1)  # the handler did run twice
