@@ -28,9 +28,11 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE TABLE threads (
-            id varchar(40) PRIMARY KEY,
-            workspace_id varchar(40) NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
-            definition_id varchar(40) NOT NULL REFERENCES workflow_definitions(id) ON DELETE CASCADE,
+            id varchar(40) CONSTRAINT pk_threads PRIMARY KEY,
+            workspace_id varchar(40) NOT NULL
+                CONSTRAINT fk_threads_workspace_id_workspaces REFERENCES workspaces(id) ON DELETE CASCADE,
+            definition_id varchar(40) NOT NULL CONSTRAINT fk_threads_definition_id_workflow_definitions
+                REFERENCES workflow_definitions(id) ON DELETE CASCADE,
             metadata jsonb NOT NULL DEFAULT '{}'::jsonb,
             state jsonb NOT NULL DEFAULT '{}'::jsonb,
             on_active varchar(20) NOT NULL DEFAULT 'reject'
@@ -50,8 +52,9 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE TABLE run_messages (
-            id varchar(40) PRIMARY KEY,
-            workflow_run_id varchar(40) NOT NULL REFERENCES workflow_runs(id) ON DELETE CASCADE,
+            id varchar(40) CONSTRAINT pk_run_messages PRIMARY KEY,
+            workflow_run_id varchar(40) NOT NULL CONSTRAINT fk_run_messages_workflow_run_id_workflow_runs
+                REFERENCES workflow_runs(id) ON DELETE CASCADE,
             content text NOT NULL,
             status varchar(20) NOT NULL DEFAULT 'pending'
                 CONSTRAINT ck_run_messages_status CHECK (status IN ('pending', 'injected', 'discarded')),
@@ -70,14 +73,15 @@ def upgrade() -> None:
     op.execute(
         """
         CREATE TABLE store_items (
-            workspace_id varchar(40) NOT NULL REFERENCES workspaces(id) ON DELETE CASCADE,
+            workspace_id varchar(40) NOT NULL
+                CONSTRAINT fk_store_items_workspace_id_workspaces REFERENCES workspaces(id) ON DELETE CASCADE,
             namespace text NOT NULL,
             key text NOT NULL,
             value jsonb NOT NULL,
             search tsvector GENERATED ALWAYS AS (jsonb_to_tsvector('simple', value, '["string"]')) STORED,
             created_at timestamptz NOT NULL DEFAULT now(),
             updated_at timestamptz NOT NULL DEFAULT now(),
-            PRIMARY KEY (workspace_id, namespace, key)
+            CONSTRAINT pk_store_items PRIMARY KEY (workspace_id, namespace, key)
         )
         """
     )

@@ -4,13 +4,16 @@ Sending a message (and what it does while a turn is active) is `stevora.engine.t
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Annotated
 
-from fastapi import APIRouter, Path, Request
-from starlette.responses import Response
+from fastapi import APIRouter, Header, Path, Request
+from starlette.responses import Response, StreamingResponse
 
-from stevora.api.deps import Auth, Ctx, Paging
+from stevora.api.deps import ApiContext, Auth, Ctx, Paging
 from stevora.api.openapi import errors
+from stevora.api.routers.events import MAX_SEQUENCE, SSE_MESSAGE, TERMINAL, events_between
 from stevora.api.schemas.envelope import Envelope, Page, ok, page
 from stevora.api.schemas.threads import (
     MessageIn,
@@ -21,10 +24,12 @@ from stevora.api.schemas.threads import (
     ThreadMessageOut,
     ThreadOut,
 )
+from stevora.db.reads import runs as run_reads
 from stevora.db.reads import threads as thread_reads
 from stevora.db.reads.threads import ThreadRow
 from stevora.engine import threads
 from stevora.errors import NotFoundError, ValidationError
+from stevora.live import delta_sse, deltas_for
 from stevora.runtime import Runtime
 
 router = APIRouter(prefix="/threads", tags=["threads"])
@@ -168,3 +173,96 @@ async def steer_run(
     tool results (a `MESSAGE_INJECTED` event says which round). 409 when the run has ended."""
     row = await threads.steer_run(ctx.rt, auth.workspace_id, run_id, body.content)
     return ok(RunMessageOut.model_validate(dict(row)), 202)
+
+
+@router.get(
+    "/{thread_id}/stream",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "`text/event-stream` of every turn's events, oldest turn first: `id: "
+            "<runId>:<sequence>`, `event: <eventType>`, `data: <Event>` (its `workflowRunId` names the "
+            "turn); and, id-less, `event: llm.text.delta` while a turn's model call streams",
+            "content": {"text/event-stream": {"schema": SSE_MESSAGE}},
+        },
+        **errors(400, 404),
+    },
+    summary="Stream a thread's events across turns (SSE)",
+)
+async def stream_thread(
+    thread_id: ThreadId,
+    auth: Auth,
+    ctx: Ctx,
+    last_event_id: Annotated[str | None, Header(alias="Last-Event-ID", include_in_schema=False)] = None,
+) -> Response:
+    """Sends the events of every turn after `Last-Event-ID` (`<runId>:<sequence>`, as each message's
+    `id`; from the first turn without it), then follows new events and new turns until the client
+    goes or the thread is deleted; a `: keep-alive` comment every 15 s."""
+    resume: tuple[str, int] | None = None
+    if last_event_id:
+        run_id, _, seq = last_event_id.strip().rpartition(":")
+        if not (run_id and seq.isascii() and seq.isdigit() and int(seq) <= MAX_SEQUENCE):
+            raise ValidationError.from_problems(
+                [{"path": "Last-Event-ID", "message": "Must be <runId>:<sequence>, as a message's id"}]
+            )
+        resume = (run_id, int(seq))
+    await _thread(ctx.rt, auth.workspace_id, thread_id)  # 404 before the stream starts
+    return StreamingResponse(
+        _thread_events(ctx, auth.workspace_id, thread_id, resume),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+async def _thread_events(
+    ctx: ApiContext, workspace_id: str, thread_id: str, resume: tuple[str, int] | None
+) -> AsyncIterator[str]:
+    rt = ctx.rt
+    sent: dict[str, int] = {}  # run -> last sequence sent
+    ended: set[str] = set()  # turns whose every event was sent
+    if resume is not None:
+        sent[resume[0]] = resume[1]
+    idle_s = 0.0
+    while True:
+        if await thread_reads.get(rt.pool, workspace_id, thread_id) is None:
+            return  # deleted while streaming
+        turns = await thread_reads.turns(rt.pool, thread_id)
+        if resume is not None:  # the turns before the one resumed were sent before
+            ids = [t.id for t in turns]
+            if resume[0] in ids:
+                ended.update(ids[: ids.index(resume[0])])
+            resume = None
+        active: str | None = None
+        for turn in turns:
+            if turn.id in ended:
+                continue
+            status, seq = await _progress(rt, workspace_id, turn.id)
+            last = sent.get(turn.id, 0)
+            while last < seq:
+                batch = await events_between(rt, turn.id, last, min(seq, last + 500))
+                if not batch:
+                    break
+                for event in batch:
+                    data = event.model_dump_json(by_alias=True)
+                    yield f"id: {turn.id}:{event.sequence}\nevent: {event.event_type}\ndata: {data}\n\n"
+                last = sent[turn.id] = batch[-1].sequence
+                idle_s = 0.0
+            if status in TERMINAL and last >= seq:
+                ended.add(turn.id)
+            elif active is None:
+                active = turn.id
+        if idle_s >= ctx.sse_keepalive_s:
+            yield ": keep-alive\n\n"
+            idle_s = 0.0
+        if active is None:
+            await asyncio.sleep(ctx.sse_poll_s)
+        else:
+            async with rt.live.subscribe(active) as deltas:
+                async for delta in deltas_for(deltas, ctx.sse_poll_s):
+                    yield delta_sse(delta)
+        idle_s += ctx.sse_poll_s
+
+
+async def _progress(rt: Runtime, workspace_id: str, run_id: str) -> tuple[str, int]:
+    found = await run_reads.progress(rt.pool, workspace_id, run_id)
+    return found if found is not None else ("CANCELLED", 0)

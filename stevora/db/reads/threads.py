@@ -5,16 +5,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, ClassVar
+from typing import Any
 
 from stevora.db.reads.rows import Reader, Row, fetch, fetchrow, fetchval
 
 
 @dataclass(frozen=True, slots=True)
 class ThreadRow(Row):
-    """A `threads` row, every column."""
-
-    table: ClassVar[str] = "threads"
+    """A `threads` row, every column (the model names its `metadata` column `thread_metadata`)."""
 
     id: str
     workspace_id: str
