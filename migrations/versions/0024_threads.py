@@ -2,7 +2,7 @@
 
 * `threads`: a conversation with one agent definition; each turn is a workflow run whose
   `thread_id` names it. The thread keeps the state carried from turn to turn and its default
-  `on_active` policy. Turns queue behind each other on the concurrency key `thread:<id>` (limit 1),
+  `on_active` policy; a fork names the turn whose conversation its first turn continues. Turns queue behind each other on the concurrency key `thread:<id>` (limit 1),
   so an enqueued message is a PENDING run, durable and in order.
 * `run_messages`: messages sent to a running llm step (`steer`), pending until the step injects
   them at its next round boundary (then `injected`, with the step visit and round).
@@ -37,6 +37,7 @@ def upgrade() -> None:
             state jsonb NOT NULL DEFAULT '{}'::jsonb,
             on_active varchar(20) NOT NULL DEFAULT 'reject'
                 CONSTRAINT ck_threads_on_active CHECK (on_active IN ('reject', 'enqueue', 'interrupt', 'steer')),
+            forked_from_run_id varchar(40),
             created_at timestamptz NOT NULL DEFAULT now(),
             updated_at timestamptz NOT NULL DEFAULT now()
         )

@@ -167,6 +167,7 @@ class Hooks(Namespace[Mode]):
 
 class Threads(Namespace[Mode]):
     create = operation(threads.create_thread)
+    fork = operation(threads.fork_thread)
     get = operation(threads.get_thread)
     list = operation(threads.list_threads)
     delete = operation(threads.delete_thread)

@@ -39,6 +39,7 @@ class Thread(Model):
     metadata: dict[str, Any] = {}
     state: dict[str, Any] = {}
     on_active: str = "reject"
+    forked_from_run_id: str | None = None
     active_run_id: str | None = None
     queued_run_ids: list[str] = []
     created_at: datetime | None = None
@@ -96,6 +97,11 @@ def create_thread(
     body: dict[str, Any] = {"metadata": metadata or {}, "state": state or {}, "onActive": on_active}
     body.update({"definitionId": definition_id} if definition_id else {"definitionName": definition_name})
     return parse(Thread, (yield Request("POST", _path("threads"), json=body)))
+
+
+def fork_thread(thread_id: str) -> Op[Thread]:
+    """A new thread continuing this one's conversation as it is now (same definition and state)."""
+    return parse(Thread, (yield Request("POST", _path("threads"), json={"forkOf": thread_id})))
 
 
 def get_thread(thread_id: str) -> Op[Thread]:

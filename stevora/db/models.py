@@ -629,6 +629,8 @@ class Thread(Base):
     )
     state: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     on_active: Mapped[str] = mapped_column(String(20), server_default="reject")
+    # A fork (`forkOf`): the origin's turn whose conversation this thread's first turn continues.
+    forked_from_run_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 

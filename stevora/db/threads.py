@@ -14,7 +14,9 @@ import asyncpg
 
 from stevora.ids import new_id
 
-THREAD_COLUMNS = "id, workspace_id, definition_id, metadata, state, on_active, created_at, updated_at"
+THREAD_COLUMNS = (
+    "id, workspace_id, definition_id, metadata, state, on_active, forked_from_run_id, created_at, updated_at"
+)
 # A turn that has not ended (the first of them, oldest first, is the active one).
 _OPEN = "status IN ('PENDING', 'RUNNING', 'WAITING', 'PAUSED')"
 
@@ -32,11 +34,12 @@ async def insert_thread(
     metadata: dict[str, Any],
     state: dict[str, Any],
     on_active: str,
+    forked_from_run_id: str | None = None,
 ) -> asyncpg.Record | None:
     """A new thread; None when the definition is not the workspace's (checked in the statement)."""
     return await conn.fetchrow(
-        f"INSERT INTO threads (id, workspace_id, definition_id, metadata, state, on_active) "
-        f"SELECT $1, $2::text, d.id, $4, $5, $6 FROM workflow_definitions d "
+        f"INSERT INTO threads (id, workspace_id, definition_id, metadata, state, on_active, forked_from_run_id) "
+        f"SELECT $1, $2::text, d.id, $4, $5, $6, $7 FROM workflow_definitions d "
         f"WHERE d.id = $3 AND d.workspace_id = $2 RETURNING {THREAD_COLUMNS}",
         new_id("thr"),
         workspace_id,
@@ -44,6 +47,7 @@ async def insert_thread(
         metadata,
         state,
         on_active,
+        forked_from_run_id,
     )
 
 
@@ -103,17 +107,35 @@ async def previous_turn(
     db: asyncpg.Pool | asyncpg.Connection, thread_id: str, run_id: str, step_name: str
 ) -> str | None:
     """The latest turn before `run_id` whose step `step_name` committed a model call: the one whose
-    conversation the next turn continues."""
+    conversation the next turn continues (for the first turns of a fork, the origin's turn)."""
     found: str | None = await db.fetchval(
-        "SELECT r.id FROM workflow_runs r, workflow_runs me "
-        "WHERE me.id = $2 AND r.thread_id = $1 AND r.id <> me.id "
-        "AND (r.created_at, r.id) < (me.created_at, me.id) "
-        "AND EXISTS (SELECT 1 FROM step_runs s JOIN llm_calls c ON c.step_run_id = s.id "
-        "            WHERE s.workflow_run_id = r.id AND s.step_name = $3 AND s.visit = 1 "
-        "            AND c.status = 'completed') "
-        "ORDER BY r.created_at DESC, r.id DESC LIMIT 1",
+        "SELECT COALESCE(("
+        "  SELECT r.id FROM workflow_runs r, workflow_runs me "
+        "  WHERE me.id = $2 AND r.thread_id = $1 AND r.id <> me.id "
+        "  AND (r.created_at, r.id) < (me.created_at, me.id) "
+        "  AND EXISTS (SELECT 1 FROM step_runs s JOIN llm_calls c ON c.step_run_id = s.id "
+        "              WHERE s.workflow_run_id = r.id AND s.step_name = $3 AND s.visit = 1 "
+        "              AND c.status = 'completed') "
+        "  ORDER BY r.created_at DESC, r.id DESC LIMIT 1"
+        "), (SELECT forked_from_run_id FROM threads WHERE id = $1))",
         thread_id,
         run_id,
+        step_name,
+    )
+    return found
+
+
+async def fork_point(db: asyncpg.Pool | asyncpg.Connection, thread_id: str, step_name: str) -> str | None:
+    """The turn a fork of the thread continues from: its latest turn that got a model answer."""
+    found: str | None = await db.fetchval(
+        "SELECT COALESCE(("
+        "  SELECT r.id FROM workflow_runs r WHERE r.thread_id = $1 "
+        "  AND EXISTS (SELECT 1 FROM step_runs s JOIN llm_calls c ON c.step_run_id = s.id "
+        "              WHERE s.workflow_run_id = r.id AND s.step_name = $2 AND s.visit = 1 "
+        "              AND c.status = 'completed') "
+        "  ORDER BY r.created_at DESC, r.id DESC LIMIT 1"
+        "), (SELECT forked_from_run_id FROM threads WHERE id = $1))",
+        thread_id,
         step_name,
     )
     return found

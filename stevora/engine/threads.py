@@ -61,6 +61,7 @@ async def create_thread(
     metadata: dict[str, str],
     state: dict[str, Any],
     on_active: str,
+    forked_from_run_id: str | None = None,
 ) -> ThreadRow:
     row = await db_threads.insert_thread(
         rt.pool,
@@ -69,10 +70,36 @@ async def create_thread(
         metadata=metadata,
         state=state,
         on_active=on_active,
+        forked_from_run_id=forked_from_run_id,
     )
     if row is None:
         raise NotFoundError("Workflow definition not found", details={"definitionId": definition_id})
     return ThreadRow.of(row)
+
+
+async def fork_thread(rt: Runtime, workspace_id: str, origin_id: str) -> ThreadRow:
+    """A new thread with the origin's definition, metadata, state and policy, whose first turn
+    continues the origin's conversation as it is now (its latest answered turn)."""
+    origin = await thread_reads.get(rt.pool, workspace_id, origin_id)
+    if origin is None:
+        raise NotFoundError("Thread not found", details={"forkOf": origin_id})
+    step = await conversation_step(rt, origin)
+    point = await db_threads.fork_point(rt.pool, origin.id, step) if step else None
+    return await create_thread(
+        rt,
+        workspace_id,
+        origin.definition_id,
+        metadata=origin.metadata,
+        state=origin.state,
+        on_active=origin.on_active,
+        forked_from_run_id=point,
+    )
+
+
+async def conversation_step(rt: Runtime, thread: ThreadRow) -> str | None:
+    """The step that carries the thread's conversation: its definition's first `llm` step."""
+    spec = await rt.definitions.get_in_workspace(thread.workspace_id, thread.definition_id)
+    return next((s.name for s in spec.steps if s.type == "llm"), None) if spec is not None else None
 
 
 async def send(
@@ -171,11 +198,12 @@ class Entry:
     status: str | None = None  # a steered message: pending / injected / discarded
 
 
-async def conversation(rt: Runtime, thread: ThreadRow, step_name: str | None) -> list[Entry]:
+async def conversation(rt: Runtime, thread: ThreadRow) -> list[Entry]:
     """The thread's messages in order, each with its run: every turn's own part of the
     conversation its step sent (after the history it continued), then the turn's answer; a
     turn that got no model answer shows its user message; steered messages that did not go in
     (pending, or discarded because the turn ended first) follow their turn."""
+    step_name = await conversation_step(rt, thread)
     turns = await thread_reads.turns(rt.pool, thread.id)
     sent = await thread_reads.run_messages(rt.pool, [t.id for t in turns])
     by_run: dict[str, list[Any]] = {}
@@ -183,6 +211,11 @@ async def conversation(rt: Runtime, thread: ThreadRow, step_name: str | None) ->
         by_run.setdefault(m.workflow_run_id, []).append(m)
     entries: list[Entry] = []
     known = 0  # length of the conversation the next turn continues (system prompt left out)
+    if thread.forked_from_run_id and step_name:  # a fork: the origin's conversation comes first
+        rounds = await checkpoints.load_rounds(rt.pool, thread.forked_from_run_id, step_name, 1)
+        inherited = [m for m in rebuild(rounds, []).transcript if m.role != "system"]
+        entries += [_entry(m, thread.forked_from_run_id, status="forked") for m in inherited]
+        known = len(inherited)
     for turn in turns:
         rounds = await checkpoints.load_rounds(rt.pool, turn.id, step_name, 1) if step_name else []
         injected = {m.content: m for m in by_run.get(turn.id, []) if m.status == "injected"}
@@ -190,18 +223,10 @@ async def conversation(rt: Runtime, thread: ThreadRow, step_name: str | None) ->
             transcript = [m for m in rebuild(rounds, []).transcript if m.role != "system"]
             for message in transcript[known:]:
                 steered = injected.pop(message.content, None) if message.role == "user" else None
-                entries.append(
-                    Entry(
-                        message.role,
-                        message.content,
-                        turn.id,
-                        [c.to_dict() for c in message.tool_calls] or None,
-                        message.tool_call_id,
-                        message.name,
-                        steered.round if steered is not None else None,
-                        "injected" if steered is not None else None,
-                    )
-                )
+                if steered is None:
+                    entries.append(_entry(message, turn.id))
+                else:
+                    entries.append(_entry(message, turn.id, round_=steered.round, status="injected"))
             known = len(transcript)
         else:
             entries.append(Entry("user", str((turn.input or {}).get("content", "")), turn.id))
@@ -209,3 +234,10 @@ async def conversation(rt: Runtime, thread: ThreadRow, step_name: str | None) ->
             if m.status != "injected":
                 entries.append(Entry("user", m.content, turn.id, status=m.status))
     return entries
+
+
+def _entry(message: Any, run_id: str, *, round_: int | None = None, status: str | None = None) -> Entry:
+    calls = [c.to_dict() for c in message.tool_calls] or None
+    return Entry(
+        message.role, message.content, run_id, calls, message.tool_call_id, message.name, round_, status
+    )

@@ -62,7 +62,10 @@ async def _out(rt: Runtime, row: ThreadRow) -> ThreadOut:
 )
 async def create_thread(body: ThreadCreate, auth: Auth, ctx: Ctx) -> Response:
     """A conversation with an agent definition (`definitionId`, or `definitionName` for its newest
-    version). Each message to it starts a turn: a run with input `{"content": ...}`."""
+    version). Each message to it starts a turn: a run with input `{"content": ...}`. With
+    `forkOf` instead: a copy of that thread whose first turn continues its conversation."""
+    if body.fork_of is not None:
+        return ok(await _out(ctx.rt, await threads.fork_thread(ctx.rt, auth.workspace_id, body.fork_of)), 201)
     if (body.definition_id is None) == (body.definition_name is None):
         raise ValidationError.from_problems(
             [{"path": "definitionId", "message": "give exactly one of definitionId and definitionName"}]
@@ -150,9 +153,7 @@ async def list_messages(thread_id: ThreadId, auth: Auth, ctx: Ctx) -> Response:
     """Every message in order (user, assistant, tool), each with the `runId` of its turn; steered
     messages carry the round they went into."""
     row = await _thread(ctx.rt, auth.workspace_id, thread_id)
-    spec = await ctx.rt.definitions.get_in_workspace(auth.workspace_id, row.definition_id)
-    step = next((s.name for s in spec.steps if s.type == "llm"), None) if spec is not None else None
-    entries = await threads.conversation(ctx.rt, row, step)
+    entries = await threads.conversation(ctx.rt, row)
     return ok([ThreadMessageOut.model_validate(e, from_attributes=True) for e in entries])
 
 

@@ -33,6 +33,12 @@ class ThreadCreate(ApiIn):
     on_active: OnActive = Field(
         default="reject", description="What a message does while a turn is active, unless it says."
     )
+    fork_of: str | None = Field(
+        default=None,
+        max_length=40,
+        description="Instead of a definition: fork this thread (its definition, metadata, state and "
+        "policy; the new thread's first turn continues its conversation as it is now).",
+    )
 
 
 class ThreadOut(ApiOut):
@@ -42,6 +48,9 @@ class ThreadOut(ApiOut):
     metadata: dict[str, Any]
     state: Annotated[dict[str, Any], Stored]
     on_active: OnActive
+    forked_from_run_id: str | None = Field(
+        default=None, description="A fork: the origin's turn whose conversation this thread continues."
+    )
     active_run_id: str | None = Field(default=None, description="The turn running now, if any.")
     queued_run_ids: list[str] = Field(default_factory=list, description="Enqueued turns, in order.")
     created_at: Timestamp
@@ -73,7 +82,9 @@ class ThreadMessageOut(ApiOut):
         default=None, description="A steered message: the round of the run it went into."
     )
     status: str | None = Field(
-        default=None, description="A steered message: injected, pending, or discarded (the run ended first)."
+        default=None,
+        description="A steered message: injected, pending, or discarded (the run ended first); "
+        "`forked`: inherited from the thread this one was forked from.",
     )
 
 

@@ -20,6 +20,7 @@ class ThreadRow(Row):
     metadata: dict[str, Any]
     state: dict[str, Any]
     on_active: str
+    forked_from_run_id: str | None
     created_at: datetime
     updated_at: datetime
 

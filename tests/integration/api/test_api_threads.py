@@ -305,3 +305,31 @@ async def test_deleting_a_thread_cancels_its_active_turn(
     assert (await wait_for(client, tenant, first, "CANCELLED"))["status"] == "CANCELLED"
     assert (await client.get(f"/v1/threads/{thread_id}", headers=tenant.headers)).status_code == 404
     gate.set()
+
+
+async def test_a_fork_continues_the_conversation_and_goes_its_own_way(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness
+) -> None:
+    origin = await thread(client, tenant, await defined(client, tenant, chat()), state={"k": "v"})
+    harness.scripted.enqueue(turn(), turn(), turn())
+    first = await said(client, tenant, origin, "Plan a trip")
+    await wait_for(client, tenant, first, "COMPLETED")
+    forked = await client.post("/v1/threads", json={"forkOf": origin}, headers=tenant.headers)
+    assert forked.status_code == 201, forked.text
+    fork = forked.json()["data"]
+    assert fork["forkedFromRunId"] == first and fork["state"] == {"k": "v", "agent": "done"}
+    before = len(harness.scripted.requests)
+    mine = await said(client, tenant, fork["id"], "Make it cheaper")
+    await wait_for(client, tenant, mine, "COMPLETED")
+    theirs = await said(client, tenant, origin, "Make it longer")
+    await wait_for(client, tenant, theirs, "COMPLETED")
+    fork_request, origin_request = list(harness.scripted.requests)[before:]
+    assert [m.content for m in fork_request.messages][1:] == ["Plan a trip", "done", "Make it cheaper"]
+    assert [m.content for m in origin_request.messages][1:] == ["Plan a trip", "done", "Make it longer"]
+    listed = (await client.get(f"/v1/threads/{fork['id']}/messages", headers=tenant.headers)).json()["data"]
+    assert [(m["content"], m["runId"], m["status"]) for m in listed] == [
+        ("Plan a trip", first, "forked"),
+        ("done", first, "forked"),
+        ("Make it cheaper", mine, None),
+        ("done", mine, None),
+    ]
