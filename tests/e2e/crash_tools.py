@@ -109,3 +109,17 @@ async def count_visit(ctx: ToolContext) -> dict[str, Any]:
     seen = await ctx.store.get(["visits"], ctx.workflow_run_id) or {"n": 0}
     await ctx.store.put(["visits"], ctx.workflow_run_id, {"n": seen["n"] + 1})
     return {"n": seen["n"] + 1}
+
+
+@tool
+async def save_preference(drink: str, ctx: ToolContext) -> dict[str, Any]:
+    """Remember the user's drink in the memory store."""
+    await ctx.store.put(["users", "u_42"], "prefs", {"drink": "green tea"})
+    return {"saved": True}
+
+
+@tool
+async def read_preference(ctx: ToolContext) -> dict[str, Any]:
+    """What the memory store knows about the user (found by full-text search)."""
+    found = await ctx.store.search(["users"], "tea")
+    return {"found": [item.value for item in found]}

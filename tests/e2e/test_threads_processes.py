@@ -6,6 +6,7 @@ between injection and the round's model call) and goes in once."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import pytest
@@ -224,3 +225,21 @@ async def test_a_store_write_lands_once_when_the_worker_is_killed_around_its_che
         "SELECT executions FROM test_side_effects WHERE idempotency_key = $1", key
     )
     assert executions == (2 if fault.startswith("tool_returned") else 1)  # the handler did run twice
+
+
+async def test_a_later_thread_reads_what_a_tool_stored(
+    broker_setup: BrokerSetup, worker: WorkerProcess
+) -> None:
+    setup = broker_setup
+    first = await threads.send(
+        setup.rt, setup.workspace_id, await new_thread(setup, "save_preference"), "I like tea"
+    )
+    await wait_status(setup, first.run_id, "COMPLETED", workers=(worker,))
+    later = await threads.send(
+        setup.rt, setup.workspace_id, await new_thread(setup, "read_preference"), "What do I like?"
+    )
+    await wait_status(setup, later.run_id, "COMPLETED", workers=(worker,))
+    output = await setup.rt.pool.fetchval(
+        "SELECT output_json::text FROM tool_trace WHERE workflow_run_id = $1", later.run_id
+    )
+    assert json.loads(output) == {"found": [{"drink": "green tea"}]}
