@@ -63,7 +63,9 @@ class ModelCaller:
         if faults.armed:
             faults.reached("llm_call_starting", st.next_round)
         appended, st.pending_append = st.pending_append, []
-        is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
+        own = appended[: len(appended) - st.steered]  # steered messages are not guardrail feedback
+        st.steered = 0
+        is_feedback = any(m.role == "user" for m in own) and bool(st.rounds)
         st.transcript.extend(appended)
         candidates = [self.step.model, *self.step.fallback_models]
         # The step's `context` strategy, decided once per round from the committed rows.

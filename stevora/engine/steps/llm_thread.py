@@ -78,3 +78,4 @@ async def take_messages(rt: Runtime, ex: StepExecution, st: LoopState) -> None:
                 ],
             )
     st.pending_append.extend(Message.user(r["content"]) for r in rows)
+    st.steered += len(rows)

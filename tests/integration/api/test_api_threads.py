@@ -263,6 +263,11 @@ async def test_steer_puts_the_message_in_the_active_runs_next_request_once(
     events = await harness.events(first)
     injected = [e for e in events if e["event_type"] == "MESSAGE_INJECTED"]
     assert len(injected) == 1 and injected[0]["payload"]["round"] == 2
+    stored = await harness.rt.pool.fetchval(
+        "SELECT request FROM llm_calls WHERE workflow_run_id = $1 AND round = 2", first
+    )
+    assert stored["messages"] == [{"role": "user", "content": "Also check o-9"}]
+    assert "feedback" not in stored  # a steered message is not guardrail feedback
     listed = (await client.get(f"/v1/threads/{thread_id}/messages", headers=tenant.headers)).json()["data"]
     steered = [m for m in listed if m["content"] == "Also check o-9"]
     assert steered == [{**steered[0], "injectedRound": 2, "status": "injected", "runId": first}]
