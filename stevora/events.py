@@ -46,6 +46,7 @@ class EventType(StrEnum):
     MAP_ITEM_COMPLETED = "MAP_ITEM_COMPLETED"  # ... whose child run completed
     MAP_ITEM_FAILED = "MAP_ITEM_FAILED"  # ... whose child run failed or was cancelled
     CONTEXT_COMPACTED = "CONTEXT_COMPACTED"  # an llm step's `compact` summary call was committed
+    MESSAGE_INJECTED = "MESSAGE_INJECTED"  # a message sent to the run went into an llm step's round
 
 
 # Events after which a run has ended (the UI stream and the client's watch stop on them).

@@ -36,6 +36,8 @@ from stevora.api.routers import (
     provider_limits,
     runs,
     schedules,
+    store,
+    threads,
     traces,
     trigger_events,
     webhooks,
@@ -77,8 +79,11 @@ def build_v1_router() -> APIRouter:
         trigger_events,
         hooks,
         mcp_servers,
+        threads,
+        store,
     ):
         v1.include_router(module.router)
+    v1.include_router(threads.runs_router)
     v1.include_router(costs.runs_router)
     v1.include_router(costs.router)
     v1.include_router(health.router)

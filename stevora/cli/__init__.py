@@ -76,7 +76,7 @@ def _register_server_stubs(missing: str, into: typer.Typer | None = None) -> Non
 
 
 def main() -> None:
-    from stevora.cli import prompt, remote, run_commands, time_travel, trigger_commands  # noqa: F401  (they register their commands on `app`)
+    from stevora.cli import chat, prompt, remote, run_commands, time_travel, trigger_commands  # noqa: F401  (they register their commands on `app`)
 
     try:
         from stevora.cli import server  # noqa: F401

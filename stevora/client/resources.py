@@ -16,7 +16,7 @@ from typing import Any, Generic, ParamSpec, Protocol, TypeVar, overload
 import httpx
 
 from stevora.client import operations as ops
-from stevora.client import triggers
+from stevora.client import threads, triggers
 from stevora.client.protocol import DEFAULT_BASE_URL, DEFAULT_TIMEOUT_S, Op, StreamOp, http_options
 
 P = ParamSpec("P")
@@ -165,6 +165,25 @@ class Hooks(Namespace[Mode]):
     delete = operation(triggers.delete_hook)
 
 
+class Threads(Namespace[Mode]):
+    create = operation(threads.create_thread)
+    fork = operation(threads.fork_thread)
+    get = operation(threads.get_thread)
+    list = operation(threads.list_threads)
+    delete = operation(threads.delete_thread)
+    send = operation(threads.send)
+    messages = operation(threads.messages)
+    stream = iteration(threads.stream_thread)
+    steer = operation(threads.steer)
+
+
+class Store(Namespace[Mode]):
+    put = operation(threads.store_put)
+    get = operation(threads.store_get)
+    delete = operation(threads.store_delete)
+    search = operation(threads.store_search)
+
+
 class Costs(Namespace[Mode]):
     summary = operation(ops.cost_summary)
 
@@ -199,3 +218,5 @@ class ClientRoot(Namespace[Mode]):
         self.schedules: Schedules[Mode] = Schedules(driver)
         self.events: Events[Mode] = Events(driver)
         self.hooks: Hooks[Mode] = Hooks(driver)
+        self.threads: Threads[Mode] = Threads(driver)
+        self.store: Store[Mode] = Store(driver)

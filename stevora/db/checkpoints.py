@@ -25,8 +25,10 @@ from typing import Any
 
 import asyncpg
 
+from stevora.db import store
 from stevora.db.checkpoint_sql import LLM_CALL, TOOL_TRACE, TOOL_TRACE_COLUMNS
 from stevora.db.group_commit import ALREADY_RECORDED, GroupCommitter
+from stevora.errors import LeaseLost
 from stevora.ids import new_id
 
 
@@ -111,6 +113,30 @@ async def record_tool_trace(
         payload,
     )
     await committer.write(TOOL_TRACE, run_id, values, f"tool call {rec.idempotency_key}")
+
+
+async def record_tool_trace_and_store(
+    pool: asyncpg.Pool,
+    run_id: str,
+    owner: str,
+    rec: ToolTraceRecord,
+    event_type: str,
+    payload: dict[str, Any],
+    state_updates: dict[str, Any] | None,
+    workspace_id: str,
+    writes: list[tuple[str, str, dict[str, Any] | None]],
+) -> None:
+    """`record_tool_trace` for a call that wrote to the memory store: its writes, trace row, event
+    and state in one transaction (the checkpoint's own statement, not a group commit), so a
+    call's writes exist exactly when its trace row does."""
+    rec.state_updates = state_updates or None
+    values = (run_id, owner, *TOOL_TRACE.record_values(rec), new_id("evt"), event_type, payload)
+    async with pool.acquire() as conn, conn.transaction():
+        await store.apply(conn, workspace_id, writes)
+        if await conn.fetchrow(TOOL_TRACE.single_sql, *values) is None:
+            raise LeaseLost(
+                f"run {run_id} is no longer leased by this worker (tool call {rec.idempotency_key})"
+            )
 
 
 async def tool_step_trace(pool: asyncpg.Pool, step_run_id: str) -> asyncpg.Record | None:

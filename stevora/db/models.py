@@ -14,6 +14,7 @@ from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
+    Computed,
     DateTime,
     Float,
     ForeignKey,
@@ -27,7 +28,7 @@ from sqlalchemy import (
     func,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSON, JSONB
+from sqlalchemy.dialects.postgresql import JSON, JSONB, TSVECTOR
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 from stevora.statuses import (
@@ -156,6 +157,12 @@ class WorkflowRun(Base):
             "created_at",
             postgresql_where=text("status = 'PENDING' AND priority > 0"),
         ),
+        Index(
+            "ix_runs_thread_created",
+            "thread_id",
+            "created_at",
+            postgresql_where=text("thread_id IS NOT NULL"),
+        ),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
@@ -216,6 +223,9 @@ class WorkflowRun(Base):
     workspace_limit: Mapped[int | None] = mapped_column(Integer)
     priority: Mapped[int] = mapped_column(Integer, server_default="0")
     queued_at: Mapped[datetime | None] = _ts()
+    # The thread this run is a turn of (docs/threads.md); no foreign key: deleting a thread
+    # leaves its turns' runs and their traces in place.
+    thread_id: Mapped[str | None] = mapped_column(String(40))
     created_at: Mapped[datetime] = _created()
     updated_at: Mapped[datetime] = _created()
 
@@ -590,3 +600,76 @@ class McpBlob(Base):
     mime_type: Mapped[str] = mapped_column(String(200))
     data: Mapped[bytes] = mapped_column(LargeBinary)
     created_at: Mapped[datetime] = _created()
+
+
+THREAD_POLICIES = ("reject", "enqueue", "interrupt", "steer")
+RUN_MESSAGE_STATUSES = ("pending", "injected", "discarded")
+
+
+class Thread(Base):
+    """A conversation with an agent definition; each turn is a run (docs/threads.md)."""
+
+    __tablename__ = "threads"
+    __table_args__ = (
+        CheckConstraint(_in("on_active", THREAD_POLICIES), name="on_active"),
+        Index("ix_threads_workspace_created", "workspace_id", "created_at"),
+        Index(
+            "ix_threads_metadata",
+            "metadata",
+            postgresql_using="gin",
+            postgresql_ops={"metadata": "jsonb_path_ops"},
+        ),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workspace_id: Mapped[str] = mapped_column(ForeignKey("workspaces.id", ondelete="CASCADE"))
+    definition_id: Mapped[str] = mapped_column(ForeignKey("workflow_definitions.id", ondelete="CASCADE"))
+    # `metadata` is the declarative base's own attribute: the column keeps the name, not the attribute.
+    thread_metadata: Mapped[dict[str, Any]] = mapped_column(
+        "metadata", JSONB, server_default=text("'{}'::jsonb")
+    )
+    state: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
+    on_active: Mapped[str] = mapped_column(String(20), server_default="reject")
+    # A fork (`forkOf`): the origin's turn whose conversation this thread's first turn continues.
+    forked_from_run_id: Mapped[str | None] = mapped_column(String(40))
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()
+
+
+class RunMessage(Base):
+    """A message sent to a running llm step (`steer`): pending until a round boundary takes it."""
+
+    __tablename__ = "run_messages"
+    __table_args__ = (
+        CheckConstraint(_in("status", RUN_MESSAGE_STATUSES), name="status"),
+        Index("ix_run_messages_run", "workflow_run_id", "created_at"),
+        Index("ix_run_messages_pending", "workflow_run_id", postgresql_where=text("status = 'pending'")),
+    )
+    id: Mapped[str] = mapped_column(String(40), primary_key=True)
+    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    content: Mapped[str] = mapped_column(Text)
+    status: Mapped[str] = mapped_column(String(20), server_default="pending")
+    step_name: Mapped[str | None] = mapped_column(String(100))
+    visit: Mapped[int | None] = mapped_column(Integer)
+    round: Mapped[int | None] = mapped_column(Integer)
+    created_at: Mapped[datetime] = _created()
+    injected_at: Mapped[datetime | None] = _ts()
+
+
+class StoreItem(Base):
+    """The memory store: a workspace's JSON documents by namespace and key, with a generated
+    full-text vector over their string values (docs/threads.md, "Memory store")."""
+
+    __tablename__ = "store_items"
+    __table_args__ = (Index("ix_store_items_search", "search", postgresql_using="gin"),)
+    workspace_id: Mapped[str] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    namespace: Mapped[str] = mapped_column(Text, primary_key=True)
+    key: Mapped[str] = mapped_column(Text, primary_key=True)
+    value: Mapped[dict[str, Any]] = mapped_column(JSONB)
+    search: Mapped[Any] = mapped_column(
+        TSVECTOR,
+        Computed("jsonb_to_tsvector('simple'::regconfig, value, '[\"string\"]'::jsonb)", persisted=True),
+    )
+    created_at: Mapped[datetime] = _created()
+    updated_at: Mapped[datetime] = _created()

@@ -26,7 +26,7 @@ RUN_COLUMNS = (
     "id, workspace_id, definition_id, status, current_step_name, current_step_run_id, input, state, "
     "output, error, next_run_at, lease_owner, lease_expires_at, version, started_at, created_at, "
     "parent_run_id, parent_tool_call_id, depth, budget, crash_count, concurrency_key, concurrency_limit, "
-    "concurrency_hold_waiting, workspace_limit, priority, queued_at"
+    "concurrency_hold_waiting, workspace_limit, priority, queued_at, thread_id"
 )
 STEP_COLUMNS = (
     "id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, input, output, "

@@ -158,6 +158,7 @@ class RunDriver(Advancing, Waiting, Retrying):
             started_at=step_run["started_at"],
             fresh=fresh,
             budget=run["budget"],
+            thread_id=_conversation_of(run, definition, step_run),
         )
         bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
         self.rt.faults.reached("step_started", ex.step_name)
@@ -209,3 +210,13 @@ class RunDriver(Advancing, Waiting, Retrying):
                 return True
             except Exception as exc:
                 await retrier.pause(exc)
+
+
+def _conversation_of(run: DbRow, definition: WorkflowDefinitionSpec, step_run: DbRow) -> str | None:
+    """The run's thread, when this step carries its conversation: the definition's first `llm`
+    step, on its first visit (docs/threads.md)."""
+    thread_id: str | None = run.get("thread_id")
+    if thread_id is None or step_run["visit"] != 1:
+        return None
+    first = next((s.name for s in definition.steps if s.type == "llm"), None)
+    return thread_id if first == step_run["step_name"] else None

@@ -19,7 +19,7 @@ from typing import Any
 import asyncpg
 import structlog
 
-from stevora.db import approvals, runs, transitions
+from stevora.db import approvals, runs, threads, transitions
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
@@ -125,10 +125,13 @@ async def fail_run(
     return await _announced(conn, final)
 
 
-async def cancel_run(conn: asyncpg.Connection, run_id: str, *, tell_parent: bool = True) -> Ended:
+async def cancel_run(
+    conn: asyncpg.Connection, run_id: str, *, tell_parent: bool = True, reason: str | None = None
+) -> Ended:
     """Any active status → CANCELLED; open steps, pending approvals and active child runs are
     cancelled with it. Children are locked and cancelled before their parent: the same order a
-    child's own ending takes (child, then parent), so the two never deadlock."""
+    child's own ending takes (child, then parent), so the two never deadlock. A `reason` (a
+    thread turn `interrupted` by a new message) goes in the event and the run's `error`."""
     dispatch: list[str] = []
     for child_id in await runs.active_children(conn, run_id):
         child = await cancel_run(conn, child_id, tell_parent=False)
@@ -141,9 +144,23 @@ async def cancel_run(conn: asyncpg.Connection, run_id: str, *, tell_parent: bool
         conn,
         run_id,
         expect=ACTIVE_RUN_STATUSES,
-        sets={"status": RunStatus.CANCELLED, "next_run_at": None, **RELEASE},
+        sets={
+            "status": RunStatus.CANCELLED,
+            "next_run_at": None,
+            **RELEASE,
+            **(
+                {"error": {"code": "CANCELLED", "reason": reason, "message": f"Cancelled: {reason}"}}
+                if reason
+                else {}
+            ),
+        },
         now_columns=["cancelled_at"],
-        events=[Event(EventType.WORKFLOW_CANCELLED, {"cancelledStepRuns": cancelled_steps})],
+        events=[
+            Event(
+                EventType.WORKFLOW_CANCELLED,
+                {"cancelledStepRuns": cancelled_steps, **({"reason": reason} if reason else {})},
+            )
+        ],
     )
     await enqueue_webhooks(
         conn,
@@ -155,12 +172,21 @@ async def cancel_run(conn: asyncpg.Connection, run_id: str, *, tell_parent: bool
     RUNS_FINISHED.labels(RunStatus.CANCELLED).inc()
     if tell_parent:
         dispatch += await _tell_parent(conn, final)
+    await _end_turn(conn, final)
     return Ended(final, (*dispatch, *_queue_wake(final)))
 
 
 async def _announced(conn: asyncpg.Connection, final: DbRow) -> Ended:
-    """The ended run's parent told, and what to dispatch after the commit."""
+    """The ended run's parent told (or its thread), and what to dispatch after the commit."""
+    await _end_turn(conn, final)
     return Ended(final, (*await _tell_parent(conn, final), *_queue_wake(final)))
+
+
+async def _end_turn(conn: asyncpg.Connection, final: DbRow) -> None:
+    """A thread's turn ended: its state is the thread's and the next queued turn's (that turn is
+    dispatched by the slot it frees: every turn holds the thread's concurrency key)."""
+    if final.get("thread_id") is not None:
+        await threads.turn_ended(conn, final["thread_id"], final["id"], final["state"])
 
 
 def _queue_wake(final: DbRow) -> list[str]:

@@ -29,6 +29,7 @@ from stevora.tools.schema import (
     is_context_annotation,
     json_path,
 )
+from stevora.tools.store import ToolStore
 
 F = TypeVar("F", bound=Callable[..., Any])
 Binder = Callable[[dict[str, Any], "ToolContext"], tuple[tuple[Any, ...], dict[str, Any]]]
@@ -74,6 +75,9 @@ class ToolContext:
     # list (never copied unless `transcript` is read) and its length when the round's calls
     # started. Its presence allows `goto`, whose target is an attribute set only when called.
     _steering: tuple[Sequence[Any], int] | None = field(default=None, repr=False, compare=False)
+    # The workspace's memory store as the engine reads it; `store` is built from it when first read.
+    _store_backend: Any = field(default=None, repr=False, compare=False)
+    _store: ClassVar[ToolStore | None] = None
 
     @property
     def log(self) -> Any:
@@ -106,6 +110,22 @@ class ToolContext:
         if not isinstance(step_name, str) or not 1 <= len(step_name) <= _MAX_STEP_NAME:
             raise ValueError(f"ctx.goto takes a step name (a string of 1-{_MAX_STEP_NAME} characters)")
         object.__setattr__(self, "_goto_step", step_name)
+
+    @property
+    def store(self) -> ToolStore:
+        """The workspace's memory store (`await ctx.store.put/get/delete/search(...)`): writes land
+        with this call's trace row, only if the call completes (docs/threads.md)."""
+        if self._store is None:
+            if self._store_backend is None:
+                raise RuntimeError("ctx.store is only available to tools called by a run")
+            object.__setattr__(self, "_store", ToolStore(self._store_backend))
+        assert self._store is not None
+        return self._store
+
+    @property
+    def store_writes(self) -> list[tuple[str, str, dict[str, Any] | None]]:
+        """What the call wrote to the store (applied with its trace row)."""
+        return self._store.writes if self._store is not None else []
 
     @property
     def goto_step(self) -> str | None:

@@ -31,6 +31,7 @@ from stevora.ui.format import FILTERS, run_duration_ms
 from stevora.ui.forms import checked_form, read_form
 from stevora.ui.search import datetime_local, filter_query, parse_run_filters
 from stevora.ui.stream import EVENT_TYPES, run_events
+from stevora.ui.threads import add_thread_routes
 from stevora.ui.tool_outputs import parse_answer, record_answer, run_page_context
 from stevora.ui.triggers import add_trigger_routes
 
@@ -354,5 +355,6 @@ def build_ui_router() -> APIRouter:
     # Before the run actions: their `/runs/{id}/{action}` would take `/runs/{id}/fork`.
     time_travel.add_time_travel_routes(router, render)
     add_trigger_routes(router, render)
+    add_thread_routes(router, render)
     add_action_routes(router, render)
     return router

@@ -100,3 +100,33 @@ async def finding(topic: str, size: int = 0) -> dict[str, Any]:
     """Look a topic up (test_long_horizon_processes): no side effect; `size` words of detail, and
     keys in an order `jsonb` would not keep, so a rebuilt transcript must repeat the bytes sent."""
     return {"zeta": f"about {topic}", "a": {"yy": 2, "b": 1}, "big": 1e16, "text": "detail " * size}
+
+
+@tool
+async def nap() -> dict[str, Any]:
+    """Take three seconds (a turn that is still working when the next message arrives: test_threads_processes)."""
+    await asyncio.sleep(3.0)
+    return {"slept": 3}
+
+
+@tool
+async def count_visit(ctx: ToolContext) -> dict[str, Any]:
+    """Add one to a counter in the memory store (its write lands with the call's checkpoint)."""
+    await record_effect(ctx.idempotency_key)
+    seen = await ctx.store.get(["visits"], ctx.workflow_run_id) or {"n": 0}
+    await ctx.store.put(["visits"], ctx.workflow_run_id, {"n": seen["n"] + 1})
+    return {"n": seen["n"] + 1}
+
+
+@tool
+async def save_preference(drink: str, ctx: ToolContext) -> dict[str, Any]:
+    """Remember the user's drink in the memory store."""
+    await ctx.store.put(["users", "u_42"], "prefs", {"drink": "green tea"})
+    return {"saved": True}
+
+
+@tool
+async def read_preference(ctx: ToolContext) -> dict[str, Any]:
+    """What the memory store knows about the user (found by full-text search)."""
+    found = await ctx.store.search(["users"], "tea")
+    return {"found": [item.value for item in found]}

@@ -158,6 +158,9 @@ class RunOut(ApiOut):
         description="Since when the run waits for a concurrency slot (status PENDING): null when it "
         "is not queued.",
     )
+    thread_id: str | None = Field(
+        default=None, description="The thread this run is a turn of (docs/threads.md)."
+    )
     created_at: Timestamp
     updated_at: Timestamp
 

@@ -65,6 +65,7 @@ class RunRow(Row):
     workspace_limit: int | None
     priority: int
     queued_at: datetime | None
+    thread_id: str | None
     created_at: datetime
     updated_at: datetime
 

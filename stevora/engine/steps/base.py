@@ -43,6 +43,9 @@ class StepExecution:
     fresh: bool = False
     # The run's budget as the driver read it (None: no limit, and nothing is read or checked).
     budget: dict[str, Any] | None = None
+    # Set on a thread turn's conversation step (its first `llm` step, first visit): the thread
+    # whose history the step continues and whose id is its prompt-cache key (docs/threads.md).
+    thread_id: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

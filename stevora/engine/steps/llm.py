@@ -32,6 +32,7 @@ from stevora.engine.steps.awaited_kinds import AWAITED_KINDS
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
+from stevora.engine.steps.llm_thread import take_messages, thread_history, with_history
 from stevora.engine.steps.llm_tool_runner import ToolRunner
 from stevora.engine.steps.llm_tools import StepTools, first_goto, resolve_tools
 from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
@@ -96,6 +97,8 @@ class LlmStepRun:
             if fresh
             else await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
         )
+        if not rounds and self.ex.thread_id is not None:  # a thread turn: earlier turns first
+            prompt = with_history(prompt, await thread_history(self.rt, self.ex))
         st = rebuild(rounds, prompt)
         if rounds:
             self.tools.steered = True  # a committed round may hold a goto the lost execution did not follow
@@ -119,6 +122,7 @@ class LlmStepRun:
                     result = await self._finish(st, last)
                     if result is not None:
                         return result
+            await take_messages(self.rt, self.ex, st)  # steered messages, at the round boundary
             round_ = await self.model.call(st)
             st.rounds.append(round_)
             msg = response_message(round_.response)  # reused at the top of the loop

@@ -65,7 +65,9 @@ class ModelCaller:
         if faults.armed:
             faults.reached("llm_call_starting", st.next_round)
         appended, st.pending_append = st.pending_append, []
-        is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
+        own = appended[: len(appended) - st.steered]  # steered messages are not guardrail feedback
+        st.steered = 0
+        is_feedback = any(m.role == "user" for m in own) and bool(st.rounds)
         st.transcript.extend(appended)
         candidates = [self.step.model, *self.step.fallback_models]
         # The step's `context` strategy, decided once per round from the committed rows.
@@ -105,8 +107,9 @@ class ModelCaller:
                 output_schema=self.step.output_schema,
                 # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
                 tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
-                # The run's requests share one prompt-cache key: its prefix grows round by round.
-                cache_key=self.ex.run_id if self.step.cache else None,
+                # The run's requests share one prompt-cache key: its prefix grows round by round
+                # (a thread's turns share the thread's: each turn's prefix is the last one's).
+                cache_key=(self.ex.thread_id or self.ex.run_id) if self.step.cache else None,
             )
             stored_request = {
                 "messages": [m.to_dict() for m in appended],

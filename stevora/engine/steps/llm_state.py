@@ -33,6 +33,7 @@ class LoopState:
     tool_rounds: int  # rounds whose tool calls were (or are to be) executed
     feedback_attempts: int = 0
     pending_append: list[Message] = field(default_factory=list)  # stored with the next model call
+    steered: int = 0  # how many of pending_append's last messages were sent in from outside (not feedback)
     cost_usd: float = 0.0
     usage: Usage = field(default_factory=Usage)
     # Rounds (counted by assistant turns) whose tool results the requests send as stubs (the

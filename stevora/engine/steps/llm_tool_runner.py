@@ -47,6 +47,7 @@ from stevora.engine.steps.tool_calls import (
     output_limits,
     record_outcome,
 )
+from stevora.engine.store import WorkspaceStore
 from stevora.errors import BudgetExceeded
 from stevora.llm.messages import Message, ToolCall
 from stevora.observability import hooks as observe
@@ -92,6 +93,7 @@ class ToolRunner:
         self.tools = tools
         self.log = log
         self.state = dict(ex.state)  # the run's state as this step's tools have left it
+        self.store = WorkspaceStore(rt.pool, ex.workspace_id)  # what `ctx.store` reads
         self._observe = observe.ToolCalls(ex.step_run_id)  # metric children bound once per visit
         self.meter: Meter | None = None  # the run's budget, when it has one
         self.limits = output_limits(rt.settings)
@@ -311,6 +313,7 @@ class ToolRunner:
             run_input=MappingProxyType(self.ex.input),
             state=MappingProxyType(dict(self.state)),
             _steering=self.steering,  # `ctx.goto`, `ctx.transcript`: shared by the round, nothing copied
+            _store_backend=self.store,  # `ctx.store`, built only when a handler reads it
         )
         timeout_ms = self.tools.timeouts_ms.get(call.name, self.step.tool_timeout_ms)
         arguments = approved_arguments if approved_arguments is not None else call.arguments
@@ -337,7 +340,14 @@ class ToolRunner:
         if outcome.status != "completed":  # `outcome.ok`, inlined
             return await self._record(call_round, index, call, outcome, slot=slot)
         return await self._record(
-            call_round, index, call, outcome, ctx.state_updates, ctx._goto_step, slot=slot
+            call_round,
+            index,
+            call,
+            outcome,
+            ctx.state_updates,
+            ctx._goto_step,
+            slot=slot,
+            store=ctx.store_writes,
         )
 
     async def _record(
@@ -350,6 +360,7 @@ class ToolRunner:
         goto_step: str | None = None,
         *,
         slot: CallSlot | None = None,
+        store: list[tuple[str, str, dict[str, Any] | None]] | None = None,
     ) -> dict[str, Any]:
         if goto_step is not None:
             goto_step = storable_text(goto_step)
@@ -359,7 +370,13 @@ class ToolRunner:
                 call_round.step_run_id, call_round.llm_call_id, call_round.round, index, call.id, call.name
             )
         await record_outcome(
-            self.rt, self.ex, slot, outcome, state_updates=state_updates, goto_step=goto_step
+            self.rt,
+            self.ex,
+            slot,
+            outcome,
+            state_updates=state_updates,
+            goto_step=goto_step,
+            store_writes=store,
         )
         self.state.update(state_updates or {})
         if self.meter is not None and outcome.error_code != UNCOUNTED_TOOL_ERROR:

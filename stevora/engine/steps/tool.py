@@ -28,6 +28,7 @@ from stevora.engine.steps import llm_mcp
 from stevora.engine.steps.awaited_kinds import AWAITED_KINDS
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.engine.steps.tool_calls import CallSlot, output_limits, record_outcome
+from stevora.engine.store import WorkspaceStore
 from stevora.observability import hooks as observe
 from stevora.statuses import AwaitedKind, AwaitedStatus
 from stevora.tasks import StepResult
@@ -53,7 +54,7 @@ def _slot(ex: StepExecution, step: ToolStep) -> CallSlot:
     return CallSlot(ex.step_run_id, None, 0, 0, f"step:{step.name}", step.tool)
 
 
-def _context(ex: StepExecution, step: ToolStep, slot: CallSlot) -> ToolContext:
+def _context(rt: Runtime, ex: StepExecution, step: ToolStep, slot: CallSlot) -> ToolContext:
     return ToolContext(
         idempotency_key=slot.key,
         workflow_run_id=ex.run_id,
@@ -65,6 +66,7 @@ def _context(ex: StepExecution, step: ToolStep, slot: CallSlot) -> ToolContext:
         tool_call_id=f"step:{step.name}",
         run_input=MappingProxyType(ex.input),
         state=MappingProxyType(dict(ex.state)),
+        _store_backend=WorkspaceStore(rt.pool, ex.workspace_id),
     )
 
 
@@ -150,7 +152,7 @@ class ToolStepType(StepType):
         self, rt: Runtime, ex: StepExecution, step: ToolStep, arguments: dict[str, Any]
     ) -> StepResult:
         slot = _slot(ex, step)
-        ctx = _context(ex, step, slot)
+        ctx = _context(rt, ex, step, slot)
         with observe.tool_call(step.tool, None, ex.step_run_id, None, arguments) as obs:
             outcome = await invoke_tool(
                 rt.tools,
@@ -161,7 +163,9 @@ class ToolStepType(StepType):
                 limits=output_limits(rt.settings),
             )
             obs.finished(outcome)
-        return await self._commit(rt, ex, step, slot, outcome, ctx.state_updates if outcome.ok else None)
+        return await self._commit(
+            rt, ex, step, slot, outcome, ctx.state_updates if outcome.ok else None, ctx.store_writes
+        )
 
     async def _call_mcp(
         self, rt: Runtime, ex: StepExecution, step: ToolStep, tool: llm_mcp.McpTool, arguments: Any
@@ -171,7 +175,7 @@ class ToolStepType(StepType):
             if meter is not None and meter.tool_calls_left() == 0:
                 return budget_rules.stopped(meter, "maxToolCalls", ex.step_name)
         slot = _slot(ex, step)
-        ctx = _context(ex, step, slot)
+        ctx = _context(rt, ex, step, slot)
         with observe.tool_call(step.tool, None, ex.step_run_id, None, arguments) as obs:
             outcome = await llm_mcp.call(rt, tool, arguments if isinstance(arguments, dict) else {}, ctx)
             obs.finished(outcome)
@@ -185,9 +189,10 @@ class ToolStepType(StepType):
         slot: CallSlot,
         outcome: ToolOutcome,
         updates: dict[str, Any] | None,
+        store_writes: list[tuple[str, str, dict[str, Any] | None]] | None = None,
     ) -> StepResult:
         rt.faults.reached("tool_returned", 0, 0)
-        await record_outcome(rt, ex, slot, outcome, state_updates=updates)
+        await record_outcome(rt, ex, slot, outcome, state_updates=updates, store_writes=store_writes)
         rt.faults.reached("tool_committed", 0, 0)
         return self._result(
             step,

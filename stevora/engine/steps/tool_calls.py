@@ -127,8 +127,10 @@ async def record_outcome(
     *,
     state_updates: dict[str, Any] | None = None,
     goto_step: str | None = None,
+    store_writes: list[tuple[str, str, dict[str, Any] | None]] | None = None,
 ) -> None:
-    """Commit the call's trace row, its event and its `update_state`, fenced by the lease."""
+    """Commit the call's trace row, its event and its `update_state`, fenced by the lease (and
+    its memory-store writes, when it completed and made some, in the same transaction)."""
     ok = outcome.status == "completed"  # `outcome.ok`, read once
     rec = ToolTraceRecord(
         step_run_id=slot.step_run_id,
@@ -148,4 +150,9 @@ async def record_outcome(
         goto_step=goto_step,
     )
     event, payload = tool_call_event(rec, state_keys=sorted(state_updates) if state_updates else None)
+    if store_writes and ok:
+        await checkpoints.record_tool_trace_and_store(
+            rt.pool, ex.run_id, ex.owner, rec, event, payload, state_updates, ex.workspace_id, store_writes
+        )
+        return
     await checkpoints.record_tool_trace(rt.committer, ex.run_id, ex.owner, rec, event, payload, state_updates)

@@ -12,7 +12,7 @@ RUN_FIELDS = {
     "id", "workspaceId", "definitionId", "status", "currentStepName", "input", "state", "output", "error",
     "totalCostCents", "totalInputTokens", "totalOutputTokens", "startedAt", "completedAt", "failedAt",
     "cancelledAt", "nextRunAt", "idempotencyKey", "version", "parentRunId", "parentToolCallId", "requiredAction",
-    "budget", "concurrencyKey", "concurrencyLimit", "priority", "queuedAt", "createdAt", "updatedAt",
+    "budget", "concurrencyKey", "concurrencyLimit", "priority", "queuedAt", "threadId", "createdAt", "updatedAt",
 }  # fmt: skip
 STEP_FIELDS = {
     "id", "workflowRunId", "stepName", "stepType", "stepIndex", "status", "visit", "attempt", "input",
