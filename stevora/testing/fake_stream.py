@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
 # Which API a route speaks (the fake serves both; `fake_llm.ROUTES`).
-Kind = Literal["openai", "anthropic"]
+Kind = Literal["openai", "anthropic", "responses"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +123,17 @@ def anthropic_events(body: dict[str, Any], pieces: int) -> list[_Event]:
         )
     ]
     for index, block in enumerate(body["content"]):
-        if block["type"] == "text":
+        if block["type"] == "thinking":
+            start = {"type": "thinking", "thinking": "", "signature": ""}
+            events.append(event("content_block_start", {"index": index, "content_block": start}))
+            for piece in split_text(block["thinking"], pieces):
+                delta = {"type": "thinking_delta", "thinking": piece}
+                events.append(event("content_block_delta", {"index": index, "delta": delta}, True))
+            delta = {"type": "signature_delta", "signature": block["signature"]}
+            events.append(event("content_block_delta", {"index": index, "delta": delta}))
+        elif block["type"] == "redacted_thinking":
+            events.append(event("content_block_start", {"index": index, "content_block": block}, True))
+        elif block["type"] == "text":
             events.append(
                 event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
             )
@@ -142,7 +152,13 @@ def anthropic_events(body: dict[str, Any], pieces: int) -> list[_Event]:
     ending: dict[str, Any] = {"stop_reason": body["stop_reason"], "stop_sequence": body.get("stop_sequence")}
     cumulative = {
         k: usage[k]
-        for k in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        for k in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "output_tokens_details",
+        )
         if k in usage
     }
     events.append(event("message_delta", {"delta": ending, "usage": cumulative}))
@@ -151,6 +167,15 @@ def anthropic_events(body: dict[str, Any], pieces: int) -> list[_Event]:
 
 
 def _error_event(kind: Kind, message: str) -> _Event:
+    if kind == "responses":
+        data = {
+            "type": "error",
+            "code": "server_error",
+            "message": message,
+            "param": None,
+            "sequence_number": 0,
+        }
+        return _Event("error", json.dumps(data), False)
     if kind == "openai":
         return _Event(
             None,
@@ -189,11 +214,16 @@ def write_stream(
     pieces = script.chunks or defaults.chunks
     first_s = defaults.first_token_s if script.first_token_s is None else script.first_token_s
     delay_s = defaults.chunk_delay_s if script.chunk_delay_s is None else script.chunk_delay_s
-    events = (
-        openai_events(response.body, request, pieces)
-        if kind == "openai"
-        else anthropic_events(response.body, pieces)
-    )
+    if kind == "responses":
+        from stevora.testing.fake_responses import complete_body, responses_events
+
+        events = [_Event(*e) for e in responses_events(complete_body(response.body, request), pieces)]
+    else:
+        events = (
+            openai_events(response.body, request, pieces)
+            if kind == "openai"
+            else anthropic_events(response.body, pieces)
+        )
     try:
         handler.send_response(200)
         handler.send_header("content-type", "text/event-stream; charset=utf-8")

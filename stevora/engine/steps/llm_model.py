@@ -101,6 +101,9 @@ class ModelCaller:
                 tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
                 # The run's requests share one prompt-cache key: its prefix grows round by round.
                 cache_key=self.ex.run_id if self.step.cache else None,
+                api=self.step.api,
+                thinking_budget_tokens=self.step.thinking.budget_tokens if self.step.thinking else None,
+                reasoning_effort=self.step.reasoning.effort if self.step.reasoning else None,
             )
             stored_request = {
                 "messages": [m.to_dict() for m in appended],
@@ -222,12 +225,16 @@ class ModelCaller:
                 "responseModel": response.model,
                 "responseId": response.response_id,
                 "priced": cost is not None,
+                # Thinking blocks / reasoning items, each its JSON text as a string (jsonb keeps a
+                # string byte for byte): every later round sends them back unchanged.
+                **({"reasoning": [r.to_dict() for r in response.reasoning]} if response.reasoning else {}),
             },
             finish_reason=response.finish_reason,
             input_tokens=usage.input_tokens,
             output_tokens=usage.output_tokens,
             cache_read_tokens=usage.cache_read_tokens,
             cache_write_tokens=usage.cache_write_tokens,
+            reasoning_tokens=usage.reasoning_tokens,
             cost_usd=cost or 0.0,
             duration_ms=elapsed_s * 1000,
             time_to_first_token_ms=live.time_to_first_token_ms,
@@ -241,6 +248,7 @@ class ModelCaller:
             "outputTokens": usage.output_tokens,
             "cacheReadTokens": usage.cache_read_tokens,
             "cacheWriteTokens": usage.cache_write_tokens,
+            "reasoningTokens": usage.reasoning_tokens,
             "costUsd": rec.cost_usd,
             "durationMs": round(rec.duration_ms, 3),
             "timeToFirstTokenMs": _ms(rec.time_to_first_token_ms),
