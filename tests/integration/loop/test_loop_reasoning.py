@@ -1,0 +1,129 @@
+"""Reasoning kept across tool rounds in the real loop (driver, PostgreSQL checkpoints, real SDKs on
+the fake): Anthropic thinking blocks and OpenAI Responses reasoning items go back unchanged on
+every later round, are counted as reasoning tokens, and a fork sends the same bytes."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from stevora.engine import fork as forking
+from stevora.testing.fake_llm import FakeLLMServer, FakeResponse, anthropic_text, anthropic_tool_use
+from stevora.testing.fake_responses import reasoning_agent_responder
+from stevora.tools import ToolContext
+from tests.conftest import Harness
+from tests.integration.loop.conftest import SdkProviders, llm_step, load_run, run_workflow
+
+
+def _register_lookup(harness: Harness) -> list[int]:
+    ran: list[int] = []
+
+    @harness.tools.tool
+    async def lookup(round: int, ctx: ToolContext) -> str:
+        """Look the round up."""
+        ran.append(round)
+        return f"looked up {round}"
+
+    return ran
+
+
+def _thinking_agent(fake: FakeLLMServer, rounds: int) -> list[list[dict[str, Any]]]:
+    """An Anthropic model that thinks, then calls `lookup` once per round for `rounds` rounds;
+    returns the content blocks it answered, per round."""
+    answered: list[list[dict[str, Any]]] = []
+
+    def respond(body: dict[str, Any]) -> FakeResponse:
+        done = sum(1 for m in body["messages"] if m["role"] == "assistant")
+        if done >= rounds:
+            answer = anthropic_text(f"done after {done}", thinking="all rounds done")
+        else:
+            answer = anthropic_tool_use(
+                [(f"toolu_{done + 1}", "lookup", {"round": done + 1})],
+                thinking=f"round {done + 1}: I will look it up",
+                redacted_thinking=done == 1,
+            )
+        assert answer.body is not None
+        answered.append(answer.body["content"])
+        return answer
+
+    fake.anthropic.responder = respond
+    return answered
+
+
+async def test_anthropic_thinking_agent_returns_its_thinking_blocks_unchanged_for_three_rounds(
+    harness: Harness, workspace_id: str, sdk: SdkProviders, fake: FakeLLMServer
+) -> None:
+    ran = _register_lookup(harness)
+    answered = _thinking_agent(fake, 3)
+    step = llm_step(
+        model="claude-sonnet-4-5", tools=["lookup"], maxTokens=4096, thinking={"budgetTokens": 2048}
+    )
+    run = await run_workflow(harness, workspace_id, step)
+    assert run.status == "COMPLETED", run.run["error"]
+    assert ran == [1, 2, 3]
+    requests = [r.json for r in fake.anthropic.requests]
+    assert len(requests) == 4
+    for index, body in enumerate(requests):
+        assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+        turns = [m["content"] for m in body["messages"] if m["role"] == "assistant"]
+        assert len(turns) == index
+        for turn, blocks in zip(turns, answered, strict=False):
+            thinking = [b for b in blocks if b["type"] in ("thinking", "redacted_thinking")]
+            # Every earlier round's thinking, first in its turn, as the API wrote it (signature included).
+            assert [
+                {k: v for k, v in b.items() if k != "cache_control"} for b in turn[: len(thinking)]
+            ] == thinking
+            assert turn[len(thinking)]["type"] == "tool_use"
+    calls = run.completed_calls()
+    assert all(c["reasoning_tokens"] > 0 for c in calls)
+    assert all(c["output_tokens"] > c["reasoning_tokens"] for c in calls)
+    events = run.events_of("LLM_CALL_COMPLETED")
+    assert [e["reasoningTokens"] for e in events] == [c["reasoning_tokens"] for c in calls]
+    # The stored round keeps the thinking text for the run page (never the redacted data as text).
+    stored = json.loads(calls[0]["response"]["reasoning"][0]["data"])
+    assert stored["thinking"] == "round 1: I will look it up"
+
+
+async def test_responses_agent_sends_every_earlier_reasoning_item_and_a_fork_sends_the_same_bytes(
+    harness: Harness, workspace_id: str, sdk: SdkProviders, fake: FakeLLMServer
+) -> None:
+    ran = _register_lookup(harness)
+    fake.responses.responder = reasoning_agent_responder("lookup", 3)
+    step = llm_step(
+        model="o4-mini",
+        api="responses",
+        reasoning={"effort": "medium"},
+        tools=["lookup"],
+        messages=[{"role": "user", "content": "look three things up"}],
+    )
+    run = await run_workflow(harness, workspace_id, step)
+    assert run.status == "COMPLETED", run.run["error"]
+    assert ran == [1, 2, 3] and run.state["agent"] == "done after 3 rounds"
+    requests = [r.json for r in fake.responses.requests]
+    assert len(requests) == 4 and not fake.openai.requests  # the Responses route only
+    for index, body in enumerate(requests):
+        assert body["store"] is False and body["reasoning"] == {"effort": "medium"}
+        reasoning = [i for i in body["input"] if i.get("type") == "reasoning"]
+        assert [i["summary"][0]["text"] for i in reasoning] == [
+            f"round {n}: call lookup" for n in range(1, index + 1)
+        ]
+        # Each reasoning item directly before the call it was answered with.
+        kinds = [i.get("type", "message") for i in body["input"]]
+        assert kinds == ["message"] + ["reasoning", "function_call", "function_call_output"] * index
+    calls = run.completed_calls()
+    assert [c["reasoning_tokens"] for c in calls] == [7, 7, 7, 7]
+    assert run.events_of("LLM_CALL_COMPLETED")[0]["reasoningTokens"] == 7
+
+    # A fork at round 3 inherits rounds 1-2 and sends their reasoning as the origin did.
+    origin_round_3 = json.dumps(requests[2]["input"][:7])
+    sent_before = len(fake.responses.requests)
+    plan = await forking.plan_fork(harness.rt, workspace_id, run.id, {"step": "agent", "round": 3}, None)
+    fork, _ = await forking.make(harness.rt, plan, None)
+    row = await harness.wait_for_status(fork["id"], "COMPLETED", "FAILED")
+    assert row["status"] == "COMPLETED", row["error"]
+    forked = [r.json for r in fake.responses.requests[sent_before:]]
+    assert len(forked) == 2  # rounds 3 and 4; rounds 1-2 were inherited, never sent again
+    assert json.dumps(forked[0]["input"][:7]) == origin_round_3
+    fork_run = await load_run(harness, fork["id"])
+    inherited = [c for c in fork_run.llm_calls if c["inherited_from"] is not None]
+    assert [c["response"]["reasoning"] for c in inherited] == [c["response"]["reasoning"] for c in calls[:2]]
