@@ -11,7 +11,7 @@ from __future__ import annotations
 import itertools
 import json
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stevora.testing.fake_reasoning import reasoning_item
@@ -180,18 +180,20 @@ def responses_events(body: dict[str, Any], pieces: int) -> list[tuple[str, str, 
     return events
 
 
-def reasoning_agent_responder(tool: str, rounds: int, *, model: str = "o4-mini") -> Any:
+def reasoning_agent_responder(
+    tool: str, rounds: int, *, model: str = "o4-mini", argument: str = "round"
+) -> Callable[[dict[str, Any]], FakeResponse]:
     """A `Responder` for `/v1/responses`: a reasoning model that calls `tool` once per round for
-    `rounds` rounds (a reasoning item before each call), then answers. Which round it is comes
-    from the request (its `function_call_output` items), so a resent request gets the same answer."""
+    `rounds` rounds (a reasoning item before each call, `{argument: n}` as its arguments), then
+    answers. Which round it is comes from the request (its `function_call_output` items), so a
+    resent request gets the same answer."""
 
     def respond(body: dict[str, Any]) -> FakeResponse:
         done = sum(1 for item in body.get("input") or () if item.get("type") == "function_call_output")
         if done >= rounds:
             return responses_text(f"done after {done} rounds", reasoning="wrapping up", model=model)
-        arguments = json.dumps({"round": done + 1})
-        return responses_tool_calls(
-            [(f"call_r{done + 1}", tool, arguments)], reasoning=f"round {done + 1}: call {tool}", model=model
-        )
+        value: Any = done + 1 if argument == "round" else f"round {done + 1}"
+        call = (f"call_r{done + 1}", tool, json.dumps({argument: value}))
+        return responses_tool_calls([call], reasoning=f"round {done + 1}: call {tool}", model=model)
 
     return respond
