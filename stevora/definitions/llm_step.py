@@ -316,7 +316,7 @@ class LlmStep(StepBase):
     the workflow, checked when the definition is stored); unset: any step of the workflow."""
     api: Literal["chat", "responses"] | None = None
     """OpenAI-protocol providers: Chat Completions (`chat`) or the Responses API (`responses`);
-    unset: the worker's STEVORA_OPENAI_API for the `openai` provider, `chat` for others."""
+    unset: the provider's default (docs/providers.md, "api: responses")."""
     reasoning: ReasoningConfig | None = None
     """OpenAI reasoning models: `{"effort": ...}` (sent on both APIs)."""
     thinking: ThinkingConfig | None = None

@@ -283,7 +283,7 @@ class LlmRequest:
     """Hears a streamed answer's first token and text deltas; not part of the stored request."""
     api: OpenAIApi | None = None
     """Which OpenAI API an OpenAI-protocol adapter calls: Chat Completions or Responses (others
-    ignore it); `None`: the provider's default (STEVORA_OPENAI_API)."""
+    ignore it); `None`: the provider's default API (docs/configuration.md)."""
     thinking_budget_tokens: int | None = None
     """Anthropic extended thinking: the step's `thinking.budgetTokens` (`None`: thinking off)."""
     reasoning_effort: str | None = None

@@ -106,7 +106,7 @@ class OpenAIProvider:
     ) -> None:
         self.name = name
         self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
-        # `STEVORA_OPENAI_API`: the API of a request whose step does not say (`api`).
+        # The provider setting (docs/configuration.md): the API of a request whose step does not say (`api`).
         self.default_api: OpenAIApi = default_api
         self.capabilities = capabilities or (
             OPENAI_CAPABILITIES if name == "openai" else ServerCapabilities()

@@ -8,7 +8,7 @@ on every later round, so the model keeps its chain of thought across tool rounds
 in a fork and in a replay (docs/providers.md, "api: responses").
 
 `OpenAIProvider` calls this for a request whose `api` is `responses` (or whose provider defaults
-to it, STEVORA_OPENAI_API); errors are translated there, as for Chat Completions.
+to it, docs/configuration.md); errors are translated there, as for Chat Completions.
 """
 
 from __future__ import annotations

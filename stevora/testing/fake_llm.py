@@ -44,7 +44,7 @@ from stevora.testing.fake_reasoning import (
     validate_responses,
 )
 from stevora.testing.fake_stream import FakeResponse as FakeResponse  # re-exported: the scripted answer
-from stevora.testing.fake_stream import Kind, StreamDefaults, write_stream
+from stevora.testing.fake_stream import Kind, StreamDefaults, complete_body, write_stream
 
 ROUTES: dict[str, Kind] = {
     "/v1/chat/completions": "openai",
@@ -720,8 +720,6 @@ class FakeLLMServer:
         cache = self.prompt_cache
         counted = cache is not None or self.context_window_tokens is not None
         if kind == "responses" and answer.body is not None and answer.status == 200:
-            from stevora.testing.fake_responses import complete_body
-
             return dataclasses.replace(answer, body=complete_body(answer.body, body))
         if not counted or answer.status != 200 or answer.body is None or "usage" not in answer.body:
             return answer

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from stevora.testing.fake_reasoning import reasoning_item
-from stevora.testing.fake_stream import FakeResponse, split_text
+from stevora.testing.fake_stream import FakeResponse
 
 _ids = itertools.count(1)
 
@@ -91,93 +91,6 @@ def _response(output: list[dict[str, Any]], model: str, usage: Mapping[str, Any]
         "usage": merged,
     }
     return FakeResponse(body=body, kind="responses")
-
-
-def complete_body(body: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
-    """The scripted body with what the API echoes from the request (tools, choice, parallelism)."""
-    return {
-        **body,
-        "tools": request.get("tools") or [],
-        "tool_choice": request.get("tool_choice") or "auto",
-        "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
-    }
-
-
-def responses_events(body: dict[str, Any], pieces: int) -> list[tuple[str, str, bool]]:
-    """`body` as the stream's events: (event name, data JSON, carries content)."""
-    seq = itertools.count(0)
-    events: list[tuple[str, str, bool]] = []
-
-    def event(name: str, data: dict[str, Any], content: bool = False) -> None:
-        events.append((name, json.dumps({"type": name, "sequence_number": next(seq), **data}), content))
-
-    started = {**body, "status": "in_progress", "output": [], "usage": None}
-    event("response.created", {"response": started})
-    event("response.in_progress", {"response": started})
-    for index, item in enumerate(body["output"]):
-        if item["type"] == "message":
-            event(
-                "response.output_item.added",
-                {"output_index": index, "item": {**item, "content": [], "status": "in_progress"}},
-            )
-            text = item["content"][0]["text"]
-            part = {"type": "output_text", "text": "", "annotations": []}
-            event(
-                "response.content_part.added",
-                {"item_id": item["id"], "output_index": index, "content_index": 0, "part": part},
-            )
-            for piece in split_text(text, pieces):
-                delta = {
-                    "item_id": item["id"],
-                    "output_index": index,
-                    "content_index": 0,
-                    "delta": piece,
-                    "logprobs": [],
-                }
-                event("response.output_text.delta", delta, True)
-            done = {
-                "item_id": item["id"],
-                "output_index": index,
-                "content_index": 0,
-                "text": text,
-                "logprobs": [],
-            }
-            event("response.output_text.done", done)
-            event(
-                "response.content_part.done",
-                {
-                    "item_id": item["id"],
-                    "output_index": index,
-                    "content_index": 0,
-                    "part": {**part, "text": text},
-                },
-            )
-        elif item["type"] == "function_call":
-            event(
-                "response.output_item.added",
-                {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
-                True,
-            )
-            for piece in split_text(item["arguments"], 2):
-                event(
-                    "response.function_call_arguments.delta",
-                    {"item_id": item["id"], "output_index": index, "delta": piece},
-                    True,
-                )
-            event(
-                "response.function_call_arguments.done",
-                {
-                    "item_id": item["id"],
-                    "output_index": index,
-                    "name": item["name"],
-                    "arguments": item["arguments"],
-                },
-            )
-        else:
-            event("response.output_item.added", {"output_index": index, "item": item})
-        event("response.output_item.done", {"output_index": index, "item": item})
-    event("response.completed", {"response": body})
-    return events
 
 
 def reasoning_agent_responder(
