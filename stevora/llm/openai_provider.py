@@ -228,6 +228,8 @@ class OpenAIProvider:
             kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
             kwargs[self._max_tokens_field] = request.max_tokens
+        if request.reasoning_effort is not None:  # the step's `reasoning.effort` (reasoning models)
+            kwargs["reasoning_effort"] = request.reasoning_effort
         if request.timeout_s is not None:
             kwargs["timeout"] = request.timeout_s
         if request.cache_key is not None and caps.prompt_cache_key:

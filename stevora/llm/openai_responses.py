@@ -49,14 +49,14 @@ def build_kwargs(request: LlmRequest) -> dict[str, Any]:
         kwargs["text"] = {"format": {"type": "json_object"}}
         if not mentions_json(request.messages):
             items.insert(0, {"role": "system", "content": JSON_INSTRUCTION})
-    if request.tools and request.tool_choice != "none":
+    if request.tools:
         kwargs["tools"] = [tool_param(t) for t in request.tools]
         kwargs["parallel_tool_calls"] = request.parallel_tool_calls
         choice = request.tool_choice
         if isinstance(choice, NamedTool):
             kwargs["tool_choice"] = {"type": "function", "name": choice.name}
-        elif choice == "required":
-            kwargs["tool_choice"] = "required"
+        elif choice != "auto":  # `required`, `none`: the API takes both as they are
+            kwargs["tool_choice"] = choice
     if request.reasoning_effort is not None:
         kwargs["reasoning"] = {"effort": request.reasoning_effort}
     if request.temperature is not None:

@@ -8,8 +8,8 @@ import json
 from typing import Any
 
 from stevora.engine import fork as forking
-from stevora.testing.fake_llm import FakeLLMServer, FakeResponse, anthropic_text, anthropic_tool_use
-from stevora.testing.fake_responses import reasoning_agent_responder
+from stevora.testing.fake_llm import FakeLLMServer, FakeResponse, anthropic_text, anthropic_tool_use, error
+from stevora.testing.fake_responses import reasoning_agent_responder, responses_tool_calls
 from stevora.tools import ToolContext
 from tests.conftest import Harness
 from tests.integration.loop.conftest import SdkProviders, llm_step, load_run, run_workflow
@@ -127,3 +127,27 @@ async def test_responses_agent_sends_every_earlier_reasoning_item_and_a_fork_sen
     fork_run = await load_run(harness, fork["id"])
     inherited = [c for c in fork_run.llm_calls if c["inherited_from"] is not None]
     assert [c["response"]["reasoning"] for c in inherited] == [c["response"]["reasoning"] for c in calls[:2]]
+
+
+async def test_a_responses_round_that_fails_over_to_anthropic_goes_on_without_the_reasoning_items(
+    harness: Harness, workspace_id: str, sdk: SdkProviders, fake: FakeLLMServer
+) -> None:
+    ran = _register_lookup(harness)
+    fake.responses.enqueue(
+        responses_tool_calls([("call_1", "lookup", '{"round": 1}')], reasoning="look first")
+    )
+    fake.enqueue(error(500, "upstream down"))
+    fake.anthropic.enqueue(anthropic_text("found it"))
+    step = llm_step(model="o4-mini", api="responses", fallbackModels=["claude-haiku-4-5"], tools=["lookup"])
+    run = await run_workflow(harness, workspace_id, step)
+    assert run.status == "COMPLETED", run.run["error"]
+    assert ran == [1] and run.state["agent"] == "found it"
+    assert [(c["model"], c["status"]) for c in run.llm_calls] == [
+        ("o4-mini", "completed"),
+        ("o4-mini", "failed"),
+        ("claude-haiku-4-5", "completed"),
+    ]
+    # The reasoning item is OpenAI's: Anthropic gets the turn's tool call and result without it.
+    sent = fake.anthropic.requests[0].json["messages"]
+    assert [b["type"] for b in sent[1]["content"]] == ["tool_use"]
+    assert "encrypted_content" not in json.dumps(sent)

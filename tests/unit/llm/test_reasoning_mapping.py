@@ -125,7 +125,25 @@ def test_responses_request_is_stateless_and_asks_for_encrypted_reasoning() -> No
     )
     assert kwargs["store"] is False and kwargs["include"] == ["reasoning.encrypted_content"]
     assert kwargs["reasoning"] == {"effort": "high"}
-    assert "tools" not in kwargs  # toolChoice none: the model cannot call a tool it is not offered
+    assert kwargs["tool_choice"] == "none" and kwargs["tools"][0]["strict"] is True
+
+
+async def test_chat_completions_sends_the_reasoning_effort_and_no_reasoning_items() -> None:
+    from stevora.llm.openai_provider import OpenAIProvider
+
+    provider = OpenAIProvider("test", "http://127.0.0.1:9/v1")
+    try:
+        turn = Message.assistant(None, [CALL], [OPENAI_ITEM])
+        request = LlmRequest(
+            model="o4-mini",
+            messages=[Message.user("q"), turn, Message.tool_result("call_1", "x")],
+            reasoning_effort="low",
+        )
+        kwargs = provider.build_kwargs(request)
+        assert kwargs["reasoning_effort"] == "low"
+        assert "reasoning" not in json.dumps(kwargs["messages"])
+    finally:
+        await provider.aclose()
 
 
 @pytest.mark.parametrize(
