@@ -132,11 +132,6 @@ def validate_responses(body: dict[str, Any]) -> str | None:
     """The first problem the Responses API would reject `body` for, or `None`."""
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "Missing required parameter: 'model'."
-    items = body.get("input")
-    if isinstance(items, str):
-        return None
-    if not isinstance(items, list) or not items:
-        return "Invalid 'input': expected a string or a non-empty array of input items."
     for tool in body.get("tools") or ():
         if tool.get("type") != "function" or not tool.get("name"):
             return "Invalid 'tools': each function tool must be {'type': 'function', 'name': ...}"
@@ -145,6 +140,11 @@ def validate_responses(body: dict[str, Any]) -> str | None:
                 f"Invalid schema for function '{tool['name']}': In context=(), 'additionalProperties' is required "
                 "to be supplied and to be false, and 'required' must include every property."
             )
+    items = body.get("input")
+    if isinstance(items, str):
+        return None
+    if not isinstance(items, list) or not items:
+        return "Invalid 'input': expected a string or a non-empty array of input items."
     reasoning_model = is_reasoning_model(body["model"])
     calls: set[str] = set()
     reasoned = False  # a reasoning item precedes the current run of output items
