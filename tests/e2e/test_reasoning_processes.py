@@ -31,11 +31,12 @@ def _thinking_agent(body: dict[str, Any]) -> FakeResponse:
 
 
 def _reasoning_in(kind: str, body: dict[str, Any]) -> list[str]:
-    """The reasoning a request carries, as the JSON text of each item, in order."""
+    """The reasoning a request carries, as the JSON text of each item in the order of its keys on
+    the wire (so equal texts are equal bytes), in order."""
     if kind == "responses":
-        return [json.dumps(i, sort_keys=True) for i in body["input"] if i.get("type") == "reasoning"]
+        return [json.dumps(i) for i in body["input"] if i.get("type") == "reasoning"]
     return [
-        json.dumps({k: v for k, v in b.items() if k != "cache_control"}, sort_keys=True)
+        json.dumps({k: v for k, v in b.items() if k != "cache_control"})
         for m in body["messages"]
         if m["role"] == "assistant"
         for b in m["content"]

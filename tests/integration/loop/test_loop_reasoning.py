@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
+
 from stevora.engine import fork as forking
+from stevora.llm.messages import Usage
 from stevora.testing.fake_llm import FakeLLMServer, FakeResponse, anthropic_text, anthropic_tool_use, error
 from stevora.testing.fake_responses import reasoning_agent_responder, responses_tool_calls
 from stevora.tools import ToolContext
@@ -112,6 +115,11 @@ async def test_responses_agent_sends_every_earlier_reasoning_item_and_a_fork_sen
         assert kinds == ["message"] + ["reasoning", "function_call", "function_call_output"] * index
     calls = run.completed_calls()
     assert [c["reasoning_tokens"] for c in calls] == [7, 7, 7, 7]
+    # Reasoning tokens are output tokens, priced with them: 5 of answer + 7 of reasoning.
+    assert [c["output_tokens"] for c in calls] == [12, 12, 12, 12]
+    priced = harness.rt.pricing.cost_usd("openai", "o4-mini", Usage(input_tokens=20, output_tokens=12))
+    assert priced is not None and calls[0]["cost_usd"] == pytest.approx(priced)
+    assert priced > harness.rt.pricing.cost_usd("openai", "o4-mini", Usage(input_tokens=20, output_tokens=5))
     assert run.events_of("LLM_CALL_COMPLETED")[0]["reasoningTokens"] == 7
 
     # A fork at round 3 inherits rounds 1-2 and sends their reasoning as the origin did.
