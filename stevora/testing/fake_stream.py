@@ -128,8 +128,8 @@ def anthropic_events(body: dict[str, Any], pieces: int) -> list[_Event]:
     ]
     for index, block in enumerate(body["content"]):
         if block["type"] == "thinking":
-            start = {"type": "thinking", "thinking": "", "signature": ""}
-            events.append(event("content_block_start", {"index": index, "content_block": start}))
+            opened = {"type": "thinking", "thinking": "", "signature": ""}
+            events.append(event("content_block_start", {"index": index, "content_block": opened}))
             for piece in split_text(block["thinking"], pieces):
                 delta = {"type": "thinking_delta", "thinking": piece}
                 events.append(event("content_block_delta", {"index": index, "delta": delta}, True))
@@ -259,14 +259,14 @@ def responses_events(body: dict[str, Any], pieces: int) -> list[_Event]:
 
 def _error_event(kind: Kind, message: str) -> _Event:
     if kind == "responses":
-        data = {
+        failure: dict[str, Any] = {
             "type": "error",
             "code": "server_error",
             "message": message,
             "param": None,
             "sequence_number": 0,
         }
-        return _Event("error", json.dumps(data), False)
+        return _Event("error", json.dumps(failure), False)
     if kind == "openai":
         return _Event(
             None,
