@@ -38,8 +38,10 @@ from stevora.llm.scripted_provider import scripted_response
 from stevora.testing.fake_prompt_cache import FakePromptCache
 from stevora.testing.fake_rate_limit import FakeRateLimit
 from stevora.testing.fake_reasoning import (
+    anthropic_answer,
     anthropic_thinking_problem,
     redacted_thinking_block,
+    responses_answer,
     thinking_block,
     validate_responses,
 )
@@ -720,7 +722,10 @@ class FakeLLMServer:
         cache = self.prompt_cache
         counted = cache is not None or self.context_window_tokens is not None
         if kind == "responses" and answer.body is not None and answer.status == 200:
-            return dataclasses.replace(answer, body=complete_body(answer.body, body))
+            shaped = complete_body(responses_answer(body, answer.body), body)
+            return dataclasses.replace(answer, body=shaped)
+        if kind == "anthropic" and answer.body is not None and answer.status == 200 and self.validate:
+            answer = dataclasses.replace(answer, body=anthropic_answer(body, answer.body))
         if not counted or answer.status != 200 or answer.body is None or "usage" not in answer.body:
             return answer
         # The usage a real API would report for this prompt, not the scripted one.

@@ -188,3 +188,52 @@ def _strict_schema(schema: object) -> bool:
             return False
         return all(_strict_schema(p) for p in (properties or {}).values())
     return _strict_schema(schema.get("items"))
+
+
+# --- answers shaped as the APIs shape them -------------------------------------------------
+
+
+def anthropic_answer(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """A scripted Messages answer as the API would give it for `request`: with thinking enabled
+    it starts with a signed thinking block (one is added when the script has none, its tokens
+    counted as output); without thinking it has none."""
+    thinking = request.get("thinking")
+    enabled = isinstance(thinking, dict) and thinking.get("type") == "enabled"
+    content = list(answer.get("content") or ())
+    has_thinking = any(b.get("type") in ("thinking", "redacted_thinking") for b in content)
+    if enabled and not has_thinking:
+        text = f"Thinking it over ({next(_ids)})."
+        tokens = max(1, len(text) // 4)
+        usage = dict(answer.get("usage") or {})
+        usage["output_tokens"] = int(usage.get("output_tokens") or 0) + tokens
+        usage["output_tokens_details"] = {"thinking_tokens": tokens}
+        return {**answer, "content": [thinking_block(text), *content], "usage": usage}
+    if not enabled and has_thinking:
+        kept = [b for b in content if b.get("type") not in ("thinking", "redacted_thinking")]
+        return {**answer, "content": kept}
+    return answer
+
+
+def responses_answer(request: dict[str, Any], answer: dict[str, Any]) -> dict[str, Any]:
+    """A scripted Responses answer as the API would give it for `request`: a reasoning model's
+    output starts with a reasoning item (one is added when the script has none), whose
+    `encrypted_content` is there only when the request included `reasoning.encrypted_content`;
+    other models have no reasoning items."""
+    output = list(answer.get("output") or ())
+    if not is_reasoning_model(request.get("model")):
+        return {**answer, "output": [i for i in output if i.get("type") != "reasoning"]}
+    usage = answer.get("usage")
+    if not any(i.get("type") == "reasoning" for i in output):
+        output.insert(0, reasoning_item("Working out the next step."))
+        if isinstance(usage, dict):  # its tokens are output tokens too
+            details = dict(usage.get("output_tokens_details") or {})
+            details["reasoning_tokens"] = int(details.get("reasoning_tokens") or 0) + 7
+            usage = {
+                **usage,
+                "output_tokens": int(usage.get("output_tokens") or 0) + 7,
+                "output_tokens_details": details,
+            }
+            usage["total_tokens"] = int(usage.get("input_tokens") or 0) + usage["output_tokens"]
+    if "reasoning.encrypted_content" not in (request.get("include") or ()):
+        output = [{k: v for k, v in i.items() if k != "encrypted_content"} for i in output]
+    return {**answer, "output": output, "usage": usage}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+import openai
 import pytest
 
 from stevora.errors import ProviderError
@@ -206,3 +207,44 @@ async def test_reasoning_of_one_provider_is_not_sent_to_another(
     )
     items = fake_llm.responses.requests[0].json["input"]
     assert "reasoning" not in json.dumps([i.get("type") for i in items])
+
+
+async def test_the_fake_thinks_whenever_thinking_is_on_as_the_api_does(
+    fake_llm: FakeLLMServer, make_anthropic: Callable[..., AnthropicProvider]
+) -> None:
+    """A script written without thinking still answers with a signed thinking block when the
+    request enables thinking, so any thinking agent's round trip is checked."""
+    provider = make_anthropic()
+    fake_llm.anthropic.enqueue(
+        anthropic_tool_use([("toolu_1", "lookup", {"q": "a"})]), anthropic_text("plain")
+    )
+    thinking = LlmRequest(
+        model="claude-sonnet-4-5", messages=[Message.user("q")], tools=[LOOKUP], thinking_budget_tokens=1024
+    )
+    answer = await provider.complete(thinking)
+    assert [r.item()["type"] for r in answer.reasoning] == ["thinking"] and answer.usage.reasoning_tokens > 0
+    plain = await provider.complete(LlmRequest(model="claude-sonnet-4-5", messages=[Message.user("q")]))
+    assert plain.reasoning == [] and plain.text == "plain"
+
+
+async def test_without_the_encrypted_content_include_a_stateless_reasoning_item_cannot_go_back(
+    fake_llm: FakeLLMServer, make_openai: Callable[..., OpenAIProvider]
+) -> None:
+    """What Stevora's `include` avoids: with `store: false` and no `reasoning.encrypted_content`,
+    the reasoning item comes back bare, and sending it back is refused."""
+    provider = make_openai()
+    fake_llm.responses.enqueue(responses_tool_calls([("call_1", "lookup", '{"q":"a"}')]))
+    bare = await provider.client.responses.create(model="o4-mini", input="q", store=False)
+    item = bare.output[0]
+    assert item.type == "reasoning" and item.encrypted_content is None
+    with pytest.raises(openai.BadRequestError, match="not persisted"):
+        await provider.client.responses.create(
+            model="o4-mini",
+            store=False,
+            input=[
+                {"role": "user", "content": "q"},
+                item.model_dump(exclude_none=True),
+                {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": '{"q":"a"}'},
+                {"type": "function_call_output", "call_id": "call_1", "output": "x"},
+            ],
+        )
