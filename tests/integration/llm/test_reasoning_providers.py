@@ -26,6 +26,20 @@ LOOKUP = ToolSpec(
         "additionalProperties": False,
     },
 )
+
+
+class _Sink:
+    def __init__(self) -> None:
+        self.first = False
+        self.pieces: list[str] = []
+
+    def first_token(self) -> None:
+        self.first = True
+
+    def text(self, piece: str) -> None:
+        self.pieces.append(piece)
+
+
 LOOSE = ToolSpec("loose", "Optional argument", {"type": "object", "properties": {"q": {"type": "string"}}})
 
 
@@ -134,8 +148,14 @@ async def test_responses_api_reasoning_items_go_back_before_their_function_calls
         Message.tool_result("call_1", "a is a letter"),
         Message.tool_result("call_2", "ok"),
     ]
+    sink = _Sink()
+    request.sink = sink
     second = await provider.complete(request)
     assert second.text == "a is a letter" and second.finish_reason == "stop"
+    # Streamed: the text reached the live sink in pieces, as on Chat Completions.
+    assert (sink.first, "".join(sink.pieces), len(sink.pieces) > 1) == (
+        (True, "a is a letter", True) if stream else (False, "", False)
+    )
     items = fake_llm.responses.requests[1].json["input"]
     assert [i.get("type", i.get("role")) for i in items] == [
         "system",
