@@ -15,6 +15,7 @@ from stevora.llm.messages import LlmRequest, Message, ReasoningItem, ToolSpec
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.testing.fake_llm import FakeLLMServer, anthropic_text, anthropic_tool_use
 from stevora.testing.fake_responses import responses_text, responses_tool_calls
+from stevora.testing.fake_stream import streamed
 
 LOOKUP = ToolSpec(
     "lookup",
@@ -268,3 +269,14 @@ async def test_without_the_encrypted_content_include_a_stateless_reasoning_item_
                 {"type": "function_call_output", "call_id": "call_1", "output": "x"},
             ],
         )
+
+
+@pytest.mark.parametrize("fault", ["error_after", "drop_after"])
+async def test_a_responses_stream_that_breaks_after_it_began_is_a_retryable_error(
+    fake_llm: FakeLLMServer, make_openai: Callable[..., OpenAIProvider], fault: str
+) -> None:
+    provider = make_openai()
+    fake_llm.responses.enqueue(streamed(responses_text("a long answer in pieces"), chunks=4, **{fault: 2}))
+    with pytest.raises(ProviderError, match="stream broke after the answer began") as caught:
+        await provider.complete(LlmRequest(model="o4-mini", messages=[Message.user("q")], api="responses"))
+    assert caught.value.retryable
