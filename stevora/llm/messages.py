@@ -24,7 +24,9 @@ class StreamSink(Protocol):
 
 
 Role = Literal["system", "user", "assistant", "tool"]
-ReasoningKind = Literal["anthropic", "openai_responses"]
+ReasoningKind = Literal["anthropic", "openai_responses", "openai_item_ids"]
+"""`openai_item_ids`: the Responses ids of a turn's output items (`{"message": id, "calls": {call_id:
+id}}`), so the items that follow a reasoning item go back as the API wrote them."""
 OpenAIApi = Literal["chat", "responses"]
 ResponseFormat = Literal["json", "text"]
 ToolChoiceMode = Literal["auto", "required", "none"]

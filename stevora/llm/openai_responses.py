@@ -86,15 +86,33 @@ def input_items(messages: list[Message]) -> list[dict[str, Any]]:
             )
         elif message.role == "assistant":
             items += [r.item() for r in message.reasoning if r.kind == "openai_responses"]
+            ids = next((r.item() for r in message.reasoning if r.kind == "openai_item_ids"), {})
+            kept = ids.get("calls")
+            calls: dict[str, Any] = kept if isinstance(kept, dict) else {}
             if message.content:
-                items.append({"role": "assistant", "content": message.content})
-            items += [
-                {"type": "function_call", "call_id": c.id, "name": c.name, "arguments": c.arguments}
-                for c in message.tool_calls
-            ]
+                items.append(_assistant_text(message.content, ids.get("message")))
+            items += [_function_call(c, calls.get(c.id)) for c in message.tool_calls]
         else:
             items.append({"role": message.role, "content": message.content or ""})
     return items
+
+
+def _assistant_text(text: str, item_id: object) -> dict[str, Any]:
+    """An assistant turn's text: the output message it was (with its id), else a plain message."""
+    if not isinstance(item_id, str):
+        return {"role": "assistant", "content": text}
+    content = [{"type": "output_text", "text": text, "annotations": []}]
+    return {"type": "message", "id": item_id, "role": "assistant", "status": "completed", "content": content}
+
+
+def _function_call(call: ToolCall, item_id: object) -> dict[str, Any]:
+    """A tool call as its `function_call` item; with the id the API gave it, when kept (a reasoning
+    item goes back with the items that followed it, as they were)."""
+    item: dict[str, Any] = {"type": "function_call"}
+    if isinstance(item_id, str):
+        item["id"] = item_id
+    item.update(call_id=call.id, name=call.name, arguments=call.arguments)
+    return item
 
 
 def tool_param(tool: ToolSpec) -> dict[str, Any]:
@@ -142,6 +160,7 @@ def parse_response(response: Response, provider: str) -> LlmResponse:
     texts: list[str] = []
     calls: list[ToolCall] = []
     reasoning: list[ReasoningItem] = []
+    ids: dict[str, Any] = {}
     for item in response.output:
         if item.type == "reasoning":
             reasoning.append(
@@ -149,8 +168,13 @@ def parse_response(response: Response, provider: str) -> LlmResponse:
             )
         elif item.type == "function_call":
             calls.append(ToolCall(id=item.call_id, name=item.name, arguments=item.arguments))
+            if item.id:
+                ids.setdefault("calls", {})[item.call_id] = item.id
         elif item.type == "message":
             texts += [part.text for part in item.content if part.type == "output_text"]
+            ids.setdefault("message", item.id)
+    if reasoning and ids:  # only a turn with reasoning needs its items' ids back
+        reasoning.append(ReasoningItem.of("openai_item_ids", ids))
     if response.status == "failed":
         detail = response.error.message if response.error is not None else "no detail"
         raise ProviderError(f"{provider} response failed: {detail}", provider=provider, retryable=True)

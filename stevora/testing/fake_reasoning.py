@@ -9,7 +9,8 @@ or encrypted content, gets the provider's 400 as the real API would answer it:
   answer must start with a `thinking` or `redacted_thinking` block, and every thinking block's
   signature (every redacted block's data) must be one the fake issued for that text.
 * OpenAI Responses, a reasoning model (`o*`, `gpt-5*`): each run of `function_call` items must be
-  preceded by the `reasoning` item that was answered with them, its `encrypted_content` intact.
+  preceded by the `reasoning` item that was answered with them, its `encrypted_content` intact,
+  and a reasoning item must be followed by the item that followed it in the answer (with its id).
 """
 
 from __future__ import annotations
@@ -151,6 +152,9 @@ def validate_responses(body: dict[str, Any]) -> str | None:
     for i, item in enumerate(items):
         kind = item.get("type") or ("message" if "role" in item else None)
         if kind == "reasoning":
+            following = items[i + 1] if i + 1 < len(items) else {}
+            if following.get("type") not in ("function_call", "message") or not following.get("id"):
+                return f"Item '{item.get('id')}' of type 'reasoning' was provided without its required following item."
             if not item.get("encrypted_content") and body.get("store") is False:
                 return f"Item with id '{item.get('id')}' not found. Items are not persisted when `store` is set to false."
             if item.get("encrypted_content") and not _encrypted_intact(item):

@@ -168,6 +168,13 @@ async def test_responses_api_reasoning_items_go_back_before_their_function_calls
         "function_call_output",
     ]
     assert items[2] == first.reasoning[0].item() and items[2]["encrypted_content"]
+    # The items that followed the reasoning item go back as the API wrote them: with their ids.
+    ids = first.reasoning[-1]
+    assert ids.kind == "openai_item_ids"
+    assert [i["id"] for i in items[3:5]] == [ids.item()["calls"]["call_1"], ids.item()["calls"]["call_2"]]
+    assert all(i["id"].startswith("fc_") for i in items[3:5])
+    # A final answer's message keeps its id too (a guardrail's feedback round would send it back).
+    assert second.reasoning[-1].item()["message"].startswith("msg_")
 
 
 async def test_responses_api_refuses_function_call_output_without_its_reasoning_item(
@@ -198,7 +205,7 @@ async def test_responses_api_refuses_function_call_output_without_its_reasoning_
                 model="o4-mini",
                 messages=[
                     Message.user("q"),
-                    Message.assistant(None, first.tool_calls, [tampered]),
+                    Message.assistant(None, first.tool_calls, [tampered, *first.reasoning[1:]]),
                     Message.tool_result("call_1", "x"),
                 ],
                 tools=[LOOKUP],
@@ -265,7 +272,13 @@ async def test_without_the_encrypted_content_include_a_stateless_reasoning_item_
             input=[
                 {"role": "user", "content": "q"},
                 item.model_dump(exclude_none=True),
-                {"type": "function_call", "call_id": "call_1", "name": "lookup", "arguments": '{"q":"a"}'},
+                {
+                    "type": "function_call",
+                    "id": bare.output[1].id,
+                    "call_id": "call_1",
+                    "name": "lookup",
+                    "arguments": '{"q":"a"}',
+                },
                 {"type": "function_call_output", "call_id": "call_1", "output": "x"},
             ],
         )

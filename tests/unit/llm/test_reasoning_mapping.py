@@ -112,6 +112,30 @@ def test_responses_input_puts_reasoning_before_its_function_calls_and_drops_othe
     ]
 
 
+def test_responses_input_gives_the_items_after_a_reasoning_item_their_ids() -> None:
+    ids = ReasoningItem.of("openai_item_ids", {"message": "msg_9", "calls": {"call_1": "fc_9"}})
+    turn = Message.assistant("checking", [CALL], [OPENAI_ITEM, ids])
+    items = openai_responses.input_items([Message.user("q"), turn, Message.tool_result("call_1", "x")])
+    assert items[1:4] == [
+        OPENAI_ITEM.item(),
+        {
+            "type": "message",
+            "id": "msg_9",
+            "role": "assistant",
+            "status": "completed",
+            "content": [{"type": "output_text", "text": "checking", "annotations": []}],
+        },
+        {
+            "type": "function_call",
+            "id": "fc_9",
+            "call_id": "call_1",
+            "name": "lookup",
+            "arguments": '{"q":"a"}',
+        },
+    ]
+    assert thinking_texts([ids.to_dict()]) == []  # ids are never shown as reasoning
+
+
 def test_responses_request_is_stateless_and_asks_for_encrypted_reasoning() -> None:
     tool = ToolSpec("lookup", "L", {"type": "object", "properties": {}, "additionalProperties": False})
     kwargs = openai_responses.build_kwargs(
