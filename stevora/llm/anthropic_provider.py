@@ -254,7 +254,7 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
         return "user", [block]
     # Thinking first, as the API wrote the turn: with thinking on, the API refuses an assistant
     # tool-use turn that does not start with its thinking blocks, signatures unchanged.
-    blocks: list[dict[str, Any]] = [r.item() for r in message.reasoning if r.kind == "anthropic"]
+    blocks = [block for r in message.reasoning if r.kind == "anthropic" and (block := r.item())]
     if message.content:  # the API rejects empty text blocks
         blocks.append({"type": "text", "text": message.content})
     for call in message.tool_calls:

@@ -27,6 +27,7 @@ Role = Literal["system", "user", "assistant", "tool"]
 ReasoningKind = Literal["anthropic", "openai_responses", "openai_item_ids"]
 """`openai_item_ids`: the Responses ids of a turn's output items (`{"message": id, "calls": {call_id:
 id}}`), so the items that follow a reasoning item go back as the API wrote them."""
+_REASONING_KINDS: frozenset[str] = frozenset({"anthropic", "openai_responses", "openai_item_ids"})
 OpenAIApi = Literal["chat", "responses"]
 ResponseFormat = Literal["json", "text"]
 ToolChoiceMode = Literal["auto", "required", "none"]
@@ -72,8 +73,12 @@ class ReasoningItem:
         return cls(kind, json.dumps(item, separators=(",", ":")))
 
     def item(self) -> dict[str, Any]:
-        """The item as the API's JSON object (a fresh dict each call)."""
-        value = json.loads(self.data)
+        """The item as the API's JSON object (a fresh dict each call); `{}` for text that is not
+        a JSON object (adapters send no such item)."""
+        try:
+            value = json.loads(self.data)
+        except ValueError:
+            return {}
         return value if isinstance(value, dict) else {}
 
     def to_dict(self) -> dict[str, Any]:
@@ -89,7 +94,9 @@ def reasoning_of(items: object) -> tuple[ReasoningItem, ...]:
     if not isinstance(items, list):
         return ()
     return tuple(
-        ReasoningItem.from_dict(i) for i in items if isinstance(i, Mapping) and "kind" in i and "data" in i
+        ReasoningItem.from_dict(i)
+        for i in items
+        if isinstance(i, Mapping) and i.get("kind") in _REASONING_KINDS and isinstance(i.get("data"), str)
     )
 
 

@@ -85,7 +85,7 @@ def input_items(messages: list[Message]) -> list[dict[str, Any]]:
                 }
             )
         elif message.role == "assistant":
-            items += [r.item() for r in message.reasoning if r.kind == "openai_responses"]
+            items += [item for r in message.reasoning if r.kind == "openai_responses" and (item := r.item())]
             ids = next((r.item() for r in message.reasoning if r.kind == "openai_item_ids"), {})
             kept = ids.get("calls")
             calls: dict[str, Any] = kept if isinstance(kept, dict) else {}

@@ -53,6 +53,23 @@ def test_a_reasoning_item_survives_the_stored_row_byte_for_byte() -> None:
     hash(response.to_message())  # still hashable
 
 
+def test_stored_reasoning_that_is_not_what_stevora_writes_is_left_out() -> None:
+    stored = [
+        {"kind": "anthropic", "data": {"type": "thinking"}},  # not a string
+        {"kind": "elsewhere", "data": "{}"},  # an unknown kind
+        {"kind": "anthropic", "data": "not json"},
+        "junk",
+        THINKING.to_dict(),
+    ]
+    turn = response_message({"text": None, "toolCalls": [CALL.to_dict()], "reasoning": stored})
+    assert [r.kind for r in turn.reasoning] == ["anthropic", "anthropic"]
+    _, messages = to_anthropic_messages([Message.user("q"), turn, Message.tool_result("call_1", "x")])
+    assert [b["type"] for b in messages[1]["content"]] == [
+        "thinking",
+        "tool_use",
+    ]  # the broken one is not sent
+
+
 def test_transcript_repair_keeps_the_reasoning_of_a_turn_whose_ids_it_renames() -> None:
     turn = Message.assistant(None, [ToolCall("bad id!", "lookup", "{}")], [THINKING])
     repaired = prepare_transcript(
