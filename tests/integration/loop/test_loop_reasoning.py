@@ -159,3 +159,43 @@ async def test_a_responses_round_that_fails_over_to_anthropic_goes_on_without_th
     sent = fake.anthropic.requests[0].json["messages"]
     assert [b["type"] for b in sent[1]["content"]] == ["tool_use"]
     assert "encrypted_content" not in json.dumps(sent)
+
+
+@pytest.mark.parametrize("kind", ["responses", "anthropic"])
+async def test_a_retried_step_resends_the_reasoning_of_its_inherited_rounds_byte_for_byte(
+    harness: Harness, workspace_id: str, sdk: SdkProviders, fake: FakeLLMServer, kind: str
+) -> None:
+    """Round 3 fails and the step is retried: the new attempt rebuilds the transcript from the rows,
+    and its request is the one the first attempt sent, reasoning bytes included."""
+    _register_lookup(harness)
+    if kind == "responses":
+        route, answer = fake.responses, reasoning_agent_responder("lookup", 3)
+        step = llm_step(model="o4-mini", api="responses", tools=["lookup"])
+    else:
+        # A script without thinking: with thinking on, the fake thinks on every answer anyway.
+        route = fake.anthropic
+
+        def answer(body: dict[str, Any]) -> FakeResponse:
+            done = sum(1 for m in body["messages"] if m["role"] == "assistant")
+            if done >= 3:
+                return anthropic_text("done")
+            return anthropic_tool_use([(f"toolu_{done + 1}", "lookup", {"round": done + 1})])
+
+        step = llm_step(model="claude-sonnet-4-5", tools=["lookup"], thinking={"budgetTokens": 1024})
+    answered: list[int] = []
+
+    def respond(body: dict[str, Any]) -> FakeResponse:
+        answered.append(1)
+        if len(answered) == 3:  # round 3 of attempt 1 fails: the step is retried from its rows
+            return error(503, "overloaded")
+        return answer(body)
+
+    route.responder = respond
+    run = await run_workflow(harness, workspace_id, {**step, "retry": {"maxAttempts": 2, "backoffMs": 100}})
+    assert run.status == "COMPLETED", run.run["error"]
+    assert len(run.step_runs) == 2
+    bodies = [r.raw for r in route.requests]
+    assert len(bodies) == 5  # rounds 1, 2, 3 (503), then 3 and 4 in attempt 2
+    assert bodies[3] == bodies[2], "the retried round's request differs from the one before the failure"
+    reasoning = b'"encrypted_content"' if kind == "responses" else b'"signature"'
+    assert bodies[3].count(reasoning) == 2  # rounds 1 and 2 reasoned, and both went back
