@@ -229,9 +229,10 @@ def llm_call_lines(calls: list[LlmCall]) -> list[str]:
             result = escape("→ " + ", ".join(tools) if tools else (call.finish_reason or ""))
         ttft = call.time_to_first_token_ms
         first = f" (first token {duration(ttft)})" if ttft is not None else ""
+        reasoning = f" ({call.reasoning_tokens} reasoning)" if call.reasoning_tokens else ""
         lines.append(
             f"[cyan]◆[/cyan] {escape(call.step_name)} #{call.round}  {model_ref(call.model, call.provider)}  "
-            f"[dim]{call.input_tokens} in / {call.output_tokens} out · {usd(call.cost_usd)} · "
+            f"[dim]{call.input_tokens} in / {call.output_tokens} out{reasoning} · {usd(call.cost_usd)} · "
             f"{duration(call.duration_ms)}{first}[/dim]  {result}"
         )
     return lines or ["[dim]no LLM calls[/dim]"]

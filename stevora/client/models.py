@@ -227,6 +227,7 @@ class LlmCall(Model):
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_tokens: int = 0  # a part of output_tokens: reasoning (OpenAI) or thinking (Anthropic)
     cost_usd: float = 0.0
     duration_ms: float | None = None
     time_to_first_token_ms: float | None = None  # streamed calls only

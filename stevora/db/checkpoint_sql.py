@@ -40,6 +40,7 @@ LLM_CALL_COLUMNS: tuple[tuple[str, str], ...] = (
     ("output_tokens", "int"),
     ("cache_read_tokens", "int"),
     ("cache_write_tokens", "int"),
+    ("reasoning_tokens", "int"),
     ("cost_usd", "float8"),
     ("duration_ms", "float8"),
     ("time_to_first_token_ms", "float8"),

@@ -49,6 +49,7 @@ class LlmCallRecord:
     output_tokens: int = 0
     cache_read_tokens: int = 0
     cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
     cost_usd: float = 0.0
     time_to_first_token_ms: float | None = None  # streamed calls only
     id: str = field(default_factory=lambda: new_id("llm"))

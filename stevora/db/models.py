@@ -313,6 +313,8 @@ class LlmCall(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     inherited_from: Mapped[str | None] = mapped_column(String(40))  # a fork's copy: the origin call
     created_at: Mapped[datetime] = _created()
+    # The part of output_tokens the model spent reasoning or thinking (priced with them).
+    reasoning_tokens: Mapped[int] = mapped_column(Integer, server_default="0")
 
 
 class ToolTrace(Base):

@@ -261,6 +261,23 @@ class ContextConfig(CamelModel):
         return self
 
 
+# Anthropic's floor for a thinking budget (the API answers 400 below it).
+MIN_THINKING_BUDGET_TOKENS = 1024
+
+
+class ThinkingConfig(CamelModel):
+    """Anthropic extended thinking (docs/providers.md, "thinking")."""
+
+    budget_tokens: int = Field(ge=MIN_THINKING_BUDGET_TOKENS, le=1_000_000)
+    """Tokens the model may think with; less than the step's `maxTokens` (the API's rule)."""
+
+
+class ReasoningConfig(CamelModel):
+    """OpenAI reasoning models (docs/providers.md, "api: responses")."""
+
+    effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = None
+
+
 # The largest `STEVORA_MAX_TOOL_ROUNDS` a server may be configured with.
 MAX_TOOL_ROUNDS_CEILING = 10_000
 
@@ -309,6 +326,42 @@ class LlmStep(StepBase):
     )
     """The steps this step's tools may send the run to with `ctx.goto` (each must name a step of
     the workflow, checked when the definition is stored); unset: any step of the workflow."""
+    api: Literal["chat", "responses"] | None = None
+    """OpenAI-protocol providers: Chat Completions (`chat`) or the Responses API (`responses`);
+    unset: the provider's default (docs/providers.md, "api: responses")."""
+    reasoning: ReasoningConfig | None = None
+    """OpenAI reasoning models: `{"effort": ...}` (sent on both APIs)."""
+    thinking: ThinkingConfig | None = None
+    """Anthropic extended thinking: `{"budgetTokens": N}`; its blocks go back with every later round."""
+
+    @field_validator("thinking")
+    @classmethod
+    def _thinking_fits(cls, thinking: ThinkingConfig | None, info: ValidationInfo) -> ThinkingConfig | None:
+        # The Messages API's rules for thinking, refused here rather than as a 400 at run time.
+        if thinking is None:
+            return None
+        max_tokens = info.data.get("max_tokens")
+        if max_tokens is not None and thinking.budget_tokens >= max_tokens:
+            raise PydanticCustomError(
+                "thinking_budget_too_large",
+                "thinking.budgetTokens ({budget}) must be less than maxTokens ({max_tokens})",
+                {"budget": thinking.budget_tokens, "max_tokens": max_tokens},
+            )
+        temperature = info.data.get("temperature")
+        if temperature is not None and temperature != 1:
+            raise PydanticCustomError(
+                "thinking_with_temperature",
+                "thinking cannot be combined with temperature {temperature} (the API takes only 1 with thinking)",
+                {"temperature": temperature},
+            )
+        choice = info.data.get("tool_choice")
+        if isinstance(choice, NamedToolChoice) or choice == "required":
+            raise PydanticCustomError(
+                "thinking_with_forced_tool",
+                "thinking cannot be combined with a forced toolChoice ('required' or a named tool); "
+                "the API takes only 'auto' or 'none' with thinking",
+            )
+        return thinking
 
     @field_validator("tools")
     @classmethod

@@ -25,7 +25,16 @@ from anthropic.types import Message as AnthropicMessage
 from anthropic.types import RawMessageStreamEvent
 
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
+from stevora.llm.messages import (
+    LlmRequest,
+    LlmResponse,
+    Message,
+    NamedTool,
+    ReasoningItem,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
     RemainingHeaders,
@@ -151,11 +160,12 @@ class AnthropicProvider:
         if request.response_format == "json":
             # No JSON mode in the Messages API: say it in the system prompt instead.
             system = f"{system}\n\n{JSON_INSTRUCTION}" if system else JSON_INSTRUCTION
-        kwargs: dict[str, Any] = {
-            "model": request.model,
-            "max_tokens": request.max_tokens or self.default_max_tokens,
-            "messages": messages,
-        }
+        budget = request.thinking_budget_tokens
+        max_tokens = request.max_tokens or self.default_max_tokens + (budget or 0)
+        kwargs: dict[str, Any] = {"model": request.model, "max_tokens": max_tokens, "messages": messages}
+        if budget is not None:
+            # The answer's thinking blocks come back with every later round (`_blocks`).
+            kwargs["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if system:
             kwargs["system"] = system
         if request.tools:
@@ -163,7 +173,7 @@ class AnthropicProvider:
             tool_choice = _tool_choice(request)
             if tool_choice is not None:
                 kwargs["tool_choice"] = tool_choice
-        if request.temperature is not None:
+        if request.temperature is not None and budget is None:  # thinking takes no temperature
             kwargs["extra_body"] = {"temperature": request.temperature}
         if request.timeout_s is not None:
             kwargs["timeout"] = request.timeout_s
@@ -174,12 +184,17 @@ class AnthropicProvider:
     def parse_message(self, message: AnthropicMessage) -> LlmResponse:
         texts: list[str] = []
         calls: list[ToolCall] = []
+        reasoning: list[ReasoningItem] = []
         for block in message.content:
             if block.type == "text":
                 texts.append(block.text)
             elif block.type == "tool_use":
                 arguments = json.dumps(block.input, separators=(",", ":"))
                 calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
+            elif block.type == "thinking":
+                reasoning.append(thinking_item(block.thinking, block.signature))
+            elif block.type == "redacted_thinking":
+                reasoning.append(redacted_thinking_item(block.data))
         stop_reason = message.stop_reason or ("tool_use" if calls else "end_turn")
         return LlmResponse(
             text="".join(texts) if texts else None,
@@ -189,7 +204,17 @@ class AnthropicProvider:
             finish_reason=_FINISH_REASONS.get(stop_reason, stop_reason),
             response_id=message.id,
             provider=self.name,
+            reasoning=reasoning,
         )
+
+
+def thinking_item(thinking: str, signature: str) -> ReasoningItem:
+    """A `thinking` block as it goes back to the API: the text and signature exactly as received."""
+    return ReasoningItem.of("anthropic", {"type": "thinking", "thinking": thinking, "signature": signature})
+
+
+def redacted_thinking_item(data: str) -> ReasoningItem:
+    return ReasoningItem.of("anthropic", {"type": "redacted_thinking", "data": data})
 
 
 def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
@@ -227,7 +252,9 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
         if message.is_error:
             block["is_error"] = True
         return "user", [block]
-    blocks: list[dict[str, Any]] = []
+    # Thinking first, as the API wrote the turn: with thinking on, the API refuses an assistant
+    # tool-use turn that does not start with its thinking blocks, signatures unchanged.
+    blocks = [block for r in message.reasoning if r.kind == "anthropic" and (block := r.item())]
     if message.content:  # the API rejects empty text blocks
         blocks.append({"type": "text", "text": message.content})
     for call in message.tool_calls:
@@ -348,12 +375,24 @@ def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: RawMessageSt
             acc.text(block.text)
         elif block.type == "tool_use":
             acc.tool_start(event.index, block.id, block.name)
+        elif block.type == "thinking":
+            acc.reasoning_start(
+                event.index,
+                "anthropic",
+                {"type": "thinking", "thinking": block.thinking, "signature": block.signature},
+            )
+        elif block.type == "redacted_thinking":
+            acc.reasoning_start(event.index, "anthropic", {"type": "redacted_thinking", "data": block.data})
     elif event.type == "content_block_delta":
         delta = event.delta
         if delta.type == "text_delta":
             acc.text(delta.text)
         elif delta.type == "input_json_delta":
             acc.tool_arguments(event.index, delta.partial_json)
+        elif delta.type == "thinking_delta":
+            acc.reasoning_append(event.index, "thinking", delta.thinking)
+        elif delta.type == "signature_delta":
+            acc.reasoning_append(event.index, "signature", delta.signature)
     elif event.type == "message_delta":
         acc.finish_reason = event.delta.stop_reason or acc.finish_reason
         usage.update(event.usage)

@@ -6,6 +6,7 @@ the engine can store a request or a response in a row and rebuild it on replay.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
@@ -23,6 +24,11 @@ class StreamSink(Protocol):
 
 
 Role = Literal["system", "user", "assistant", "tool"]
+ReasoningKind = Literal["anthropic", "openai_responses", "openai_item_ids"]
+"""`openai_item_ids`: the Responses ids of a turn's output items (`{"message": id, "calls": {call_id:
+id}}`), so the items that follow a reasoning item go back as the API wrote them."""
+_REASONING_KINDS: frozenset[str] = frozenset({"anthropic", "openai_responses", "openai_item_ids"})
+OpenAIApi = Literal["chat", "responses"]
 ResponseFormat = Literal["json", "text"]
 ToolChoiceMode = Literal["auto", "required", "none"]
 
@@ -46,6 +52,55 @@ class ToolCall:
 
 
 @dataclass(frozen=True, slots=True)
+class ReasoningItem:
+    """An opaque piece of an assistant turn's reasoning that must go back to the API that wrote it,
+    unchanged, on every later round: an Anthropic `thinking` / `redacted_thinking` block (with its
+    signature) or an OpenAI Responses `reasoning` item (with its `encrypted_content`).
+
+    `data` is the item's JSON text as it was first serialized, kept as a string from the answer
+    to the stored row and back, so a resumed, forked or replayed round sends the same bytes.
+    `kind` says which API can read it: an adapter sends only its own kind (a fallback model of
+    another provider gets the turn without it).
+    """
+
+    kind: ReasoningKind
+    data: str
+
+    @classmethod
+    def of(cls, kind: ReasoningKind, item: Mapping[str, Any]) -> ReasoningItem:
+        # ASCII-escaped: the text holds no character PostgreSQL refuses (NUL, a lone surrogate), so
+        # it is stored as it is and parses back to exactly the item the API sent.
+        return cls(kind, json.dumps(item, separators=(",", ":")))
+
+    def item(self) -> dict[str, Any]:
+        """The item as the API's JSON object (a fresh dict each call); `{}` for text that is not
+        a JSON object (adapters send no such item)."""
+        try:
+            value = json.loads(self.data)
+        except ValueError:
+            return {}
+        return value if isinstance(value, dict) else {}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "data": self.data}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ReasoningItem:
+        return cls(kind=cast(ReasoningKind, str(data["kind"])), data=str(data["data"]))
+
+
+def reasoning_of(items: object) -> tuple[ReasoningItem, ...]:
+    """Stored reasoning items (`[{"kind", "data"}]`) back as `ReasoningItem`s; anything else: none."""
+    if not isinstance(items, list):
+        return ()
+    return tuple(
+        ReasoningItem.from_dict(i)
+        for i in items
+        if isinstance(i, Mapping) and i.get("kind") in _REASONING_KINDS and isinstance(i.get("data"), str)
+    )
+
+
+@dataclass(frozen=True, slots=True)
 class Message:
     """One conversation turn. Tool results are `role="tool"` messages carrying `tool_call_id`."""
 
@@ -55,6 +110,9 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     is_error: bool = False
+    reasoning: tuple[ReasoningItem, ...] = ()
+    """An assistant turn's opaque reasoning (thinking blocks, reasoning items), sent back before
+    its text and tool calls to the API that wrote it."""
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
@@ -62,6 +120,8 @@ class Message:
         if not isinstance(self.tool_calls, tuple):
             # Callers often pass a list; keep the dataclass hashable and immutable.
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if not isinstance(self.reasoning, tuple):
+            object.__setattr__(self, "reasoning", tuple(self.reasoning))
 
     @classmethod
     def system(cls, content: str) -> Message:
@@ -73,9 +133,14 @@ class Message:
 
     @classmethod
     def assistant(
-        cls, content: str | None = None, tool_calls: tuple[ToolCall, ...] | list[ToolCall] = ()
+        cls,
+        content: str | None = None,
+        tool_calls: tuple[ToolCall, ...] | list[ToolCall] = (),
+        reasoning: tuple[ReasoningItem, ...] | list[ReasoningItem] = (),
     ) -> Message:
-        return cls(role="assistant", content=content, tool_calls=tuple(tool_calls))
+        return cls(
+            role="assistant", content=content, tool_calls=tuple(tool_calls), reasoning=tuple(reasoning)
+        )
 
     @classmethod
     def tool_result(
@@ -93,6 +158,8 @@ class Message:
             out["name"] = self.name
         if self.is_error:
             out["is_error"] = True
+        if self.reasoning:
+            out["reasoning"] = [r.to_dict() for r in self.reasoning]
         return out
 
     @classmethod
@@ -104,6 +171,7 @@ class Message:
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
             is_error=bool(data.get("is_error", False)),
+            reasoning=reasoning_of(data.get("reasoning")),
         )
 
 
@@ -222,6 +290,13 @@ class LlmRequest:
     `None`: no cache hints at all (a step's `cache: false`)."""
     sink: StreamSink | None = field(default=None, repr=False, compare=False)
     """Hears a streamed answer's first token and text deltas; not part of the stored request."""
+    api: OpenAIApi | None = None
+    """Which OpenAI API an OpenAI-protocol adapter calls: Chat Completions or Responses (others
+    ignore it); `None`: the provider's default API (docs/configuration.md)."""
+    thinking_budget_tokens: int | None = None
+    """Anthropic extended thinking: the step's `thinking.budgetTokens` (`None`: thinking off)."""
+    reasoning_effort: str | None = None
+    """OpenAI reasoning models: the step's `reasoning.effort` (`None`: the model's default)."""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -236,6 +311,9 @@ class LlmRequest:
             "output_schema": self.output_schema,
             "tool_choice": tool_choice_to_json(self.tool_choice),
             "cache_key": self.cache_key,
+            "api": self.api,
+            "thinking_budget_tokens": self.thinking_budget_tokens,
+            "reasoning_effort": self.reasoning_effort,
         }
 
     @classmethod
@@ -252,6 +330,9 @@ class LlmRequest:
             output_schema=data.get("output_schema"),
             tool_choice=tool_choice_of(data.get("tool_choice") or "auto"),
             cache_key=data.get("cache_key"),
+            api=data["api"] if data.get("api") in ("chat", "responses") else None,
+            thinking_budget_tokens=data.get("thinking_budget_tokens"),
+            reasoning_effort=data.get("reasoning_effort"),
         )
 
 
@@ -266,10 +347,12 @@ class LlmResponse:
     finish_reason: str
     response_id: str | None
     provider: str
+    reasoning: list[ReasoningItem] = field(default_factory=list)
+    """Thinking blocks / reasoning items of the answer, in the order the API sent them."""
 
     def to_message(self) -> Message:
         """The assistant turn to append to the conversation before running the tool calls."""
-        return Message.assistant(self.text, tuple(self.tool_calls))
+        return Message.assistant(self.text, tuple(self.tool_calls), tuple(self.reasoning))
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -280,6 +363,7 @@ class LlmResponse:
             "finish_reason": self.finish_reason,
             "response_id": self.response_id,
             "provider": self.provider,
+            "reasoning": [r.to_dict() for r in self.reasoning],
         }
 
     @classmethod
@@ -292,4 +376,5 @@ class LlmResponse:
             finish_reason=str(data.get("finish_reason", "stop")),
             response_id=data.get("response_id"),
             provider=str(data.get("provider", "")),
+            reasoning=list(reasoning_of(data.get("reasoning"))),
         )

@@ -19,8 +19,18 @@ from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from stevora.errors import ProviderError
+from stevora.llm import openai_responses
 from stevora.llm.capabilities import ServerCapabilities
-from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
+from stevora.llm.messages import (
+    LlmRequest,
+    LlmResponse,
+    Message,
+    NamedTool,
+    OpenAIApi,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
     RemainingHeaders,
@@ -92,9 +102,12 @@ class OpenAIProvider:
         max_tokens_field: MaxTokensField | None = None,
         capabilities: ServerCapabilities | None = None,
         stream: bool = True,
+        default_api: OpenAIApi = "chat",
     ) -> None:
         self.name = name
         self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
+        # The provider setting (docs/configuration.md): the API of a request whose step does not say (`api`).
+        self.default_api: OpenAIApi = default_api
         self.capabilities = capabilities or (
             OPENAI_CAPABILITIES if name == "openai" else ServerCapabilities()
         )
@@ -113,9 +126,17 @@ class OpenAIProvider:
         )
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        kwargs = self.build_kwargs(request)
+        responses = (request.api or self.default_api) == "responses"
+        kwargs = openai_responses.build_kwargs(request) if responses else self.build_kwargs(request)
         try:
-            if self.streams:
+            if responses:  # the Responses API (stevora/llm/openai_responses.py): usage always sent
+                response, usage_sent = (
+                    await openai_responses.complete(
+                        self._client, self.name, kwargs, request, stream=self.stream
+                    ),
+                    True,
+                )
+            elif self.streams:
                 response, usage_sent = await self._complete_streamed(kwargs, request)
             else:
                 completion = await self._client.chat.completions.create(**kwargs)
@@ -207,6 +228,8 @@ class OpenAIProvider:
             kwargs["temperature"] = request.temperature
         if request.max_tokens is not None:
             kwargs[self._max_tokens_field] = request.max_tokens
+        if request.reasoning_effort is not None:  # the step's `reasoning.effort` (reasoning models)
+            kwargs["reasoning_effort"] = request.reasoning_effort
         if request.timeout_s is not None:
             kwargs["timeout"] = request.timeout_s
         if request.cache_key is not None and caps.prompt_cache_key:

@@ -13,9 +13,10 @@ arrives, so the engine's fallback chain and step retries take over from there.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmResponse, StreamSink, ToolCall, Usage
+from stevora.llm.messages import LlmResponse, ReasoningItem, ReasoningKind, StreamSink, ToolCall, Usage
 
 __all__ = ["StreamAccumulator", "StreamSink"]
 
@@ -35,6 +36,8 @@ class StreamAccumulator:
         self._sink = sink
         self._texts: list[str] = []
         self._calls: dict[int, _PartialCall] = {}
+        # Reasoning items by stream index: their kind and fields (string fields grow by deltas).
+        self._reasoning: dict[int, tuple[ReasoningKind, dict[str, Any]]] = {}
         self._first_seen = False
         self.usage = Usage()
         self.model = ""
@@ -67,6 +70,19 @@ class StreamAccumulator:
             self._first()
             self._calls.setdefault(index, _PartialCall()).arguments.append(piece)
 
+    def reasoning_start(self, index: int, kind: ReasoningKind, item: dict[str, Any]) -> None:
+        """A thinking block or reasoning item began (its fields may be completed by deltas)."""
+        self._reasoning[index] = (kind, dict(item))
+
+    def reasoning_append(self, index: int, name: str, piece: str | None) -> None:
+        entry = self._reasoning.get(index)
+        if entry is not None and piece:
+            entry[1][name] = str(entry[1].get(name) or "") + piece
+
+    def reasoning_set(self, index: int, kind: ReasoningKind, item: dict[str, Any]) -> None:
+        """A reasoning item as the stream finally gave it whole (it replaces what deltas built)."""
+        self._reasoning[index] = (kind, dict(item))
+
     def broken(self, detail: str) -> ProviderError:
         """The error for a stream that failed after the 200: retryable, the SDKs will not resend."""
         return ProviderError(
@@ -90,4 +106,5 @@ class StreamAccumulator:
             finish_reason=self.finish_reason or finish_reason_if_missing,
             response_id=self.response_id,
             provider=self.provider,
+            reasoning=[ReasoningItem.of(kind, item) for _, (kind, item) in sorted(self._reasoning.items())],
         )

@@ -37,10 +37,22 @@ from stevora.llm.messages import (
 from stevora.llm.scripted_provider import scripted_response
 from stevora.testing.fake_prompt_cache import FakePromptCache
 from stevora.testing.fake_rate_limit import FakeRateLimit
+from stevora.testing.fake_reasoning import (
+    anthropic_answer,
+    anthropic_thinking_problem,
+    redacted_thinking_block,
+    responses_answer,
+    thinking_block,
+    validate_responses,
+)
 from stevora.testing.fake_stream import FakeResponse as FakeResponse  # re-exported: the scripted answer
-from stevora.testing.fake_stream import Kind, StreamDefaults, write_stream
+from stevora.testing.fake_stream import Kind, StreamDefaults, complete_body, write_stream
 
-ROUTES: dict[str, Kind] = {"/v1/chat/completions": "openai", "/v1/messages": "anthropic"}
+ROUTES: dict[str, Kind] = {
+    "/v1/chat/completions": "openai",
+    "/v1/messages": "anthropic",
+    "/v1/responses": "responses",
+}
 
 _ids = itertools.count(1)
 
@@ -102,8 +114,28 @@ def anthropic_text(
     stop_reason: str = "end_turn",
     delay_s: float = 0.0,
     headers: Mapping[str, str] | None = None,
+    thinking: str | None = None,
 ) -> FakeResponse:
-    return _anthropic_message([{"type": "text", "text": text}], model, usage, stop_reason, delay_s, headers)
+    """A text answer; `thinking`: after a signed thinking block with that text."""
+    content = [*_thinking(thinking, False, usage), {"type": "text", "text": text}]
+    return _anthropic_message(content, model, _thinking_usage(thinking, usage), stop_reason, delay_s, headers)
+
+
+def _thinking(thinking: str | None, redacted: bool, usage: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    blocks = [thinking_block(thinking)] if thinking is not None else []
+    return [*blocks, redacted_thinking_block()] if redacted else blocks
+
+
+def _thinking_usage(thinking: str | None, usage: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Thinking tokens are output tokens, and the usage says how many of them were thinking."""
+    if thinking is None:
+        return dict(usage) if usage is not None else None
+    tokens = max(1, len(thinking) // 4)
+    return {
+        "output_tokens": 5 + tokens,
+        "output_tokens_details": {"thinking_tokens": tokens},
+        **(usage or {}),
+    }
 
 
 def anthropic_tool_use(
@@ -114,11 +146,15 @@ def anthropic_tool_use(
     usage: Mapping[str, Any] | None = None,
     delay_s: float = 0.0,
     headers: Mapping[str, str] | None = None,
+    thinking: str | None = None,
+    redacted_thinking: bool = False,
 ) -> FakeResponse:
-    """`calls` are `(id, name, input_object)`."""
-    content: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []
+    """`calls` are `(id, name, input_object)`; `thinking` (and `redacted_thinking`): signed
+    thinking blocks first, as the API answers with thinking enabled."""
+    content = _thinking(thinking, redacted_thinking, usage)
+    content += [{"type": "text", "text": text}] if text else []
     content += [{"type": "tool_use", "id": cid, "name": name, "input": data} for cid, name, data in calls]
-    return _anthropic_message(content, model, usage, "tool_use", delay_s, headers)
+    return _anthropic_message(content, model, _thinking_usage(thinking, usage), "tool_use", delay_s, headers)
 
 
 def error(
@@ -378,7 +414,7 @@ def validate_anthropic(body: dict[str, Any]) -> str | None:
         return "max_tokens: Field required"
     if not isinstance(body.get("model"), str) or not body["model"]:
         return "model: Field required"
-    problem = _anthropic_tool_choice_problem(body)
+    problem = _anthropic_tool_choice_problem(body) or anthropic_thinking_problem(body)
     if problem is not None:
         return problem
     messages = body.get("messages")
@@ -441,7 +477,7 @@ def _over_window(kind: Kind, body: dict[str, Any], window: int) -> FakeResponse 
     tokens = prompt_tokens(body)
     if tokens <= window:
         return None
-    if kind == "openai":
+    if kind != "anthropic":
         message = (
             f"This model's maximum context length is {window} tokens. However, your messages resulted "
             f"in {tokens} tokens. Please reduce the length of the messages."
@@ -614,6 +650,7 @@ class FakeLLMServer:
         self._queue: deque[tuple[Kind | None, FakeResponse]] = deque()
         self.openai = ProviderScript(self, "openai")
         self.anthropic = ProviderScript(self, "anthropic")
+        self.responses = ProviderScript(self, "responses")  # OpenAI's Responses API (/v1/responses)
         self._httpd = _HTTPServer(("127.0.0.1", 0), _Handler)
         self._httpd.fake = self
         self._thread = threading.Thread(
@@ -649,6 +686,7 @@ class FakeLLMServer:
             self._queue.clear()
             self.openai._reset()
             self.anthropic._reset()
+            self.responses._reset()
             self.responder = None
             self.rate_limit = None
             self.prompt_cache = None
@@ -669,7 +707,7 @@ class FakeLLMServer:
         self.close()
 
     def _script(self, kind: Kind) -> ProviderScript:
-        return self.openai if kind == "openai" else self.anthropic
+        return {"openai": self.openai, "anthropic": self.anthropic, "responses": self.responses}[kind]
 
     def _answer(
         self,
@@ -683,6 +721,11 @@ class FakeLLMServer:
         answer = self._answer_unpriced(kind, path, headers, body, client_port, raw)
         cache = self.prompt_cache
         counted = cache is not None or self.context_window_tokens is not None
+        if kind == "responses" and answer.body is not None and answer.status == 200:
+            shaped = complete_body(responses_answer(body, answer.body), body)
+            return dataclasses.replace(answer, body=shaped)
+        if kind == "anthropic" and answer.body is not None and answer.status == 200 and self.validate:
+            answer = dataclasses.replace(answer, body=anthropic_answer(body, answer.body))
         if not counted or answer.status != 200 or answer.body is None or "usage" not in answer.body:
             return answer
         # The usage a real API would report for this prompt, not the scripted one.
@@ -713,7 +756,11 @@ class FakeLLMServer:
         if self.require_auth and not (headers.get("authorization", "").strip() or headers.get("x-api-key")):
             return FakeResponse(status=401, error_message="missing API key", kind=None)
         if self.validate:
-            problem = validate_openai(body) if kind == "openai" else validate_anthropic(body)
+            problem = {
+                "openai": validate_openai,
+                "anthropic": validate_anthropic,
+                "responses": validate_responses,
+            }[kind](body)
             if problem is not None:
                 return FakeResponse(status=400, error_message=problem, error_type="invalid_request_error")
             if kind == "openai" and self.openai_dialect == "llamacpp":
@@ -810,9 +857,9 @@ class _Handler(BaseHTTPRequestHandler):
         out_headers = dict(response.headers)
         payload = response.body
         if payload is None:
-            render = openai_error_body if kind == "openai" else anthropic_error_body
+            render = anthropic_error_body if kind == "anthropic" else openai_error_body
             payload = render(response.status, response.error_message or "error", response.error_type)
-        request_id_header = "x-request-id" if kind == "openai" else "request-id"
+        request_id_header = "request-id" if kind == "anthropic" else "x-request-id"
         out_headers.setdefault(request_id_header, f"req_fake{next(_ids)}")
         if isinstance(body, dict) and body.get("stream") is True and response.body is not None:
             if response.status == 200:

@@ -6,8 +6,11 @@ delay between chunks, text split into several pieces and tool arguments into fra
 
 * OpenAI Chat Completions: `data: <chat.completion.chunk>` lines, tool-call fragments keyed by
   `index`, a final `choices: []` usage chunk when `stream_options.include_usage` is set, `[DONE]`.
-* Anthropic Messages: named events `message_start` ... `message_stop` with `text_delta` and
-  `input_json_delta` deltas and cumulative usage in `message_delta`.
+* Anthropic Messages: named events `message_start` ... `message_stop` with `text_delta`,
+  `input_json_delta`, `thinking_delta` and `signature_delta` deltas and cumulative usage in
+  `message_delta`.
+* OpenAI Responses: named events `response.created` ... `response.completed` (the whole answer,
+  reasoning items included), each with its `sequence_number`.
 
 Scriptable faults (`streamed(...)`): an error event after N content events (`data: {"error":..}` /
 `event: error`) or a dropped connection after N content events (the chunked body never ends).
@@ -15,6 +18,7 @@ Scriptable faults (`streamed(...)`): an error event after N content events (`dat
 
 from __future__ import annotations
 
+import itertools
 import json
 import threading
 from dataclasses import dataclass, field, replace
@@ -24,7 +28,7 @@ if TYPE_CHECKING:
     from http.server import BaseHTTPRequestHandler
 
 # Which API a route speaks (the fake serves both; `fake_llm.ROUTES`).
-Kind = Literal["openai", "anthropic"]
+Kind = Literal["openai", "anthropic", "responses"]
 
 
 @dataclass(frozen=True)
@@ -123,7 +127,17 @@ def anthropic_events(body: dict[str, Any], pieces: int) -> list[_Event]:
         )
     ]
     for index, block in enumerate(body["content"]):
-        if block["type"] == "text":
+        if block["type"] == "thinking":
+            opened = {"type": "thinking", "thinking": "", "signature": ""}
+            events.append(event("content_block_start", {"index": index, "content_block": opened}))
+            for piece in split_text(block["thinking"], pieces):
+                delta = {"type": "thinking_delta", "thinking": piece}
+                events.append(event("content_block_delta", {"index": index, "delta": delta}, True))
+            delta = {"type": "signature_delta", "signature": block["signature"]}
+            events.append(event("content_block_delta", {"index": index, "delta": delta}))
+        elif block["type"] == "redacted_thinking":
+            events.append(event("content_block_start", {"index": index, "content_block": block}, True))
+        elif block["type"] == "text":
             events.append(
                 event("content_block_start", {"index": index, "content_block": {"type": "text", "text": ""}})
             )
@@ -142,7 +156,13 @@ def anthropic_events(body: dict[str, Any], pieces: int) -> list[_Event]:
     ending: dict[str, Any] = {"stop_reason": body["stop_reason"], "stop_sequence": body.get("stop_sequence")}
     cumulative = {
         k: usage[k]
-        for k in ("input_tokens", "output_tokens", "cache_read_input_tokens", "cache_creation_input_tokens")
+        for k in (
+            "input_tokens",
+            "output_tokens",
+            "cache_read_input_tokens",
+            "cache_creation_input_tokens",
+            "output_tokens_details",
+        )
         if k in usage
     }
     events.append(event("message_delta", {"delta": ending, "usage": cumulative}))
@@ -150,7 +170,103 @@ def anthropic_events(body: dict[str, Any], pieces: int) -> list[_Event]:
     return events
 
 
+def complete_body(body: dict[str, Any], request: dict[str, Any]) -> dict[str, Any]:
+    """The scripted body with what the API echoes from the request (tools, choice, parallelism)."""
+    return {
+        **body,
+        "tools": request.get("tools") or [],
+        "tool_choice": request.get("tool_choice") or "auto",
+        "parallel_tool_calls": bool(request.get("parallel_tool_calls", True)),
+    }
+
+
+def responses_events(body: dict[str, Any], pieces: int) -> list[_Event]:
+    """A Responses API answer as its stream's events, each with its `sequence_number`."""
+    seq = itertools.count(0)
+    events: list[_Event] = []
+
+    def event(name: str, data: dict[str, Any], content: bool = False) -> None:
+        events.append(_Event(name, json.dumps({"type": name, "sequence_number": next(seq), **data}), content))
+
+    started = {**body, "status": "in_progress", "output": [], "usage": None}
+    event("response.created", {"response": started})
+    event("response.in_progress", {"response": started})
+    for index, item in enumerate(body["output"]):
+        if item["type"] == "message":
+            event(
+                "response.output_item.added",
+                {"output_index": index, "item": {**item, "content": [], "status": "in_progress"}},
+            )
+            text = item["content"][0]["text"]
+            part = {"type": "output_text", "text": "", "annotations": []}
+            event(
+                "response.content_part.added",
+                {"item_id": item["id"], "output_index": index, "content_index": 0, "part": part},
+            )
+            for piece in split_text(text, pieces):
+                delta = {
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": piece,
+                    "logprobs": [],
+                }
+                event("response.output_text.delta", delta, True)
+            done = {
+                "item_id": item["id"],
+                "output_index": index,
+                "content_index": 0,
+                "text": text,
+                "logprobs": [],
+            }
+            event("response.output_text.done", done)
+            event(
+                "response.content_part.done",
+                {
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "part": {**part, "text": text},
+                },
+            )
+        elif item["type"] == "function_call":
+            event(
+                "response.output_item.added",
+                {"output_index": index, "item": {**item, "arguments": "", "status": "in_progress"}},
+                True,
+            )
+            for piece in split_text(item["arguments"], 2):
+                event(
+                    "response.function_call_arguments.delta",
+                    {"item_id": item["id"], "output_index": index, "delta": piece},
+                    True,
+                )
+            event(
+                "response.function_call_arguments.done",
+                {
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "name": item["name"],
+                    "arguments": item["arguments"],
+                },
+            )
+        else:
+            event("response.output_item.added", {"output_index": index, "item": item})
+        event("response.output_item.done", {"output_index": index, "item": item})
+    event("response.completed", {"response": body})
+    return events
+
+
 def _error_event(kind: Kind, message: str) -> _Event:
+    if kind == "responses":
+        failure: dict[str, Any] = {
+            "type": "error",
+            "code": "server_error",
+            "message": message,
+            "param": None,
+            "sequence_number": 0,
+        }
+        return _Event("error", json.dumps(failure), False)
     if kind == "openai":
         return _Event(
             None,
@@ -189,11 +305,14 @@ def write_stream(
     pieces = script.chunks or defaults.chunks
     first_s = defaults.first_token_s if script.first_token_s is None else script.first_token_s
     delay_s = defaults.chunk_delay_s if script.chunk_delay_s is None else script.chunk_delay_s
-    events = (
-        openai_events(response.body, request, pieces)
-        if kind == "openai"
-        else anthropic_events(response.body, pieces)
-    )
+    if kind == "responses":
+        events = responses_events(complete_body(response.body, request), pieces)
+    else:
+        events = (
+            openai_events(response.body, request, pieces)
+            if kind == "openai"
+            else anthropic_events(response.body, pieces)
+        )
     try:
         handler.send_response(200)
         handler.send_header("content-type", "text/event-stream; charset=utf-8")

@@ -28,6 +28,7 @@ from stevora.db.reads.runs import RunFilters, RunSummary, RunWithDefinition, Ste
 from stevora.db.reads.traces import LlmCallRow, ToolTraceRow
 from stevora.engine.budget import BUDGET_SIGNAL
 from stevora.engine.steps import llm_mcp
+from stevora.llm.messages import reasoning_of
 from stevora.statuses import RunStatus, values
 from stevora.tools.invoke import parse_arguments
 
@@ -86,6 +87,27 @@ class RoundView:
     @property
     def text(self) -> str | None:
         return (self.call["response"] or {}).get("text")
+
+    @property
+    def thinking(self) -> list[str]:
+        """The round's readable reasoning: Anthropic thinking text and OpenAI reasoning summaries.
+        Redacted thinking and encrypted content are never shown."""
+        return thinking_texts((self.call["response"] or {}).get("reasoning"))
+
+
+def thinking_texts(stored: object) -> list[str]:
+    texts: list[str] = []
+    for reasoning in reasoning_of(stored):
+        item = reasoning.item()
+        if item.get("type") == "thinking" and isinstance(item.get("thinking"), str) and item["thinking"]:
+            texts.append(item["thinking"])
+        elif item.get("type") == "reasoning":
+            texts += [
+                p["text"]
+                for p in item.get("summary") or ()
+                if isinstance(p, dict) and isinstance(p.get("text"), str)
+            ]
+    return texts
 
 
 @dataclass(slots=True)

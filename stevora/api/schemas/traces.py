@@ -26,6 +26,11 @@ class LlmCallOut(ApiOut):
     output_tokens: int
     cache_read_tokens: int
     cache_write_tokens: int
+    reasoning_tokens: int = Field(
+        default=0,
+        description="The part of outputTokens the model spent reasoning (OpenAI) or thinking (Anthropic); "
+        "priced as output.",
+    )
     cost_usd: float
     duration_ms: float
     time_to_first_token_ms: float | None = Field(

@@ -37,6 +37,7 @@ class LlmCallRow(Row):
     error: dict[str, Any] | None
     inherited_from: str | None
     created_at: datetime
+    reasoning_tokens: int
 
 
 @dataclass(frozen=True, slots=True)

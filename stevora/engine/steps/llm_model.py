@@ -110,6 +110,9 @@ class ModelCaller:
                 # The run's requests share one prompt-cache key: its prefix grows round by round
                 # (a thread's turns share the thread's: each turn's prefix is the last one's).
                 cache_key=(self.ex.thread_id or self.ex.run_id) if self.step.cache else None,
+                api=self.step.api,
+                thinking_budget_tokens=self.step.thinking.budget_tokens if self.step.thinking else None,
+                reasoning_effort=self.step.reasoning.effort if self.step.reasoning else None,
             )
             stored_request = {
                 "messages": [m.to_dict() for m in appended],
@@ -230,6 +233,7 @@ class ModelCaller:
             elapsed_s * 1000,
             live.time_to_first_token_ms,
         )
+        payload["reasoningTokens"] = usage.reasoning_tokens
         payload["timeToFirstTokenMs"] = _ms(rec.time_to_first_token_ms)
         payload["toolCalls"] = [c["name"] for c in calls]
         payload["finishReason"] = response.finish_reason

@@ -40,12 +40,16 @@ def completed_call(
             "responseModel": response.model,
             "responseId": response.response_id,
             "priced": cost is not None,
+            # Thinking blocks / reasoning items, each its JSON text as a string (jsonb keeps a
+            # string byte for byte): every later round sends them back unchanged.
+            **({"reasoning": [r.to_dict() for r in response.reasoning]} if response.reasoning else {}),
         },
         finish_reason=response.finish_reason,
         input_tokens=usage.input_tokens,
         output_tokens=usage.output_tokens,
         cache_read_tokens=usage.cache_read_tokens,
         cache_write_tokens=usage.cache_write_tokens,
+        reasoning_tokens=usage.reasoning_tokens,
         cost_usd=cost or 0.0,
         duration_ms=duration_ms,
         time_to_first_token_ms=time_to_first_token_ms,

@@ -12,7 +12,7 @@ from typing import Any
 from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep
-from stevora.llm.messages import Message, ToolCall, Usage
+from stevora.llm.messages import Message, ToolCall, Usage, reasoning_of
 from stevora.templating import render_template
 
 
@@ -66,7 +66,8 @@ class Compaction:
 def response_message(response: dict[str, Any]) -> Message:
     """The assistant turn a stored response stands for."""
     calls = tuple([ToolCall(c["id"], c["name"], c["arguments"]) for c in response.get("toolCalls") or ()])
-    return Message(role="assistant", content=response.get("text"), tool_calls=calls)
+    reasoning = reasoning_of(response.get("reasoning"))
+    return Message(role="assistant", content=response.get("text"), tool_calls=calls, reasoning=reasoning)
 
 
 def rebuild(rounds: list[CommittedRound], prompt: list[Message]) -> LoopState:

@@ -5,6 +5,8 @@ The adapter, and the rate-limit headers it reads, are in stevora/llm/openai_prov
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import AliasChoices, BaseModel, Field
 
 from stevora.llm.providers.base import Built, CallOptions, ProviderSpec
@@ -18,6 +20,8 @@ class OpenAISettings(BaseModel):
     openai_base_url: str | None = Field(
         default=None, validation_alias=AliasChoices("OPENAI_BASE_URL", "STEVORA_OPENAI_BASE_URL")
     )
+    # The API of an `llm` step that does not name one (`api`): Chat Completions or Responses.
+    openai_api: Literal["chat", "responses"] = "chat"
 
 
 def build(settings: OpenAISettings, call: CallOptions) -> Built:
@@ -33,6 +37,7 @@ def build(settings: OpenAISettings, call: CallOptions) -> Built:
             max_retries=call.max_retries,
             timeout_s=call.timeout_s,
             stream=call.stream,
+            default_api=settings.openai_api,
         ),
     )
 

@@ -237,6 +237,7 @@ async def test_each_model_call_is_recorded_with_its_request_response_usage_and_c
         "outputTokens": 20,
         "cacheReadTokens": 300,
         "cacheWriteTokens": 40,
+        "reasoningTokens": 0,
         "costUsd": first["cost_usd"],
         "durationMs": round(first["duration_ms"], 3),
         # Streamed (the default): the first delta's time, stored on the row and in the event.

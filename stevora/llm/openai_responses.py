@@ -1,0 +1,243 @@
+"""OpenAI's Responses API (`client.responses.create`): the request and answer mapping, stateless.
+
+Stevora keeps the conversation itself, so every call is `store: false` with the whole transcript
+as `input` items, and asks for `include: ["reasoning.encrypted_content"]`: a reasoning model's
+`reasoning` items come back encrypted, are checkpointed with their round (`ReasoningItem`, kind
+`openai_responses`) and are sent again, unchanged and before that round's `function_call` items,
+on every later round, so the model keeps its chain of thought across tool rounds, after a crash,
+in a fork and in a replay (docs/providers.md, "api: responses").
+
+`OpenAIProvider` calls this for a request whose `api` is `responses` (or whose provider defaults
+to it, docs/configuration.md); errors are translated there, as for Chat Completions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2
+import openai
+from openai.types.responses import Response, ResponseUsage
+
+from stevora.errors import ProviderError
+from stevora.llm.messages import (
+    LlmRequest,
+    LlmResponse,
+    Message,
+    NamedTool,
+    ReasoningItem,
+    ToolCall,
+    ToolSpec,
+    Usage,
+)
+from stevora.llm.provider import JSON_INSTRUCTION, mentions_json
+from stevora.llm.streaming import StreamAccumulator
+
+INCLUDE = ["reasoning.encrypted_content"]
+
+# `incomplete_details.reason` in the provider-neutral words of `LlmResponse.finish_reason`.
+_INCOMPLETE: dict[str, str] = {"max_output_tokens": "length", "content_filter": "content_filter"}
+
+
+def build_kwargs(request: LlmRequest) -> dict[str, Any]:
+    """The keyword arguments for `responses.create` (public so tests can inspect them)."""
+    items = input_items(request.messages)
+    kwargs: dict[str, Any] = {"model": request.model, "input": items, "store": False, "include": INCLUDE}
+    if request.response_format == "json":
+        kwargs["text"] = {"format": {"type": "json_object"}}
+        if not mentions_json(request.messages):
+            items.insert(0, {"role": "system", "content": JSON_INSTRUCTION})
+    if request.tools:
+        kwargs["tools"] = [tool_param(t) for t in request.tools]
+        kwargs["parallel_tool_calls"] = request.parallel_tool_calls
+        choice = request.tool_choice
+        if isinstance(choice, NamedTool):
+            kwargs["tool_choice"] = {"type": "function", "name": choice.name}
+        elif choice != "auto":  # `required`, `none`: the API takes both as they are
+            kwargs["tool_choice"] = choice
+    if request.reasoning_effort is not None:
+        kwargs["reasoning"] = {"effort": request.reasoning_effort}
+    if request.temperature is not None:
+        kwargs["temperature"] = request.temperature
+    if request.max_tokens is not None:
+        kwargs["max_output_tokens"] = request.max_tokens
+    if request.timeout_s is not None:
+        kwargs["timeout"] = request.timeout_s
+    if request.cache_key is not None:
+        kwargs["prompt_cache_key"] = request.cache_key
+    return kwargs
+
+
+def input_items(messages: list[Message]) -> list[dict[str, Any]]:
+    """The transcript as Responses `input` items: an assistant turn is its reasoning items (as the
+    API wrote them), its text, then one `function_call` per tool call; a tool result is a
+    `function_call_output`."""
+    items: list[dict[str, Any]] = []
+    for message in messages:
+        if message.role == "tool":
+            items.append(
+                {
+                    "type": "function_call_output",
+                    "call_id": message.tool_call_id or "",
+                    "output": message.content or "",
+                }
+            )
+        elif message.role == "assistant":
+            items += [item for r in message.reasoning if r.kind == "openai_responses" and (item := r.item())]
+            ids = next((r.item() for r in message.reasoning if r.kind == "openai_item_ids"), {})
+            kept = ids.get("calls")
+            calls: dict[str, Any] = kept if isinstance(kept, dict) else {}
+            if message.content:
+                items.append(_assistant_text(message.content, ids.get("message")))
+            items += [_function_call(c, calls.get(c.id)) for c in message.tool_calls]
+        else:
+            items.append({"role": message.role, "content": message.content or ""})
+    return items
+
+
+def _assistant_text(text: str, item_id: object) -> dict[str, Any]:
+    """An assistant turn's text: the output message it was (with its id), else a plain message."""
+    if not isinstance(item_id, str):
+        return {"role": "assistant", "content": text}
+    content = [{"type": "output_text", "text": text, "annotations": []}]
+    return {"type": "message", "id": item_id, "role": "assistant", "status": "completed", "content": content}
+
+
+def _function_call(call: ToolCall, item_id: object) -> dict[str, Any]:
+    """A tool call as its `function_call` item; with the id the API gave it, when kept (a reasoning
+    item goes back with the items that followed it, as they were)."""
+    item: dict[str, Any] = {"type": "function_call"}
+    if isinstance(item_id, str):
+        item["id"] = item_id
+    item.update(call_id=call.id, name=call.name, arguments=call.arguments)
+    return item
+
+
+def tool_param(tool: ToolSpec) -> dict[str, Any]:
+    """A function tool, `strict` where its schema is one strict mode takes as it is."""
+    parameters = tool.parameters or {"type": "object", "properties": {}, "additionalProperties": False}
+    return {
+        "type": "function",
+        "name": tool.name,
+        "description": tool.description,
+        "parameters": parameters,
+        "strict": strict_allowed(parameters),
+    }
+
+
+def strict_allowed(schema: object) -> bool:
+    """Whether OpenAI's strict mode takes `schema` unchanged: every object (nested ones too) lists
+    all its properties in `required` and has `additionalProperties: false`, and no `oneOf`.
+    Anything else is sent with `strict: false` rather than rewritten (a rewrite would change what
+    the tool accepts)."""
+    if not isinstance(schema, Mapping):
+        return True
+    if "oneOf" in schema:
+        return False
+    properties = schema.get("properties")
+    if schema.get("type") == "object" or properties is not None:
+        if not isinstance(properties, Mapping | None) or schema.get("additionalProperties") is not False:
+            return False
+        properties = properties or {}
+        if set(schema.get("required") or ()) != set(properties):
+            return False
+        if not all(strict_allowed(p) for p in properties.values()):
+            return False
+    for key in ("items", "anyOf", "allOf", "prefixItems", "$defs", "definitions"):
+        sub = schema.get(key)
+        subs = sub.values() if isinstance(sub, Mapping) and key in ("$defs", "definitions") else sub
+        if not all(
+            strict_allowed(s) for s in (subs if isinstance(subs, list | type({}.values())) else [subs])
+        ):
+            return False
+    return True
+
+
+def parse_response(response: Response, provider: str) -> LlmResponse:
+    """A Responses answer as an `LlmResponse`; its reasoning items kept whole, in output order."""
+    texts: list[str] = []
+    calls: list[ToolCall] = []
+    reasoning: list[ReasoningItem] = []
+    ids: dict[str, Any] = {}
+    for item in response.output:
+        if item.type == "reasoning":
+            reasoning.append(
+                ReasoningItem.of("openai_responses", item.model_dump(mode="json", exclude_none=True))
+            )
+        elif item.type == "function_call":
+            calls.append(ToolCall(id=item.call_id, name=item.name, arguments=item.arguments))
+            if item.id:
+                ids.setdefault("calls", {})[item.call_id] = item.id
+        elif item.type == "message":
+            texts += [part.text for part in item.content if part.type == "output_text"]
+            ids.setdefault("message", item.id)
+    if reasoning and ids:  # only a turn with reasoning needs its items' ids back
+        reasoning.append(ReasoningItem.of("openai_item_ids", ids))
+    if response.status == "failed":
+        detail = response.error.message if response.error is not None else "no detail"
+        raise ProviderError(f"{provider} response failed: {detail}", provider=provider, retryable=True)
+    finish = "tool_calls" if calls else "stop"
+    if response.status == "incomplete" and response.incomplete_details is not None:
+        finish = _INCOMPLETE.get(str(response.incomplete_details.reason), "length")
+    return LlmResponse(
+        text="".join(texts) if texts else None,
+        tool_calls=calls,
+        usage=usage_of(response.usage),
+        model=response.model,
+        finish_reason=finish,
+        response_id=response.id,
+        provider=provider,
+        reasoning=reasoning,
+    )
+
+
+def usage_of(usage: ResponseUsage | None) -> Usage:
+    if usage is None:
+        return Usage()
+    return Usage(
+        input_tokens=usage.input_tokens,
+        output_tokens=usage.output_tokens,
+        cache_read_tokens=usage.input_tokens_details.cached_tokens if usage.input_tokens_details else 0,
+        reasoning_tokens=usage.output_tokens_details.reasoning_tokens if usage.output_tokens_details else 0,
+    )
+
+
+async def complete(
+    client: openai.AsyncOpenAI, provider: str, kwargs: dict[str, Any], request: LlmRequest, *, stream: bool
+) -> LlmResponse:
+    """One call, streamed or not; SDK errors are left to the caller to translate."""
+    if not stream:
+        return parse_response(await client.responses.create(**kwargs), provider)
+    events = await client.responses.create(**kwargs, stream=True)
+    acc = StreamAccumulator(provider, request.sink)
+    final: Response | None = None
+    try:
+        # The step's timeout bounds the whole answer, as on Chat Completions.
+        async with asyncio.timeout(request.timeout_s), events:
+            async for event in events:
+                if event.type == "response.output_text.delta":
+                    acc.text(event.delta)
+                elif event.type == "response.output_item.added" and event.item.type == "function_call":
+                    acc.tool_start(event.output_index, event.item.call_id, event.item.name)
+                elif event.type in ("response.completed", "response.incomplete"):
+                    final = event.response
+                elif event.type in ("response.failed", "error"):
+                    detail = getattr(event, "message", None) or _failure(getattr(event, "response", None))
+                    raise acc.broken(detail)
+    except TimeoutError as exc:
+        raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
+    except (openai.OpenAIError, httpx2.HTTPError, OSError) as exc:
+        raise acc.broken(str(exc) or type(exc).__name__) from exc
+    if final is None:
+        raise acc.broken("the stream ended before its final event")
+    # The final event carries the whole answer (reasoning items with their encrypted content
+    # included): parsed as a plain answer is, so a streamed round stores the same items.
+    return parse_response(final, provider)
+
+
+def _failure(response: Response | None) -> str:
+    if response is not None and response.error is not None:
+        return response.error.message
+    return "the response failed"
