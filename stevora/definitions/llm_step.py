@@ -22,6 +22,12 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from stevora.definitions.output_schema import (
+    FINAL_ANSWER_TOOL,
+    StructuredOutput,
+    native_problems,
+    tool_problems,
+)
 from stevora.definitions.retry import CamelModel
 from stevora.definitions.steps import StepBase, find_duplicates
 
@@ -266,6 +272,12 @@ class LlmStep(StepBase):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     response_format: Literal["json", "text"] | None = None
+    structured_output: StructuredOutput | None = None
+    """How the provider is held to `outputSchema` (docs/providers.md, "Structured outputs"):
+    `native` (the default: OpenAI's strict `json_schema`, Anthropic's `output_config.format`),
+    `tool` (a forced `final_answer` tool) or `prompt` (an instruction, then the check and
+    re-prompts). Unset means `native`, falling back to `tool` where the provider or the schema
+    cannot; set to `native`, a schema strict mode refuses is a definition error."""
     output_schema: dict[str, Any] | None = None
     tools: list[LlmTool] = Field(default_factory=list, max_length=MAX_TOOLS_PER_STEP)
     guardrails: GuardrailConfig | None = None
@@ -320,6 +332,56 @@ class LlmStep(StepBase):
                 ],
             )
         return tools
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema_fits_its_mode(
+        cls, schema: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        mode = info.data.get("structured_output")
+        if schema is None or mode in (None, "prompt"):
+            return schema
+        problems = native_problems(schema) if mode == "native" else tool_problems(schema)
+        if problems:
+            raise PydanticValidationError.from_exception_data(
+                cls.__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "output_schema_not_native",
+                            "structuredOutput '{mode}': {reason}",
+                            {"mode": mode, "reason": problem.message},
+                        ),
+                        loc=problem.path,
+                        input=schema,
+                    )
+                    for problem in problems
+                ],
+            )
+        return schema
+
+    @model_validator(mode="after")
+    def _final_answer_tool_is_reserved(self) -> LlmStep:
+        if self.output_schema is None or self.structured_output == "prompt":
+            return self
+        for index, tool in enumerate(self.tools):
+            if tool.name == FINAL_ANSWER_TOOL and not isinstance(tool, McpToolsDef):
+                raise PydanticValidationError.from_exception_data(
+                    type(self).__name__,
+                    [
+                        InitErrorDetails(
+                            type=PydanticCustomError(
+                                "final_answer_reserved",
+                                "The tool name '{name}' is reserved for the answer of a step with an "
+                                'outputSchema (set structuredOutput: "prompt" to use it)',
+                                {"name": FINAL_ANSWER_TOOL},
+                            ),
+                            loc=("tools", index, "name"),
+                            input=tool.name,
+                        )
+                    ],
+                )
+        return self
 
     @field_validator("tool_choice")
     @classmethod

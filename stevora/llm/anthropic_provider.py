@@ -24,6 +24,7 @@ import httpx2
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import RawMessageStreamEvent
 
+from stevora.definitions.output_schema import native_schema
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
@@ -37,6 +38,7 @@ from stevora.llm.provider import (
     timeout_error,
 )
 from stevora.llm.streaming import StreamAccumulator
+from stevora.llm.structured import StructuredPlan, plan_structured
 
 # What is left of the organisation's limits, on Anthropic's answers.
 REMAINING_HEADERS = RemainingHeaders(
@@ -85,10 +87,12 @@ class AnthropicProvider:
         )
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        kwargs = self.build_kwargs(request)
+        plan = self.structured_plan(request)
+        kwargs = self._build_kwargs(plan)
+        request = plan.request
         try:
             if self.stream:
-                return await self._complete_streamed(kwargs, request)
+                return plan.finish(await self._complete_streamed(kwargs, request))
             message = await self._client.messages.create(**kwargs)
         except anthropic.APIStatusError as exc:
             detail = error_message_from_body(exc.body, exc.message)
@@ -103,7 +107,7 @@ class AnthropicProvider:
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=True) from exc
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=False) from exc
-        return self.parse_message(message)
+        return plan.finish(self.parse_message(message))
 
     async def _complete_streamed(self, kwargs: dict[str, Any], request: LlmRequest) -> LlmResponse:
         """One streamed call (named SSE events) folded into an `LlmResponse`."""
@@ -147,10 +151,20 @@ class AnthropicProvider:
 
     def build_kwargs(self, request: LlmRequest) -> dict[str, Any]:
         """The keyword arguments for `messages.create` (public so tests can inspect them)."""
+        return self._build_kwargs(self.structured_plan(request))
+
+    def structured_plan(self, request: LlmRequest) -> StructuredPlan:
+        """`output_config.format` (the SDK's structured-output form), else the final-answer tool."""
+        native = native_schema(request.output_schema, "anthropic") if request.output_schema else None
+        return plan_structured(request, native=native, tool_ok=True, provider=self.name)
+
+    def _build_kwargs(self, plan: StructuredPlan) -> dict[str, Any]:
+        request = plan.request
         system, messages = to_anthropic_messages(request.messages)
-        if request.response_format == "json":
+        note = plan.instruction or (JSON_INSTRUCTION if request.response_format == "json" else None)
+        if note is not None:
             # No JSON mode in the Messages API: say it in the system prompt instead.
-            system = f"{system}\n\n{JSON_INSTRUCTION}" if system else JSON_INSTRUCTION
+            system = f"{system}\n\n{note}" if system else note
         kwargs: dict[str, Any] = {
             "model": request.model,
             "max_tokens": request.max_tokens or self.default_max_tokens,
@@ -158,6 +172,8 @@ class AnthropicProvider:
         }
         if system:
             kwargs["system"] = system
+        if plan.native_schema is not None:
+            kwargs["output_config"] = {"format": {"type": "json_schema", "schema": plan.native_schema}}
         if request.tools:
             kwargs["tools"] = [_tool_param(t) for t in request.tools]
             tool_choice = _tool_choice(request)

@@ -25,6 +25,7 @@ class StreamSink(Protocol):
 Role = Literal["system", "user", "assistant", "tool"]
 ResponseFormat = Literal["json", "text"]
 ToolChoiceMode = Literal["auto", "required", "none"]
+StructuredOutput = Literal["native", "tool", "prompt"]
 
 _ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 
@@ -214,6 +215,9 @@ class LlmRequest:
     parallel_tool_calls: bool = True
     timeout_s: float | None = None
     output_schema: dict[str, Any] | None = None
+    structured_output: StructuredOutput | None = None
+    """With `output_schema`: the form asked for (`native`, `tool`, `prompt`); the adapter sends the
+    best it can (stevora.llm.structured) and says on the response what it sent."""
     tool_choice: ToolChoice = "auto"
     """Only meaningful with `tools`; adapters leave it out of requests that carry none."""
     cache_key: str | None = None
@@ -234,6 +238,7 @@ class LlmRequest:
             "parallel_tool_calls": self.parallel_tool_calls,
             "timeout_s": self.timeout_s,
             "output_schema": self.output_schema,
+            "structured_output": self.structured_output,
             "tool_choice": tool_choice_to_json(self.tool_choice),
             "cache_key": self.cache_key,
         }
@@ -250,6 +255,7 @@ class LlmRequest:
             parallel_tool_calls=bool(data.get("parallel_tool_calls", True)),
             timeout_s=data.get("timeout_s"),
             output_schema=data.get("output_schema"),
+            structured_output=data.get("structured_output"),
             tool_choice=tool_choice_of(data.get("tool_choice") or "auto"),
             cache_key=data.get("cache_key"),
         )
@@ -266,6 +272,10 @@ class LlmResponse:
     finish_reason: str
     response_id: str | None
     provider: str
+    structured_output: str | None = None
+    """The structured-output form the adapter sent (`native`, `tool`, `prompt`), if any."""
+    structured_fallback: str | None = None
+    """Why that is not the form the request asked for (None when it is)."""
 
     def to_message(self) -> Message:
         """The assistant turn to append to the conversation before running the tool calls."""
@@ -280,6 +290,8 @@ class LlmResponse:
             "finish_reason": self.finish_reason,
             "response_id": self.response_id,
             "provider": self.provider,
+            "structured_output": self.structured_output,
+            "structured_fallback": self.structured_fallback,
         }
 
     @classmethod
@@ -292,4 +304,6 @@ class LlmResponse:
             finish_reason=str(data.get("finish_reason", "stop")),
             response_id=data.get("response_id"),
             provider=str(data.get("provider", "")),
+            structured_output=data.get("structured_output"),
+            structured_fallback=data.get("structured_fallback"),
         )

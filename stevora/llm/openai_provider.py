@@ -18,6 +18,7 @@ from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
+from stevora.definitions.output_schema import native_schema
 from stevora.errors import ProviderError
 from stevora.llm.capabilities import ServerCapabilities
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
@@ -33,6 +34,7 @@ from stevora.llm.provider import (
     timeout_error,
 )
 from stevora.llm.streaming import StreamAccumulator
+from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan, plan_structured
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 
@@ -44,6 +46,7 @@ OPENAI_CAPABILITIES = ServerCapabilities(
     usage=True,
     stream_usage=True,
     prompt_cache_key=True,
+    json_schema=True,
 )
 # What is left of the organisation's limits, on OpenAI's answers (compatible servers that send
 # limits use the same names).
@@ -113,7 +116,9 @@ class OpenAIProvider:
         )
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        kwargs = self.build_kwargs(request)
+        plan = self.structured_plan(request)
+        kwargs = self._build_kwargs(plan)
+        request = plan.request
         try:
             if self.streams:
                 response, usage_sent = await self._complete_streamed(kwargs, request)
@@ -141,7 +146,7 @@ class OpenAIProvider:
                 provider=self.name,
                 hint=f"set {setting}: false in STEVORA_COMPAT_CAPABILITIES if this server never sends it",
             )
-        return response
+        return plan.finish(response)
 
     async def _complete_streamed(
         self, kwargs: dict[str, Any], request: LlmRequest
@@ -189,10 +194,38 @@ class OpenAIProvider:
 
     def build_kwargs(self, request: LlmRequest) -> dict[str, Any]:
         """The keyword arguments for `chat.completions.create` (public so tests can inspect them)."""
+        return self._build_kwargs(self.structured_plan(request))
+
+    def structured_plan(self, request: LlmRequest) -> StructuredPlan:
+        """How this server is held to the request's `output_schema` (docs/providers.md,
+        "Structured outputs"): strict `json_schema`, else the final-answer tool, else the prompt."""
+        caps = self.capabilities
+        # The final-answer tool must be forced: by name alone, or by `required` beside other tools.
+        tool_ok = "named" in caps.tool_choice and (not request.tools or "required" in caps.tool_choice)
+        return plan_structured(
+            request,
+            native=native_schema(request.output_schema, "openai")
+            if caps.json_schema and request.output_schema
+            else None,
+            tool_ok=tool_ok,
+            provider=self.name,
+        )
+
+    def _build_kwargs(self, plan: StructuredPlan) -> dict[str, Any]:
+        request = plan.request
         caps = self.capabilities
         messages = [_message_param(m, caps.tool_call_content) for m in request.messages]
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
-        if request.response_format == "json":
+        if plan.native_schema is not None:
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": STRUCTURED_NAME, "schema": plan.native_schema, "strict": True},
+            }
+        elif plan.instruction is not None:
+            messages.insert(0, {"role": "system", "content": plan.instruction})
+            if request.response_format == "json":
+                kwargs["response_format"] = {"type": "json_object"}
+        elif request.response_format == "json":
             kwargs["response_format"] = {"type": "json_object"}
             if not mentions_json(request.messages):
                 messages.insert(0, {"role": "system", "content": JSON_INSTRUCTION})

@@ -97,6 +97,9 @@ class ModelCaller:
                 parallel_tool_calls=self.step.parallel_tool_calls,
                 timeout_s=self.timeout_s,
                 output_schema=self.step.output_schema,
+                structured_output=(self.step.structured_output or "native")
+                if self.step.output_schema
+                else None,
                 # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
                 tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
                 # The run's requests share one prompt-cache key: its prefix grows round by round.
@@ -222,6 +225,7 @@ class ModelCaller:
                 "responseModel": response.model,
                 "responseId": response.response_id,
                 "priced": cost is not None,
+                **_structured(response),
             },
             finish_reason=response.finish_reason,
             input_tokens=usage.input_tokens,
@@ -246,6 +250,7 @@ class ModelCaller:
             "timeToFirstTokenMs": _ms(rec.time_to_first_token_ms),
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
+            **_structured(response),
         }
         if stored_request.get("contextTrimmedThrough"):  # the step's `context` strategy trimmed
             payload["contextTrimmedThrough"] = stored_request["contextTrimmedThrough"]
@@ -314,6 +319,16 @@ class ModelCaller:
         )
         if self.meter is not None:
             self.meter.model_calls += 1
+
+
+def _structured(response: LlmResponse) -> dict[str, str]:
+    """How the answer was held to the step's outputSchema, and why not as asked (docs/providers.md)."""
+    out: dict[str, str] = {}
+    if response.structured_output is not None:
+        out["structuredOutput"] = response.structured_output
+    if response.structured_fallback is not None:
+        out["structuredOutputFallback"] = response.structured_fallback
+    return out
 
 
 def _ms(value: float | None) -> float | None:

@@ -1,0 +1,69 @@
+"""A step's outputSchema that its structuredOutput mode cannot take is refused when the definition
+is stored (400 naming the field), never when the run gets there."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+from api_helpers import Tenant
+
+from stevora.ids import new_id
+
+
+def _body(step: dict[str, Any]) -> dict[str, Any]:
+    llm = {
+        "type": "llm",
+        "name": "ask",
+        "model": "gpt-4o-mini",
+        "messages": [{"role": "user", "content": "x"}],
+    }
+    return {
+        "name": new_id("so"),
+        "version": "1.0.0",
+        "steps": [{"type": "wait", "name": "w", "durationMs": 1}, {**llm, **step}],
+    }
+
+
+async def test_an_explicitly_native_schema_strict_mode_refuses_is_a_400_naming_the_field(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    schema = {
+        "type": "object",
+        "properties": {"meta": {"type": "object", "additionalProperties": {"type": "string"}}},
+        "required": ["meta"],
+    }
+    response = await client.post(
+        "/v1/workflow-definitions",
+        json=_body({"structuredOutput": "native", "outputSchema": schema}),
+        headers=tenant.headers,
+    )
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert error["code"] == "VALIDATION_ERROR"
+    (problem,) = error["details"]["errors"]
+    assert problem["path"] == "steps[1].outputSchema.properties.meta.additionalProperties"
+    assert "closed object" in problem["message"]
+
+
+async def test_the_same_schema_without_an_explicit_mode_is_stored_and_falls_back_at_run_time(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    schema = {"type": "object", "properties": {"meta": {"type": "object", "additionalProperties": True}}}
+    response = await client.post(
+        "/v1/workflow-definitions", json=_body({"outputSchema": schema}), headers=tenant.headers
+    )
+    assert response.status_code == 201, response.text
+
+
+async def test_a_step_with_an_output_schema_cannot_declare_a_tool_named_final_answer(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    tool = {"name": "final_answer", "description": "d", "parameters": {"type": "object"}}
+    response = await client.post(
+        "/v1/workflow-definitions",
+        json=_body({"outputSchema": {"a": {"type": "string"}}, "tools": [tool]}),
+        headers=tenant.headers,
+    )
+    assert response.status_code == 400
+    assert response.json()["error"]["details"]["errors"][0]["path"] == "steps[1].tools[0].name"
