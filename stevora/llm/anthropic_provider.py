@@ -26,7 +26,7 @@ from anthropic.types import RawMessageStreamEvent
 
 from stevora.definitions.output_schema import native_schema
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, Part, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
     RemainingHeaders,
@@ -34,6 +34,7 @@ from stevora.llm.provider import (
     error_message_from_body,
     leave_429_to_the_limiter,
     parse_tool_input,
+    part_base64,
     provider_error_for_status,
     timeout_error,
 )
@@ -233,18 +234,35 @@ def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dic
     return ("\n\n".join(system_parts) or None), out
 
 
+def _part_block(part: Part) -> dict[str, Any]:
+    """One content block in the Messages API's words: `image` (base64 or url) or `document`."""
+    if part.type == "text":
+        return {"type": "text", "text": part.text or ""}
+    if part.url is not None:
+        return {"type": "image", "source": {"type": "url", "url": part.url}}
+    source = {"type": "base64", "media_type": part.media_type, "data": part_base64(part)}
+    return {"type": "image" if part.type == "image" else "document", "source": source}
+
+
 def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
     if message.role == "tool":
+        content: str | list[dict[str, Any]] = message.content or ""
+        if message.attachments:  # the tool's images and files travel inside its result
+            content = [{"type": "text", "text": message.content or "(attachments)"}]
+            content += [_part_block(part) for part in message.attachments]
         block: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": message.tool_call_id or "",
-            "content": message.content or "",
+            "content": content,
         }
         if message.is_error:
             block["is_error"] = True
         return "user", [block]
     blocks: list[dict[str, Any]] = []
-    if message.content:  # the API rejects empty text blocks
+    if message.parts and message.role == "user":
+        # The API rejects empty text blocks.
+        blocks += [_part_block(p) for p in message.parts if p.type != "text" or p.text]
+    elif message.content:  # the API rejects empty text blocks
         blocks.append({"type": "text", "text": message.content})
     for call in message.tool_calls:
         blocks.append(

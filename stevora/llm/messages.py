@@ -46,9 +46,47 @@ class ToolCall:
         return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data.get("arguments", "")))
 
 
+PartType = Literal["text", "image", "file"]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One piece of a message's content: text, an image or a file (a PDF).
+
+    An image or file is known by the SHA-256 of its bytes (stored once, in the `blobs` table) or
+    by a `url` (images only); `data` holds the bytes while they are in memory and is never part of
+    the stored form (`to_dict`), so checkpoints carry the hash alone.
+    """
+
+    type: PartType
+    text: str | None = None
+    media_type: str | None = None
+    sha256: str | None = None
+    url: str | None = None
+    data: bytes | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.type == "text":
+            return {"type": "text", "text": self.text or ""}
+        if self.url is not None:
+            return {"type": self.type, "url": self.url}
+        return {"type": self.type, "mediaType": self.media_type, "sha256": self.sha256}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Part:
+        kind = cast(PartType, data["type"])
+        if kind == "text":
+            return cls("text", text=str(data.get("text") or ""))
+        return cls(kind, media_type=data.get("mediaType"), sha256=data.get("sha256"), url=data.get("url"))
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One conversation turn. Tool results are `role="tool"` messages carrying `tool_call_id`."""
+    """One conversation turn. Tool results are `role="tool"` messages carrying `tool_call_id`.
+
+    `parts`, when present, is the content in order (text, images, files) and `content` its text;
+    adapters that see `parts` send them instead of `content` (docs/providers.md, "Images and files").
+    """
 
     role: Role
     content: str | None = None
@@ -56,6 +94,7 @@ class Message:
     tool_call_id: str | None = None
     name: str | None = None
     is_error: bool = False
+    parts: tuple[Part, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
@@ -63,6 +102,13 @@ class Message:
         if not isinstance(self.tool_calls, tuple):
             # Callers often pass a list; keep the dataclass hashable and immutable.
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
+        if not isinstance(self.parts, tuple):
+            object.__setattr__(self, "parts", tuple(self.parts))
+
+    @property
+    def attachments(self) -> tuple[Part, ...]:
+        """The image and file parts."""
+        return tuple(p for p in self.parts if p.type != "text")
 
     @classmethod
     def system(cls, content: str) -> Message:
@@ -94,6 +140,8 @@ class Message:
             out["name"] = self.name
         if self.is_error:
             out["is_error"] = True
+        if self.parts:
+            out["parts"] = [p.to_dict() for p in self.parts]
         return out
 
     @classmethod
@@ -105,6 +153,7 @@ class Message:
             tool_call_id=data.get("tool_call_id"),
             name=data.get("name"),
             is_error=bool(data.get("is_error", False)),
+            parts=tuple(Part.from_dict(p) for p in data.get("parts") or ()),
         )
 
 

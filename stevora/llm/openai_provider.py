@@ -21,11 +21,12 @@ from openai.types.chat.chat_completion_chunk import ChoiceDelta
 from stevora.definitions.output_schema import native_schema
 from stevora.errors import ProviderError
 from stevora.llm.capabilities import ServerCapabilities
-from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, ToolCall, ToolSpec, Usage
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, NamedTool, Part, ToolCall, ToolSpec, Usage
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
     RemainingHeaders,
     connection_error,
+    data_url,
     error_message_from_body,
     is_invalid_request_answer,
     leave_429_to_the_limiter,
@@ -214,7 +215,7 @@ class OpenAIProvider:
     def _build_kwargs(self, plan: StructuredPlan) -> dict[str, Any]:
         request = plan.request
         caps = self.capabilities
-        messages = [_message_param(m, caps.tool_call_content) for m in request.messages]
+        messages = _messages_param(request.messages, caps.tool_call_content)
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
         if plan.native_schema is not None:
             kwargs["response_format"] = {
@@ -302,7 +303,46 @@ def _tool_param(tool: ToolSpec) -> dict[str, Any]:
     }
 
 
+def _messages_param(messages: list[Message], tool_call_content: str) -> list[dict[str, Any]]:
+    """The wire messages. Tool messages take text only, so the images and files of a round's tool
+    results follow its last tool message in one user message (docs/providers.md)."""
+    out: list[dict[str, Any]] = []
+    held: list[Message] = []
+    for message in messages:
+        if message.role != "tool" and held:
+            out.append(_tool_attachments_message(held))
+            held = []
+        out.append(_message_param(message, tool_call_content))
+        if message.role == "tool" and message.attachments:
+            held.append(message)
+    if held:
+        out.append(_tool_attachments_message(held))
+    return out
+
+
+def _tool_attachments_message(results: list[Message]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    for result in results:
+        content.append({"type": "text", "text": f"Attachments returned by tool call {result.tool_call_id}:"})
+        content += [_content_part(part) for part in result.attachments]
+    return {"role": "user", "content": content}
+
+
+def _content_part(part: Part) -> dict[str, Any]:
+    """One content part in Chat Completions' words (images as data URLs, PDFs as `file`)."""
+    if part.type == "text":
+        return {"type": "text", "text": part.text or ""}
+    if part.url is not None:
+        return {"type": "image_url", "image_url": {"url": part.url}}
+    url = data_url(part)
+    if part.type == "image":
+        return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "file", "file": {"filename": f"{(part.sha256 or 'file')[:16]}.pdf", "file_data": url}}
+
+
 def _message_param(message: Message, tool_call_content: str = "null") -> dict[str, Any]:
+    if message.parts and message.role in ("user", "system"):
+        return {"role": message.role, "content": [_content_part(p) for p in message.parts]}
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content or ""}
     if message.role == "assistant":

@@ -35,6 +35,7 @@ from stevora.llm.messages import (
     tool_choice_of,
 )
 from stevora.llm.scripted_provider import scripted_response
+from stevora.testing.fake_content import content_problem
 from stevora.testing.fake_prompt_cache import FakePromptCache
 from stevora.testing.fake_rate_limit import FakeRateLimit
 from stevora.testing.fake_stream import FakeResponse as FakeResponse  # re-exported: the scripted answer
@@ -719,7 +720,7 @@ class FakeLLMServer:
             return FakeResponse(status=401, error_message="missing API key", kind=None)
         if self.validate:
             problem = validate_openai(body) if kind == "openai" else validate_anthropic(body)
-            problem = problem or structured_problem(kind, body)
+            problem = problem or structured_problem(kind, body) or content_problem(kind, body)
             if problem is not None:
                 return FakeResponse(status=400, error_message=problem, error_type="invalid_request_error")
             if kind == "openai" and self.openai_dialect == "llamacpp":

@@ -19,6 +19,7 @@ from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
 from stevora.engine.provider_limits import LimitedProvider
 from stevora.engine.steps.base import StepExecution
+from stevora.engine.steps.llm_attachments import ConversationAttachments
 from stevora.engine.steps.llm_context import trim_point, trimmed
 from stevora.engine.steps.llm_state import LoopState
 from stevora.errors import BudgetExceeded, ProviderError, ProviderNotFound, StevoraError
@@ -57,6 +58,7 @@ class ModelCaller:
         self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
         self.meter: Meter | None = None  # the run's budget, when it has one
         self._limited = False  # a candidate waits for its turn under STEVORA_RATE_LIMITS
+        self.attachments: ConversationAttachments | None = None  # the bytes of images and files
 
     async def call(self, st: LoopState) -> CommittedRound:
         faults = self.rt.faults
@@ -65,6 +67,8 @@ class ModelCaller:
         appended, st.pending_append = st.pending_append, []
         is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
         st.transcript.extend(appended)
+        if self.attachments is not None:  # the prompt's images and files, stored before they are named
+            await self.attachments.store(appended)
         candidates = [self.step.model, *self.step.fallback_models]
         # The step's `context` strategy, decided once per round from the committed rows.
         trim_through = trim_point(self.step, st, st.transcript)
@@ -89,7 +93,7 @@ class ModelCaller:
                 continue
             request = LlmRequest(
                 model=model,
-                messages=trimmed(self._prepared(st, provider.name), trim_through),
+                messages=await self._loaded(trimmed(self._prepared(st, provider.name), trim_through)),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
                 max_tokens=self.step.max_tokens,
@@ -169,6 +173,10 @@ class ModelCaller:
             self._limited = True
         self._providers[index] = found
         return found
+
+    async def _loaded(self, messages: list[Message]) -> list[Message]:
+        """The messages with their images' and files' bytes (read once per execution)."""
+        return messages if self.attachments is None else await self.attachments.loaded(messages)
 
     def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
         repair = self._repairs.get(provider_name)
