@@ -146,3 +146,36 @@ def with_attachment_blocks(value: Any, *, max_bytes: int | None) -> tuple[Any, t
         return item
 
     return walk(value, 0), tuple(found.values())
+
+
+@dataclass(frozen=True, slots=True)
+class AttachmentRef:
+    """An image or file a stored value names by hash (a tool output's block, a message part)."""
+
+    kind: AttachmentKind
+    media_type: str
+    sha256: str
+
+
+def attachment_refs(value: Any, *, limit: int = 100) -> list[AttachmentRef]:
+    """The attachment blocks in a JSON value: `{"type": "image" | "file", "mediaType"` (or MCP's
+    `"mimeType"`) `, "sha256"}` with an allowed type and a well-formed hash, in order, at most `limit`."""
+    found: list[AttachmentRef] = []
+
+    def walk(item: Any, depth: int) -> None:
+        if depth > 8 or len(found) >= limit:
+            return
+        if isinstance(item, dict):
+            kind = item.get("type")
+            media_type = item.get("mediaType", item.get("mimeType"))
+            if kind in MEDIA_TYPES and is_sha256(item.get("sha256")) and media_type in MEDIA_TYPES[kind]:
+                found.append(AttachmentRef(kind, media_type, item["sha256"]))
+                return
+            for sub in item.values():
+                walk(sub, depth + 1)
+        elif isinstance(item, list):
+            for sub in item:
+                walk(sub, depth + 1)
+
+    walk(value, 0)
+    return found

@@ -35,8 +35,9 @@ async def load(pool: asyncpg.Pool, workspace_id: str, hashes: Iterable[str]) -> 
     return {row["sha256"]: (row["media_type"], bytes(row["data"])) for row in rows}
 
 
-async def one(pool: asyncpg.Pool, workspace_id: str, sha256: str) -> asyncpg.Record | None:
-    """One blob of a workspace (the run page's image route), or None."""
-    return await pool.fetchrow(
+async def one(pool: asyncpg.Pool, workspace_id: str, sha256: str) -> tuple[str, bytes] | None:
+    """(media type, bytes) of one blob of a workspace (the run page's image route), or None."""
+    row = await pool.fetchrow(
         "SELECT media_type, data FROM blobs WHERE workspace_id = $1 AND sha256 = $2", workspace_id, sha256
     )
+    return None if row is None else (str(row["media_type"]), bytes(row["data"]))

@@ -15,16 +15,20 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
+import re
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 
-from stevora.attachments import MEDIA_TYPES, Attachment, AttachmentError, decode_base64, is_sha256
+from stevora.attachments import Attachment, AttachmentError, attachment_refs, decode_base64
 from stevora.db import blobs
-from stevora.definitions import LlmStep
-from stevora.errors import StevoraError
+from stevora.definitions import LlmStep, WorkflowDefinitionSpec
+from stevora.errors import PayloadTooLarge, StevoraError, ValidationError
 from stevora.llm.messages import Message, Part
-from stevora.templating import render_template
+from stevora.templating import MISSING, lookup, render_template
+
+if TYPE_CHECKING:
+    from stevora.settings import Settings
 
 INVALID_ATTACHMENT = "INVALID_ATTACHMENT"
 
@@ -78,25 +82,9 @@ def tool_attachments(text: str) -> tuple[Part, ...]:
         value = json.loads(text)
     except ValueError:
         return ()
-    found: list[Part] = []
-    _collect(value, found, depth=0)
-    return tuple(found)
-
-
-def _collect(value: Any, found: list[Part], depth: int) -> None:
-    if depth > 8 or len(found) >= 100:
-        return
-    if isinstance(value, dict):
-        kind = value.get("type")
-        media_type = value.get("mediaType", value.get("mimeType"))
-        if kind in MEDIA_TYPES and is_sha256(value.get("sha256")) and media_type in MEDIA_TYPES[kind]:
-            found.append(Part(kind, media_type=media_type, sha256=value["sha256"]))
-            return
-        for sub in value.values():
-            _collect(sub, found, depth + 1)
-    elif isinstance(value, list):
-        for sub in value:
-            _collect(sub, found, depth + 1)
+    return tuple(
+        Part(ref.kind, media_type=ref.media_type, sha256=ref.sha256) for ref in attachment_refs(value)
+    )
 
 
 class ConversationAttachments:
@@ -166,3 +154,54 @@ class ConversationAttachments:
                 )
             parts.append(part)
         return dataclasses.replace(message, parts=tuple(parts))
+
+
+_INPUT_TEMPLATE = re.compile(r"^\{\{\s*input\.([A-Za-z0-9_$.\-]+)\s*\}\}$")
+
+
+def check_input_attachments(spec: WorkflowDefinitionSpec, input: dict[str, Any], settings: Settings) -> None:
+    """The run input's fields that `llm` steps send as images or files (a part's `data` that is
+    exactly `{{input.<path>}}`), checked when the run is created: a 400 naming `input.<path>` for
+    data that is not strict base64 of an allowed type, a 413 for one over
+    `STEVORA_MAX_ATTACHMENT_BYTES` or for all of them over `STEVORA_MAX_RUN_ATTACHMENT_BYTES`."""
+    sizes: dict[str, int] = {}
+    problems: list[dict[str, str]] = []
+    for step in spec.steps:
+        if not isinstance(step, LlmStep):
+            continue
+        for message in step.messages:
+            for part in message.content if isinstance(message.content, list) else ():
+                found = _INPUT_TEMPLATE.match(getattr(part, "data", None) or "")
+                if found is None:
+                    continue
+                path = f"input.{found.group(1)}"
+                value = lookup(input, found.group(1).split("."))
+                if value is MISSING or path in sizes:
+                    continue  # missing: the template renders empty and the step says so
+                media_type = render_template(part.media_type or "", input=input, state={})
+                try:
+                    if not isinstance(value, str):
+                        raise AttachmentError("expected a base64 string")
+                    data = decode_base64(value)
+                    sizes[path] = len(data)
+                    Attachment.of(part.type, media_type, data, max_bytes=settings.max_attachment_bytes)
+                except AttachmentError as exc:
+                    if path in sizes and sizes[path] > settings.max_attachment_bytes:
+                        raise _too_large(
+                            path, sizes[path], settings.max_attachment_bytes, "STEVORA_MAX_ATTACHMENT_BYTES"
+                        ) from exc
+                    problems.append({"path": path, "message": str(exc)})
+    if problems:
+        raise ValidationError.from_problems(problems, message="Invalid run input: " + problems[0]["message"])
+    total = sum(sizes.values())
+    if total > settings.max_run_attachment_bytes:
+        raise _too_large(
+            "input", total, settings.max_run_attachment_bytes, "STEVORA_MAX_RUN_ATTACHMENT_BYTES"
+        )
+
+
+def _too_large(path: str, size: int, limit: int, setting: str) -> PayloadTooLarge:
+    message = f"{path}: images and files of {size} bytes, over the {limit}-byte limit ({setting})"
+    return PayloadTooLarge(
+        message, details={"errors": [{"path": path, "message": message}], "bytes": size, "limitBytes": limit}
+    )

@@ -3,6 +3,7 @@ is stored (400 naming the field), never when the run gets there."""
 
 from __future__ import annotations
 
+import base64
 from typing import Any
 
 import httpx
@@ -67,3 +68,39 @@ async def test_a_step_with_an_output_schema_cannot_declare_a_tool_named_final_an
     )
     assert response.status_code == 400
     assert response.json()["error"]["details"]["errors"][0]["path"] == "steps[1].tools[0].name"
+
+
+def _shot_definition() -> dict[str, Any]:
+    part = {"type": "image", "mediaType": "image/png", "data": "{{input.shot}}"}
+    llm = {
+        "type": "llm",
+        "name": "look",
+        "model": "scripted",
+        "messages": [{"role": "user", "content": [part]}],
+    }
+    return {"name": new_id("img"), "version": "1.0.0", "steps": [llm]}
+
+
+async def test_run_input_sent_as_an_image_is_checked_when_the_run_is_created(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    created = await client.post("/v1/workflow-definitions", json=_shot_definition(), headers=tenant.headers)
+    assert created.status_code == 201, created.text
+    definition_id = created.json()["data"]["id"]
+
+    async def start(shot: str) -> httpx.Response:
+        return await client.post(
+            "/v1/workflow-runs",
+            json={"definitionId": definition_id, "input": {"shot": shot}},
+            headers=tenant.headers,
+        )
+
+    not_base64 = await start("iVBOR w0K")
+    assert not_base64.status_code == 400, not_base64.text
+    (problem,) = not_base64.json()["error"]["details"]["errors"]
+    assert problem["path"] == "input.shot" and "base64" in problem["message"]
+    gif_said_png = await start(base64.b64encode(b"GIF89a" + b"0" * 10).decode())
+    assert gif_said_png.status_code == 400
+    assert "not a image/png file" in gif_said_png.json()["error"]["details"]["errors"][0]["message"]
+    png = base64.b64encode(b"\x89PNG\r\n\x1a\n" + b"0" * 10).decode()
+    assert (await start(png)).status_code == 201
