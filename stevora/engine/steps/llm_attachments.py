@@ -171,7 +171,9 @@ def check_input_attachments(spec: WorkflowDefinitionSpec, input: dict[str, Any],
             continue
         for message in step.messages:
             for part in message.content if isinstance(message.content, list) else ():
-                found = _INPUT_TEMPLATE.match(getattr(part, "data", None) or "")
+                if part.type == "text":
+                    continue
+                found = _INPUT_TEMPLATE.match(part.data or "")
                 if found is None:
                     continue
                 path = f"input.{found.group(1)}"
