@@ -9,7 +9,12 @@ import hashlib
 import json
 from typing import Any
 
+import pytest
+
 from stevora import Image
+from stevora.engine import commands
+from stevora.engine.steps.awaited import client as tool_outputs
+from stevora.errors import PayloadTooLarge
 from stevora.testing.fake_llm import (
     FakeLLMServer,
     anthropic_text,
@@ -17,7 +22,7 @@ from stevora.testing.fake_llm import (
     openai_text,
     openai_tool_calls,
 )
-from tests.conftest import Harness
+from tests.conftest import Harness, create_definition
 from tests.integration.loop.conftest import (
     SdkProviders,
     anthropic_messages,
@@ -214,10 +219,58 @@ async def test_a_one_megabyte_image_over_ten_rounds_is_stored_once_and_sent_ever
 async def test_templated_image_data_that_is_not_base64_fails_the_step_naming_the_field(
     harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
 ) -> None:
-    result = await run_workflow(harness, workspace_id, llm_step(**SHOT_STEP), {"screenshot": "not base64!"})
+    # Not exactly `{{input.x}}`, so not checked when the run is created: the step checks it.
+    part = {"type": "image", "mediaType": "image/png", "data": "iVBO{{input.rest}}"}
+    step = llm_step(messages=[{"role": "user", "content": [part]}])
+    result = await run_workflow(harness, workspace_id, step, {"rest": "Rw0K not base64!"})
 
     assert result.status == "FAILED"
     error = result.run["error"]
     assert error["code"] == "INVALID_ATTACHMENT"
-    assert error["message"].startswith("messages[0].content[1].data: data is not valid base64")
+    assert error["message"].startswith("messages[0].content[0].data: data is not valid base64")
     assert fake.openai.requests == [] and await blob_rows(harness, workspace_id) == []
+    assert result.event_types().count("STEP_RETRYING") == 0  # the same data would fail again
+
+
+async def test_a_step_resumed_in_a_new_execution_sends_the_same_image_read_back_from_blobs(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    # A client tool makes the step wait: the execution ends, and the answer resumes the step in a
+    # new one, which rebuilds the conversation from the rows (the image by hash) and reads the bytes.
+    fake.openai.enqueue(openai_tool_calls([("call_1", "confirm", "{}")]), openai_text("Confirmed."))
+    confirm = {**tool_def("confirm"), "execution": "client"}
+    spec = {"name": "resume-image", "version": "1", "steps": [llm_step(**SHOT_STEP, tools=[confirm])]}
+    def_id = await create_definition(harness.rt, workspace_id, spec)
+    run, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"screenshot": b64(PNG)})
+    await harness.wait_for_status(run["id"], "WAITING")
+    await tool_outputs.submit_tool_outputs(
+        harness.rt, workspace_id, run["id"], [tool_outputs.ToolOutput("call_1", output={"ok": True})]
+    )
+    done = await harness.wait_for_status(run["id"], "COMPLETED", "FAILED")
+
+    assert done["status"] == "COMPLETED", done["error"]
+    first, second = (r.json["messages"][0] for r in fake.openai.requests)
+    assert first == second  # byte for byte the same prompt, image included, after the resume
+    assert second["content"][1]["image_url"]["url"] == f"data:image/png;base64,{b64(PNG)}"
+
+
+async def test_an_input_image_over_the_attachment_limit_is_refused_when_the_run_is_created(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(
+        harness.rt, "settings", harness.rt.settings.model_copy(update={"max_attachment_bytes": 100})
+    )
+    spec = {"name": "too-big", "version": "1", "steps": [llm_step(**SHOT_STEP)]}
+    def_id = await create_definition(harness.rt, workspace_id, spec)
+    with pytest.raises(PayloadTooLarge) as refused:
+        await commands.create_run(harness.rt, workspace_id, def_id, {"screenshot": b64(PNG)})
+
+    assert refused.value.http_status == 413
+    assert refused.value.details["errors"][0]["path"] == "input.screenshot"
+    assert refused.value.details["bytes"] == len(PNG) and refused.value.details["limitBytes"] == 100
+    assert (
+        await harness.rt.pool.fetchval(
+            "SELECT count(*) FROM workflow_runs WHERE workspace_id = $1", workspace_id
+        )
+        == 0
+    )
