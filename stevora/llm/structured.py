@@ -4,6 +4,12 @@ An adapter asked for `structured_output` on a request with an `output_schema` de
 send (its native mode, else `tool`, else `prompt`: docs/providers.md, "Structured outputs") and
 says on the response what it did (`LlmResponse.structured_output`) and why it fell back
 (`structured_fallback`). The engine records both on the call's `LLM_CALL_COMPLETED` event.
+
+Another API path plugs in the same way: `plan_structured(request, native=native_schema(schema,
+"openai"), tool_ok=..., provider=...)` gives the plan; a Responses API adapter sends
+`plan.native_schema` as `text: {"format": {"type": "json_schema", "name": STRUCTURED_NAME,
+"schema": ..., "strict": true}}` (the same strict rules as Chat Completions), adds the final-answer
+tool in its own flat tool form for `tool`, and ends with `plan.finish(response)`.
 """
 
 from __future__ import annotations
