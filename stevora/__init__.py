@@ -4,6 +4,7 @@ The user-facing edge: register task handlers and tools here; run `stevora worker
 your.module` so a worker imports the module and these registrations take effect.
 """
 
+from stevora.attachments import File, Image
 from stevora.tasks import (
     StepContext,
     StepResult,
@@ -16,6 +17,8 @@ from stevora.tools import Toolbox, ToolContext, register_tool, register_toolbox,
 __version__ = "0.1.0"
 
 __all__ = [
+    "File",
+    "Image",
     "StepContext",
     "StepResult",
     "ToolContext",

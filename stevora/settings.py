@@ -102,6 +102,11 @@ class Settings(BaseSettings, ProviderSettings):
     # Price overrides in USD per million tokens: {"my-model": [input, output]}.
     model_prices: dict[str, tuple[float, float]] = {}
     max_tool_output_bytes: int = 100_000
+    # Images and files (docs/providers.md, "Images and files"): the largest one attachment may be,
+    # and the most bytes of distinct attachments one run's input and one llm step's conversation
+    # may hold.
+    max_attachment_bytes: int = Field(default=10 * 1024 * 1024, ge=1)
+    max_run_attachment_bytes: int = Field(default=50 * 1024 * 1024, ge=1)
     # Workflows called as tools: a root run is depth 1; a call that would go deeper fails at once.
     max_workflow_depth: int = Field(default=5, ge=1, le=50)
     # The most items one `map` step may fan out over; more fails the step (MAP_TOO_MANY_ITEMS).

@@ -593,6 +593,21 @@ class McpToolPin(Base):
     created_at: Mapped[datetime] = _created()
 
 
+class Blob(Base):
+    """An image or file of a conversation, stored once per workspace by the SHA-256 of its bytes;
+    messages, checkpoints and tool traces name it by hash (docs/providers.md, "Images and files")."""
+
+    __tablename__ = "blobs"
+    workspace_id: Mapped[str] = mapped_column(
+        ForeignKey("workspaces.id", ondelete="CASCADE"), primary_key=True
+    )
+    sha256: Mapped[str] = mapped_column(String(64), primary_key=True)
+    media_type: Mapped[str] = mapped_column(String(100))
+    size_bytes: Mapped[int] = mapped_column(Integer)
+    data: Mapped[bytes] = mapped_column(LargeBinary)
+    created_at: Mapped[datetime] = _created()
+
+
 class McpBlob(Base):
     """Binary content of MCP results (images, audio, blobs), stored once by content hash; the
     trace's output names it by `sha256` instead of inlining it."""

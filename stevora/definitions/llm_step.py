@@ -22,6 +22,13 @@ from pydantic import (
 from pydantic import ValidationError as PydanticValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from stevora.attachments import Attachment, AttachmentError, AttachmentKind, decode_base64
+from stevora.definitions.output_schema import (
+    FINAL_ANSWER_TOOL,
+    StructuredOutput,
+    native_problems,
+    tool_problems,
+)
 from stevora.definitions.retry import CamelModel
 from stevora.definitions.steps import StepBase, find_duplicates
 
@@ -76,11 +83,99 @@ def _check_json_schema(schema: dict[str, Any]) -> dict[str, Any]:
     return schema
 
 
+class TextPart(CamelModel):
+    """A piece of text in a message's content (templated)."""
+
+    type: Literal["text"]
+    text: str
+
+
+class ImagePart(CamelModel):
+    """An image: base64 `data` with its `mediaType`, or a `url` the provider fetches. `data` and
+    `mediaType` may be templates (`{{input.screenshot}}`), checked when the step runs."""
+
+    type: Literal["image"]
+    media_type: str | None = Field(default=None, max_length=100)
+    data: str | None = None
+    url: str | None = Field(default=None, max_length=4096, pattern=r"^(https?://|\{\{)")
+
+    @field_validator("data")
+    @classmethod
+    def _data_is_an_image(cls, data: str | None, info: ValidationInfo) -> str | None:
+        if data is not None:
+            _check_inline_attachment("image", info.data.get("media_type"), data)
+        return data
+
+    @model_validator(mode="after")
+    def _data_or_url(self) -> ImagePart:
+        if (self.data is None) == (self.url is None):
+            raise PydanticCustomError("image_source", "An image part has either data (with mediaType) or url")
+        return self
+
+
+class FilePart(CamelModel):
+    """A file (a PDF: `mediaType: "application/pdf"`) as base64 `data`; both may be templates."""
+
+    type: Literal["file"]
+    media_type: str = Field(max_length=100)
+    data: str
+
+    @field_validator("data")
+    @classmethod
+    def _data_is_a_file(cls, data: str, info: ValidationInfo) -> str:
+        _check_inline_attachment("file", info.data.get("media_type"), data)
+        return data
+
+
+def _check_inline_attachment(kind: AttachmentKind, media_type: str | None, data: str) -> None:
+    """Data written into the definition is checked now; templated data when the step runs."""
+    if media_type is None:
+        raise PydanticCustomError("media_type_missing", "Data needs its mediaType")
+    if "{{" in media_type or "{{" in data:
+        return
+    try:
+        Attachment.of(kind, media_type, decode_base64(data))
+    except AttachmentError as exc:
+        raise PydanticCustomError("attachment_invalid", "{reason}", {"reason": str(exc)}) from exc
+
+
+_PART_TYPES = ("text", "image", "file")
+
+
+def _part_kind(value: Any) -> str | None:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in _PART_TYPES else None
+
+
+ContentPart = Annotated[
+    Annotated[TextPart, Tag("text")] | Annotated[ImagePart, Tag("image")] | Annotated[FilePart, Tag("file")],
+    Discriminator(
+        _part_kind,
+        custom_error_type="part_type",
+        custom_error_message="A content part's type is text, image or file",
+    ),
+]
+MessageContent = Annotated[
+    Annotated[str, Tag("text")]
+    | Annotated[Annotated[list[ContentPart], Field(min_length=1, max_length=100)], Tag("parts")],
+    Discriminator(lambda value: "parts" if isinstance(value, list) else "text"),
+]
+
+
 class LlmMessage(CamelModel):
-    """One conversation message; `content` may hold `{{input.x}}` / `{{state.x}}` templates."""
+    """One conversation message; `content` may hold `{{input.x}}` / `{{state.x}}` templates. A user
+    message's content may be a list of parts: text, images and files (docs/providers.md)."""
 
     role: Literal["system", "user", "assistant"]
-    content: str
+    content: MessageContent
+
+    @model_validator(mode="after")
+    def _parts_are_for_users(self) -> LlmMessage:
+        if not isinstance(self.content, str) and self.role != "user":
+            raise PydanticCustomError(
+                "parts_need_user", "Only a user message's content may be a list of parts"
+            )
+        return self
 
 
 class LlmToolDef(CamelModel):
@@ -295,6 +390,12 @@ class LlmStep(StepBase):
     temperature: float | None = Field(default=None, ge=0, le=2)
     max_tokens: int | None = Field(default=None, ge=1)
     response_format: Literal["json", "text"] | None = None
+    structured_output: StructuredOutput | None = None
+    """How the provider is held to `outputSchema` (docs/providers.md, "Structured outputs"):
+    `native` (the default: OpenAI's strict `json_schema`, Anthropic's `output_config.format`),
+    `tool` (a forced `final_answer` tool) or `prompt` (an instruction, then the check and
+    re-prompts). Unset means `native`, falling back to `tool` where the provider or the schema
+    cannot; set to `native`, a schema strict mode refuses is a definition error."""
     output_schema: dict[str, Any] | None = None
     tools: list[LlmTool] = Field(default_factory=list, max_length=MAX_TOOLS_PER_STEP)
     guardrails: GuardrailConfig | None = None
@@ -385,6 +486,56 @@ class LlmStep(StepBase):
                 ],
             )
         return tools
+
+    @field_validator("output_schema")
+    @classmethod
+    def _output_schema_fits_its_mode(
+        cls, schema: dict[str, Any] | None, info: ValidationInfo
+    ) -> dict[str, Any] | None:
+        mode = info.data.get("structured_output")
+        if schema is None or mode in (None, "prompt"):
+            return schema
+        problems = native_problems(schema) if mode == "native" else tool_problems(schema)
+        if problems:
+            raise PydanticValidationError.from_exception_data(
+                cls.__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "output_schema_not_native",
+                            "structuredOutput '{mode}': {reason}",
+                            {"mode": mode, "reason": problem.message},
+                        ),
+                        loc=problem.path,
+                        input=schema,
+                    )
+                    for problem in problems
+                ],
+            )
+        return schema
+
+    @model_validator(mode="after")
+    def _final_answer_tool_is_reserved(self) -> LlmStep:
+        if self.output_schema is None or self.structured_output == "prompt":
+            return self
+        for index, tool in enumerate(self.tools):
+            if tool.name == FINAL_ANSWER_TOOL and not isinstance(tool, McpToolsDef):
+                raise PydanticValidationError.from_exception_data(
+                    type(self).__name__,
+                    [
+                        InitErrorDetails(
+                            type=PydanticCustomError(
+                                "final_answer_reserved",
+                                "The tool name '{name}' is reserved for the answer of a step with an "
+                                'outputSchema (set structuredOutput: "prompt" to use it)',
+                                {"name": FINAL_ANSWER_TOOL},
+                            ),
+                            loc=("tools", index, "name"),
+                            input=tool.name,
+                        )
+                    ],
+                )
+        return self
 
     @field_validator("tool_choice")
     @classmethod

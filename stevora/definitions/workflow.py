@@ -318,7 +318,10 @@ def _step_position(problem: dict[str, str]) -> int:
 _TAGS_UNDER = {
     "steps": frozenset(STEP_TYPES),
     "tools": frozenset({INLINE_TOOL_TAG, TOOL_REF_TAG, WORKFLOW_TOOL_TAG, MCP_TOOL_TAG}),
+    "parts": frozenset({"text", "image", "file"}),
 }
+# Tags right under a field (a message's `content`: a string or a list of parts).
+_TAGS_AFTER = {"content": frozenset({"text", "parts"})}
 _IDENTIFIER = re.compile(r"[A-Za-z_$][A-Za-z0-9_$]*")
 
 
@@ -328,6 +331,8 @@ def _format_path(loc: tuple[str | int, ...]) -> str:
     for position, item in enumerate(loc):
         if isinstance(item, int):
             path += f"[{item}]"
+            continue
+        if position >= 1 and item in _TAGS_AFTER.get(str(loc[position - 1]), ()):
             continue
         if position >= 2 and isinstance(loc[position - 1], int):
             parent = loc[position - 2]

@@ -27,6 +27,7 @@ from stevora.engine import endings, flow, limits
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.idempotency import NEW_RUN, check_same_kind
 from stevora.engine.steps import external_event
+from stevora.engine.steps.llm_attachments import check_input_attachments
 from stevora.errors import InvalidStateTransition, NotFoundError, ValidationError
 from stevora.events import Event, EventType
 from stevora.observability import tracing
@@ -103,6 +104,8 @@ async def prepare_run(
                 [field_problem(problem) for problem in problems],
                 message="Invalid run input: " + "; ".join(problems),
             )
+    if spec is not None:
+        check_input_attachments(spec, input or {}, rt.settings)
     run_flow = flow.resolve(rt.settings, spec, input or {}, concurrency, priority)
     return NewRun(workspace_id, definition_id, input or {}, idempotency_key, run_budget, run_flow)
 

@@ -24,12 +24,14 @@ import httpx2
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import RawMessageStreamEvent
 
+from stevora.definitions.output_schema import native_schema
 from stevora.errors import ProviderError
 from stevora.llm.messages import (
     LlmRequest,
     LlmResponse,
     Message,
     NamedTool,
+    Part,
     ReasoningItem,
     ToolCall,
     ToolSpec,
@@ -42,10 +44,12 @@ from stevora.llm.provider import (
     error_message_from_body,
     leave_429_to_the_limiter,
     parse_tool_input,
+    part_base64,
     provider_error_for_status,
     timeout_error,
 )
 from stevora.llm.streaming import StreamAccumulator
+from stevora.llm.structured import StructuredPlan, plan_structured
 
 # What is left of the organisation's limits, on Anthropic's answers.
 REMAINING_HEADERS = RemainingHeaders(
@@ -94,10 +98,12 @@ class AnthropicProvider:
         )
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
-        kwargs = self.build_kwargs(request)
+        plan = self.structured_plan(request)
+        kwargs = self._build_kwargs(plan)
+        request = plan.request
         try:
             if self.stream:
-                return await self._complete_streamed(kwargs, request)
+                return plan.finish(await self._complete_streamed(kwargs, request))
             message = await self._client.messages.create(**kwargs)
         except anthropic.APIStatusError as exc:
             detail = error_message_from_body(exc.body, exc.message)
@@ -112,7 +118,7 @@ class AnthropicProvider:
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=True) from exc
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=False) from exc
-        return self.parse_message(message)
+        return plan.finish(self.parse_message(message))
 
     async def _complete_streamed(self, kwargs: dict[str, Any], request: LlmRequest) -> LlmResponse:
         """One streamed call (named SSE events) folded into an `LlmResponse`."""
@@ -156,10 +162,20 @@ class AnthropicProvider:
 
     def build_kwargs(self, request: LlmRequest) -> dict[str, Any]:
         """The keyword arguments for `messages.create` (public so tests can inspect them)."""
+        return self._build_kwargs(self.structured_plan(request))
+
+    def structured_plan(self, request: LlmRequest) -> StructuredPlan:
+        """`output_config.format` (the SDK's structured-output form), else the final-answer tool."""
+        native = native_schema(request.output_schema, "anthropic") if request.output_schema else None
+        return plan_structured(request, native=native, tool_ok=True, provider=self.name)
+
+    def _build_kwargs(self, plan: StructuredPlan) -> dict[str, Any]:
+        request = plan.request
         system, messages = to_anthropic_messages(request.messages)
-        if request.response_format == "json":
+        note = plan.instruction or (JSON_INSTRUCTION if request.response_format == "json" else None)
+        if note is not None:
             # No JSON mode in the Messages API: say it in the system prompt instead.
-            system = f"{system}\n\n{JSON_INSTRUCTION}" if system else JSON_INSTRUCTION
+            system = f"{system}\n\n{note}" if system else note
         budget = request.thinking_budget_tokens
         max_tokens = request.max_tokens or self.default_max_tokens + (budget or 0)
         kwargs: dict[str, Any] = {"model": request.model, "max_tokens": max_tokens, "messages": messages}
@@ -168,6 +184,8 @@ class AnthropicProvider:
             kwargs["thinking"] = {"type": "enabled", "budget_tokens": budget}
         if system:
             kwargs["system"] = system
+        if plan.native_schema is not None:
+            kwargs["output_config"] = {"format": {"type": "json_schema", "schema": plan.native_schema}}
         if request.tools:
             kwargs["tools"] = [_tool_param(t) for t in request.tools]
             tool_choice = _tool_choice(request)
@@ -242,12 +260,26 @@ def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dic
     return ("\n\n".join(system_parts) or None), out
 
 
+def _part_block(part: Part) -> dict[str, Any]:
+    """One content block in the Messages API's words: `image` (base64 or url) or `document`."""
+    if part.type == "text":
+        return {"type": "text", "text": part.text or ""}
+    if part.url is not None:
+        return {"type": "image", "source": {"type": "url", "url": part.url}}
+    source = {"type": "base64", "media_type": part.media_type, "data": part_base64(part)}
+    return {"type": "image" if part.type == "image" else "document", "source": source}
+
+
 def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
     if message.role == "tool":
+        content: str | list[dict[str, Any]] = message.content or ""
+        if message.attachments:  # the tool's images and files travel inside its result
+            content = [{"type": "text", "text": message.content or "(attachments)"}]
+            content += [_part_block(part) for part in message.attachments]
         block: dict[str, Any] = {
             "type": "tool_result",
             "tool_use_id": message.tool_call_id or "",
-            "content": message.content or "",
+            "content": content,
         }
         if message.is_error:
             block["is_error"] = True
@@ -255,7 +287,10 @@ def _blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
     # Thinking first, as the API wrote the turn: with thinking on, the API refuses an assistant
     # tool-use turn that does not start with its thinking blocks, signatures unchanged.
     blocks = [block for r in message.reasoning if r.kind == "anthropic" and (block := r.item())]
-    if message.content:  # the API rejects empty text blocks
+    if message.parts and message.role == "user":
+        # The API rejects empty text blocks.
+        blocks += [_part_block(p) for p in message.parts if p.type != "text" or p.text]
+    elif message.content:  # the API rejects empty text blocks
         blocks.append({"type": "text", "text": message.content})
     for call in message.tool_calls:
         blocks.append(

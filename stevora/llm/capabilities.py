@@ -38,3 +38,7 @@ class ServerCapabilities(BaseModel):
     prompt_cache_key: bool = False
     """Whether the server takes `prompt_cache_key` (OpenAI's routing hint for its prefix cache:
     one key per run, or per thread of runs, so a run's requests land where its prefix is cached)."""
+    json_schema: bool = False
+    """Whether the server takes `response_format: {"type": "json_schema", "strict": true}` and
+    holds its answer to the schema (a step's `outputSchema` in `native` mode; the final-answer
+    tool otherwise: docs/providers.md, "Structured outputs")."""

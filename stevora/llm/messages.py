@@ -31,6 +31,7 @@ _REASONING_KINDS: frozenset[str] = frozenset({"anthropic", "openai_responses", "
 OpenAIApi = Literal["chat", "responses"]
 ResponseFormat = Literal["json", "text"]
 ToolChoiceMode = Literal["auto", "required", "none"]
+StructuredOutput = Literal["native", "tool", "prompt"]
 
 _ROLES: frozenset[str] = frozenset({"system", "user", "assistant", "tool"})
 
@@ -49,6 +50,40 @@ class ToolCall:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ToolCall:
         return cls(id=str(data["id"]), name=str(data["name"]), arguments=str(data.get("arguments", "")))
+
+
+PartType = Literal["text", "image", "file"]
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One piece of a message's content: text, an image or a file (a PDF).
+
+    An image or file is known by the SHA-256 of its bytes (stored once, in the `blobs` table) or
+    by a `url` (images only); `data` holds the bytes while they are in memory and is never part of
+    the stored form (`to_dict`), so checkpoints carry the hash alone.
+    """
+
+    type: PartType
+    text: str | None = None
+    media_type: str | None = None
+    sha256: str | None = None
+    url: str | None = None
+    data: bytes | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.type == "text":
+            return {"type": "text", "text": self.text or ""}
+        if self.url is not None:
+            return {"type": self.type, "url": self.url}
+        return {"type": self.type, "mediaType": self.media_type, "sha256": self.sha256}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Part:
+        kind = cast(PartType, data["type"])
+        if kind == "text":
+            return cls("text", text=str(data.get("text") or ""))
+        return cls(kind, media_type=data.get("mediaType"), sha256=data.get("sha256"), url=data.get("url"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +137,11 @@ def reasoning_of(items: object) -> tuple[ReasoningItem, ...]:
 
 @dataclass(frozen=True, slots=True)
 class Message:
-    """One conversation turn. Tool results are `role="tool"` messages carrying `tool_call_id`."""
+    """One conversation turn. Tool results are `role="tool"` messages carrying `tool_call_id`.
+
+    `parts`, when present, is the content in order (text, images, files) and `content` its text;
+    adapters that see `parts` send them instead of `content` (docs/providers.md, "Images and files").
+    """
 
     role: Role
     content: str | None = None
@@ -113,6 +152,7 @@ class Message:
     reasoning: tuple[ReasoningItem, ...] = ()
     """An assistant turn's opaque reasoning (thinking blocks, reasoning items), sent back before
     its text and tool calls to the API that wrote it."""
+    parts: tuple[Part, ...] = ()
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
@@ -122,6 +162,13 @@ class Message:
             object.__setattr__(self, "tool_calls", tuple(self.tool_calls))
         if not isinstance(self.reasoning, tuple):
             object.__setattr__(self, "reasoning", tuple(self.reasoning))
+        if not isinstance(self.parts, tuple):
+            object.__setattr__(self, "parts", tuple(self.parts))
+
+    @property
+    def attachments(self) -> tuple[Part, ...]:
+        """The image and file parts."""
+        return tuple(p for p in self.parts if p.type != "text")
 
     @classmethod
     def system(cls, content: str) -> Message:
@@ -160,6 +207,8 @@ class Message:
             out["is_error"] = True
         if self.reasoning:
             out["reasoning"] = [r.to_dict() for r in self.reasoning]
+        if self.parts:
+            out["parts"] = [p.to_dict() for p in self.parts]
         return out
 
     @classmethod
@@ -172,6 +221,7 @@ class Message:
             name=data.get("name"),
             is_error=bool(data.get("is_error", False)),
             reasoning=reasoning_of(data.get("reasoning")),
+            parts=tuple(Part.from_dict(p) for p in data.get("parts") or ()),
         )
 
 
@@ -282,6 +332,9 @@ class LlmRequest:
     parallel_tool_calls: bool = True
     timeout_s: float | None = None
     output_schema: dict[str, Any] | None = None
+    structured_output: StructuredOutput | None = None
+    """With `output_schema`: the form asked for (`native`, `tool`, `prompt`); the adapter sends the
+    best it can (stevora.llm.structured) and says on the response what it sent."""
     tool_choice: ToolChoice = "auto"
     """Only meaningful with `tools`; adapters leave it out of requests that carry none."""
     cache_key: str | None = None
@@ -309,6 +362,7 @@ class LlmRequest:
             "parallel_tool_calls": self.parallel_tool_calls,
             "timeout_s": self.timeout_s,
             "output_schema": self.output_schema,
+            "structured_output": self.structured_output,
             "tool_choice": tool_choice_to_json(self.tool_choice),
             "cache_key": self.cache_key,
             "api": self.api,
@@ -328,6 +382,7 @@ class LlmRequest:
             parallel_tool_calls=bool(data.get("parallel_tool_calls", True)),
             timeout_s=data.get("timeout_s"),
             output_schema=data.get("output_schema"),
+            structured_output=data.get("structured_output"),
             tool_choice=tool_choice_of(data.get("tool_choice") or "auto"),
             cache_key=data.get("cache_key"),
             api=data["api"] if data.get("api") in ("chat", "responses") else None,
@@ -349,6 +404,10 @@ class LlmResponse:
     provider: str
     reasoning: list[ReasoningItem] = field(default_factory=list)
     """Thinking blocks / reasoning items of the answer, in the order the API sent them."""
+    structured_output: str | None = None
+    """The structured-output form the adapter sent (`native`, `tool`, `prompt`), if any."""
+    structured_fallback: str | None = None
+    """Why that is not the form the request asked for (None when it is)."""
 
     def to_message(self) -> Message:
         """The assistant turn to append to the conversation before running the tool calls."""
@@ -364,6 +423,8 @@ class LlmResponse:
             "response_id": self.response_id,
             "provider": self.provider,
             "reasoning": [r.to_dict() for r in self.reasoning],
+            "structured_output": self.structured_output,
+            "structured_fallback": self.structured_fallback,
         }
 
     @classmethod
@@ -377,4 +438,6 @@ class LlmResponse:
             response_id=data.get("response_id"),
             provider=str(data.get("provider", "")),
             reasoning=list(reasoning_of(data.get("reasoning"))),
+            structured_output=data.get("structured_output"),
+            structured_fallback=data.get("structured_fallback"),
         )

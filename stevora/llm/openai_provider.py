@@ -18,6 +18,7 @@ from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion
 from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
+from stevora.definitions.output_schema import native_schema
 from stevora.errors import ProviderError
 from stevora.llm import openai_responses
 from stevora.llm.capabilities import ServerCapabilities
@@ -27,6 +28,7 @@ from stevora.llm.messages import (
     Message,
     NamedTool,
     OpenAIApi,
+    Part,
     ToolCall,
     ToolSpec,
     Usage,
@@ -35,6 +37,7 @@ from stevora.llm.provider import (
     JSON_INSTRUCTION,
     RemainingHeaders,
     connection_error,
+    data_url,
     error_message_from_body,
     is_invalid_request_answer,
     leave_429_to_the_limiter,
@@ -43,6 +46,7 @@ from stevora.llm.provider import (
     timeout_error,
 )
 from stevora.llm.streaming import StreamAccumulator
+from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan, plan_structured
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 
@@ -54,6 +58,7 @@ OPENAI_CAPABILITIES = ServerCapabilities(
     usage=True,
     stream_usage=True,
     prompt_cache_key=True,
+    json_schema=True,
 )
 # What is left of the organisation's limits, on OpenAI's answers (compatible servers that send
 # limits use the same names).
@@ -127,7 +132,13 @@ class OpenAIProvider:
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         responses = (request.api or self.default_api) == "responses"
-        kwargs = openai_responses.build_kwargs(request) if responses else self.build_kwargs(request)
+        plan: StructuredPlan | None = None  # Chat Completions' structured-output form
+        if responses:
+            kwargs = openai_responses.build_kwargs(request)
+        else:
+            plan = self.structured_plan(request)
+            kwargs = self._build_kwargs(plan)
+            request = plan.request
         try:
             if responses:  # the Responses API (stevora/llm/openai_responses.py): usage always sent
                 response, usage_sent = (
@@ -162,7 +173,7 @@ class OpenAIProvider:
                 provider=self.name,
                 hint=f"set {setting}: false in STEVORA_COMPAT_CAPABILITIES if this server never sends it",
             )
-        return response
+        return response if plan is None else plan.finish(response)
 
     async def _complete_streamed(
         self, kwargs: dict[str, Any], request: LlmRequest
@@ -210,10 +221,38 @@ class OpenAIProvider:
 
     def build_kwargs(self, request: LlmRequest) -> dict[str, Any]:
         """The keyword arguments for `chat.completions.create` (public so tests can inspect them)."""
+        return self._build_kwargs(self.structured_plan(request))
+
+    def structured_plan(self, request: LlmRequest) -> StructuredPlan:
+        """How this server is held to the request's `output_schema` (docs/providers.md,
+        "Structured outputs"): strict `json_schema`, else the final-answer tool, else the prompt."""
         caps = self.capabilities
-        messages = [_message_param(m, caps.tool_call_content) for m in request.messages]
+        # The final-answer tool must be forced: by name alone, or by `required` beside other tools.
+        tool_ok = "named" in caps.tool_choice and (not request.tools or "required" in caps.tool_choice)
+        return plan_structured(
+            request,
+            native=native_schema(request.output_schema, "openai")
+            if caps.json_schema and request.output_schema
+            else None,
+            tool_ok=tool_ok,
+            provider=self.name,
+        )
+
+    def _build_kwargs(self, plan: StructuredPlan) -> dict[str, Any]:
+        request = plan.request
+        caps = self.capabilities
+        messages = _messages_param(request.messages, caps.tool_call_content)
         kwargs: dict[str, Any] = {"model": request.model, "messages": messages}
-        if request.response_format == "json":
+        if plan.native_schema is not None:
+            kwargs["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {"name": STRUCTURED_NAME, "schema": plan.native_schema, "strict": True},
+            }
+        elif plan.instruction is not None:
+            messages.insert(0, {"role": "system", "content": plan.instruction})
+            if request.response_format == "json":
+                kwargs["response_format"] = {"type": "json_object"}
+        elif request.response_format == "json":
             kwargs["response_format"] = {"type": "json_object"}
             if not mentions_json(request.messages):
                 messages.insert(0, {"role": "system", "content": JSON_INSTRUCTION})
@@ -292,7 +331,46 @@ def _tool_param(tool: ToolSpec) -> dict[str, Any]:
     }
 
 
+def _messages_param(messages: list[Message], tool_call_content: str) -> list[dict[str, Any]]:
+    """The wire messages. Tool messages take text only, so the images and files of a round's tool
+    results follow its last tool message in one user message (docs/providers.md)."""
+    out: list[dict[str, Any]] = []
+    held: list[Message] = []
+    for message in messages:
+        if message.role != "tool" and held:
+            out.append(_tool_attachments_message(held))
+            held = []
+        out.append(_message_param(message, tool_call_content))
+        if message.role == "tool" and message.attachments:
+            held.append(message)
+    if held:
+        out.append(_tool_attachments_message(held))
+    return out
+
+
+def _tool_attachments_message(results: list[Message]) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    for result in results:
+        content.append({"type": "text", "text": f"Attachments returned by tool call {result.tool_call_id}:"})
+        content += [_content_part(part) for part in result.attachments]
+    return {"role": "user", "content": content}
+
+
+def _content_part(part: Part) -> dict[str, Any]:
+    """One content part in Chat Completions' words (images as data URLs, PDFs as `file`)."""
+    if part.type == "text":
+        return {"type": "text", "text": part.text or ""}
+    if part.url is not None:
+        return {"type": "image_url", "image_url": {"url": part.url}}
+    url = data_url(part)
+    if part.type == "image":
+        return {"type": "image_url", "image_url": {"url": url}}
+    return {"type": "file", "file": {"filename": f"{(part.sha256 or 'file')[:16]}.pdf", "file_data": url}}
+
+
 def _message_param(message: Message, tool_call_content: str = "null") -> dict[str, Any]:
+    if message.parts and message.role in ("user", "system"):
+        return {"role": message.role, "content": [_content_part(p) for p in message.parts]}
     if message.role == "tool":
         return {"role": "tool", "tool_call_id": message.tool_call_id or "", "content": message.content or ""}
     if message.role == "assistant":

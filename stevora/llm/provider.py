@@ -7,6 +7,7 @@ one error type whose `retryable` flag drives step retries and model fallback.
 
 from __future__ import annotations
 
+import base64
 import email.utils
 import math
 import re
@@ -19,7 +20,7 @@ from typing import Any, Protocol, runtime_checkable
 import httpx2
 
 from stevora.errors import ProviderError
-from stevora.llm.messages import LlmRequest, LlmResponse, Message
+from stevora.llm.messages import LlmRequest, LlmResponse, Message, Part
 from stevora.tools.invoke import parse_arguments
 
 # The SDKs retry these themselves; once their retries are spent the step may retry again later.
@@ -251,6 +252,19 @@ def timeout_error(provider: str) -> ProviderError:
 
 def mentions_json(messages: list[Message]) -> bool:
     return any("json" in (m.content or "").lower() for m in messages)
+
+
+def part_base64(part: Part) -> str:
+    """An image's or file's bytes as base64, for the wire; the engine loads them before a call."""
+    if part.data is None:
+        raise ProviderError(
+            f"attachment {part.sha256} was not loaded before the call", provider="stevora", retryable=False
+        )
+    return base64.b64encode(part.data).decode("ascii")
+
+
+def data_url(part: Part) -> str:
+    return f"data:{part.media_type};base64,{part_base64(part)}"
 
 
 def parse_tool_input(arguments: str) -> dict[str, Any]:

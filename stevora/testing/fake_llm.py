@@ -35,6 +35,7 @@ from stevora.llm.messages import (
     tool_choice_of,
 )
 from stevora.llm.scripted_provider import scripted_response
+from stevora.testing.fake_content import content_problem
 from stevora.testing.fake_prompt_cache import FakePromptCache
 from stevora.testing.fake_rate_limit import FakeRateLimit
 from stevora.testing.fake_reasoning import (
@@ -47,6 +48,7 @@ from stevora.testing.fake_reasoning import (
 )
 from stevora.testing.fake_stream import FakeResponse as FakeResponse  # re-exported: the scripted answer
 from stevora.testing.fake_stream import Kind, StreamDefaults, complete_body, write_stream
+from stevora.testing.fake_structured import answer_mismatch, strict_schema_of, structured_problem
 
 ROUTES: dict[str, Kind] = {
     "/v1/chat/completions": "openai",
@@ -560,7 +562,11 @@ def _neutral_request(kind: Kind, body: dict[str, Any]) -> LlmRequest:
             for t in body.get("tools") or ()
         ]
     return LlmRequest(
-        model=str(body.get("model", "")), messages=messages, tools=tools, tool_choice=_neutral_choice(body)
+        model=str(body.get("model", "")),
+        messages=messages,
+        tools=tools,
+        tool_choice=_neutral_choice(body),
+        output_schema=strict_schema_of(kind, body),
     )
 
 
@@ -761,6 +767,8 @@ class FakeLLMServer:
                 "anthropic": validate_anthropic,
                 "responses": validate_responses,
             }[kind](body)
+            if kind != "responses":  # the Chat Completions and Messages bodies' own checks
+                problem = problem or structured_problem(kind, body) or content_problem(kind, body)
             if problem is not None:
                 return FakeResponse(status=400, error_message=problem, error_type="invalid_request_error")
             if kind == "openai" and self.openai_dialect == "llamacpp":
@@ -783,6 +791,15 @@ class FakeLLMServer:
         return answer
 
     def _scripted(self, kind: Kind, path: str, body: dict[str, Any]) -> FakeResponse:
+        """The scripted answer, refused when a real strict-mode answer could not look like it."""
+        answer = self._scripted_unchecked(kind, path, body)
+        if answer.status == 200 and answer.body is not None:
+            mismatch = answer_mismatch(kind, body, answer.body)
+            if mismatch is not None:
+                return FakeResponse(status=500, error_message=f"FakeLLMServer: {mismatch}", kind=None)
+        return answer
+
+    def _scripted_unchecked(self, kind: Kind, path: str, body: dict[str, Any]) -> FakeResponse:
         """The queued answer, else the responder's."""
         with self._lock:
             queued = next((entry for entry in self._queue if entry[0] in (None, kind)), None)

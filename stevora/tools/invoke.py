@@ -24,6 +24,14 @@ import pydantic
 from jsonschema.exceptions import SchemaError
 from jsonschema.protocols import Validator
 
+from stevora.attachments import (
+    Attachment,
+    AttachmentError,
+    File,
+    HasAttachments,
+    Image,
+    with_attachment_blocks,
+)
 from stevora.storable import encoded_size, problem_in_dumped, problem_in_value
 from stevora.tools.registry import ToolArgumentError, ToolContext, ToolRegistry
 from stevora.tools.schema import compiled_schema, json_path
@@ -81,6 +89,9 @@ class ToolOutcome:
     error_code: ToolErrorCode | None
     duration_ms: float
     result_text: str
+    attachments: tuple[Attachment, ...] = ()
+    """Images and files the handler returned (`stevora.Image`, `stevora.File`); the output names
+    them by hash and the engine stores their bytes once."""
 
     @property
     def ok(self) -> bool:
@@ -96,6 +107,7 @@ class OutputLimits:
     max_output_bytes: int
     max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
     max_state_bytes: int | None = None
+    max_attachment_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,11 +199,19 @@ async def invoke_tool(
         return failed("TOOL_ERROR", _describe(exc), str(exc) or type(exc).__name__)
     duration_ms = (time.perf_counter() - started) * 1000
 
+    attachments: tuple[Attachment, ...] = ()
     if isinstance(result, str):
         text, output = result, result
     else:
         try:
-            text = _RESULT_ENCODER.encode(result)
+            try:
+                text = _RESULT_ENCODER.encode(result)
+            except HasAttachments:  # rare: walk the result once more, naming each by its hash
+                result, attachments = with_attachment_blocks(result, max_bytes=limits.max_attachment_bytes)
+                text = _RESULT_ENCODER.encode(result)
+        except AttachmentError as exc:
+            code: ToolErrorCode = "TOOL_OUTPUT_TOO_LARGE" if "limit" in str(exc) else "TOOL_OUTPUT_INVALID"
+            return failed(code, f"Output of tool '{name}' has an attachment that cannot be used: {exc}")
         except (TypeError, ValueError, RecursionError) as exc:
             return failed("TOOL_ERROR", f"Tool output is not JSON-serialisable: {exc}")
         # The output as its JSON reads back (tuples as lists, models as objects, a copy the
@@ -243,6 +263,7 @@ async def invoke_tool(
         error_code=None,
         duration_ms=duration_ms,
         result_text=text,
+        attachments=attachments,
     )
 
 
@@ -362,6 +383,8 @@ def _describe(exc: BaseException) -> str:
 
 def _to_json(value: Any) -> Any:
     """`json.dumps` fallback: pydantic models, dataclasses, enums, dates, sets; else `str()`."""
+    if isinstance(value, Image | File):
+        raise HasAttachments
     if isinstance(value, pydantic.BaseModel):
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

@@ -19,6 +19,8 @@ from fastapi.responses import FileResponse, PlainTextResponse, RedirectResponse,
 from fastapi.staticfiles import StaticFiles
 from fastapi.templating import Jinja2Templates
 
+from stevora.attachments import attachment_refs, is_sha256
+from stevora.db import blobs
 from stevora.engine import provider_limits
 from stevora.engine.steps.approval import Decision, decide_approval
 from stevora.errors import RateLimitError, StevoraError
@@ -65,6 +67,7 @@ def _templates() -> Jinja2Templates:
     versions = _static_versions()
     env.globals["static_url"] = lambda name: f"/ui/static/{name}?v={versions.get(name, '0')}"
     env.globals["run_duration_ms"] = run_duration_ms
+    env.filters["attachments"] = attachment_refs  # images and files a stored value names by hash
     env.globals["TERMINAL"] = TERMINAL_RUN_STATUSES
     env.globals["RUN_STATUSES"] = queries.RUN_STATUSES
     env.trim_blocks = True
@@ -221,6 +224,30 @@ def build_ui_router() -> APIRouter:
         if context is None:
             return await not_found(request, user, f"Run {run_id}")
         return await render(request, user, "run.html", context)
+
+    @router.get("/blobs/{sha256}")
+    async def blob(request: Request, sha256: str) -> Response:
+        """An image or file of this workspace's conversations, by content hash (the run page's
+        `<img>`): never another workspace's, served so a browser cannot run it."""
+        user = await current_user(request)
+        if user is None:
+            return PlainTextResponse("Not logged in", status_code=401)
+        row = (
+            await blobs.one(runtime_of(request).pool, user.workspace_id, sha256)
+            if is_sha256(sha256)
+            else None
+        )
+        if row is None:
+            return PlainTextResponse("Not found", status_code=404)
+        media_type, data = row
+        image = media_type.startswith("image/")
+        headers = {
+            "Content-Security-Policy": "default-src 'none'; sandbox",
+            "X-Content-Type-Options": "nosniff",
+            "Cache-Control": "private, max-age=86400, immutable",
+            "Content-Disposition": "inline" if image else f'attachment; filename="{sha256[:16]}.pdf"',
+        }
+        return Response(data, media_type=media_type, headers=headers)
 
     @router.get("/runs/{run_id}/fragment")
     async def run_fragment(request: Request, run_id: str) -> Response:

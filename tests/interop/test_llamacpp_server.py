@@ -155,3 +155,23 @@ async def test_client_executed_tool_is_answered_through_the_api_and_the_run_comp
     assert out["events"].count("TOOL_CALL_COMPLETED") == 1
     # The output went back to the server in a second call, which it accepted.
     assert [c["status"] for c in out["calls"]] == ["completed", "completed"]
+
+
+async def test_an_output_schema_falls_back_to_the_forced_final_answer_tool_and_its_answer_validates(
+    interop: Interop,
+) -> None:
+    """llama-cpp-python 0.3.36 does not take OpenAI's `json_schema` response format (its own form is
+    `{"type": "json_object", "schema": ...}`), so the server keeps `json_schema: false` and `native`
+    falls back to the final-answer tool; a named tool choice makes the server constrain the call's
+    arguments to the schema with a grammar."""
+    schema = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    step = llm_step(outputSchema=schema, maxTokens=64)
+    out = await interop.run([step], {"question": "Which city is the capital of France?"})
+
+    assert out["run"]["status"] == "COMPLETED", out["run"]["error"]
+    answer = out["run"]["state"]["ask"]
+    assert isinstance(answer, dict) and isinstance(answer.get("city"), str)
+    [call] = out["calls"]
+    assert call["response"]["structuredOutput"] == "tool"
+    assert call["response"]["structuredOutputFallback"] == "llamacpp has no native structured output"
+    assert out["traces"] == []  # the final answer is not a tool that runs

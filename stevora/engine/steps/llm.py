@@ -30,6 +30,7 @@ from stevora.engine import budget as budget_rules
 from stevora.engine.budget import Meter
 from stevora.engine.steps.awaited_kinds import AWAITED_KINDS
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
+from stevora.engine.steps.llm_attachments import ConversationAttachments, InvalidAttachment
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
 from stevora.engine.steps.llm_thread import take_messages, thread_history, with_history
@@ -59,6 +60,9 @@ class LlmStepRun:
         self.step = step
         self.log = log.bind(workflow_run_id=ex.run_id, step_name=ex.step_name, attempt=ex.attempt)
         self.model = ModelCaller(rt, ex, step, tools.specs, self.log)
+        self.model.attachments = ConversationAttachments(
+            rt.pool, ex.workspace_id, rt.settings.max_run_attachment_bytes
+        )
         self.tools = ToolRunner(rt, ex, step, tools, self.log)
         self._meter(meter)
 
@@ -91,7 +95,12 @@ class LlmStepRun:
                 fresh = False
 
     async def _loop(self, fresh: bool) -> StepResult:
-        prompt = render_prompt(self.step, self.ex.input, self.ex.state)
+        prompt = render_prompt(
+            self.step,
+            self.ex.input,
+            self.ex.state,
+            max_attachment_bytes=self.rt.settings.max_attachment_bytes,
+        )
         rounds = (
             []
             if fresh
@@ -276,6 +285,8 @@ class LlmStepType(StepType):
                 error={**exc.to_dict(), "message": f"All models failed; last error: {exc.message}"},
                 retryable=exc.retryable,
             )
+        except InvalidAttachment as exc:  # an image or file that cannot be sent: no retry changes it
+            return StepResult(status="failed", error=exc.to_dict(), retryable=False)
 
     async def on_waiting(self, wait: WaitContext, result: StepResult) -> WaitPlan:
         """Record the calls handed over, in the transaction that makes the step WAITING: each

@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from stevora.attachments import FILE_MEDIA_TYPES, Attachment, AttachmentError, AttachmentKind
+from stevora.db import blobs
 from stevora.db import mcp as db_mcp
 from stevora.db.database import notify
 from stevora.definitions import McpToolsDef
@@ -28,12 +30,13 @@ from stevora.events import LLM_TEXT_CHANNEL, TOOL_PROGRESS
 from stevora.mcp.client import McpConnection, McpUnavailable
 from stevora.mcp.config import McpServerConfig
 from stevora.mcp.naming import exposed_tool_name
-from stevora.mcp.results import convert_result
+from stevora.mcp.results import Blob, convert_result
 from stevora.observability import metrics
 from stevora.tools import ToolContext, ToolErrorCode, ToolOutcome, schema_problems
 
 if TYPE_CHECKING:
     from stevora.runtime import Runtime
+    from stevora.settings import Settings
 
 log = structlog.get_logger("stevora.mcp")
 _EMPTY_SCHEMA: dict[str, Any] = {"type": "object", "properties": {}}
@@ -222,6 +225,8 @@ async def call(
     converted = convert_result(result)
     if converted.blobs:
         await db_mcp.store_blobs(rt.pool, [(b.sha256, b.mime_type, b.data) for b in converted.blobs])
+        # Images and PDFs the model can be sent: its conversation names them by the same hash.
+        await blobs.store(rt.pool, ctx.workspace_id, sendable_attachments(converted.blobs, rt.settings))
     if converted.is_error:
         return failed("TOOL_ERROR", converted.error_text)
     output = converted.output
@@ -241,6 +246,20 @@ async def call(
         duration_ms=(time.perf_counter() - started) * 1000,
         result_text=text,
     )
+
+
+def sendable_attachments(found: list[Blob], settings: Settings) -> list[Attachment]:
+    """The MCP result's binary blocks that pass as images or files (allow-list, magic bytes, size)."""
+    out: list[Attachment] = []
+    for blob in found:
+        kind: AttachmentKind = "file" if blob.mime_type in FILE_MEDIA_TYPES else "image"
+        try:
+            out.append(
+                Attachment.of(kind, blob.mime_type, blob.data, max_bytes=settings.max_attachment_bytes)
+            )
+        except AttachmentError:
+            continue  # kept in mcp_blobs as before; the model reads its block as text only
+    return out
 
 
 async def _publish_progress(

@@ -19,6 +19,7 @@ from stevora.engine.budget import Meter
 from stevora.engine.live_text import LiveText
 from stevora.engine.provider_limits import LimitedProvider
 from stevora.engine.steps.base import StepExecution
+from stevora.engine.steps.llm_attachments import ConversationAttachments
 from stevora.engine.steps.llm_compact import compact
 from stevora.engine.steps.llm_context import compacted, compaction_point, trim_point, trimmed
 from stevora.engine.steps.llm_records import completed_call
@@ -59,6 +60,7 @@ class ModelCaller:
         self._providers: dict[int, Provider | None] = {}  # candidate index -> its provider
         self.meter: Meter | None = None  # the run's budget, when it has one
         self._limited = False  # a candidate waits for its turn under STEVORA_RATE_LIMITS
+        self.attachments: ConversationAttachments | None = None  # the bytes of images and files
 
     async def call(self, st: LoopState) -> CommittedRound:
         faults = self.rt.faults
@@ -69,6 +71,8 @@ class ModelCaller:
         st.steered = 0
         is_feedback = any(m.role == "user" for m in own) and bool(st.rounds)
         st.transcript.extend(appended)
+        if self.attachments is not None:  # the prompt's images and files, stored before they are named
+            await self.attachments.store(appended)
         candidates = [self.step.model, *self.step.fallback_models]
         # The step's `context` strategy, decided once per round from the committed rows.
         trim_through = trim_point(self.step, st, st.transcript)
@@ -97,7 +101,7 @@ class ModelCaller:
                 continue
             request = LlmRequest(
                 model=model,
-                messages=compacted(trimmed(self._prepared(st, provider.name), trim_through), compaction),
+                messages=await self._loaded(compacted(trimmed(self._prepared(st, provider.name), trim_through), compaction)),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
                 max_tokens=self.step.max_tokens,
@@ -105,6 +109,9 @@ class ModelCaller:
                 parallel_tool_calls=self.step.parallel_tool_calls,
                 timeout_s=self.timeout_s,
                 output_schema=self.step.output_schema,
+                structured_output=(self.step.structured_output or "native")
+                if self.step.output_schema
+                else None,
                 # The step's toolChoice binds the visit's first call only, so "required" cannot loop.
                 tool_choice=tool_choice_of(self.step.tool_choice) if not st.rounds else "auto",
                 # The run's requests share one prompt-cache key: its prefix grows round by round
@@ -180,6 +187,10 @@ class ModelCaller:
         self._providers[index] = found
         return found
 
+    async def _loaded(self, messages: list[Message]) -> list[Message]:
+        """The messages with their images' and files' bytes (read once per execution)."""
+        return messages if self.attachments is None else await self.attachments.loaded(messages)
+
     def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
         repair = self._repairs.get(provider_name)
         if repair is None:
@@ -237,6 +248,8 @@ class ModelCaller:
         payload["timeToFirstTokenMs"] = _ms(rec.time_to_first_token_ms)
         payload["toolCalls"] = [c["name"] for c in calls]
         payload["finishReason"] = response.finish_reason
+        rec.response.update(_structured(response))
+        payload.update(_structured(response))
         if stored_request.get("contextTrimmedThrough"):  # the step's `context` strategy trimmed
             payload["contextTrimmedThrough"] = stored_request["contextTrimmedThrough"]
         if stored_request.get("contextCompactedThrough"):  # sent with the `compact` summary
@@ -306,6 +319,16 @@ class ModelCaller:
         )
         if self.meter is not None:
             self.meter.model_calls += 1
+
+
+def _structured(response: LlmResponse) -> dict[str, str]:
+    """How the answer was held to the step's outputSchema, and why not as asked (docs/providers.md)."""
+    out: dict[str, str] = {}
+    if response.structured_output is not None:
+        out["structuredOutput"] = response.structured_output
+    if response.structured_fallback is not None:
+        out["structuredOutputFallback"] = response.structured_fallback
+    return out
 
 
 def _ms(value: float | None) -> float | None:

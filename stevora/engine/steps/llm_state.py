@@ -12,16 +12,27 @@ from typing import Any
 from stevora.db import checkpoints
 from stevora.db.checkpoints import CommittedRound
 from stevora.definitions import LlmStep
+from stevora.engine.steps.llm_attachments import render_parts
 from stevora.llm.messages import Message, ToolCall, Usage, reasoning_of
 from stevora.templating import render_template
 
 
-def render_prompt(step: LlmStep, input: dict[str, Any], state: dict[str, Any]) -> list[Message]:
+def render_prompt(
+    step: LlmStep, input: dict[str, Any], state: dict[str, Any], *, max_attachment_bytes: int | None = None
+) -> list[Message]:
+    """The step's messages, rendered; a message of parts has its images and files checked
+    (`InvalidAttachment` naming the field)."""
     messages: list[Message] = []
     if step.system_prompt:
         messages.append(Message.system(render_template(step.system_prompt, input=input, state=state)))
-    for m in step.messages:
-        messages.append(Message(role=m.role, content=render_template(m.content, input=input, state=state)))
+    for index, m in enumerate(step.messages):
+        if isinstance(m.content, str):
+            messages.append(
+                Message(role=m.role, content=render_template(m.content, input=input, state=state))
+            )
+        else:
+            limit = max_attachment_bytes if max_attachment_bytes is not None else 1 << 62
+            messages.append(render_parts(step, index, m.content, input=input, state=state, max_bytes=limit))
     return messages
 
 

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from stevora.db import checkpoints
+from stevora.db import blobs, checkpoints
 from stevora.db.checkpoints import ToolTraceRecord
 from stevora.db.database import storable_text
 from stevora.engine.steps.base import StepExecution
@@ -54,7 +54,12 @@ def row_key(call: Mapping[str, Any]) -> str:
 def output_limits(settings: Settings) -> OutputLimits:
     """What a handler's result may be in this deployment (`STEVORA_MAX_TOOL_OUTPUT_BYTES`,
     `STEVORA_MAX_JSON_DEPTH`, `STEVORA_MAX_STATE_BYTES`)."""
-    return OutputLimits(settings.max_tool_output_bytes, settings.max_json_depth, settings.max_state_bytes)
+    return OutputLimits(
+        settings.max_tool_output_bytes,
+        settings.max_json_depth,
+        settings.max_state_bytes,
+        max_attachment_bytes=settings.max_attachment_bytes,
+    )
 
 
 def failed_call(arguments: dict[str, Any], code: ToolErrorCode, error: str) -> ToolOutcome:
@@ -130,8 +135,11 @@ async def record_outcome(
     store_writes: list[tuple[str, str, dict[str, Any] | None]] | None = None,
 ) -> None:
     """Commit the call's trace row, its event and its `update_state`, fenced by the lease (and
-    its memory-store writes, when it completed and made some, in the same transaction)."""
+    its memory-store writes, when it completed and made some, in the same transaction). The
+    images and files of its result are stored first (once per workspace): the trace names them."""
     ok = outcome.status == "completed"  # `outcome.ok`, read once
+    if outcome.attachments:
+        await blobs.store(rt.pool, ex.workspace_id, outcome.attachments)
     rec = ToolTraceRecord(
         step_run_id=slot.step_run_id,
         llm_call_id=slot.llm_call_id,

@@ -255,6 +255,7 @@ async def test_a_retried_step_keeps_counting_its_feedback_rounds(
         model="claude-haiku-4-5",
         responseFormat="json",
         outputSchema={"riskScore": {"type": "number"}, "summary": {"type": "string"}},
+        structuredOutput="prompt",
         guardrails={
             "postChecks": [{"type": "schema_validation"}],
             "onFailure": "retry_with_feedback",

@@ -144,6 +144,7 @@ FEEDBACK_STEP = llm_step(
     messages=[{"role": "user", "content": "Assess the risk of {{input.question}} as JSON."}],
     responseFormat="json",
     outputSchema=RISK_SCHEMA,
+    structuredOutput="prompt",  # the check and re-prompts are under test, not the provider's mode
     outputKey="risk",
     guardrails={
         "postChecks": [

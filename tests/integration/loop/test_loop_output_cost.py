@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from stevora.llm.provider import JSON_INSTRUCTION
+from stevora.llm.structured import schema_instruction
 from stevora.testing.fake_llm import (
     FakeLLMServer,
     anthropic_text,
@@ -45,6 +45,7 @@ async def test_json_answer_matching_the_output_schema_lands_in_state_under_outpu
         messages=[{"role": "user", "content": "Classify: {{input.question}}"}],
         responseFormat="json",
         outputSchema=SENTIMENT_SCHEMA,
+        structuredOutput="prompt",  # an answer in prose: what the prompt form has to parse
         outputKey="classification",
     )
     result = await run_workflow(harness, workspace_id, step, {"question": "I love it"})
@@ -60,8 +61,8 @@ async def test_json_answer_matching_the_output_schema_lands_in_state_under_outpu
     assert result.events_of("LLM_CALL_COMPLETED")[0]["finishReason"] == "stop"
     (request,) = fake.openai.requests
     assert request.json["response_format"] == {"type": "json_object"}
-    # The prompt never said "JSON", which OpenAI's json_object mode requires: an instruction is added.
-    assert request.json["messages"][0] == {"role": "system", "content": JSON_INSTRUCTION}
+    # The prompt form says the schema (and "JSON", which OpenAI's json_object mode requires).
+    assert request.json["messages"][0] == {"role": "system", "content": schema_instruction(SENTIMENT_SCHEMA)}
     assert result.llm_calls[0]["request"]["responseFormat"] == "json"
     await assert_trace_event_consistency(harness, result.id)
 
@@ -70,7 +71,12 @@ async def test_json_answer_violating_the_output_schema_blocks_without_guardrail_
     harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
 ) -> None:
     fake.anthropic.enqueue(anthropic_text('{"sentiment": "ecstatic", "score": 0.92}'))
-    step = llm_step(model="claude-haiku-4-5", responseFormat="json", outputSchema=SENTIMENT_SCHEMA)
+    step = llm_step(
+        model="claude-haiku-4-5",
+        responseFormat="json",
+        outputSchema=SENTIMENT_SCHEMA,
+        structuredOutput="prompt",
+    )
     result = await run_workflow(harness, workspace_id, step)
 
     assert result.status == "FAILED"
@@ -79,7 +85,7 @@ async def test_json_answer_violating_the_output_schema_blocks_without_guardrail_
     assert event["action"] == "block"
     assert event["violations"][0]["check"] == "output_schema"
     assert event["violations"][0]["message"].startswith("sentiment: 'ecstatic' is not one of")
-    assert anthropic_system(fake, 0) == JSON_INSTRUCTION  # no JSON mode: said in the prompt
+    assert anthropic_system(fake, 0) == schema_instruction(SENTIMENT_SCHEMA)  # said in the prompt
     await assert_trace_event_consistency(harness, result.id)
 
 

@@ -6,6 +6,7 @@ approval, replay with recorded tools (zero server calls), and the API's view of 
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
 import signal
@@ -21,10 +22,23 @@ from stevora.engine import commands
 from stevora.ids import new_id
 from stevora.mcp.manager import McpClientManager
 from stevora.settings import Settings
-from stevora.testing.fake_llm import FakeLLMServer, openai_text, openai_tool_calls
+from stevora.testing.fake_llm import (
+    FakeLLMServer,
+    anthropic_text,
+    anthropic_tool_use,
+    openai_text,
+    openai_tool_calls,
+)
 from stevora.ui.auth import COOKIE_NAME
 from tests.conftest import Harness, create_definition
-from tests.integration.loop.conftest import SdkProviders, llm_step, load_run, openai_messages, run_workflow
+from tests.integration.loop.conftest import (
+    SdkProviders,
+    anthropic_messages,
+    llm_step,
+    load_run,
+    openai_messages,
+    run_workflow,
+)
 from tests.integration.loop.test_loop_basics import assert_trace_event_consistency
 from tests.mcp_servers import counting_http, counting_stdio, logged_calls
 
@@ -397,3 +411,34 @@ async def test_a_fork_inherits_its_origins_pinned_list(
         "SELECT count(*) FROM mcp_tool_pins WHERE workflow_run_id = $1", fork_id
     )
     assert own == 0  # nothing listed again: the origin's list was read
+
+
+async def test_an_mcp_image_reaches_anthropic_inside_the_tool_result(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders, with_count: Any
+) -> None:
+    fake.anthropic.enqueue(
+        anthropic_tool_use([("toolu_1", "count_pixel", {})]),
+        anthropic_text("One pixel."),
+    )
+    step = llm_step(model="claude-haiku-4-5", tools=[{"mcp": "count", "include": ["pixel"]}])
+    result = await run_workflow(harness, workspace_id, step)
+
+    assert result.status == "COMPLETED", result.run["error"]
+    (trace,) = result.traces
+    _, image = trace["output_json"]["content"]
+    stored = await harness.rt.pool.fetchrow(
+        "SELECT media_type, data FROM blobs WHERE workspace_id = $1 AND sha256 = $2",
+        workspace_id,
+        image["sha256"],
+    )
+    assert stored["media_type"] == "image/png" and bytes(stored["data"]).startswith(b"\x89PNG")
+    _, _, results = anthropic_messages(fake, 1)
+    (tool_result,) = results["content"]
+    assert tool_result["content"][1] == {
+        "type": "image",
+        "source": {
+            "type": "base64",
+            "media_type": "image/png",
+            "data": base64.b64encode(stored["data"]).decode(),
+        },
+    }

@@ -215,3 +215,23 @@ def test_malformed_tool_choice_gets_one_error_naming_the_field(choice: Any) -> N
 def test_required_tool_choice_without_tools_is_rejected() -> None:
     problems = problems_for_step(llm_step(toolChoice="required"))
     assert problems == {"steps[0].toolChoice": "toolChoice 'required' needs at least one tool in 'tools'"}
+
+
+def test_structured_output_native_refuses_an_open_object_naming_its_field() -> None:
+    schema = {
+        "type": "object",
+        "properties": {"x": {"type": "object", "additionalProperties": True}},
+        "required": ["x"],
+    }
+    problems = problems_for_step(llm_step(structuredOutput="native", outputSchema=schema))
+    assert list(problems) == ["steps[0].outputSchema.properties.x.additionalProperties"]
+
+
+def test_structured_output_defaults_to_unset_and_accepts_any_schema_then() -> None:
+    schema = {"type": "object", "properties": {"x": {"type": "string"}}}
+    step = LlmStep.model_validate(llm_step(outputSchema=schema))
+    assert step.structured_output is None  # native, falling back to the tool at run time
+
+
+def test_structured_output_outside_its_three_modes_is_rejected() -> None:
+    assert "steps[0].structuredOutput" in problems_for_step(llm_step(structuredOutput="grammar"))

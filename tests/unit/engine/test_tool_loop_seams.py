@@ -145,7 +145,9 @@ async def test_a_new_kind_is_its_module_and_one_registration() -> None:
             ],
         }
     )
-    settings = SimpleNamespace(max_tool_output_bytes=1000, max_json_depth=64, max_state_bytes=None)
+    settings = SimpleNamespace(
+        max_tool_output_bytes=1000, max_json_depth=64, max_state_bytes=None, max_attachment_bytes=None
+    )
     rt: Any = SimpleNamespace(tools=ToolRegistry(), pool=None, settings=settings, faults=None)
     tools = await resolve_tools(rt, "ws", step, kinds)
     assert tools.offered == {"toy_lookup": "toy"}
