@@ -1,0 +1,378 @@
+"""The real path's cost, counted: a model call through the real SDKs, and PostgreSQL's work per round.
+
+    .venv/bin/python -m bench.real_path [--calls 300] [--transcript 20] [--baseline /work/main]
+    .venv/bin/python -m bench.real_path --db [--rounds 20] [--concurrency 32] [--runs 96] [--baseline /work/main]
+
+**Provider part** (default): Stevora's own adapters (`OpenAIProvider` on Chat Completions,
+`AnthropicProvider` on Messages), built as a worker builds them, call the local fake server
+(stevora/testing/fake_llm.py, run in a child process so that its CPU is not counted) `--calls`
+times one after the other, streamed and not. The request is the one a tool loop sends at round
+`--transcript / 2`: the prompt, then that many assistant tool calls and tool results, one tool
+offered; the answer is one tool call (text and usage included). Printed per SDK and mode: worker
+CPU µs per call (process CPU clock, measured in a pass of its own: machine-dependent) and Python function calls per call
+(`sys.setprofile`, as cProfile counts them: machine-independent), with the calls inside pydantic
+and inside the SDK's own package apart.
+
+**Database part** (`--db`): the zero-latency tool loop of bench/tool_loop.py (scripted model,
+`noop` tool, real RunPool and driver) at `--concurrency`, `--runs` runs of `--rounds` rounds, and
+per round: statements sent (counted on the asyncpg connection), transactions committed, rows
+inserted / updated (HOT apart) / deleted and index entries written (from pg_stat_user_tables and
+each table's index count: an insert or a non-HOT update writes one entry per index), WAL bytes
+(pg_current_wal_lsn before and after: the whole server's, so other clients of a shared server add
+to it; with pg_stat_statements loaded, its per-database `wal_bytes` is printed too) and the
+PostgreSQL backends' CPU (/proc/<pid>/stat). The database's statistics are flushed by ending its
+backends after the window.
+
+`--baseline DIR` runs the same measurement again with DIR's `stevora` package (e.g. a worktree of
+main) first on the import path, and prints both, one after the other in the same run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from collections import Counter
+from typing import Any
+
+SELF = os.path.abspath(__file__)
+ROOT = os.path.dirname(os.path.dirname(SELF))
+
+
+# --- the fake server, in its own process ---------------------------------------------------------
+
+
+def _serve(conn: Any) -> None:
+    from stevora.testing.fake_llm import FakeLLMServer, anthropic_tool_use, openai_tool_calls
+
+    def respond(body: dict[str, Any]) -> Any:
+        usage_o = {"prompt_tokens": 1200, "completion_tokens": 40}
+        usage_a = {"input_tokens": 1200, "output_tokens": 40}
+        if body.get("model", "").startswith("claude"):
+            return anthropic_tool_use(
+                [("toolu_1", "lookup", {"query": "the next thing", "limit": 5})],
+                text="Looking it up.",
+                model=body["model"],
+                usage=usage_a,
+            )
+        return openai_tool_calls(
+            [("call_1", "lookup", '{"query":"the next thing","limit":5}')],
+            text="Looking it up.",
+            model=body["model"],
+            usage=usage_o,
+        )
+
+    server = FakeLLMServer(responder=respond)
+    conn.send(server.base_url)
+    conn.recv()  # until the parent says stop
+    server.close()
+
+
+# --- the provider part -----------------------------------------------------------------------------
+
+
+def _request(transcript: int) -> Any:
+    from stevora.llm.messages import LlmRequest, Message, ToolCall, ToolSpec
+
+    messages = [
+        Message(role="system", content="You are a careful research agent."),
+        Message(role="user", content="Find the answer."),
+    ]
+    for i in range(transcript // 2):
+        args = json.dumps({"query": f"step {i} of the search", "limit": 5})
+        messages.append(
+            Message(role="assistant", content=None, tool_calls=[ToolCall(f"call_{i}", "lookup", args)])
+        )
+        messages.append(
+            Message(
+                role="tool",
+                content=json.dumps({"rows": [f"row {i}.{k}" for k in range(5)]}),
+                tool_call_id=f"call_{i}",
+            )
+        )
+    tool = ToolSpec(
+        name="lookup",
+        description="Look something up",
+        parameters={
+            "type": "object",
+            "properties": {"query": {"type": "string"}, "limit": {"type": "integer"}},
+            "required": ["query"],
+        },
+    )
+    return LlmRequest(model="", messages=messages, tools=[tool], timeout_s=60.0)
+
+
+def _area(code: Any) -> str:
+    name = code.co_filename
+    if "/site-packages/" in name:
+        return name.split("/site-packages/", 1)[1].split("/", 1)[0]
+    if "/stevora/" in name:
+        return "stevora"
+    return "stdlib"
+
+
+class _CallCounter:
+    def __init__(self) -> None:
+        self.calls = 0
+        self.by_area: Counter[str] = Counter()
+        self._areas: dict[Any, str] = {}
+
+    def hook(self, frame: Any, event: str, arg: Any) -> None:
+        if event == "call" or event == "c_call":
+            self.calls += 1
+            code = frame.f_code
+            area = self._areas.get(code)
+            if area is None:
+                area = self._areas[code] = _area(code)
+            self.by_area[area] += 1
+
+
+async def _provider_figures(base_url: str, calls: int, transcript: int) -> list[dict[str, Any]]:
+    from stevora.llm.anthropic_provider import AnthropicProvider
+    from stevora.llm.openai_provider import OpenAIProvider
+
+    out = []
+    for kind in ("openai", "anthropic"):
+        for stream in (False, True):
+            if kind == "openai":
+                provider: Any = OpenAIProvider("bench-key", f"{base_url}/v1", stream=stream)
+                model = "gpt-4o-mini"
+            else:
+                provider = AnthropicProvider("bench-key", base_url, stream=stream)
+                model = "claude-haiku-4-5"
+            request = _request(transcript)
+            request.model = model
+            for _ in range(20):  # warm: connection open, lazy imports, caches
+                await provider.complete(request)
+            # Timed without the hook (which would slow every call), then counted with it.
+            cpu0, t0 = time.process_time(), time.perf_counter()
+            for _ in range(calls):
+                response = await provider.complete(request)
+            cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
+            counter = _CallCounter()
+            sys.setprofile(counter.hook)
+            try:
+                for _ in range(calls):
+                    response = await provider.complete(request)
+            finally:
+                sys.setprofile(None)
+            assert response.tool_calls and response.tool_calls[0].name == "lookup", response
+            assert response.usage.input_tokens == 1200, response.usage
+            await provider.aclose()
+            out.append(
+                {
+                    "sdk": kind,
+                    "stream": stream,
+                    "cpu_us": 1e6 * cpu / calls,
+                    "wall_us": 1e6 * wall / calls,
+                    "calls": counter.calls / calls,
+                    "pydantic": (counter.by_area["pydantic"] + counter.by_area["pydantic_core"]) / calls,
+                    "sdk_calls": counter.by_area[kind] / calls,
+                    "httpx": (
+                        counter.by_area["httpx2"]
+                        + counter.by_area["httpcore2"]
+                        + counter.by_area["httpx"]
+                        + counter.by_area["httpcore"]
+                    )
+                    / calls,
+                    "stevora": counter.by_area["stevora"] / calls,
+                }
+            )
+    return out
+
+
+def _print_provider(label: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{label}")
+    print(
+        f"  {'sdk':<10}{'stream':<8}{'CPU µs/call':>12}{'py calls/call':>15}{'in pydantic':>13}"
+        f"{'in the SDK':>12}{'in httpx':>10}{'in stevora':>12}"
+    )
+    for r in rows:
+        print(
+            f"  {r['sdk']:<10}{'yes' if r['stream'] else 'no':<8}{r['cpu_us']:>12.0f}{r['calls']:>15.0f}"
+            f"{r['pydantic']:>13.0f}{r['sdk_calls']:>12.0f}{r['httpx']:>10.0f}{r['stevora']:>12.0f}"
+        )
+
+
+# --- the database part -----------------------------------------------------------------------------
+
+
+TABLE_STATS = (
+    "SELECT s.relname, s.n_tup_ins, s.n_tup_upd, s.n_tup_hot_upd, s.n_tup_del, "
+    "(SELECT count(*) FROM pg_index i WHERE i.indrelid = s.relid) AS indexes "
+    "FROM pg_stat_user_tables s"
+)
+
+
+async def _table_stats(pool: Any) -> dict[str, dict[str, int]]:
+    # End every other backend of this database so that its pending statistics are flushed.
+    await pool.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+    )
+    await asyncio.sleep(0.3)
+    async with pool.acquire() as conn:
+        await conn.execute("SELECT pg_stat_clear_snapshot()")
+        rows = await conn.fetch(TABLE_STATS)
+        db = await conn.fetchrow(
+            "SELECT xact_commit, tup_inserted, tup_updated, tup_deleted FROM pg_stat_database WHERE datname = current_database()"
+        )
+    out = {r["relname"]: dict(r) for r in rows}
+    out["__db__"] = dict(db)
+    return out
+
+
+async def _wal_lsn(pool: Any) -> int:
+    return int(await pool.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
+
+
+async def _statements_wal(pool: Any) -> float | None:
+    try:
+        return float(
+            await pool.fetchval(
+                "SELECT coalesce(sum(wal_bytes), 0) FROM pg_stat_statements "
+                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
+            )
+        )
+    except Exception:
+        return None
+
+
+async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dict[str, Any]:
+    from bench.counts import Probe
+    from bench.harness import LoopBench
+
+    bench = await LoopBench.start(url, hot_pool_size=20)
+    try:
+        try:
+            await bench.rt.pool.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+            await bench.rt.pool.fetchval("SELECT count(*) FROM pg_stat_statements")
+        except Exception:
+            pass
+        await bench.level(5, 8, 16)  # warm up: pools grown, statements prepared
+        ids = await bench.create_runs(rounds, runs)
+        # The counted window (the probe's statement counter only: no function-call hook).
+        probe = Probe()
+        before = await _table_stats(bench.rt.pool)
+        wal0, swal0 = await _wal_lsn(bench.rt.pool), await _statements_wal(bench.rt.pool)
+        probe._hook = lambda *a: None  # type: ignore[method-assign]
+        bench.probe = probe
+        wall, cpu, db_cpu = await bench.execute(ids, concurrency)
+        bench.probe = None
+        wal1, swal1 = await _wal_lsn(bench.rt.pool), await _statements_wal(bench.rt.pool)
+        after = await _table_stats(bench.rt.pool)
+    finally:
+        await bench.close()
+    total_rounds = rounds * runs
+    ins = upd = hot = dele = entries = 0
+    per_table: dict[str, tuple[float, float]] = {}
+    for name, a in after.items():
+        if name == "__db__":
+            continue
+        b = before.get(name, {"n_tup_ins": 0, "n_tup_upd": 0, "n_tup_hot_upd": 0, "n_tup_del": 0})
+        di, du, dh, dd = (a[k] - b[k] for k in ("n_tup_ins", "n_tup_upd", "n_tup_hot_upd", "n_tup_del"))
+        ins, upd, hot, dele = ins + di, upd + du, hot + dh, dele + dd
+        e = (di + du - dh) * a["indexes"]
+        entries += e
+        if di or du or dd:
+            per_table[name] = ((di + du + dd) / total_rounds, e / total_rounds)
+    dbb, dba = before["__db__"], after["__db__"]
+    return {
+        "rounds": total_rounds,
+        "statements": probe.counts.statements / total_rounds,
+        "commits_client": probe.counts.commits / total_rounds,
+        "xact": (dba["xact_commit"] - dbb["xact_commit"]) / total_rounds,
+        "inserted": ins / total_rounds,
+        "updated": upd / total_rounds,
+        "hot": hot / total_rounds,
+        "deleted": dele / total_rounds,
+        "index_entries": entries / total_rounds,
+        "wal_bytes": (wal1 - wal0) / total_rounds,
+        "stmt_wal_bytes": None if swal0 is None or swal1 is None else (swal1 - swal0) / total_rounds,
+        "db_cpu_ms": 1000 * db_cpu / total_rounds,
+        "worker_cpu_ms": 1000 * cpu / total_rounds,
+        "rounds_per_s": total_rounds / wall,
+        "per_table": per_table,
+    }
+
+
+def _print_db(label: str, r: dict[str, Any], concurrency: int) -> None:
+    print(f"\n{label}: {r['rounds']} rounds at concurrency {concurrency}, per round:")
+    swal = "" if r["stmt_wal_bytes"] is None else f" (pg_stat_statements: {r['stmt_wal_bytes']:.0f})"
+    print(
+        f"  statements {r['statements']:.2f}   commits {r['commits_client']:.2f} (server xact {r['xact']:.2f})   "
+        f"rows inserted {r['inserted']:.2f} updated {r['updated']:.2f} (HOT {r['hot']:.2f}) deleted {r['deleted']:.2f}"
+    )
+    print(
+        f"  index entries {r['index_entries']:.2f}   WAL bytes {r['wal_bytes']:.0f}{swal}   "
+        f"PostgreSQL CPU {r['db_cpu_ms']:.3f} ms   worker CPU {r['worker_cpu_ms']:.3f} ms   {r['rounds_per_s']:.0f} rounds/s"
+    )
+    for name, (rows, entries) in sorted(r["per_table"].items(), key=lambda kv: -kv[1][1]):
+        print(f"    {name:<28} rows {rows:6.2f}   index entries {entries:6.2f}")
+
+
+# --- driver ----------------------------------------------------------------------------------------
+
+
+def _measure(args: argparse.Namespace) -> dict[str, Any]:
+    if args.db:
+        from bench.common import bench_database_url
+
+        url = bench_database_url("real_path")
+        return {"db": asyncio.run(_db_figures(url, args.rounds, args.concurrency, args.runs))}
+    parent, child = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+    server.start()
+    try:
+        base_url = parent.recv()
+        return {"provider": asyncio.run(_provider_figures(base_url, args.calls, args.transcript))}
+    finally:
+        parent.send("stop")
+        server.join(5)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--calls", type=int, default=300)
+    parser.add_argument("--transcript", type=int, default=20, help="messages after the prompt")
+    parser.add_argument("--db", action="store_true", help="PostgreSQL's work per round instead")
+    parser.add_argument("--rounds", type=int, default=20)
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--runs", type=int, default=96)
+    parser.add_argument("--baseline", help="a tree whose stevora package is measured first")
+    parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the baseline child
+    args = parser.parse_args()
+    if args.json:
+        print("RESULT " + json.dumps(_measure(args)))
+        return
+    results: list[tuple[str, dict[str, Any]]] = []
+    if args.baseline:
+        argv = [a for a in sys.argv[1:] if a != "--baseline" and a != args.baseline]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath(args.baseline), ROOT])}
+        done = subprocess.run(
+            [sys.executable, SELF, *argv, "--json"],
+            env=env,
+            cwd=os.path.abspath(args.baseline),
+            capture_output=True,
+            text=True,
+        )
+        line = next((x for x in done.stdout.splitlines() if x.startswith("RESULT ")), None)
+        if line is None:
+            raise SystemExit(f"baseline failed:\n{done.stderr[-3000:]}")
+        results.append((f"baseline ({args.baseline})", json.loads(line[7:])))
+    results.append((f"this tree ({ROOT})", _measure(args)))
+    for label, r in results:
+        if "provider" in r:
+            _print_provider(label, r["provider"])
+        else:
+            _print_db(label, r["db"], args.concurrency)
+
+
+if __name__ == "__main__":
+    main()
