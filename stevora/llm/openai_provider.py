@@ -118,7 +118,7 @@ class OpenAIProvider:
             if self.streams:
                 response, usage_sent = await self._complete_streamed(kwargs, request)
             else:
-                completion = await self._client.chat.completions.create(**kwargs)
+                completion = await self._client.chat.completions.create(**sent_as_is(kwargs))
                 response, usage_sent = self.parse_completion(completion), completion.usage is not None
         except openai.APIStatusError as exc:
             message = error_message_from_body(exc.body, exc.message)
@@ -150,7 +150,7 @@ class OpenAIProvider:
         extra: dict[str, Any] = {"stream": True}
         if self.capabilities.stream_usage:  # servers that do not know the option may reject it
             extra["stream_options"] = {"include_usage": True}
-        stream = await self._client.chat.completions.create(**kwargs, **extra)
+        stream = await self._client.chat.completions.create(**sent_as_is({**kwargs, **extra}))
         acc = StreamAccumulator(self.name, request.sink)
         usage_sent = False
         try:
@@ -259,6 +259,26 @@ class OpenAIProvider:
             response_id=completion.id,
             provider=self.name,
         )
+
+
+# `create`'s own arguments; everything else of the body is sent as `extra_body` (see `sent_as_is`).
+_REQUEST_OPTIONS = frozenset({"model", "stream", "timeout", "extra_headers", "extra_query", "extra_body"})
+
+
+def sent_as_is(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`create` keyword arguments whose body the SDK sends without its typed transform.
+
+    The SDK walks every message, content part and tool of the body against its TypedDicts on each
+    call (`async_maybe_transform`: ~800 Python calls for a 20-message transcript, about two thirds
+    of a call's CPU) to rename aliased keys and encode files and dates; the adapter's dicts are
+    already the wire form (none of that applies), so they go as `extra_body`, which the SDK merges
+    into the JSON body untouched. The request sent is the same JSON.
+    """
+    named = {k: v for k, v in kwargs.items() if k in _REQUEST_OPTIONS}
+    body = {k: v for k, v in kwargs.items() if k not in _REQUEST_OPTIONS}
+    named["extra_body"] = {**body, **(kwargs.get("extra_body") or {})}
+    named["messages"] = []  # required by the signature; the body's `messages` replaces it
+    return named
 
 
 def _tool_param(tool: ToolSpec) -> dict[str, Any]:
