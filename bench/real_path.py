@@ -17,9 +17,11 @@ and inside the SDK's own package apart.
 `noop` tool, real RunPool and driver) at `--concurrency`, `--runs` runs of `--rounds` rounds, and
 per round: statements sent (counted on the asyncpg connection), transactions committed, rows
 inserted / updated (HOT apart) / deleted and index entries written (from pg_stat_user_tables and
-each table's index count: an insert or a non-HOT update writes one entry per index), WAL bytes
+each table's index count: an insert or a non-HOT update writes one entry per index; an upper
+bound, as a partial index whose predicate the row fails gets none), WAL bytes
 (pg_current_wal_lsn before and after: the whole server's, so other clients of a shared server add
-to it; with pg_stat_statements loaded, its per-database `wal_bytes` is printed too) and the
+to it; with pg_stat_statements loaded, its per-database `wal_bytes` is printed too, and the
+statements that write the most), the growth of the tables' and indexes' files and the
 PostgreSQL backends' CPU (/proc/<pid>/stat). The database's statistics are flushed by ending its
 backends after the window.
 
@@ -42,6 +44,8 @@ from typing import Any
 
 SELF = os.path.abspath(__file__)
 ROOT = os.path.dirname(os.path.dirname(SELF))
+if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(SELF):
+    sys.path.pop(0)  # run by path (the baseline): bench/mcp.py must not shadow the `mcp` package
 
 
 # --- the fake server, in its own process ---------------------------------------------------------
@@ -204,8 +208,13 @@ def _print_provider(label: str, rows: list[dict[str, Any]]) -> None:
 
 TABLE_STATS = (
     "SELECT s.relname, s.n_tup_ins, s.n_tup_upd, s.n_tup_hot_upd, s.n_tup_del, "
-    "(SELECT count(*) FROM pg_index i WHERE i.indrelid = s.relid) AS indexes "
+    "(SELECT count(*) FROM pg_index i WHERE i.indrelid = s.relid) AS indexes, "
+    "pg_relation_size(s.relid) AS heap_bytes, pg_indexes_size(s.relid) AS index_bytes "
     "FROM pg_stat_user_tables s"
+)
+STATEMENT_WAL = (
+    "SELECT query, calls, wal_bytes, rows FROM pg_stat_statements "
+    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND wal_bytes > 0"
 )
 
 
@@ -230,16 +239,13 @@ async def _wal_lsn(pool: Any) -> int:
     return int(await pool.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
 
 
-async def _statements_wal(pool: Any) -> float | None:
+async def _statements_wal(pool: Any) -> dict[str, tuple[int, float]] | None:
+    """Per statement text: (calls, WAL bytes), from pg_stat_statements when it is loaded."""
     try:
-        return float(
-            await pool.fetchval(
-                "SELECT coalesce(sum(wal_bytes), 0) FROM pg_stat_statements "
-                "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
-            )
-        )
+        rows = await pool.fetch(STATEMENT_WAL)
     except Exception:
         return None
+    return {r["query"]: (r["calls"], float(r["wal_bytes"])) for r in rows}
 
 
 async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dict[str, Any]:
@@ -268,8 +274,8 @@ async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dic
     finally:
         await bench.close()
     total_rounds = rounds * runs
-    ins = upd = hot = dele = entries = 0
-    per_table: dict[str, tuple[float, float]] = {}
+    ins = upd = hot = dele = entries = heap_bytes = index_bytes = 0
+    per_table: dict[str, tuple[float, float, float]] = {}
     for name, a in after.items():
         if name == "__db__":
             continue
@@ -278,8 +284,11 @@ async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dic
         ins, upd, hot, dele = ins + di, upd + du, hot + dh, dele + dd
         e = (di + du - dh) * a["indexes"]
         entries += e
+        grown = a["index_bytes"] - b.get("index_bytes", 0)
+        heap_bytes += a["heap_bytes"] - b.get("heap_bytes", 0)
+        index_bytes += grown
         if di or du or dd:
-            per_table[name] = ((di + du + dd) / total_rounds, e / total_rounds)
+            per_table[name] = ((di + du + dd) / total_rounds, e / total_rounds, grown / total_rounds)
     dbb, dba = before["__db__"], after["__db__"]
     return {
         "rounds": total_rounds,
@@ -292,7 +301,26 @@ async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dic
         "deleted": dele / total_rounds,
         "index_entries": entries / total_rounds,
         "wal_bytes": (wal1 - wal0) / total_rounds,
-        "stmt_wal_bytes": None if swal0 is None or swal1 is None else (swal1 - swal0) / total_rounds,
+        "heap_bytes": heap_bytes / total_rounds,
+        "index_bytes": index_bytes / total_rounds,
+        "stmt_wal_bytes": None
+        if swal0 is None or swal1 is None
+        else sum(w for _, w in swal1.values()) / total_rounds
+        - sum(w for _, w in swal0.values()) / total_rounds,
+        "wal_by_statement": []
+        if swal0 is None or swal1 is None
+        else sorted(
+            (
+                (
+                    (w - swal0.get(q, (0, 0.0))[1]) / total_rounds,
+                    (c - swal0.get(q, (0, 0.0))[0]) / total_rounds,
+                    q,
+                )
+                for q, (c, w) in swal1.items()
+                if w > swal0.get(q, (0, 0.0))[1]
+            ),
+            reverse=True,
+        )[:8],
         "db_cpu_ms": 1000 * db_cpu / total_rounds,
         "worker_cpu_ms": 1000 * cpu / total_rounds,
         "rounds_per_s": total_rounds / wall,
@@ -311,8 +339,12 @@ def _print_db(label: str, r: dict[str, Any], concurrency: int) -> None:
         f"  index entries {r['index_entries']:.2f}   WAL bytes {r['wal_bytes']:.0f}{swal}   "
         f"PostgreSQL CPU {r['db_cpu_ms']:.3f} ms   worker CPU {r['worker_cpu_ms']:.3f} ms   {r['rounds_per_s']:.0f} rounds/s"
     )
-    for name, (rows, entries) in sorted(r["per_table"].items(), key=lambda kv: -kv[1][1]):
-        print(f"    {name:<28} rows {rows:6.2f}   index entries {entries:6.2f}")
+    print(f"  heap bytes {r['heap_bytes']:.0f}   index bytes {r['index_bytes']:.0f} (growth of the files)")
+    for name, (rows, entries, grown) in sorted(r["per_table"].items(), key=lambda kv: -kv[1][1]):
+        print(f"    {name:<28} rows {rows:6.2f}   index entries {entries:6.2f}   index bytes {grown:6.0f}")
+    for wal, calls, query in r["wal_by_statement"]:
+        text = " ".join(query.split())
+        print(f"    WAL {wal:7.0f} B  {calls:5.2f} calls  {text[:110]}")
 
 
 # --- driver ----------------------------------------------------------------------------------------
