@@ -2,6 +2,7 @@
 
     .venv/bin/python -m bench.real_path [--calls 300] [--transcript 20] [--baseline /work/main]
     .venv/bin/python -m bench.real_path --db [--rounds 20] [--concurrency 32] [--runs 96] [--baseline /work/main]
+    .venv/bin/python -m bench.real_path --in-flight 2000 [--latency 1] [--baseline /work/main]
 
 **Provider part** (default): Stevora's own adapters (`OpenAIProvider` on Chat Completions,
 `AnthropicProvider` on Messages), built as a worker builds them, call the local fake server
@@ -24,6 +25,14 @@ to it; with pg_stat_statements loaded, its per-database `wal_bytes` is printed t
 statements that write the most), the growth of the tables' and indexes' files and the
 PostgreSQL backends' CPU (/proc/<pid>/stat). The database's statistics are flushed by ending its
 backends after the window.
+
+**In flight** (`--in-flight N [--latency 1]`): providers built from settings as a worker builds
+them (`STEVORA_MAX_CONCURRENT_RUNS=N`), N calls at once to a server answering after `--latency`
+seconds (a small asyncio server with the fake's answers: the threaded fake cannot hold thousands
+of connections), twice: the wall time of each wave against the latency, and the connections
+each wave opened (counted by the server) — a pool that caps calls in flight shows
+as a wall of several latencies, one that keeps too few connections alive as the second wave
+opening connections again.
 
 `--baseline DIR` runs the same measurement again with DIR's `stevora` package (e.g. a worktree of
 main) first on the import path, and prints both, one after the other in the same run.
@@ -51,7 +60,7 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(SELF):
 # --- the fake server, in its own process ---------------------------------------------------------
 
 
-def _serve(conn: Any) -> None:
+def _serve(conn: Any, latency_s: float = 0.0) -> None:
     from stevora.testing.fake_llm import FakeLLMServer, anthropic_tool_use, openai_tool_calls
 
     def respond(body: dict[str, Any]) -> Any:
@@ -71,10 +80,59 @@ def _serve(conn: Any) -> None:
             usage=usage_o,
         )
 
-    server = FakeLLMServer(responder=respond)
+    server = FakeLLMServer(responder=respond, latency_s=latency_s)
     conn.send(server.base_url)
     conn.recv()  # until the parent says stop
     server.close()
+
+
+def _serve_many(conn: Any, latency_s: float) -> None:
+    """A keep-alive HTTP/1.1 server on asyncio answering every call after `latency_s` with the
+    fake's bodies: the threaded fake cannot hold thousands of connections on a small machine."""
+    from stevora.testing.fake_llm import anthropic_tool_use, openai_tool_calls
+
+    bodies = {
+        b"/v1/chat/completions": json.dumps(
+            openai_tool_calls([("call_1", "lookup", '{"query":"x"}')], usage={"prompt_tokens": 1200}).body
+        ).encode(),
+        b"/v1/messages": json.dumps(
+            anthropic_tool_use([("toolu_1", "lookup", {"query": "x"})], usage={"input_tokens": 1200}).body
+        ).encode(),
+    }
+    opened = 0
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        nonlocal opened
+        opened += 1
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ", 2)[1]
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":", 1)[1])
+                await reader.readexactly(length)
+                await asyncio.sleep(latency_s)
+                body = bodies[path]
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    + f"content-length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            writer.close()
+
+    async def main() -> None:
+        server = await asyncio.start_server(handle, "127.0.0.1", 0, backlog=4096)
+        conn.send(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+        loop = asyncio.get_running_loop()
+        while await loop.run_in_executor(None, conn.recv) == "ports":
+            conn.send(opened)
+        server.close()
+
+    asyncio.run(main())
 
 
 # --- the provider part -----------------------------------------------------------------------------
@@ -188,6 +246,52 @@ async def _provider_figures(base_url: str, calls: int, transcript: int) -> list[
                 }
             )
     return out
+
+
+async def _in_flight_figures(base_url: str, conn: Any, n: int, latency_s: float) -> list[dict[str, Any]]:
+    """`n` calls at once, twice, through providers built as a worker builds them (settings ->
+    router): wall time against the latency, and connections the second wave had to open."""
+    from stevora.llm.setup import build_router
+    from stevora.settings import Settings
+
+    settings = Settings(
+        openai_api_key="bench-key",
+        openai_base_url=f"{base_url}/v1",
+        anthropic_api_key="bench-key",
+        anthropic_base_url=base_url,
+        max_concurrent_runs=n,
+        llm_stream=False,
+    )
+    router = build_router(settings)
+    out = []
+    for kind, model in (("openai", "gpt-4o-mini"), ("anthropic", "claude-haiku-4-5")):
+        provider: Any = router.get(kind)
+        request = _request(4)
+        request.model = model
+        walls, opened = [], []
+        for _ in range(2):
+            conn.send("ports")
+            before = conn.recv()
+            t0 = time.perf_counter()
+            await asyncio.gather(*(provider.complete(request) for _ in range(n)))
+            walls.append(time.perf_counter() - t0)
+            conn.send("ports")
+            opened.append(conn.recv() - before)
+        await provider.aclose()
+        out.append({"sdk": kind, "n": n, "latency": latency_s, "walls": walls, "opened": opened})
+    return out
+
+
+def _print_in_flight(label: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{label}")
+    for r in rows:
+        w1, w2 = r["walls"]
+        o1, o2 = r["opened"]
+        print(
+            f"  {r['sdk']:<10} {r['n']} calls at once, latency {r['latency']:g} s: wall {w1:5.2f} s then {w2:5.2f} s "
+            f"(ideal {r['latency']:g} s; {100 * r['latency'] / w2:3.0f} % of ideal)   "
+            f"connections opened {o1} then {o2}"
+        )
 
 
 def _print_provider(label: str, rows: list[dict[str, Any]]) -> None:
@@ -357,10 +461,14 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         url = bench_database_url("real_path")
         return {"db": asyncio.run(_db_figures(url, args.rounds, args.concurrency, args.runs))}
     parent, child = multiprocessing.Pipe()
-    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+    latency = args.latency if args.in_flight else 0.0
+    target = _serve_many if args.in_flight else _serve
+    server = multiprocessing.get_context("spawn").Process(target=target, args=(child, latency), daemon=True)
     server.start()
     try:
         base_url = parent.recv()
+        if args.in_flight:
+            return {"in_flight": asyncio.run(_in_flight_figures(base_url, parent, args.in_flight, latency))}
         return {"provider": asyncio.run(_provider_figures(base_url, args.calls, args.transcript))}
     finally:
         parent.send("stop")
@@ -374,6 +482,8 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--transcript", type=int, default=20, help="messages after the prompt")
     parser.add_argument("--db", action="store_true", help="PostgreSQL's work per round instead")
+    parser.add_argument("--in-flight", type=int, default=0, help="N calls at once instead (see above)")
+    parser.add_argument("--latency", type=float, default=1.0, help="the model's latency with --in-flight")
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--runs", type=int, default=96)
@@ -400,7 +510,9 @@ def main() -> None:
         results.append((f"baseline ({args.baseline})", json.loads(line[7:])))
     results.append((f"this tree ({ROOT})", _measure(args)))
     for label, r in results:
-        if "provider" in r:
+        if "in_flight" in r:
+            _print_in_flight(label, r["in_flight"])
+        elif "provider" in r:
             _print_provider(label, r["provider"])
         else:
             _print_db(label, r["db"], args.concurrency)

@@ -25,6 +25,7 @@ from stevora.llm.provider import (
     JSON_INSTRUCTION,
     RemainingHeaders,
     connection_error,
+    connection_limits,
     error_message_from_body,
     is_invalid_request_answer,
     leave_429_to_the_limiter,
@@ -69,11 +70,13 @@ async def mark_invalid_request_answer(response: httpx2.Response) -> None:
         response.headers["x-should-retry"] = "false"
 
 
-def http_client() -> httpx2.AsyncClient:
+def http_client(max_connections: int | None = None) -> httpx2.AsyncClient:
     """The SDK's default HTTP client with `mark_invalid_request_answer` and
-    `leave_429_to_the_limiter` installed."""
+    `leave_429_to_the_limiter` installed; `max_connections` (in flight, and as many kept alive for
+    the next call) replaces the SDK's 1,000 / 100 kept alive."""
     return openai.DefaultAsyncHttpxClient(
-        event_hooks={"response": [mark_invalid_request_answer, leave_429_to_the_limiter]}
+        event_hooks={"response": [mark_invalid_request_answer, leave_429_to_the_limiter]},
+        **connection_limits(max_connections),
     )
 
 
@@ -92,6 +95,7 @@ class OpenAIProvider:
         max_tokens_field: MaxTokensField | None = None,
         capabilities: ServerCapabilities | None = None,
         stream: bool = True,
+        max_connections: int | None = None,
     ) -> None:
         self.name = name
         self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
@@ -104,7 +108,7 @@ class OpenAIProvider:
             base_url=base_url,
             max_retries=max_retries,
             timeout=timeout_s,
-            http_client=http_client(),
+            http_client=http_client(max_connections),
         )
         self._usage_warned = False
         # OpenAI's reasoning models reject `max_tokens`; many compatible servers only know it.
