@@ -41,6 +41,7 @@ from stevora.llm.provider import (
     JSON_INSTRUCTION,
     RemainingHeaders,
     connection_error,
+    connection_limits,
     error_message_from_body,
     leave_429_to_the_limiter,
     parse_tool_input,
@@ -81,6 +82,7 @@ class AnthropicProvider:
         default_max_tokens: int = 4096,
         client: anthropic.AsyncAnthropic | None = None,
         stream: bool = True,
+        max_connections: int | None = None,
     ) -> None:
         self.name = name
         self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
@@ -93,7 +95,7 @@ class AnthropicProvider:
             timeout=timeout_s,
             open_telemetry=False,
             http_client=anthropic.DefaultAsyncHttpxClient(
-                event_hooks={"response": [leave_429_to_the_limiter]}
+                event_hooks={"response": [leave_429_to_the_limiter]}, **connection_limits(max_connections)
             ),
         )
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import httpx2
@@ -16,7 +17,6 @@ import openai
 import structlog
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion
-from openai.types.chat.chat_completion_chunk import ChoiceDelta
 
 from stevora.definitions.output_schema import native_schema
 from stevora.errors import ProviderError
@@ -38,6 +38,7 @@ from stevora.llm.provider import (
     RemainingHeaders,
     connection_error,
     data_url,
+    connection_limits,
     error_message_from_body,
     is_invalid_request_answer,
     leave_429_to_the_limiter,
@@ -84,11 +85,13 @@ async def mark_invalid_request_answer(response: httpx2.Response) -> None:
         response.headers["x-should-retry"] = "false"
 
 
-def http_client() -> httpx2.AsyncClient:
+def http_client(max_connections: int | None = None) -> httpx2.AsyncClient:
     """The SDK's default HTTP client with `mark_invalid_request_answer` and
-    `leave_429_to_the_limiter` installed."""
+    `leave_429_to_the_limiter` installed; `max_connections` (in flight, and as many kept alive for
+    the next call) replaces the SDK's 1,000 / 100 kept alive."""
     return openai.DefaultAsyncHttpxClient(
-        event_hooks={"response": [mark_invalid_request_answer, leave_429_to_the_limiter]}
+        event_hooks={"response": [mark_invalid_request_answer, leave_429_to_the_limiter]},
+        **connection_limits(max_connections),
     )
 
 
@@ -108,6 +111,7 @@ class OpenAIProvider:
         capabilities: ServerCapabilities | None = None,
         stream: bool = True,
         default_api: OpenAIApi = "chat",
+        max_connections: int | None = None,
     ) -> None:
         self.name = name
         self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
@@ -122,7 +126,7 @@ class OpenAIProvider:
             base_url=base_url,
             max_retries=max_retries,
             timeout=timeout_s,
-            http_client=http_client(),
+            http_client=http_client(max_connections),
         )
         self._usage_warned = False
         # OpenAI's reasoning models reject `max_tokens`; many compatible servers only know it.
@@ -150,7 +154,7 @@ class OpenAIProvider:
             elif self.streams:
                 response, usage_sent = await self._complete_streamed(kwargs, request)
             else:
-                completion = await self._client.chat.completions.create(**kwargs)
+                completion = await self._client.chat.completions.create(**sent_as_is(kwargs))
                 response, usage_sent = self.parse_completion(completion), completion.usage is not None
         except openai.APIStatusError as exc:
             message = error_message_from_body(exc.body, exc.message)
@@ -182,26 +186,43 @@ class OpenAIProvider:
         extra: dict[str, Any] = {"stream": True}
         if self.capabilities.stream_usage:  # servers that do not know the option may reject it
             extra["stream_options"] = {"include_usage": True}
-        stream = await self._client.chat.completions.create(**kwargs, **extra)
+        # The SDK sends the request and retries it until the 200 as for `create(stream=True)`; the
+        # chunks are read as JSON here: the SDK's stream builds a pydantic model of every chunk
+        # (about a quarter of a streamed call's CPU) for the few fields read below.
+        answer = self._client.chat.completions.with_streaming_response.create(
+            **sent_as_is({**kwargs, **extra})
+        )
         acc = StreamAccumulator(self.name, request.sink)
         usage_sent = False
-        try:
-            # The step's timeout bounds the whole answer, as it does a plain one; the SDK's read
-            # timeout alone would only bound the gaps between chunks.
-            async with asyncio.timeout(request.timeout_s), stream:
-                async for chunk in stream:
-                    acc.model, acc.response_id = chunk.model or acc.model, chunk.id or acc.response_id
-                    if chunk.usage is not None:
-                        acc.usage, usage_sent = _usage_of(chunk.usage), True
-                    for choice in chunk.choices[:1]:
-                        _fold_delta(acc, choice.delta)
-                        if choice.finish_reason is not None:
-                            acc.finish_reason, acc.finished = str(choice.finish_reason), True
-        except TimeoutError as exc:
-            raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
-        except (openai.OpenAIError, httpx2.HTTPError, OSError) as exc:
-            # `data: {"error": ...}` after the 200, a dropped connection, a read timeout.
-            raise acc.broken(str(exc) or type(exc).__name__) from exc
+        async with answer as raw:
+            try:
+                # The step's timeout bounds the whole answer, as it does a plain one; the SDK's
+                # read timeout alone would only bound the gaps between chunks.
+                async with asyncio.timeout(request.timeout_s):
+                    async for chunk in _chunks(raw):
+                        acc.model = chunk.get("model") or acc.model
+                        acc.response_id = chunk.get("id") or acc.response_id
+                        if chunk.get("usage") is not None:
+                            usage = CompletionUsage.model_validate(chunk["usage"])
+                            acc.usage, usage_sent = _usage_of(usage), True
+                        for choice in (chunk.get("choices") or ())[:1]:
+                            _fold_delta(acc, choice.get("delta") or {})
+                            if choice.get("finish_reason") is not None:
+                                acc.finish_reason, acc.finished = str(choice["finish_reason"]), True
+            except TimeoutError as exc:
+                raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
+            except (
+                openai.OpenAIError,
+                httpx2.HTTPError,
+                OSError,
+                ValueError,
+                LookupError,
+                TypeError,
+                AttributeError,
+            ) as exc:
+                # `data: {"error": ...}` after the 200, a dropped connection, a read timeout, a
+                # chunk that is not a JSON object.
+                raise acc.broken(str(exc) or type(exc).__name__) from exc
         return acc.response("stop"), usage_sent
 
     @property
@@ -323,6 +344,26 @@ class OpenAIProvider:
         )
 
 
+# `create`'s own arguments; everything else of the body is sent as `extra_body` (see `sent_as_is`).
+_REQUEST_OPTIONS = frozenset({"model", "stream", "timeout", "extra_headers", "extra_query", "extra_body"})
+
+
+def sent_as_is(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """`create` keyword arguments whose body the SDK sends without its typed transform.
+
+    The SDK walks every message, content part and tool of the body against its TypedDicts on each
+    call (`async_maybe_transform`: ~800 Python calls for a 20-message transcript, about two thirds
+    of a call's CPU) to rename aliased keys and encode files and dates; the adapter's dicts are
+    already the wire form (none of that applies), so they go as `extra_body`, which the SDK merges
+    into the JSON body untouched. The request sent is the same JSON.
+    """
+    named = {k: v for k, v in kwargs.items() if k in _REQUEST_OPTIONS}
+    body = {k: v for k, v in kwargs.items() if k not in _REQUEST_OPTIONS}
+    named["extra_body"] = {**body, **(kwargs.get("extra_body") or {})}
+    named["messages"] = []  # required by the signature; the body's `messages` replaces it
+    return named
+
+
 def _tool_param(tool: ToolSpec) -> dict[str, Any]:
     parameters = tool.parameters or {"type": "object", "properties": {}}
     return {
@@ -394,15 +435,46 @@ def _message_param(message: Message, tool_call_content: str = "null") -> dict[st
     return {"role": message.role, "content": message.content or ""}
 
 
-def _fold_delta(acc: StreamAccumulator, delta: ChoiceDelta) -> None:
+async def _chunks(raw: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a Chat Completions event stream, as the SDK's stream reads them: up to
+    `data: [DONE]` (the body is still read to its end, so the connection is reused), and
+    `data: {"error": ...}` raised as the SDK raises it (`openai.APIError`)."""
+    data: list[str] = []
+    done = False
+    async for line in raw.iter_lines():
+        if line:
+            if line.startswith("data:"):
+                data.append(line[6:] if line.startswith("data: ") else line[5:])
+            continue  # `event:`, `id:`, `retry:` and `:` comments: nothing Chat Completions uses
+        if not data or done:
+            data.clear()
+            continue
+        text = "\n".join(data)
+        data.clear()
+        if text.startswith("[DONE]"):
+            done = True
+            continue
+        chunk = json.loads(text)
+        if not isinstance(chunk, dict):
+            raise ValueError(f"a stream chunk is not a JSON object: {text[:100]}")
+        error = chunk.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else None
+            if not message or not isinstance(message, str):
+                message = "An error occurred during streaming"
+            raise openai.APIError(message, raw.http_request, body=error)
+        yield chunk
+
+
+def _fold_delta(acc: StreamAccumulator, delta: dict[str, Any]) -> None:
     """One chunk's delta: text, and tool-call fragments keyed by `index` (the first names the call)."""
-    acc.text(delta.content)
-    for fragment in delta.tool_calls or ():
-        function = fragment.function
-        if fragment.id or (function is not None and function.name):
-            acc.tool_start(fragment.index, fragment.id, function.name if function else None)
+    acc.text(delta.get("content"))
+    for fragment in delta.get("tool_calls") or ():
+        function = fragment.get("function")
+        if fragment.get("id") or (function is not None and function.get("name")):
+            acc.tool_start(fragment["index"], fragment.get("id"), function.get("name") if function else None)
         if function is not None:
-            acc.tool_arguments(fragment.index, function.arguments)
+            acc.tool_arguments(fragment["index"], function.get("arguments"))
 
 
 def _usage_of(usage: CompletionUsage | None) -> Usage:

@@ -242,6 +242,81 @@ def _count(lowered: Mapping[str, str], name: str) -> float | None:
     return value if math.isfinite(value) and value >= 0 else None
 
 
+# Connections per pool of a `ShardedTransport`: httpcore's pool scans every connection for every
+# queued request each time a request starts or ends, so one pool of N connections costs O(N) per
+# event; at 1,000 calls in flight that scan was ~10 ms of CPU per call (`bench.real_path --in-flight`).
+SHARD_CONNECTIONS = 32
+
+
+class ShardedTransport(httpx2.AsyncBaseTransport):
+    """An SDK client's transport as several connection pools of at most `SHARD_CONNECTIONS`
+    connections each, `max_connections` in all; each pool keeps all its connections alive for the
+    next call, and one TLS context serves them all.
+
+    A request goes to the first pool with a free connection (a call holds it until its answer is
+    read or closed), so a few calls at a time reuse the same few connections instead of keeping
+    one per pool alive; the busiest moments spread over all of them."""
+
+    def __init__(self, max_connections: int) -> None:
+        shards = max(1, -(-max_connections // SHARD_CONNECTIONS))
+        self._per = per = -(-max_connections // shards)
+        limits = httpx2.Limits(max_connections=per, max_keepalive_connections=per)
+        tls = httpx2.create_ssl_context()
+        self._shards = [httpx2.AsyncHTTPTransport(verify=tls, limits=limits) for _ in range(shards)]
+        self._busy = [0] * shards
+
+    def _pick(self) -> int:
+        busy = self._busy
+        for index, calls in enumerate(busy):
+            if calls < self._per:
+                return index
+        return busy.index(min(busy))  # all full: the pool whose queue is shortest
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        index = self._pick()
+        self._busy[index] += 1
+        try:
+            response = await self._shards[index].handle_async_request(request)
+        except BaseException:
+            self._busy[index] -= 1
+            raise
+        response.stream = _Releasing(response.stream, self._busy, index)  # type: ignore[arg-type]
+        return response
+
+    async def aclose(self) -> None:
+        for shard in self._shards:
+            await shard.aclose()
+
+
+class _Releasing(httpx2.AsyncByteStream):
+    """A response body that frees its pool's slot in `ShardedTransport` once closed."""
+
+    def __init__(self, inner: Any, busy: list[int], index: int) -> None:
+        self._inner, self._busy, self._index = inner, busy, index
+
+    async def __aiter__(self) -> Any:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            if self._busy is not None:
+                self._busy[self._index] -= 1
+                self._busy = None  # type: ignore[assignment]
+
+
+def connection_limits(max_connections: int | None) -> dict[str, Any]:
+    """`transport=` for an SDK's default HTTP client: `max_connections` calls in flight, each
+    connection kept alive, in small pools (`ShardedTransport`), so a worker with that many runs in
+    flight neither queues calls, nor opens (and, for https, handshakes) a connection per call, nor
+    scans a thousand connections per request. `None`: the SDK's own (1,000, 100 kept alive)."""
+    if max_connections is None:
+        return {}
+    return {"transport": ShardedTransport(max_connections)}
+
+
 def connection_error(provider: str, detail: str) -> ProviderError:
     return ProviderError(f"{provider} connection failed: {detail}", provider=provider, retryable=True)
 

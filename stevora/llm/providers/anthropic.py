@@ -33,6 +33,7 @@ def build(settings: AnthropicSettings, call: CallOptions) -> Built:
             max_retries=call.max_retries,
             timeout_s=call.timeout_s,
             stream=call.stream,
+            max_connections=call.max_connections,
         ),
     )
 

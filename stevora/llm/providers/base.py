@@ -21,6 +21,7 @@ class CallOptions:
     max_retries: int
     timeout_s: float
     stream: bool
+    max_connections: int = 2000  # per SDK client: in-flight calls, and connections kept alive
 
 
 class CallSettings(BaseModel):
@@ -30,9 +31,14 @@ class CallSettings(BaseModel):
     # Stream model answers (live text deltas, time to first token); false: one JSON answer per call.
     llm_stream: bool = True
     provider_timeout_s: float = 120.0
+    # Connections per provider client, each kept alive for the next call; 0: as many as runs one
+    # worker executes at once (`STEVORA_MAX_CONCURRENT_RUNS`). The SDKs' own default, 1,000 with
+    # 100 kept alive, queued calls past 1,000 in flight and reconnected past 100.
+    provider_max_connections: int = 0
 
     def call_options(self) -> CallOptions:
-        return CallOptions(self.provider_max_retries, self.provider_timeout_s, self.llm_stream)
+        connections = self.provider_max_connections or int(getattr(self, "max_concurrent_runs", 2000))
+        return CallOptions(self.provider_max_retries, self.provider_timeout_s, self.llm_stream, connections)
 
 
 SettingsT = TypeVar("SettingsT", bound=BaseModel)

@@ -39,6 +39,7 @@ def build(settings: CompatibleSettings, call: CallOptions) -> Built:
                 timeout_s=call.timeout_s,
                 capabilities=settings.compat_capabilities.get(name),
                 stream=call.stream,
+                max_connections=call.max_connections,
             )
             yield name, provider
     for name in settings.compat_capabilities.keys() - settings.compat_base_urls.keys():

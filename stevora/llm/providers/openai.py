@@ -38,6 +38,7 @@ def build(settings: OpenAISettings, call: CallOptions) -> Built:
             timeout_s=call.timeout_s,
             stream=call.stream,
             default_api=settings.openai_api,
+            max_connections=call.max_connections,
         ),
     )
 

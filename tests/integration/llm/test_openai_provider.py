@@ -147,6 +147,40 @@ async def test_request_options_are_sent_the_way_the_sdk_expects(
     assert sent["response_format"] == {"type": "json_object"}
 
 
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends(
+    fake_llm: FakeLLMServer, make_openai: OpenAIFactory, stream: bool
+):
+    """The adapter hands its body to the SDK as `extra_body` (no per-call typed transform): the
+    JSON the server receives is the one `create(**build_kwargs(...))` sends, key for key."""
+    provider = make_openai()
+    provider.stream = stream
+    request = _request(
+        Message.system("Be terse."),
+        Message.user("weather in Paris, as json"),
+        Message.assistant(None, _weather_calls("call_A")),
+        Message.tool_result("call_A", '{"temp": 21}'),
+        tools=[WEATHER, TIME],
+        temperature=0.3,
+        max_tokens=50,
+        response_format="json",
+        cache_key="run_1",
+        timeout_s=9.0,
+    )
+    fake_llm.openai.enqueue(openai_text('{"ok": true}'), openai_text('{"ok": true}'))
+    await provider.complete(request)
+    kwargs = provider.build_kwargs(request)
+    if provider.streams:
+        kwargs.update(stream=True, stream_options={"include_usage": True})
+    answer = await provider.client.chat.completions.create(**kwargs)
+    if stream:
+        async for _ in answer:  # type: ignore[union-attr]
+            pass
+    ours, typed = (r.json for r in fake_llm.openai.requests)
+    assert ours == typed
+    assert ours["messages"][2]["tool_calls"][0]["id"] == "call_A" and len(ours["tools"]) == 2
+
+
 async def test_json_mode_is_accepted_even_when_the_prompt_never_says_json(
     fake_llm: FakeLLMServer, make_openai: OpenAIFactory
 ):

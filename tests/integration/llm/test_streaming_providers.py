@@ -5,8 +5,10 @@ not resend; `stream_options` goes only to servers whose capability says they tak
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -195,3 +197,49 @@ async def test_back_to_back_streams_reuse_the_pooled_connection_without_retries(
         assert (await provider.complete(_request())).tool_calls
     assert len(fake_llm.requests) == 10
     assert len(set(fake_llm.client_ports)) == 1  # one kept-alive connection
+
+
+class _RawStream(BaseHTTPRequestHandler):
+    """Answers every POST with the class's SSE body, as-is (what no well-formed fake would send)."""
+
+    body = b""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+@pytest.mark.parametrize(
+    "chunk",
+    [
+        b'"just a string"',
+        b"{not json",
+        b'{"id":"c1","model":"m","choices":[{"delta":{"tool_calls":[{"id":"x","function":{"name":"f"}}]}}]}',
+        b'{"id":"c1","model":"m","choices":[{"delta":{"tool_calls":[{"index":0,"function":"f"}]}}]}',
+        b'{"id":"c1","model":"m","choices":[{"delta":{"content":"hi"}}],"usage":{"prompt_tokens":"many"}}',
+    ],
+    ids=["not-an-object", "not-json", "fragment-without-index", "function-not-an-object", "bad-usage"],
+)
+async def test_a_hostile_openai_chunk_is_a_retryable_broken_stream(chunk: bytes) -> None:
+    """The adapter reads the chunks' JSON itself (not through the SDK's chunk models): whatever a
+    server sends there ends as a `ProviderError`, never as another exception."""
+    handler = type("Handler", (_RawStream,), {"body": b"data: " + chunk + b"\n\ndata: [DONE]\n\n"})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    provider = OpenAIProvider("test", f"http://127.0.0.1:{server.server_address[1]}/v1", max_retries=0)
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await provider.complete(_request(Sink()))
+        assert caught.value.retryable and "stream broke" in caught.value.message
+    finally:
+        await provider.aclose()
+        server.shutdown()
+        server.server_close()
