@@ -101,7 +101,9 @@ class ModelCaller:
                 continue
             request = LlmRequest(
                 model=model,
-                messages=await self._loaded(compacted(trimmed(self._prepared(st, provider.name), trim_through), compaction)),
+                messages=await self._loaded(
+                    compacted(trimmed(self._prepared(st, provider.name), trim_through), compaction)
+                ),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
                 max_tokens=self.step.max_tokens,
