@@ -8,7 +8,7 @@ workspace only without joining every trace that names them; MCP now writes its b
 here too, and its old rows stay where they are for the traces that name them.
 
 Revision ID: 0022
-Revises: 0020
+Revises: 0021
 Create Date: 2026-11-27 09:30:00
 """
 
@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0022"
-down_revision: str | None = "0020"
+down_revision: str | None = "0021"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

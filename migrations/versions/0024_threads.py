@@ -10,7 +10,7 @@
   tsvector (GIN index) for PostgreSQL full-text search.
 
 Revision ID: 0024
-Revises: 0020
+Revises: 0022
 Create Date: 2026-11-27 09:30:00
 """
 
@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0024"
-down_revision: str | None = "0020"
+down_revision: str | None = "0022"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

@@ -8,7 +8,7 @@ per index (`python -m bench.real_path --db`, docs/benchmarks.md). A fill factor 
 every page written from now on; rows already stored keep their pages until rewritten.
 
 Revision ID: 0025
-Revises: 0020
+Revises: 0024
 Create Date: 2026-11-27 09:40:00
 """
 
@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from alembic import op
 
 revision: str = "0025"
-down_revision: str | None = "0020"
+down_revision: str | None = "0024"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
