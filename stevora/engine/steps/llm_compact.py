@@ -44,6 +44,7 @@ class Caller(Protocol):
     meter: Meter | None
     timeout_s: float | None
     _observe: ModelCalls
+    _model_index: int
 
     def _provider(self, index: int, model: str) -> Provider | None: ...
 
@@ -56,16 +57,17 @@ async def compact(caller: Caller, st: LoopState, through: int, tokens_before: in
     call's error does; nothing of it is used."""
     step, ex, rt = caller.step, caller.ex, caller.rt
     assert step.context is not None
-    model = step.context.model or step.model
     if caller.meter is not None:
         limit = caller.meter.model_call_refused()
         if limit is not None:
             raise BudgetExceeded(limit)
-    provider = (
-        caller._provider(0, model)
-        if model == step.model
-        else rt.providers.resolve(model, None)  # context.model: routed by its name
-    )
+    if step.context.model is not None:  # routed by its name
+        model = step.context.model
+        provider = rt.providers.resolve(model, None)
+    else:  # the step's model that answers now (after a failover, the fallback that answered)
+        index = caller._model_index
+        model = [step.model, *step.fallback_models][index]
+        provider = caller._provider(index, model)
     if provider is None:
         raise ProviderNotFound(
             f"No provider configured for model '{model}' (context.model)", details={"model": model}

@@ -289,3 +289,23 @@ async def test_a_failed_summary_call_is_recorded_and_the_retried_step_compacts_t
     # The retry compacted at the same point (the same round number, now completed).
     compacted = result.events_of("CONTEXT_COMPACTED")
     assert compacted[0]["round"] == failures[0]["round"]
+
+
+async def test_context_model_writes_the_summary(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    """The step talks to OpenAI; its summaries are written by the Anthropic model it names."""
+    _register_bulky(harness)
+    fake.context_window_tokens = 2_500
+    fake.openai.responder = _stateless_responder(6)
+    fake.anthropic.responder = lambda body: anthropic_text(f"{SUMMARY} (haiku)")
+    step = _agent("gpt-4o-mini", context={**CONTEXT, "model": "claude-haiku-4-5"})
+    result = await run_workflow(harness, workspace_id, step)
+
+    assert result.status == "COMPLETED", result.run["error"]
+    summaries = [r.json for r in fake.anthropic.requests]
+    assert summaries and all(is_compaction(b) and "tools" not in b for b in summaries)
+    assert not any(is_compaction(r.json) for r in fake.openai.requests)
+    events = result.events_of("CONTEXT_COMPACTED")
+    assert len(events) == len(summaries) and {e["model"] for e in events} == {"claude-haiku-4-5"}
+    assert f"{SUMMARY} (haiku)" in json.dumps(fake.openai.requests[-1].json)
