@@ -152,7 +152,9 @@ async def _bench_round_trips(url: str, args: argparse.Namespace) -> None:
     try:
         ws = await new_workspace(rt.pool)
         await create_definition(rt, ws, {"name": "counted", "version": "1", "steps": STEP})
-        timing = ScheduleTiming(interval_s=3600, overlap="allow", catchup_window_s=0, paused=True)
+        # A wide catch-up window: a pass slowed by the probe must not skip ticks as late (fewer runs
+        # would make the per-tick counts look larger).
+        timing = ScheduleTiming(interval_s=3600, overlap="allow", catchup_window_s=3600, paused=True)
         for _ in range(args.counted):
             await schedule_store.create(
                 rt, ws, timing, name=None, definition_id=None, definition_name="counted", version="latest"
@@ -182,6 +184,7 @@ async def _bench_round_trips(url: str, args: argparse.Namespace) -> None:
                 timed = len(await schedules.due_pass(rt, time_budget_s=60, batched=batched))
                 wall = time.perf_counter() - wall
                 await rt.pool.execute("UPDATE schedules SET paused = true WHERE workspace_id = $1", ws)
+            assert started == timed == args.counted, (started, timed)  # every schedule ticked once
             print(
                 f"        {label:>20}: {counted.round_trips / started:.2f} round trips per tick "
                 f"({counted.statements / started:.2f} statements, {counted.commits / started:.3f} commits), "

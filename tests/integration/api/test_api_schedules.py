@@ -413,3 +413,31 @@ async def test_more_schedules_than_a_batch_each_run_their_tick_once_and_a_bad_on
         "SELECT id FROM workflow_runs WHERE workspace_id = $1", tenant.workspace_id
     )
     assert {r["id"] for r in started} <= set(sent)
+
+
+async def test_a_batch_the_database_refuses_is_handled_again_one_schedule_at_a_time(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import asyncpg
+
+    from stevora.engine import commands
+
+    await _definition(client, tenant, "tick", QUICK)
+    made = [await _schedule(client, tenant, definitionName="tick", intervalS=3600) for _ in range(3)]
+    await harness.rt.pool.execute(
+        "UPDATE schedules SET next_fire_at = clock_timestamp() - interval '0.2 s', "
+        "next_due_at = clock_timestamp() - interval '0.2 s' WHERE workspace_id = $1",
+        tenant.workspace_id,
+    )
+    refused: list[int] = []
+
+    async def refuse(*args: Any, **kwargs: Any) -> Any:
+        refused.append(1)
+        raise asyncpg.exceptions.CheckViolationError("a row the batch statement refused")
+
+    monkeypatch.setattr(commands, "insert_runs", refuse)
+    started = await schedules.due_pass(harness.rt)
+    assert refused  # the set-based statement failed, and rolled back as a whole
+    for schedule in made:
+        runs = await _runs_of(harness, schedule["id"])
+        assert len(runs) == 1 and runs[0]["id"] in started
