@@ -62,10 +62,11 @@ async def lock_thread(conn: asyncpg.Connection, workspace_id: str, thread_id: st
 
 async def open_turns(conn: asyncpg.Connection, thread_id: str) -> list[asyncpg.Record]:
     """The thread's turns that have not ended, oldest first (the first is the active one)."""
-    return await conn.fetch(
+    rows: list[asyncpg.Record] = await conn.fetch(
         f"SELECT id, status FROM workflow_runs WHERE thread_id = $1 AND {_OPEN} ORDER BY created_at, id",
         thread_id,
     )
+    return rows
 
 
 async def make_turn(conn: asyncpg.Connection, run_id: str, thread_id: str, state: dict[str, Any]) -> None:
@@ -159,7 +160,7 @@ async def messages_to_inject(
 ) -> list[asyncpg.Record]:
     """What the step's next model call carries: pending messages, and messages already injected
     into this very round by an execution that died before the round's model call committed."""
-    return await pool.fetch(
+    rows: list[asyncpg.Record] = await pool.fetch(
         "SELECT id, content, status FROM run_messages WHERE workflow_run_id = $1 "
         "AND (status = 'pending' OR (status = 'injected' AND step_name = $2 AND visit = $3 AND round >= $4)) "
         "ORDER BY created_at, id",
@@ -168,6 +169,7 @@ async def messages_to_inject(
         visit,
         next_round,
     )
+    return rows
 
 
 async def mark_injected(

@@ -157,6 +157,7 @@ async def test_threads_are_listed_by_metadata_and_private_to_their_workspace(
         ("GET", f"/v1/threads/{mine}", None),
         ("GET", f"/v1/threads/{mine}/messages", None),
         ("POST", f"/v1/threads/{mine}/messages", {"content": "hi"}),
+        ("GET", f"/v1/threads/{mine}/stream", None),
         ("DELETE", f"/v1/threads/{mine}", None),
     ]:
         response = await client.request(method, path, json=body, headers=other_tenant.headers)
@@ -274,7 +275,7 @@ async def test_steer_puts_the_message_in_the_active_runs_next_request_once(
 
 
 async def test_steering_a_plain_run_and_an_ended_one(
-    client: httpx.AsyncClient, tenant: Tenant, harness: Harness, gate: asyncio.Event
+    client: httpx.AsyncClient, tenant: Tenant, other_tenant: Tenant, harness: Harness, gate: asyncio.Event
 ) -> None:
     definition_id = await defined(client, tenant, chat("slow"))
     harness.scripted.enqueue(turn(("slow", {})), turn())
@@ -285,6 +286,10 @@ async def test_steering_a_plain_run_and_an_ended_one(
     )
     run_id = created.json()["data"]["id"]
     await harness.value_when_set("SELECT 1 FROM llm_calls WHERE workflow_run_id = $1", run_id)
+    foreign = await client.post(
+        f"/v1/workflow-runs/{run_id}/messages", json={"content": "x"}, headers=other_tenant.headers
+    )
+    assert foreign.status_code == 404
     sent = await client.post(
         f"/v1/workflow-runs/{run_id}/messages", json={"content": "faster"}, headers=tenant.headers
     )

@@ -29,10 +29,14 @@ async def test_chat_turns_fork_and_history(cli: Cli, harness: Any, workspace_id:
     )
     result = await cli("chat", "helper", input="Hello there\n/fork\nSecond question\n/history\n/quit\n")
     assert result.exit_code == 0, result.output
-    threads = await harness.rt.pool.fetch("SELECT id, forked_from_run_id FROM threads ORDER BY created_at")
+    threads = await harness.rt.pool.fetch(
+        "SELECT id, forked_from_run_id FROM threads WHERE workspace_id = $1 ORDER BY created_at", workspace_id
+    )
     assert len(threads) == 2 and threads[1]["forked_from_run_id"] is not None
     turns = await harness.rt.pool.fetch(
-        "SELECT thread_id, status, input FROM workflow_runs WHERE thread_id IS NOT NULL ORDER BY created_at"
+        "SELECT thread_id, status, input FROM workflow_runs WHERE workspace_id = $1 AND thread_id IS NOT NULL "
+        "ORDER BY created_at",
+        workspace_id,
     )
     assert [(t["thread_id"], t["status"], t["input"]["content"]) for t in turns] == [
         (threads[0]["id"], "COMPLETED", "Hello there"),
