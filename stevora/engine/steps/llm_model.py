@@ -67,7 +67,7 @@ class ModelCaller:
         appended, st.pending_append = st.pending_append, []
         is_feedback = any(m.role == "user" for m in appended) and bool(st.rounds)
         st.transcript.extend(appended)
-        if self.attachments is not None:  # the prompt's images and files, stored before they are named
+        if self.attachments is not None and appended:  # the prompt's images and files, stored first
             await self.attachments.store(appended)
         candidates = [self.step.model, *self.step.fallback_models]
         # The step's `context` strategy, decided once per round from the committed rows.
@@ -93,7 +93,7 @@ class ModelCaller:
                 continue
             request = LlmRequest(
                 model=model,
-                messages=await self._loaded(trimmed(self._prepared(st, provider.name), trim_through)),
+                messages=await self._loaded(st, trimmed(self._prepared(st, provider.name), trim_through)),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
                 max_tokens=self.step.max_tokens,
@@ -174,9 +174,13 @@ class ModelCaller:
         self._providers[index] = found
         return found
 
-    async def _loaded(self, messages: list[Message]) -> list[Message]:
-        """The messages with their images' and files' bytes (read once per execution)."""
-        return messages if self.attachments is None else await self.attachments.loaded(messages)
+    async def _loaded(self, st: LoopState, messages: list[Message]) -> list[Message]:
+        """The messages with their images' and files' bytes (read once per execution); as they
+        are when the conversation has none."""
+        attachments = self.attachments
+        if attachments is None or not attachments.any_in(st.transcript):
+            return messages
+        return await attachments.loaded(messages)
 
     def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
         repair = self._repairs.get(provider_name)
@@ -219,6 +223,8 @@ class ModelCaller:
             for c in response.tool_calls
         ]
         self._observe.answered(provider.name, model, usage, cost)
+        # How the answer was held to an outputSchema (nothing to say, and no call, without one).
+        structured = _NOT_STRUCTURED if response.structured_output is None else _structured(response)
         rec = LlmCallRecord(
             step_run_id=self.ex.step_run_id,
             step_name=self.ex.step_name,
@@ -233,7 +239,7 @@ class ModelCaller:
                 "responseModel": response.model,
                 "responseId": response.response_id,
                 "priced": cost is not None,
-                **_structured(response),
+                **structured,
             },
             finish_reason=response.finish_reason,
             input_tokens=usage.input_tokens,
@@ -258,7 +264,7 @@ class ModelCaller:
             "timeToFirstTokenMs": _ms(rec.time_to_first_token_ms),
             "toolCalls": [c["name"] for c in calls],
             "finishReason": response.finish_reason,
-            **_structured(response),
+            **structured,
         }
         if stored_request.get("contextTrimmedThrough"):  # the step's `context` strategy trimmed
             payload["contextTrimmedThrough"] = stored_request["contextTrimmedThrough"]
@@ -327,6 +333,9 @@ class ModelCaller:
         )
         if self.meter is not None:
             self.meter.model_calls += 1
+
+
+_NOT_STRUCTURED: dict[str, str] = {}
 
 
 def _structured(response: LlmResponse) -> dict[str, str]:
