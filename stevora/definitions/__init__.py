@@ -1,10 +1,10 @@
 """Pydantic models of workflow definitions: camelCase JSON on the wire, snake_case in Python."""
 
 from stevora.definitions.budget import BUDGET_LIMITS, Budget, BudgetAction
+from stevora.definitions.llm_messages import LlmMessage
 from stevora.definitions.llm_step import (
     GuardrailCheck,
     GuardrailConfig,
-    LlmMessage,
     LlmStep,
     LlmTool,
     LlmToolDef,

@@ -19,6 +19,7 @@ from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from stevora.definitions.budget import Budget
 from stevora.definitions.flow import MAX_PRIORITY, Concurrency, key_paths, schema_lacks
+from stevora.definitions.llm_messages import FilePart, ImagePart, LlmMessage, TextPart
 from stevora.definitions.llm_step import (
     DUPLICATE_TOOL_MESSAGE,
     INLINE_TOOL_TAG,
@@ -27,7 +28,6 @@ from stevora.definitions.llm_step import (
     WORKFLOW_TOOL_TAG,
     GuardrailCheck,
     GuardrailConfig,
-    LlmMessage,
     LlmStep,
     LlmToolDef,
     McpToolsDef,
@@ -360,6 +360,9 @@ _KNOWN_FIELDS = _field_names(
         LlmStep,
         ToolStep,
         LlmMessage,
+        TextPart,
+        ImagePart,
+        FilePart,
         LlmToolDef,
         ToolRef,
         WorkflowToolDef,

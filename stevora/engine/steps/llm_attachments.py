@@ -97,6 +97,19 @@ class ConversationAttachments:
         self._bytes: dict[str, bytes] = {}
         self._stored: set[str] = set()
         self._tool_parts: dict[str, tuple[Part, ...]] = {}
+        self._scanned = 0  # messages of the transcript looked at by `any_in`
+        self._any = False
+
+    def any_in(self, transcript: list[Message]) -> bool:
+        """Whether the conversation names any image or file: only the messages added since the
+        last look are looked at, so a conversation without any costs nothing per round."""
+        if not self._any:
+            for message in transcript[self._scanned :]:
+                if message.parts or (message.role == "tool" and '"sha256"' in (message.content or "")):
+                    self._any = True
+                    break
+            self._scanned = len(transcript)
+        return self._any
 
     async def store(self, messages: list[Message]) -> None:
         """The bytes of new parts (a rendered prompt) into `blobs`, before the call that stores the

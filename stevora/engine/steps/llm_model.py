@@ -71,7 +71,7 @@ class ModelCaller:
         st.steered = 0
         is_feedback = any(m.role == "user" for m in own) and bool(st.rounds)
         st.transcript.extend(appended)
-        if self.attachments is not None:  # the prompt's images and files, stored before they are named
+        if self.attachments is not None and appended:  # the prompt's images and files, stored first
             await self.attachments.store(appended)
         candidates = [self.step.model, *self.step.fallback_models]
         # The step's `context` strategy, decided once per round from the committed rows.
@@ -102,7 +102,7 @@ class ModelCaller:
             request = LlmRequest(
                 model=model,
                 messages=await self._loaded(
-                    compacted(trimmed(self._prepared(st, provider.name), trim_through), compaction)
+                    st, compacted(trimmed(self._prepared(st, provider.name), trim_through), compaction)
                 ),
                 tools=self.tool_specs,
                 temperature=self.step.temperature,
@@ -189,9 +189,13 @@ class ModelCaller:
         self._providers[index] = found
         return found
 
-    async def _loaded(self, messages: list[Message]) -> list[Message]:
-        """The messages with their images' and files' bytes (read once per execution)."""
-        return messages if self.attachments is None else await self.attachments.loaded(messages)
+    async def _loaded(self, st: LoopState, messages: list[Message]) -> list[Message]:
+        """The messages with their images' and files' bytes (read once per execution); as they
+        are when the conversation has none."""
+        attachments = self.attachments
+        if attachments is None or not attachments.any_in(st.transcript):
+            return messages
+        return await attachments.loaded(messages)
 
     def _prepared(self, st: LoopState, provider_name: str) -> list[Message]:
         repair = self._repairs.get(provider_name)
@@ -250,8 +254,10 @@ class ModelCaller:
         payload["timeToFirstTokenMs"] = _ms(rec.time_to_first_token_ms)
         payload["toolCalls"] = [c["name"] for c in calls]
         payload["finishReason"] = response.finish_reason
-        rec.response.update(_structured(response))
-        payload.update(_structured(response))
+        # How the answer was held to an outputSchema (nothing to say, and no call, without one).
+        structured = _NOT_STRUCTURED if response.structured_output is None else _structured(response)
+        rec.response.update(structured)
+        payload.update(structured)
         if stored_request.get("contextTrimmedThrough"):  # the step's `context` strategy trimmed
             payload["contextTrimmedThrough"] = stored_request["contextTrimmedThrough"]
         if stored_request.get("contextCompactedThrough"):  # sent with the `compact` summary
@@ -321,6 +327,9 @@ class ModelCaller:
         )
         if self.meter is not None:
             self.meter.model_calls += 1
+
+
+_NOT_STRUCTURED: dict[str, str] = {}
 
 
 def _structured(response: LlmResponse) -> dict[str, str]:

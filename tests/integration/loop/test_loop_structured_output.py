@@ -200,3 +200,39 @@ async def test_the_fake_refuses_a_strict_schema_the_real_api_refuses(
             raise AssertionError("the fake accepted a strict schema without additionalProperties: false")
     finally:
         await client.close()
+
+
+async def test_anthropic_takes_an_optional_property_natively(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    optional = {"type": "object", "properties": {"note": {"type": "string"}}}
+    fake.anthropic.enqueue(anthropic_text('{"note": "hi"}'))
+    result = await run_workflow(
+        harness, workspace_id, llm_step(model="claude-haiku-4-5", outputSchema=optional)
+    )
+
+    assert result.status == "COMPLETED", result.run["error"]
+    assert "output_config" in fake.anthropic.requests[0].json  # optional properties are fine there
+    assert "structuredOutputFallback" not in result.events_of("LLM_CALL_COMPLETED")[0]
+
+
+async def test_an_open_object_falls_back_to_the_tool_on_anthropic_and_says_why(
+    harness: Harness, workspace_id: str, fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    open_object = {"type": "object", "properties": {"tags": {"type": "object", "additionalProperties": True}}}
+    fake.anthropic.enqueue(anthropic_tool_use([("toolu_1", "final_answer", {"tags": {"a": 1}})]))
+    result = await run_workflow(
+        harness, workspace_id, llm_step(model="claude-haiku-4-5", outputSchema=open_object)
+    )
+
+    assert result.status == "COMPLETED", result.run["error"]
+    assert result.state == {"agent": {"tags": {"a": 1}}}
+    (request,) = fake.anthropic.requests
+    assert "output_config" not in request.json
+    assert request.json["tool_choice"] == {"type": "tool", "name": "final_answer"}
+    (event,) = result.events_of("LLM_CALL_COMPLETED")
+    assert event["structuredOutput"] == "tool"
+    assert event["structuredOutputFallback"] == (
+        "outputSchema.properties.tags.additionalProperties: strict mode needs a closed object "
+        "(additionalProperties: false)"
+    )
