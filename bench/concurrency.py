@@ -1,6 +1,7 @@
 """Many slow LLM calls at once in ONE worker process.
 
     .venv/bin/python -m bench.concurrency [--levels 100 1000 2000] [--rounds 4] [--latency 2]
+                                          [--sdk scripted|openai|anthropic]
 
 For each level N: N runs are created, then dispatched at once through RabbitMQ to a fresh
 `python -m workers` process (one process, 8 Dramatiq threads). Each run is an llm step whose
@@ -12,17 +13,24 @@ so every run makes rounds+1 model calls back to back. Printed per level:
 * wall time against the ideal (calls per run x latency)
 * the worker's peak RSS (VmHWM)
 Target (issue #3): at 1,000 runs, >= 80 % of ideal and RSS < 1 GiB.
+
+`--sdk openai|anthropic`: the model is called through that real SDK (Stevora's adapter, not
+streamed) over HTTP instead of the in-process scripted provider, against a local server
+(bench/real_path.py's asyncio server, in its own process) that answers after `--latency` with a
+call of the `effect` tool per round, then a text.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing
 import os
 import secrets
 import time
 
 from bench.common import bench_database_url, new_workspace
+from bench.real_path import serve_many
 from stevora.engine import commands
 from stevora.engine.brokers import build_broker
 from stevora.engine.dispatch import EXECUTE_RUN_ACTOR, DramatiqDispatcher, RecordingDispatcher
@@ -43,7 +51,9 @@ def peak_rss_mb(pid: int) -> float:
     return float("nan")
 
 
-async def level(rt: Runtime, ws: str, def_id: str, n: int, calls_per_run: int, latency: float) -> None:
+async def level(
+    rt: Runtime, ws: str, def_id: str, n: int, calls_per_run: int, latency: float, sdk_env: dict[str, str]
+) -> None:
     queue = f"bench-{secrets.token_hex(3)}"
     dispatcher = DramatiqDispatcher(build_broker(BROKER), queue)
     rt.dispatcher = RecordingDispatcher()
@@ -60,6 +70,7 @@ async def level(rt: Runtime, ws: str, def_id: str, n: int, calls_per_run: int, l
             "STEVORA_UNDISPATCHED_GRACE_S": "600",
             "STEVORA_MAX_CONCURRENT_RUNS": str(max(2000, n)),
             "STEVORA_WORKER_THREADS": "8",
+            **sdk_env,
         },
     )
     try:
@@ -109,7 +120,10 @@ async def level(rt: Runtime, ws: str, def_id: str, n: int, calls_per_run: int, l
     )
 
 
-async def main(url: str, levels: list[int], rounds: int, latency: float) -> None:
+MODELS = {"openai": "gpt-4o-mini", "anthropic": "claude-haiku-4-5"}
+
+
+async def main(url: str, levels: list[int], rounds: int, latency: float, sdk: str) -> None:
     settings = Settings(database_url=url, hot_pool_size=10)
     rt = await Runtime.start(settings, dispatcher=RecordingDispatcher())
     ws = await new_workspace(rt.pool)
@@ -123,7 +137,7 @@ async def main(url: str, levels: list[int], rounds: int, latency: float) -> None
                 {
                     "type": "llm",
                     "name": "agent",
-                    "model": f"scripted:rounds={rounds}",
+                    "model": MODELS.get(sdk, f"scripted:rounds={rounds}"),
                     "maxToolRounds": max(rounds, 1),
                     "messages": [{"role": "user", "content": "run {{input.n}}"}],
                     "tools": ["effect"],
@@ -135,13 +149,33 @@ async def main(url: str, levels: list[int], rounds: int, latency: float) -> None
         "CREATE TABLE IF NOT EXISTS test_side_effects (idempotency_key text PRIMARY KEY, executions int NOT NULL)"
     )
     print(
-        f"one worker process, model latency {latency:.1f} s, {rounds} tool rounds + 1 answer per run (RabbitMQ)"
+        f"one worker process, model latency {latency:.1f} s, {rounds} tool rounds + 1 answer per run (RabbitMQ), "
+        f"model: {sdk if sdk == 'scripted' else sdk + ' SDK over HTTP'}"
     )
+    server = None
+    sdk_env: dict[str, str] = {}
+    if sdk != "scripted":
+        parent, child = multiprocessing.Pipe()
+        server = multiprocessing.get_context("spawn").Process(
+            target=serve_many, args=(child, latency, rounds, "effect"), daemon=True
+        )
+        server.start()
+        base_url = parent.recv()
+        prefix = sdk.upper()
+        sdk_env = {
+            f"{prefix}_API_KEY": "bench-key",
+            f"{prefix}_BASE_URL": f"{base_url}/v1" if sdk == "openai" else base_url,
+            "STEVORA_SCRIPTED_LATENCY_S": "0",
+            "STEVORA_LLM_STREAM": "false",  # the server answers JSON bodies, not event streams
+        }
     try:
         for n in levels:
-            await level(rt, ws, def_id, n, rounds + 1, latency)
+            await level(rt, ws, def_id, n, rounds + 1, latency, sdk_env)
     finally:
         await rt.close()
+        if server is not None:
+            parent.send("stop")
+            server.join(5)
 
 
 if __name__ == "__main__":
@@ -151,5 +185,6 @@ if __name__ == "__main__":
     parser.add_argument("--levels", type=int, nargs="+", default=[100, 1000, 2000])
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--latency", type=float, default=2.0)
+    parser.add_argument("--sdk", choices=["scripted", "openai", "anthropic"], default="scripted")
     args = parser.parse_args()
-    asyncio.run(main(bench_database_url("concurrency"), args.levels, args.rounds, args.latency))
+    asyncio.run(main(bench_database_url("concurrency"), args.levels, args.rounds, args.latency, args.sdk))

@@ -86,19 +86,51 @@ def _serve(conn: Any, latency_s: float = 0.0) -> None:
     server.close()
 
 
-def _serve_many(conn: Any, latency_s: float) -> None:
+def serve_many(conn: Any, latency_s: float, rounds: int | None = None, tool: str = "lookup") -> None:
     """A keep-alive HTTP/1.1 server on asyncio answering every call after `latency_s` with the
-    fake's bodies: the threaded fake cannot hold thousands of connections on a small machine."""
-    from stevora.testing.fake_llm import anthropic_tool_use, openai_tool_calls
+    fake's bodies: the threaded fake cannot hold thousands of connections on a small machine.
+    With `rounds`, an agent: a call of `tool` per round while the request holds fewer than
+    `rounds` tool results, then a text answer (what bench/concurrency.py --sdk runs)."""
+    from stevora.testing.fake_llm import anthropic_text, anthropic_tool_use, openai_text, openai_tool_calls
+
+    def encoded(answer: Any) -> bytes:
+        return json.dumps(answer.body).encode()
 
     bodies = {
-        b"/v1/chat/completions": json.dumps(
-            openai_tool_calls([("call_1", "lookup", '{"query":"x"}')], usage={"prompt_tokens": 1200}).body
-        ).encode(),
-        b"/v1/messages": json.dumps(
-            anthropic_tool_use([("toolu_1", "lookup", {"query": "x"})], usage={"input_tokens": 1200}).body
-        ).encode(),
+        b"/v1/chat/completions": encoded(
+            openai_tool_calls([("call_1", tool, '{"note":"x"}')], usage={"prompt_tokens": 1200})
+        ),
+        b"/v1/messages": encoded(
+            anthropic_tool_use([("toolu_1", tool, {"note": "x"})], usage={"input_tokens": 1200})
+        ),
     }
+    texts = {
+        b"/v1/chat/completions": encoded(openai_text("done", usage={"prompt_tokens": 1200})),
+        b"/v1/messages": encoded(anthropic_text("done", usage={"input_tokens": 1200})),
+    }
+
+    def answer(path: bytes, request: bytes) -> bytes:
+        if rounds is None:
+            return bodies[path]
+        messages = json.loads(request)["messages"]
+        done = sum(
+            1
+            for m in messages
+            if m.get("role") == "tool"
+            or (
+                isinstance(m.get("content"), list)
+                and any(b.get("type") == "tool_result" for b in m["content"])
+            )
+        )
+        if done >= rounds:
+            return texts[path]
+        body = json.loads(bodies[path])  # each round's call its own id
+        if path == b"/v1/messages":
+            body["content"][0]["id"] = f"toolu_{done + 1}"
+        else:
+            body["choices"][0]["message"]["tool_calls"][0]["id"] = f"call_{done + 1}"
+        return json.dumps(body).encode()
+
     opened = 0
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -112,9 +144,9 @@ def _serve_many(conn: Any, latency_s: float) -> None:
                 for line in head.split(b"\r\n"):
                     if line.lower().startswith(b"content-length:"):
                         length = int(line.split(b":", 1)[1])
-                await reader.readexactly(length)
+                request = await reader.readexactly(length)
                 await asyncio.sleep(latency_s)
-                body = bodies[path]
+                body = answer(path, request)
                 writer.write(
                     b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
                     + f"content-length: {len(body)}\r\n\r\n".encode()
@@ -462,7 +494,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         return {"db": asyncio.run(_db_figures(url, args.rounds, args.concurrency, args.runs))}
     parent, child = multiprocessing.Pipe()
     latency = args.latency if args.in_flight else 0.0
-    target = _serve_many if args.in_flight else _serve
+    target = serve_many if args.in_flight else _serve
     server = multiprocessing.get_context("spawn").Process(target=target, args=(child, latency), daemon=True)
     server.start()
     try:
