@@ -136,13 +136,9 @@ class OpenAIProvider:
 
     async def complete(self, request: LlmRequest) -> LlmResponse:
         responses = (request.api or self.default_api) == "responses"
-        plan: StructuredPlan | None = None  # Chat Completions' structured-output form
-        if responses:
-            kwargs = openai_responses.build_kwargs(request)
-        else:
-            plan = self.structured_plan(request)
-            kwargs = self._build_kwargs(plan)
-            request = plan.request
+        plan = self.structured_plan(request)  # the same forms on both APIs, in their own words
+        kwargs = openai_responses.build_kwargs(request, plan) if responses else self._build_kwargs(plan)
+        request = plan.request
         try:
             if responses:  # the Responses API (stevora/llm/openai_responses.py): usage always sent
                 response, usage_sent = (
@@ -177,7 +173,7 @@ class OpenAIProvider:
                 provider=self.name,
                 hint=f"set {setting}: false in STEVORA_COMPAT_CAPABILITIES if this server never sends it",
             )
-        return response if plan is None else plan.finish(response)
+        return plan.finish(response)
 
     async def _complete_streamed(
         self, kwargs: dict[str, Any], request: LlmRequest

@@ -27,13 +27,15 @@ from stevora.llm.messages import (
     LlmResponse,
     Message,
     NamedTool,
+    Part,
     ReasoningItem,
     ToolCall,
     ToolSpec,
     Usage,
 )
-from stevora.llm.provider import JSON_INSTRUCTION, mentions_json
+from stevora.llm.provider import JSON_INSTRUCTION, data_url, mentions_json
 from stevora.llm.streaming import StreamAccumulator
+from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan
 
 INCLUDE = ["reasoning.encrypted_content"]
 
@@ -41,11 +43,30 @@ INCLUDE = ["reasoning.encrypted_content"]
 _INCOMPLETE: dict[str, str] = {"max_output_tokens": "length", "content_filter": "content_filter"}
 
 
-def build_kwargs(request: LlmRequest) -> dict[str, Any]:
-    """The keyword arguments for `responses.create` (public so tests can inspect them)."""
+def build_kwargs(request: LlmRequest, plan: StructuredPlan | None = None) -> dict[str, Any]:
+    """The keyword arguments for `responses.create` (public so tests can inspect them).
+
+    `plan` (`OpenAIProvider.structured_plan`) says how the request's `output_schema` is held:
+    `native` is `text.format` as a strict `json_schema`; `tool` is already in `plan.request` (the
+    final-answer function, forced); `prompt` is a system item saying the schema."""
+    if plan is not None:
+        request = plan.request
     items = input_items(request.messages)
     kwargs: dict[str, Any] = {"model": request.model, "input": items, "store": False, "include": INCLUDE}
-    if request.response_format == "json":
+    if plan is not None and plan.native_schema is not None:
+        kwargs["text"] = {
+            "format": {
+                "type": "json_schema",
+                "name": STRUCTURED_NAME,
+                "schema": plan.native_schema,
+                "strict": True,
+            }
+        }
+    elif plan is not None and plan.instruction is not None:
+        items.insert(0, {"role": "system", "content": plan.instruction})
+        if request.response_format == "json":
+            kwargs["text"] = {"format": {"type": "json_object"}}
+    elif request.response_format == "json":
         kwargs["text"] = {"format": {"type": "json_object"}}
         if not mentions_json(request.messages):
             items.insert(0, {"role": "system", "content": JSON_INSTRUCTION})
@@ -73,16 +94,17 @@ def build_kwargs(request: LlmRequest) -> dict[str, Any]:
 def input_items(messages: list[Message]) -> list[dict[str, Any]]:
     """The transcript as Responses `input` items: an assistant turn is its reasoning items (as the
     API wrote them), its text, then one `function_call` per tool call; a tool result is a
-    `function_call_output`."""
+    `function_call_output`, whose `output` is a list of input parts when the tool returned images
+    or files (the API takes `input_text`, `input_image` and `input_file` there)."""
     items: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "tool":
+            output: str | list[dict[str, Any]] = message.content or ""
+            if message.attachments:
+                text = [{"type": "input_text", "text": message.content}] if message.content else []
+                output = text + [content_part(p) for p in message.attachments]
             items.append(
-                {
-                    "type": "function_call_output",
-                    "call_id": message.tool_call_id or "",
-                    "output": message.content or "",
-                }
+                {"type": "function_call_output", "call_id": message.tool_call_id or "", "output": output}
             )
         elif message.role == "assistant":
             items += [item for r in message.reasoning if r.kind == "openai_responses" and (item := r.item())]
@@ -92,9 +114,22 @@ def input_items(messages: list[Message]) -> list[dict[str, Any]]:
             if message.content:
                 items.append(_assistant_text(message.content, ids.get("message")))
             items += [_function_call(c, calls.get(c.id)) for c in message.tool_calls]
+        elif message.parts:
+            items.append({"role": message.role, "content": [content_part(p) for p in message.parts]})
         else:
             items.append({"role": message.role, "content": message.content or ""})
     return items
+
+
+def content_part(part: Part) -> dict[str, Any]:
+    """One content part in the Responses API's words: `input_text`, `input_image` (an http(s) URL
+    or a base64 data URL; `detail` is required in a message) and `input_file` (a PDF as a data URL)."""
+    if part.type == "text":
+        return {"type": "input_text", "text": part.text or ""}
+    if part.type == "image":
+        return {"type": "input_image", "detail": "auto", "image_url": part.url or data_url(part)}
+    filename = f"{(part.sha256 or 'file')[:16]}.pdf"
+    return {"type": "input_file", "filename": filename, "file_data": data_url(part)}
 
 
 def _assistant_text(text: str, item_id: object) -> dict[str, Any]:

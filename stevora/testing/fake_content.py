@@ -4,7 +4,8 @@ Chat Completions: a user message's content parts are `text`, `image_url` (`url`:
 with base64 or an http(s) URL) and `file` (`file_data` as a data URL, or `file_id`); a `tool`
 message takes text only (a string or `text` parts). Messages: `image` blocks (`source`: base64 with
 an image media type, or `url`) and `document` blocks (base64 PDF), in user turns and inside a
-`tool_result`'s content. Anything else is the provider's 400.
+`tool_result`'s content. Responses: `input_text`, `input_image` and `input_file` parts in
+messages and in a `function_call_output`'s `output`. Anything else is the provider's 400.
 """
 
 from __future__ import annotations
@@ -30,7 +31,59 @@ def _base64_ok(data: object) -> bool:
 
 def content_problem(kind: str, body: dict[str, Any]) -> str | None:
     """The 400 the real API answers to the request's images and files, or None."""
+    if kind == "responses":
+        return _responses_problem(body)
     return _openai_problem(body) if kind == "openai" else _anthropic_problem(body)
+
+
+def _responses_problem(body: dict[str, Any]) -> str | None:
+    """Responses `input`: a message's content parts are `input_text`, `input_image` (with `detail`)
+    and `input_file`; a `function_call_output`'s `output` is a string or a list of the same parts
+    (`detail` optional there), as the installed SDK's types say."""
+    items = body.get("input")
+    for i, item in enumerate(items if isinstance(items, list) else ()):
+        if item.get("type") == "function_call_output":
+            output = item.get("output")
+            if isinstance(output, str):
+                continue
+            if not isinstance(output, list):
+                return f"Invalid type for 'input[{i}].output': expected a string or an array of content parts"
+            parts, where, in_message = output, f"input[{i}].output", False
+        elif "role" in item and isinstance(item.get("content"), list) and item.get("role") != "assistant":
+            parts, where, in_message = item["content"], f"input[{i}].content", True
+        else:
+            continue
+        for j, part in enumerate(parts):
+            problem = _responses_part_problem(f"{where}[{j}]", part, in_message=in_message)
+            if problem:
+                return problem
+    return None
+
+
+def _responses_part_problem(where: str, part: Any, *, in_message: bool) -> str | None:
+    kind = part.get("type") if isinstance(part, dict) else None
+    if kind == "input_text":
+        return None if isinstance(part.get("text"), str) else f"Missing required parameter: '{where}.text'."
+    if kind == "input_image":
+        if in_message and part.get("detail") not in ("low", "high", "auto", "original"):
+            return f"Missing required parameter: '{where}.detail'."
+        url = str(part.get("image_url") or "")
+        found = _DATA_URL.match(url)
+        if part.get("file_id") is not None or url.startswith(("http://", "https://")):
+            return None
+        if found is None or found.group(1) not in _IMAGE_TYPES or not _base64_ok(found.group(2)):
+            return f"Invalid '{where}.image_url': expected an http(s) URL or a base64 image data URL"
+        return None
+    if kind == "input_file":
+        found = _DATA_URL.match(str(part.get("file_data", "")))
+        if (
+            part.get("file_id") is None
+            and part.get("file_url") is None
+            and (found is None or not _base64_ok(found.group(2)) or not part.get("filename"))
+        ):
+            return f"Invalid '{where}': expected file_id, file_url, or file_data as a base64 data URL with a filename"
+        return None
+    return f"Invalid value for '{where}.type': {kind!r}"
 
 
 def _openai_problem(body: dict[str, Any]) -> str | None:

@@ -767,8 +767,7 @@ class FakeLLMServer:
                 "anthropic": validate_anthropic,
                 "responses": validate_responses,
             }[kind](body)
-            if kind != "responses":  # the Chat Completions and Messages bodies' own checks
-                problem = problem or structured_problem(kind, body) or content_problem(kind, body)
+            problem = problem or structured_problem(kind, body) or content_problem(kind, body)
             if problem is not None:
                 return FakeResponse(status=400, error_message=problem, error_type="invalid_request_error")
             if kind == "openai" and self.openai_dialect == "llamacpp":

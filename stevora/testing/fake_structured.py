@@ -1,6 +1,7 @@
 """Structured outputs on the fake provider servers, as the real APIs treat them.
 
-* A strict `json_schema` response format (OpenAI) or an `output_config.format` (Anthropic) whose
+* A strict `json_schema` response format (OpenAI Chat Completions' `response_format`, the
+  Responses API's `text.format`) or an `output_config.format` (Anthropic) whose
   schema the real API refuses gets its 400, in its words: an object without `additionalProperties:
   false`, (OpenAI) a property missing from `required`, a keyword the mode does not support.
 * An answer to such a request matches its schema: a scripted answer that does not is a mistake in
@@ -33,11 +34,25 @@ _NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _MAPS, _ONE, _LISTS = ("properties", "$defs", "definitions"), ("items",), ("anyOf", "allOf")
 
 
-def strict_schema_of(kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
-    """The schema a request holds its answer to natively, if it asks for one."""
+def _openai_spec(kind: str, body: dict[str, Any]) -> tuple[str, Any] | None:
+    """Where an OpenAI request says its `json_schema` format, and the spec: Chat Completions'
+    `response_format.json_schema` or the Responses API's `text.format` (name, schema and strict
+    on the format itself); `None` without one."""
     if kind == "openai":
         fmt = body.get("response_format") or {}
-        spec = fmt.get("json_schema") if fmt.get("type") == "json_schema" else None
+        return ("response_format", fmt.get("json_schema")) if fmt.get("type") == "json_schema" else None
+    text = body.get("text")
+    fmt = text.get("format") if isinstance(text, dict) else None
+    if isinstance(fmt, dict) and fmt.get("type") == "json_schema":
+        return "text.format", fmt
+    return None
+
+
+def strict_schema_of(kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
+    """The schema a request holds its answer to natively, if it asks for one."""
+    if kind in ("openai", "responses"):
+        found = _openai_spec(kind, body)
+        spec = found[1] if found is not None else None
         if isinstance(spec, dict) and spec.get("strict") is True and isinstance(spec.get("schema"), dict):
             return dict(spec["schema"])
         return None
@@ -49,17 +64,18 @@ def strict_schema_of(kind: str, body: dict[str, Any]) -> dict[str, Any] | None:
 
 def structured_problem(kind: str, body: dict[str, Any]) -> str | None:
     """The 400 the real API answers to the request's structured-output form, or None."""
-    if kind == "openai":
-        fmt = body.get("response_format") or {}
-        if fmt.get("type") != "json_schema":
+    if kind in ("openai", "responses"):
+        found = _openai_spec(kind, body)
+        if found is None:
             return None
-        spec = fmt.get("json_schema")
+        place, spec = found
         if not isinstance(spec, dict) or not _NAME.match(str(spec.get("name", ""))):
-            return "Invalid 'response_format.json_schema.name': must match ^[a-zA-Z0-9_-]{1,64}$"
+            name = "response_format.json_schema.name" if kind == "openai" else "text.format.name"
+            return f"Invalid '{name}': must match ^[a-zA-Z0-9_-]{{1,64}}$"
         if spec.get("strict") is not True:
             return None
         schema = spec.get("schema")
-        where = f"Invalid schema for response_format '{spec['name']}'"
+        where = f"Invalid schema for {place} '{spec['name']}'"
         if not isinstance(schema, dict) or schema.get("type") != "object":
             return f"{where}: schema must be a JSON Schema of 'type: \"object\"', got 'type: \"{(schema or {}).get('type')}\"'."
         problem = _node_problem(schema, (), _OPENAI_KEYWORDS, all_required=True)
@@ -123,6 +139,17 @@ def answer_mismatch(kind: str, body: dict[str, Any], answer: dict[str, Any]) -> 
         text = (choices[0].get("message") or {}).get("content")
         if text is None:  # a tool call round (or a refusal) carries no text to hold
             return None
+    elif kind == "responses":
+        texts = [
+            part.get("text", "")
+            for item in answer.get("output") or ()
+            if item.get("type") == "message"
+            for part in item.get("content") or ()
+            if part.get("type") == "output_text"
+        ]
+        if not texts:
+            return None
+        text = "".join(texts)
     else:
         texts = [b.get("text", "") for b in answer.get("content") or () if b.get("type") == "text"]
         if not texts:
