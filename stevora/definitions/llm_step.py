@@ -442,6 +442,28 @@ class LlmStep(StepBase):
                 )
         return self
 
+    @model_validator(mode="after")
+    def _no_forced_answer_tool_with_thinking(self) -> LlmStep:
+        # Anthropic refuses a forced tool_choice with thinking on, and the final-answer tool must
+        # be forced; unset or `native`, a thinking step falls back to `prompt` instead.
+        if self.thinking is not None and self.output_schema is not None and self.structured_output == "tool":
+            raise PydanticValidationError.from_exception_data(
+                type(self).__name__,
+                [
+                    InitErrorDetails(
+                        type=PydanticCustomError(
+                            "thinking_with_tool_output",
+                            "structuredOutput 'tool' cannot be combined with thinking: the final-answer "
+                            "tool must be forced, and the API takes no forced toolChoice with thinking "
+                            "(use 'native' or 'prompt')",
+                        ),
+                        loc=("structuredOutput",),
+                        input=self.structured_output,
+                    )
+                ],
+            )
+        return self
+
     @field_validator("tool_choice")
     @classmethod
     def _tool_choice_names_a_tool(

@@ -167,9 +167,18 @@ class AnthropicProvider:
         return self._build_kwargs(self.structured_plan(request))
 
     def structured_plan(self, request: LlmRequest) -> StructuredPlan:
-        """`output_config.format` (the SDK's structured-output form), else the final-answer tool."""
+        """`output_config.format` (the SDK's structured-output form), else the final-answer tool;
+        with thinking on, `output_config.format` else the prompt: the API refuses the forced
+        tool_choice the final-answer tool needs when thinking is enabled."""
         native = native_schema(request.output_schema, "anthropic") if request.output_schema else None
-        return plan_structured(request, native=native, tool_ok=True, provider=self.name)
+        thinking = request.thinking_budget_tokens is not None
+        return plan_structured(
+            request,
+            native=native,
+            tool_ok=not thinking,
+            provider=self.name,
+            no_tool_reason=THINKING_NO_FORCED_TOOL if thinking else None,
+        )
 
     def _build_kwargs(self, plan: StructuredPlan) -> dict[str, Any]:
         request = plan.request
@@ -226,6 +235,12 @@ class AnthropicProvider:
             provider=self.name,
             reasoning=reasoning,
         )
+
+
+THINKING_NO_FORCED_TOOL = (
+    "thinking is on, and Anthropic takes no forced tool_choice with thinking, so the final-answer "
+    "tool cannot be used: the schema is said in the prompt"
+)
 
 
 def thinking_item(thinking: str, signature: str) -> ReasoningItem:

@@ -97,9 +97,12 @@ def plan_structured(
     native: tuple[dict[str, Any] | None, SchemaProblem | None] | None,
     tool_ok: bool,
     provider: str,
+    no_tool_reason: str | None = None,
 ) -> StructuredPlan:
     """The best form of the one asked for: native (when `native`, the provider's strict schema or
-    its problem, is given), else the final-answer tool (when `tool_ok`), else the prompt."""
+    its problem, is given), else the final-answer tool (when `tool_ok`), else the prompt.
+    `no_tool_reason` says why the tool cannot be forced, in the fallback reason (default: the
+    provider cannot force it)."""
     wanted = request.structured_output
     if request.output_schema is None or wanted is None:
         return StructuredPlan(request)
@@ -116,7 +119,10 @@ def plan_structured(
         problems = tool_problems(request.output_schema)
         if tool_ok and not problems:
             return StructuredPlan(with_final_answer_tool(request), "tool", fallback)
-        why = problems[0].message if problems else f"{provider} cannot force the final-answer tool call"
+        if not tool_ok and no_tool_reason is not None:
+            why = no_tool_reason
+        else:
+            why = problems[0].message if problems else f"{provider} cannot force the final-answer tool call"
         fallback = f"{fallback}; {why}" if fallback else why
     return StructuredPlan(request, "prompt", fallback, instruction=schema_instruction(request.output_schema))
 

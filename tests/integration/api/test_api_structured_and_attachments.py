@@ -70,6 +70,28 @@ async def test_a_step_with_an_output_schema_cannot_declare_a_tool_named_final_an
     assert response.json()["error"]["details"]["errors"][0]["path"] == "steps[1].tools[0].name"
 
 
+async def test_structured_output_tool_with_thinking_is_a_400_naming_structured_output(
+    client: httpx.AsyncClient, tenant: Tenant
+) -> None:
+    step = {
+        "model": "claude-sonnet-4-5",
+        "maxTokens": 4000,
+        "thinking": {"budgetTokens": 2000},
+        "outputSchema": {"a": {"type": "string"}},
+    }
+    refused = await client.post(
+        "/v1/workflow-definitions", json=_body({**step, "structuredOutput": "tool"}), headers=tenant.headers
+    )
+    assert refused.status_code == 400, refused.text
+    (problem,) = refused.json()["error"]["details"]["errors"]
+    assert problem["path"] == "steps[1].structuredOutput"
+    assert "cannot be combined with thinking" in problem["message"]
+    for mode in ("native", "prompt", None):
+        body = _body(step if mode is None else {**step, "structuredOutput": mode})
+        stored = await client.post("/v1/workflow-definitions", json=body, headers=tenant.headers)
+        assert stored.status_code == 201, (mode, stored.text)
+
+
 def _shot_definition() -> dict[str, Any]:
     part = {"type": "image", "mediaType": "image/png", "data": "{{input.shot}}"}
     llm = {
