@@ -136,7 +136,8 @@ class _ModelChildren:
         self.label = label
         self.error = metrics.bound_histogram(metrics.LLM_CALL_DURATION, provider, label, "error")
         self.ok = metrics.bound_histogram(metrics.LLM_CALL_DURATION, provider, label, "ok")
-        # (input, output, cache_read, cache_write): the cache kinds are parts of `input`
+        # (input, output, cache_read, cache_write, reasoning): the cache kinds are parts of
+        # `input`, reasoning (and thinking) a part of `output`
         self.tokens: tuple[metrics.BoundCounter, ...] | None = None
         self.cost: metrics.BoundCounter | None = None
 
@@ -153,6 +154,8 @@ class _ModelChildren:
             tokens[2].inc(usage.cache_read_tokens)
         if usage.cache_write_tokens:
             tokens[3].inc(usage.cache_write_tokens)
+        if usage.reasoning_tokens:
+            tokens[4].inc(usage.reasoning_tokens)
         if cost_usd:
             if self.cost is None:
                 self.cost = metrics.bound_counter(metrics.LLM_COST, self.provider, self.label)

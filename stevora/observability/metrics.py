@@ -74,11 +74,11 @@ LLM_TIME_TO_FIRST_TOKEN = Histogram(
 )
 LLM_TOKENS = Counter(
     "stevora_llm_tokens",
-    "Tokens used by model calls (kind: input, output, and the parts of input read from and written "
-    "to the provider's prompt cache)",
+    "Tokens used by model calls (kind: input, output, the parts of input read from and written "
+    "to the provider's prompt cache, and the part of output spent on reasoning or thinking)",
     ["provider", "model", "kind"],
 )
-TOKEN_KINDS = ("input", "output", "cache_read", "cache_write")
+TOKEN_KINDS = ("input", "output", "cache_read", "cache_write", "reasoning")
 LLM_COST = Counter("stevora_llm_cost_usd", "Cost of model calls in USD", ["provider", "model"])
 LLM_RATE_LIMIT_WAIT = Histogram(
     "stevora_llm_rate_limit_wait_seconds",
@@ -162,6 +162,8 @@ def llm_answered(provider: str, known_model: str | None, usage: Usage, cost_usd:
         LLM_TOKENS.labels(provider, model, "cache_read").inc(usage.cache_read_tokens)
     if usage.cache_write_tokens:
         LLM_TOKENS.labels(provider, model, "cache_write").inc(usage.cache_write_tokens)
+    if usage.reasoning_tokens:
+        LLM_TOKENS.labels(provider, model, "reasoning").inc(usage.reasoning_tokens)
     if cost_usd:
         LLM_COST.labels(provider, model).inc(cost_usd)
 

@@ -263,6 +263,9 @@ def chat_answered(span: Span | None, response: Any) -> None:
     # The GenAI conventions' prompt-cache attributes (parts of input_tokens).
     span.set_attribute("gen_ai.usage.cache_read.input_tokens", response.usage.cache_read_tokens)
     span.set_attribute("gen_ai.usage.cache_creation.input_tokens", response.usage.cache_write_tokens)
+    # The part of output_tokens spent on reasoning (OpenAI) or thinking (Anthropic), by the name
+    # of the installed semantic-conventions package (GEN_AI_USAGE_REASONING_OUTPUT_TOKENS).
+    span.set_attribute("gen_ai.usage.reasoning.output_tokens", response.usage.reasoning_tokens)
     if response.finish_reason:
         span.set_attribute("gen_ai.response.finish_reasons", [response.finish_reason])
     if response.response_id:
