@@ -469,8 +469,11 @@ def validate_anthropic(body: dict[str, Any]) -> str | None:
 
 
 def prompt_tokens(body: dict[str, Any]) -> int:
-    """The fake's token count of a request's prompt: characters / 4 of its tools, system and messages."""
+    """The fake's token count of a request's prompt: characters / 4 of its tools, system and
+    messages (Responses: `instructions` and `input`)."""
     parts = (body.get("tools"), body.get("system"), body.get("messages"))
+    if "input" in body:
+        parts = (body.get("tools"), body.get("instructions"), body.get("input"))
     return len(json.dumps(parts, ensure_ascii=False)) // 4
 
 
@@ -729,6 +732,11 @@ class FakeLLMServer:
         counted = cache is not None or self.context_window_tokens is not None
         if kind == "responses" and answer.body is not None and answer.status == 200:
             shaped = complete_body(responses_answer(body, answer.body), body)
+            usage = shaped.get("usage")
+            if counted and isinstance(usage, dict):  # the prompt's own count, as on the other APIs
+                output = int(usage.get("output_tokens") or 0)
+                tokens = prompt_tokens(body)
+                shaped["usage"] = {**usage, "input_tokens": tokens, "total_tokens": tokens + output}
             return dataclasses.replace(answer, body=shaped)
         if kind == "anthropic" and answer.body is not None and answer.status == 200 and self.validate:
             answer = dataclasses.replace(answer, body=anthropic_answer(body, answer.body))

@@ -75,12 +75,18 @@ async def compact(caller: Caller, st: LoopState, through: int, tokens_before: in
     previous = st.compaction
     prepared = caller._prepared(st, provider.name)
     prompt = compaction_prompt(prepared, previous, through)
+    # The step's API (a Responses-API step summarises through the Responses API too) and
+    # reasoning effort; no thinking: a tool-less summary needs no thinking blocks, and its
+    # `max_tokens` then needs no room for a thinking budget. No reasoning items either: the
+    # rounds go in as text, one user turn (`compaction_prompt`).
     request = LlmRequest(
         model=model,
         messages=[prompt],
         max_tokens=step.max_tokens,
         timeout_s=caller.timeout_s,
         cache_key=ex.run_id if step.cache else None,
+        api=step.api,
+        reasoning_effort=step.reasoning.effort if step.reasoning else None,
     )
     rounds_compacted = through - (previous.through if previous is not None else 0)
     marker = {"through": through, "roundsCompacted": rounds_compacted, "tokensBefore": tokens_before}
