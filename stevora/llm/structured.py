@@ -5,11 +5,13 @@ send (its native mode, else `tool`, else `prompt`: docs/providers.md, "Structure
 says on the response what it did (`LlmResponse.structured_output`) and why it fell back
 (`structured_fallback`). The engine records both on the call's `LLM_CALL_COMPLETED` event.
 
-Another API path plugs in the same way: `plan_structured(request, native=native_schema(schema,
-"openai"), tool_ok=..., provider=...)` gives the plan; a Responses API adapter sends
-`plan.native_schema` as `text: {"format": {"type": "json_schema", "name": STRUCTURED_NAME,
-"schema": ..., "strict": true}}` (the same strict rules as Chat Completions), adds the final-answer
-tool in its own flat tool form for `tool`, and ends with `plan.finish(response)`.
+Every API path plugs in the same way: `plan_structured(request, native=native_schema(schema,
+"openai"), tool_ok=..., provider=...)` gives the plan; the Responses API path
+(`openai_responses.build_kwargs`) sends `plan.native_schema` as `text: {"format": {"type":
+"json_schema", "name": STRUCTURED_NAME, "schema": ..., "strict": true}}` (the same strict rules as
+Chat Completions), the final-answer tool in its own flat tool form for `tool`, and ends with
+`plan.finish(response)`. Anthropic with thinking on cannot force a tool: its plan has
+`tool_ok=False` and a `no_tool_reason`, so it falls back from native to the prompt.
 """
 
 from __future__ import annotations

@@ -248,3 +248,41 @@ async def test_a_tool_image_reaches_the_responses_api_inside_its_function_call_o
     ]
     # No follow-up user message: the API takes the image in the tool's output.
     assert [i.get("role") for i in second["input"] if "role" in i] == ["user"]
+
+
+async def test_the_responses_fake_checks_image_parts_as_the_sdk_types_say(
+    fake: FakeLLMServer, sdk: SdkProviders
+) -> None:
+    client = openai.AsyncOpenAI(api_key="test", base_url=fake.openai_base_url, max_retries=0)
+    image = f"data:image/png;base64,{_b64(PNG)}"
+    try:
+        for part, said in (
+            ({"type": "input_image", "image_url": image}, "input[0].content[0].detail"),
+            (
+                {"type": "input_image", "detail": "auto", "image_url": "data:image/svg+xml;base64,PHN2Zz4="},
+                "image_url",
+            ),
+            ({"type": "image_url", "image_url": {"url": image}}, "input[0].content[0].type"),
+        ):
+            try:
+                await client.responses.create(model="gpt-4.1", input=[{"role": "user", "content": [part]}])
+            except openai.BadRequestError as exc:
+                assert said in str(exc), str(exc)
+            else:
+                raise AssertionError(f"the fake accepted {part}")
+        # A function_call_output may hold image parts (no `detail` needed there).
+        fake.responses.enqueue(responses_text("seen"))
+        answer = await client.responses.create(
+            model="gpt-4.1",
+            input=[
+                {"type": "function_call", "call_id": "c1", "name": "shot", "arguments": "{}"},
+                {
+                    "type": "function_call_output",
+                    "call_id": "c1",
+                    "output": [{"type": "input_image", "image_url": image}],
+                },
+            ],
+        )
+        assert answer.output_text == "seen"
+    finally:
+        await client.close()
