@@ -291,7 +291,9 @@ class LlmCall(Base):
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
-    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"))
+    # No foreign key to step_runs (migration 0026): a step run goes only with its run, whose key
+    # above cascades; a key here cost a check and a tuple lock on the step run every round.
+    step_run_id: Mapped[str] = mapped_column(String(40))
     step_name: Mapped[str] = mapped_column(String(100))
     round: Mapped[int] = mapped_column(Integer)
     provider: Mapped[str | None] = mapped_column(String(40))
@@ -334,8 +336,11 @@ class ToolTrace(Base):
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
-    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), index=True)
-    llm_call_id: Mapped[str | None] = mapped_column(ForeignKey("llm_calls.id", ondelete="CASCADE"))
+    # No foreign keys to step_runs / llm_calls and no step-run index (migration 0026): both go only
+    # with their run, whose key above cascades (through ix_tool_trace_run); the keys cost two checks
+    # and two tuple locks, the index an entry, on every tool call.
+    step_run_id: Mapped[str] = mapped_column(String(40))
+    llm_call_id: Mapped[str | None] = mapped_column(String(40))
     round: Mapped[int] = mapped_column(Integer)
     sequence: Mapped[int] = mapped_column(Integer)
     tool_call_id: Mapped[str] = mapped_column(String(200))
