@@ -265,11 +265,14 @@ class StepRun(Base):
 
 class WorkflowEvent(Base):
     __tablename__ = "workflow_events"
-    __table_args__ = (UniqueConstraint("workflow_run_id", "sequence", name="uq_event_sequence"),)
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    # Keyed by (run, sequence), the order every reader pages in; `id` is a generated id no query
+    # looks up, so it has no index of its own (migration 0026: one index entry per event less).
+    id: Mapped[str] = mapped_column(String(40))
+    workflow_run_id: Mapped[str] = mapped_column(
+        ForeignKey("workflow_runs.id", ondelete="CASCADE"), primary_key=True
+    )
     step_run_id: Mapped[str | None] = mapped_column(String(40))
-    sequence: Mapped[int] = mapped_column(Integer)
+    sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
     event_type: Mapped[str] = mapped_column(String(40))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     created_at: Mapped[datetime] = _created()
