@@ -265,11 +265,14 @@ class StepRun(Base):
 
 class WorkflowEvent(Base):
     __tablename__ = "workflow_events"
-    __table_args__ = (UniqueConstraint("workflow_run_id", "sequence", name="uq_event_sequence"),)
-    id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    # Keyed by (run, sequence), the order every reader pages in; `id` is a generated id no query
+    # looks up, so it has no index of its own (migration 0026: one index entry per event less).
+    id: Mapped[str] = mapped_column(String(40))
+    workflow_run_id: Mapped[str] = mapped_column(
+        ForeignKey("workflow_runs.id", ondelete="CASCADE"), primary_key=True
+    )
     step_run_id: Mapped[str | None] = mapped_column(String(40))
-    sequence: Mapped[int] = mapped_column(Integer)
+    sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
     event_type: Mapped[str] = mapped_column(String(40))
     payload: Mapped[dict[str, Any]] = mapped_column(JSONB, server_default=text("'{}'::jsonb"))
     created_at: Mapped[datetime] = _created()
@@ -291,7 +294,9 @@ class LlmCall(Base):
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
-    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"))
+    # No foreign key to step_runs (migration 0026): a step run goes only with its run, whose key
+    # above cascades; a key here cost a check and a tuple lock on the step run every round.
+    step_run_id: Mapped[str] = mapped_column(String(40))
     step_name: Mapped[str] = mapped_column(String(100))
     round: Mapped[int] = mapped_column(Integer)
     provider: Mapped[str | None] = mapped_column(String(40))
@@ -334,8 +339,11 @@ class ToolTrace(Base):
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
     workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
-    step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), index=True)
-    llm_call_id: Mapped[str | None] = mapped_column(ForeignKey("llm_calls.id", ondelete="CASCADE"))
+    # No foreign keys to step_runs / llm_calls and no step-run index (migration 0026): both go only
+    # with their run, whose key above cascades (through ix_tool_trace_run); the keys cost two checks
+    # and two tuple locks, the index an entry, on every tool call.
+    step_run_id: Mapped[str] = mapped_column(String(40))
+    llm_call_id: Mapped[str | None] = mapped_column(String(40))
     round: Mapped[int] = mapped_column(Integer)
     sequence: Mapped[int] = mapped_column(Integer)
     tool_call_id: Mapped[str] = mapped_column(String(200))
