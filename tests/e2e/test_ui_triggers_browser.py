@@ -53,7 +53,15 @@ async def test_the_schedules_page_shows_fire_times_pauses_resumes_triggers_and_t
         "next_due_at = clock_timestamp() - interval '0.1 s' WHERE id = $1",
         ticking["id"],
     )
-    [ticked] = await schedules.due_pass(harness.rt)
+    # The pass serves every workspace's due schedules (an earlier test's may fall due too): this
+    # workspace's tick is the run the pass started here.
+    started = await schedules.due_pass(harness.rt)
+    [ticked] = [
+        r["id"]
+        for r in await harness.rt.pool.fetch(
+            "SELECT id FROM workflow_runs WHERE id = ANY($1::text[]) AND workspace_id = $2", started, workspace_id
+        )
+    ]
     page = await context.new_page()
     await login(page, ui_server.api_key, "/ui/schedules")
 
