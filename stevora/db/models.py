@@ -442,7 +442,9 @@ class MapItem(Base):
     __table_args__ = (
         CheckConstraint(_in("status", values(MapItemStatus)), name="status"),
         Index("ix_map_items_child", "child_run_id", postgresql_where=text("child_run_id IS NOT NULL")),
-        Index("ix_map_items_pending", "step_run_id", "item_index", postgresql_where=text("status = 'pending'")),
+        Index(
+            "ix_map_items_pending", "step_run_id", "item_index", postgresql_where=text("status = 'pending'")
+        ),
     )
     # The map_item_ended trigger (migration 0027) counts an item's ending at its commit.
     step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), primary_key=True)
