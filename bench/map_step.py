@@ -9,7 +9,9 @@ broker). Printed per concurrency:
 * children per second: items / wall time from the run's creation to its completion;
 * the parent's overhead per item: time and statements spent in the map step's own code (its
   `on_waiting`, the hook each child's ending calls, and `on_due`) divided by the items — what the
-  fan-out adds to running the children themselves;
+  fan-out adds to running the children themselves. The `map_item_ended` trigger (migration 0027)
+  runs inside the child's COMMIT: its work, and its wait for the parent's row lock, are in the
+  child's own statements and time, not here;
 * statements per item in all (children included), and the same count for as many standalone runs
   of the child workflow at the same concurrency (the baseline a map is compared with).
 

@@ -1,6 +1,8 @@
 """Statements on `map` steps: the fan-out of one map step run (`map_steps`) and its items
-(`map_items`), and the child runs started for them. Callers own the transaction and hold the
-parent run's row lock, which serialises everything that changes one parent's items.
+(`map_items`), and the child runs started for them. Callers own the transaction. Going WAITING
+and the parent's re-check hold the parent run's row lock; a child's ending takes it only inside
+its COMMIT, in the `map_item_ended` trigger (migration 0027) that counts the item, writes the
+progress events and makes the parent's wait due, so siblings' endings serialise on that alone.
 
 Exactly once per item: an item moves `pending → running` in the statement that inserts its child
 run, and only a `pending` row can be picked, so a replayed or concurrent start finds nothing to
@@ -16,8 +18,6 @@ from typing import Any
 
 import asyncpg
 
-from stevora.db.runs import ROW_LOCK
-from stevora.events import Event
 from stevora.ids import new_id
 from stevora.statuses import MapItemStatus
 
@@ -118,7 +118,7 @@ async def start_pending(
     step_run_id = header["step_run_id"]
     started = await conn.fetch(
         "WITH picked AS (SELECT item_index, input FROM map_items WHERE step_run_id = $6::text "
-        "AND status = 'pending' ORDER BY item_index LIMIT $2 FOR UPDATE), "
+        "AND status = 'pending' ORDER BY item_index LIMIT $2 FOR UPDATE SKIP LOCKED), "
         "new AS (SELECT ($1::text[])[row_number() OVER (ORDER BY item_index)] AS id, item_index AS idx, input "
         "FROM picked), "
         "children AS (INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
@@ -147,61 +147,70 @@ async def start_pending(
 
 async def record_child_end(
     conn: asyncpg.Connection, child_run_id: str, status: str, output: Any, error: dict[str, Any] | None
-) -> list[asyncpg.Record]:
-    """Write an ended child run's result on its running item(s) (a retried map shares a still
-    running child with the step run it retries) and count it on their maps. Returns each map's
-    header, with the item's `item_index`; nothing when the item was written already."""
-    failed = status != MapItemStatus.COMPLETED
-    return list(
-        await conn.fetch(
-            "WITH items AS (UPDATE map_items SET status = $2, output = $3, error = $4, ended_at = now() "
-            "WHERE child_run_id = $1 AND status = 'running' RETURNING step_run_id, item_index), "
-            "counted AS (UPDATE map_steps m SET running = m.running - 1, completed = m.completed + $5, "
-            "failed = m.failed + $6 FROM items WHERE m.step_run_id = items.step_run_id "
-            f"RETURNING {_HEADER}, items.item_index) "
-            "SELECT * FROM counted",
-            child_run_id,
-            status,
-            output,
-            error,
-            0 if failed else 1,
-            1 if failed else 0,
-        )
+) -> None:
+    """Write an ended child run's result on its running item(s), for a child cancelled with its
+    parent (the `map_item_ended` trigger counts it at commit; the parent, ending too, gets no
+    progress events)."""
+    await conn.execute(
+        "UPDATE map_items SET status = $2, output = $3, error = $4, ended_at = now() "
+        "WHERE child_run_id = $1 AND status = 'running'",
+        child_run_id,
+        status,
+        output,
+        error,
     )
 
 
-async def lock_parent(conn: asyncpg.Connection, run_id: str) -> asyncpg.Record | None:
-    """The parent run's row lock, reading only what a child's ending needs (not its input and
-    state, which for a map may hold every item)."""
-    return await conn.fetchrow(
-        "SELECT id, workspace_id, status, current_step_run_id, depth FROM workflow_runs "
-        f"WHERE id = $1 {ROW_LOCK}",
-        run_id,
-    )
+async def end_item(
+    conn: asyncpg.Connection,
+    child: asyncpg.Record,
+    status: str,
+    output: Any,
+    error: dict[str, Any] | None,
+) -> asyncpg.Record:
+    """A child run's ending, for its map, in one statement that waits for no sibling: write the
+    result on its running item(s) (a retried map shares a still running child with the step run it
+    retries) and, when the item is the current map's of a WAITING parent and no failure stops the
+    map (this one, or a sibling's already counted, under `fail`), pass its slot on: start the child
+    run of the first pending item that no sibling's ending is starting (`SKIP LOCKED`), PENDING, to
+    dispatch after commit, and note it on the ended item (`passed_to`). Returns `ended` (items
+    written: 0 when written already) and `started_child`.
 
-
-async def write_events(conn: asyncpg.Connection, run_id: str, events: list[Event], *, due: bool) -> bool:
-    """The WAITING parent's progress events (its `event_seq` bumped, the events inserted, one
-    statement); `due`: its wait is due now (the map is done: its worker collects). False when
-    the run is not WAITING (nothing written)."""
-    written = await conn.fetchval(
-        "WITH bumped AS (UPDATE workflow_runs SET event_seq = event_seq + $2, version = version + 1, "
-        "updated_at = now(), next_run_at = CASE WHEN $3 THEN now() ELSE next_run_at END "
-        "WHERE id = $1 AND status = 'WAITING' RETURNING event_seq), "
-        "ins AS (INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload) "
-        "SELECT e.id, $1, e.step_run_id, (SELECT event_seq FROM bumped) - $2 + e.ord, e.event_type, e.payload "
-        "FROM unnest($4::text[], $5::text[], $6::text[], $7::jsonb[]) WITH ORDINALITY "
-        "AS e(id, step_run_id, event_type, payload, ord) WHERE EXISTS (SELECT 1 FROM bumped)) "
-        "SELECT count(*) FROM bumped",
-        run_id,
-        len(events),
-        due,
-        [new_id("evt") for _ in events],
-        [e.step_run_id for e in events],
-        [e.event_type for e in events],
-        [e.payload for e in events],
+    The rest is the `map_item_ended` trigger's (migration 0027), run inside COMMIT under the
+    parent's row lock: the map's counts, the progress events and, when the map is done, the
+    parent's wait made due; it takes the start back if the parent stopped waiting meanwhile.
+    Exactly once: only a `running` item is ended and only a `pending` one started, each in the
+    statement that moves it; the child's idempotency key `map:<step run>:<index>` backs the start."""
+    row: asyncpg.Record = await conn.fetchrow(
+        "WITH cur AS (SELECT i.step_run_id, m.child_definition_id, m.child_budget, p.workspace_id, p.depth, "
+        "p.trace_context FROM map_items i JOIN map_steps m ON m.step_run_id = i.step_run_id "
+        "JOIN workflow_runs p ON p.id = m.workflow_run_id AND p.current_step_run_id = m.step_run_id "
+        "WHERE i.child_run_id = $1 AND i.status = 'running' AND p.status = 'WAITING' "
+        "AND NOT (m.on_item_failure = 'fail' AND ($5 OR m.failed > 0))), "
+        "picked AS (SELECT i.item_index, i.input FROM map_items i JOIN cur ON i.step_run_id = cur.step_run_id "
+        "WHERE i.status = 'pending' ORDER BY i.item_index LIMIT 1 FOR UPDATE OF i SKIP LOCKED), "
+        "children AS (INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
+        "dispatched_at, parent_run_id, depth, trace_context, budget) "
+        "SELECT $6, cur.workspace_id, cur.child_definition_id, 'PENDING', picked.input, "
+        "'map:' || cur.step_run_id || ':' || picked.item_index, now(), $7, cur.depth + 1, cur.trace_context, "
+        "cur.child_budget FROM cur, picked "
+        "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING RETURNING id), "
+        "started AS (UPDATE map_items i SET status = 'running', child_run_id = children.id, started_at = now() "
+        "FROM cur, picked, children WHERE i.step_run_id = cur.step_run_id AND i.item_index = picked.item_index "
+        "AND i.status = 'pending' RETURNING i.step_run_id, i.item_index, i.child_run_id), "
+        "ended AS (UPDATE map_items i SET status = $2, output = $3, error = $4, ended_at = now(), "
+        "passed_to = (SELECT s.item_index FROM started s WHERE s.step_run_id = i.step_run_id) "
+        "WHERE i.child_run_id = $1 AND i.status = 'running' RETURNING i.item_index) "
+        "SELECT (SELECT count(*) FROM ended) AS ended, (SELECT child_run_id FROM started) AS started_child",
+        child["id"],
+        status,
+        output,
+        error,
+        status != MapItemStatus.COMPLETED,
+        new_id("wfrun"),
+        child["parent_run_id"],
     )
-    return bool(written)
+    return row
 
 
 async def get_map(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> asyncpg.Record | None:

@@ -450,7 +450,11 @@ class MapItem(Base):
     __table_args__ = (
         CheckConstraint(_in("status", values(MapItemStatus)), name="status"),
         Index("ix_map_items_child", "child_run_id", postgresql_where=text("child_run_id IS NOT NULL")),
+        Index(
+            "ix_map_items_pending", "step_run_id", "item_index", postgresql_where=text("status = 'pending'")
+        ),
     )
+    # The map_item_ended trigger (migration 0027) counts an item's ending at its commit.
     step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), primary_key=True)
     item_index: Mapped[int] = mapped_column(Integer, primary_key=True)
     workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
@@ -461,6 +465,7 @@ class MapItem(Base):
     error: Mapped[dict[str, Any] | None] = mapped_column(JSONB)
     started_at: Mapped[datetime | None] = _ts()
     ended_at: Mapped[datetime | None] = _ts()
+    passed_to: Mapped[int | None] = mapped_column(Integer)  # the item its ending started in its slot
 
 
 class ApprovalRequest(Base):

@@ -11,10 +11,12 @@
   `map_steps` row and one `map_items` row per index, then the first `concurrency` child runs,
   dispatched after commit. The parent holds no lease, task or thread while they run.
 * Answered: each child's ending (`stevora.engine.endings` calls `answer_from_child` in the
-  child's terminal transaction: child row, then parent row, the house lock order) writes the
-  item's result, starts the next pending items into the freed slots, and writes the progress
-  events. When every item has ended, or an item failed with `onItemFailure: "fail"`, it makes
-  the parent's wait due and dispatches it.
+  child's terminal transaction) writes the item's result and passes its slot on to the next
+  pending item, in one statement that waits for no sibling. Inside its COMMIT, the deferred
+  `map_item_ended` trigger (migration 0027) takes the parent's row lock (child row, then parent
+  row, the house lock order), counts the item and the one started, writes the progress events
+  and, when every item has ended or an item failed with `onItemFailure: "fail"`, makes the
+  parent's wait due; an ending that started no item dispatches the parent after commit.
 * Due (`on_due`, in the parent's worker): collect. All ended → the step completes with the results
   in item order in `state[outputKey]`; a failed item with `fail` → the step fails naming the first
   failed index (running siblings run to their end and keep their results for a retry; items not
@@ -358,11 +360,13 @@ async def record_cancelled_with_parent(conn: asyncpg.Connection, child: DbRow) -
 
 async def answer_from_child(conn: asyncpg.Connection, child: DbRow) -> list[str]:
     """Called in the terminal transaction of a run with a parent and no tool call: if it is a map
-    item's child run, write the item's result, start the next pending items into the freed slots
-    and, when the map is done (or failed fast), make the parent's wait due. Returns the runs to
-    dispatch after commit (the items started, the parent when done). Idempotent: an item is
-    written once."""
-    parent = await db_map.lock_parent(conn, child["parent_run_id"])
+    item's child run, write the item's result and pass its slot on to the next pending item, in one
+    statement that waits for no sibling (`map_items.end_item`). The map's counts, the progress
+    events and making the parent's wait due when the map is done are the `map_item_ended`
+    trigger's, run inside this transaction's COMMIT under the parent's row lock. Returns the runs to
+    dispatch after commit: the item started or, when none was (the map may be done, or failed
+    fast), the parent, whose claim finds it due only if the trigger made it so. Idempotent: an
+    item is written once."""
     status = _ITEM_STATUS[RunStatus(child["status"])]
     error = None
     if status != MapItemStatus.COMPLETED:
@@ -371,43 +375,8 @@ async def answer_from_child(conn: asyncpg.Connection, child: DbRow) -> list[str]
             "code", "CHILD_RUN_CANCELLED" if status == MapItemStatus.CANCELLED else "CHILD_RUN_FAILED"
         )
         error.setdefault("message", "Run was cancelled" if status == MapItemStatus.CANCELLED else "")
-    maps = await db_map.record_child_end(
-        conn, child["id"], status, child["output"] if status == MapItemStatus.COMPLETED else None, error
-    )
-    if parent is None or parent["status"] != RunStatus.WAITING:
-        return []  # a cancelled or failed parent: the result is kept on the item (for a retry)
-    header = next((m for m in maps if m["step_run_id"] == parent["current_step_run_id"]), None)
-    if header is None:
-        return []
-    step = {"step_name": header["step_name"], "id": header["step_run_id"]}
-    stop = header["on_item_failure"] == "fail" and header["failed"] > 0
-    started = (
-        []
-        if stop
-        else await db_map.start_pending(conn, parent, header, header["concurrency"] - header["running"])
-    )
-    progress = _progress(header, started=len(started))
-    ended = Event(
-        EventType.MAP_ITEM_COMPLETED if status == MapItemStatus.COMPLETED else EventType.MAP_ITEM_FAILED,
-        {
-            "stepName": header["step_name"],
-            "index": header["item_index"],
-            "childRunId": child["id"],
-            "status": child["status"],
-            **({"error": error} if error else {}),
-            **progress,
-        },
-        header["step_run_id"],
-    )
-    events = [ended, *(_started_event(step, row, progress) for row in started)]
-    dispatch = [row["child_run_id"] for row in started]
-    done = stop or progress["done"] == header["total"]
-    if done:
-        # Done: the parent's worker collects (on_due), with the settings its checks need.
-        await runs.update_step(
-            conn, header["step_run_id"], expect=[StepStatus.WAITING], sets={}, now_columns=["wait_until"]
-        )
-    await db_map.write_events(conn, parent["id"], events, due=done)
-    if done:
-        dispatch.append(parent["id"])
-    return dispatch
+    output = child["output"] if status == MapItemStatus.COMPLETED else None
+    row = await db_map.end_item(conn, child, status, output, error)
+    if not row["ended"]:
+        return []  # written already (a replayed ending)
+    return [row["started_child"] or child["parent_run_id"]]

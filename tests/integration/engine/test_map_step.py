@@ -602,3 +602,62 @@ async def test_a_child_run_ends_in_the_one_statement_completion_and_its_item_hea
             "STEP_COMPLETED",
             "WORKFLOW_COMPLETED",
         ]
+
+
+@pytest.mark.parametrize("meanwhile", ["parent_failed", "sibling_failure_counted"])
+async def test_a_start_is_taken_back_at_commit_when_the_map_no_longer_wants_it(
+    harness: Harness, workspace_id: str, meanwhile: str
+) -> None:
+    """A child's ending starts the next item without the parent's lock; the `map_item_ended`
+    trigger, inside COMMIT and under that lock, takes the start back if the parent stopped waiting
+    on the map (or a sibling's failure stopped a `fail` map) since: no child run is left for it,
+    the item is pending again, the counts hold, and no progress event is written."""
+    release = asyncio.Event()
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        await release.wait()
+        return {"status": "completed", "stateUpdates": {"t": 1}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    run_id = await _start(harness, workspace_id, child, ["a", "b", "c"], concurrency=1)
+    await harness.wait_for_status(run_id, "WAITING")
+    first = await harness.value_when_set(
+        "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND status = 'RUNNING'", run_id
+    )
+    events_before = await harness.event_types(run_id)
+    async with harness.rt.pool.acquire() as conn:
+        async with conn.transaction():
+            row = await conn.fetchrow("SELECT id, parent_run_id FROM workflow_runs WHERE id = $1", first)
+            ended = await map_items.end_item(conn, row, "completed", {"t": "a"}, None)
+            assert ended["ended"] == 1 and ended["started_child"] is not None  # slot passed on
+            # What a concurrent transaction commits before this one's COMMIT takes the lock.
+            if meanwhile == "parent_failed":
+                await conn.execute("UPDATE workflow_runs SET status = 'FAILED' WHERE id = $1", run_id)
+            else:
+                await conn.execute("UPDATE map_steps SET failed = 1 WHERE workflow_run_id = $1", run_id)
+        started = ended["started_child"]
+    pool = harness.rt.pool
+    assert await pool.fetchval("SELECT count(*) FROM workflow_runs WHERE id = $1", started) == 0
+    items = await pool.fetch(
+        "SELECT status, child_run_id, passed_to FROM map_items WHERE workflow_run_id = $1 ORDER BY item_index",
+        run_id,
+    )
+    assert [(i["status"], i["child_run_id"]) for i in items] == [
+        ("completed", first),
+        ("pending", None),
+        ("pending", None),
+    ]
+    assert items[0]["passed_to"] == 1
+    header = await pool.fetchrow(
+        "SELECT running, completed FROM map_steps WHERE workflow_run_id = $1", run_id
+    )
+    assert (header["running"], header["completed"]) == (0, 1)
+    if meanwhile == "parent_failed":  # nobody waits on the map: counted only, no event
+        assert await harness.event_types(run_id) == events_before
+    else:  # the item's ending is told, the start is not; and the map is due (failed fast)
+        assert await harness.event_types(run_id) == [*events_before, "MAP_ITEM_COMPLETED"]
+    release.set()  # the child's own ending now finds its item written: nothing more happens
+    await harness.wait_for_status(first, "COMPLETED")
+    assert await pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id) == 1
