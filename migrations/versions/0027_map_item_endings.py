@@ -12,7 +12,7 @@ Also a partial index of pending items: finding the next item to start was a walk
 already started (O(n²) row visits over a map of n items).
 
 Revision ID: 0027
-Revises: 0025
+Revises: 0026
 Create Date: 2026-11-27 10:20:00
 """
 
@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0027"
-down_revision: str | None = "0025"
+down_revision: str | None = "0026"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
