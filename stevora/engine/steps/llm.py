@@ -93,6 +93,7 @@ class LlmStepRun:
                 # Raised: go on from the committed rows, as a resumed step would.
                 self._meter(meter)
                 fresh = False
+                self.ex.inbox.pending = True  # messages taken for the refused call go with the next
 
     async def _loop(self, fresh: bool) -> StepResult:
         prompt = render_prompt(

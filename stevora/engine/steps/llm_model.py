@@ -265,7 +265,13 @@ class ModelCaller:
         if self._limited and isinstance(provider, LimitedProvider):  # STEVORA_RATE_LIMITS only
             payload["rateLimitWaitMs"] = rec.response["rateLimitWaitMs"] = provider.last_wait_ms  # type: ignore[index]
         committed_at = await checkpoints.record_llm_call(
-            self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
+            self.rt.committer,
+            self.ex.run_id,
+            self.ex.owner,
+            rec,
+            EventType.LLM_CALL_COMPLETED,
+            payload,
+            self.ex.inbox,
         )
         faults = self.rt.faults
         if faults.armed:
@@ -323,7 +329,13 @@ class ModelCaller:
             "durationMs": round(rec.duration_ms, 3),
         }
         await checkpoints.record_llm_call(
-            self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
+            self.rt.committer,
+            self.ex.run_id,
+            self.ex.owner,
+            rec,
+            EventType.LLM_CALL_FAILED,
+            payload,
+            self.ex.inbox,
         )
         if self.meter is not None:
             self.meter.model_calls += 1

@@ -6,7 +6,9 @@
   prefix a turn sends is byte for byte what the previous turn sent), then its own messages.
 * Steering: a message sent to a running run (`onActive: steer`, or `POST
   /v1/workflow-runs/{id}/messages`) is taken at the step's next round boundary, after that
-  round's tool results. Taking it commits `MESSAGE_INJECTED` with the round it goes into, fenced
+  round's tool results. The step looks for messages only when the round's last checkpoint (or
+  the transition that started the execution) returned `pending_messages` true, so a run nobody
+  steers pays no query per round. Taking it commits `MESSAGE_INJECTED` with the round it goes into, fenced
   by the lease; the message itself is stored with that round's model call (its request's
   `messages`). An execution that dies between the two finds the message marked for the round it
   has not committed yet and sends it again, without a second event: once in the transcript.
@@ -49,7 +51,15 @@ def with_history(prompt: list[Message], history: list[Message]) -> list[Message]
 
 
 async def take_messages(rt: Runtime, ex: StepExecution, st: LoopState) -> None:
-    """Append the messages sent to the run since the last round to the next model call."""
+    """Append the messages sent to the run since the last round to the next model call.
+
+    Only when the last statement that returned the run (the checkpoint that ended the round, or
+    the transition that started this execution) saw one pending, or when this execution resumes
+    one that may have taken messages for a round it did not commit (`ex.inbox`): no round trip
+    for a run nobody sends anything to."""
+    if not ex.inbox.pending:
+        return
+    ex.inbox.pending = False  # a message committed after the query below: the next checkpoint says so
     rows = await db_threads.messages_to_inject(rt.pool, ex.run_id, ex.step_name, ex.visit, st.next_round)
     if not rows:
         return

@@ -15,6 +15,7 @@ from test_api_tool_outputs import wait_for
 from test_api_toolboxes import turn
 from test_api_workflow_tools import defined
 
+from stevora.db import threads as db_threads
 from stevora.ids import new_id
 from stevora.llm.messages import LlmRequest
 from stevora.tools import ToolContext
@@ -343,3 +344,47 @@ async def test_a_fork_continues_the_conversation_and_goes_its_own_way(
         ("Make it cheaper", mine, None),
         ("done", mine, None),
     ]
+
+
+async def test_a_run_nobody_steers_never_looks_for_messages_and_a_queued_turn_gets_its_message_first(
+    client: httpx.AsyncClient,
+    tenant: Tenant,
+    harness: Harness,
+    gate: asyncio.Event,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The step queries `run_messages` only when a checkpoint (or the statement that started the
+    execution) said some wait: none for a run nobody steers; a message sent to a turn still
+    queued is in that turn's first request."""
+    looked: list[str] = []
+    original = db_threads.messages_to_inject
+
+    async def counted(pool: Any, run_id: str, *args: Any) -> Any:
+        looked.append(run_id)
+        return await original(pool, run_id, *args)
+
+    monkeypatch.setattr(db_threads, "messages_to_inject", counted)
+    thread_id = await thread(client, tenant, await defined(client, tenant, chat("lookup", "slow")))
+    harness.scripted.enqueue(turn(("lookup", {"order": "o-1"})), turn(("lookup", {"order": "o-2"})), turn())
+    plain = await said(client, tenant, thread_id, "Three rounds, nobody steers")
+    assert (await wait_for(client, tenant, plain, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    assert looked == []  # three model calls, no query for messages
+
+    harness.scripted.enqueue(turn(("slow", {})), turn(), turn())
+    active = await said(client, tenant, thread_id, "Slow one")
+    await harness.value_when_set("SELECT 1 FROM llm_calls WHERE workflow_run_id = $1", active)
+    queued = await say(client, tenant, thread_id, "Next turn", onActive="enqueue")
+    assert queued.status_code == 202, queued.text
+    queued_run = queued.json()["data"]["runId"]
+    sent = await client.post(
+        f"/v1/workflow-runs/{queued_run}/messages", json={"content": "and be brief"}, headers=tenant.headers
+    )
+    assert sent.status_code == 202, sent.text
+    gate.set()
+    assert (await wait_for(client, tenant, queued_run, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    assert active not in looked  # its round boundary saw no message waiting for it
+    assert looked == [queued_run]  # once, before its first call: the claim said one waited
+    first_request = harness.scripted.requests[-1]
+    assert [m.content for m in first_request.messages][-2:] == ["Next turn", "and be brief"]
+    events = await harness.events(queued_run)
+    assert [e["payload"]["round"] for e in events if e["event_type"] == "MESSAGE_INJECTED"] == [1]
