@@ -208,18 +208,56 @@ class CommittedRound:
     committed_at: datetime
 
 
+_CALL_COLUMNS = (
+    "c.id, c.step_run_id, c.round, c.model, c.provider, c.request, c.response, c.cost_usd, "
+    "c.input_tokens, c.output_tokens, c.created_at"
+)
+
+
 async def load_rounds(pool: asyncpg.Pool, run_id: str, step_name: str, visit: int) -> list[CommittedRound]:
     """Every committed round of this step visit, across its attempts, oldest first."""
     calls = await pool.fetch(
-        "SELECT c.id, c.step_run_id, c.round, c.model, c.provider, c.request, c.response, c.cost_usd, "
-        "c.input_tokens, c.output_tokens, c.created_at "
-        "FROM llm_calls c JOIN step_runs s ON s.id = c.step_run_id "
+        f"SELECT {_CALL_COLUMNS} FROM llm_calls c JOIN step_runs s ON s.id = c.step_run_id "
         "WHERE s.workflow_run_id = $1 AND s.step_name = $2 AND s.visit = $3 AND c.status = 'completed' "
         "ORDER BY c.round, c.created_at",
         run_id,
         step_name,
         visit,
     )
+    return await _with_traces(pool, calls)
+
+
+# A thread turn's first model call stores the history it continued as a reference, `historyFrom`
+# (the earlier turn's run id): the chain of turns a conversation continues, from `$1` back to the
+# first turn (or a turn stored whole), each turn's step `$2`, first visit.
+_CHAIN_SQL = f"""
+WITH RECURSIVE chain(run_id) AS (
+    SELECT $1::text
+    UNION
+    SELECT c.request->>'historyFrom' FROM chain
+      JOIN step_runs s ON s.workflow_run_id = chain.run_id AND s.step_name = $2 AND s.visit = 1
+      JOIN llm_calls c ON c.step_run_id = s.id
+     WHERE c.status = 'completed' AND c.request ? 'historyFrom'
+)
+SELECT s.workflow_run_id, {_CALL_COLUMNS}
+  FROM chain JOIN step_runs s ON s.workflow_run_id = chain.run_id AND s.step_name = $2 AND s.visit = 1
+  JOIN llm_calls c ON c.step_run_id = s.id AND c.status = 'completed'
+ ORDER BY s.workflow_run_id, c.round, c.created_at
+"""
+
+
+async def load_chain(pool: asyncpg.Pool, run_id: str, step_name: str) -> dict[str, list[CommittedRound]]:
+    """The committed rounds of `run_id`'s step and of every earlier turn its conversation
+    continues (through `historyFrom`), by run: two statements, however many turns."""
+    calls = await pool.fetch(_CHAIN_SQL, run_id, step_name)
+    by_run: dict[str, list[CommittedRound]] = {}
+    rounds = await _with_traces(pool, calls)
+    for call, r in zip(calls, rounds, strict=True):
+        by_run.setdefault(call["workflow_run_id"], []).append(r)
+    return by_run
+
+
+async def _with_traces(pool: asyncpg.Pool, calls: list[asyncpg.Record]) -> list[CommittedRound]:
     if not calls:
         return []
     traces = await pool.fetch(

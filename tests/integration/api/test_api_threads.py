@@ -15,7 +15,10 @@ from test_api_tool_outputs import wait_for
 from test_api_toolboxes import turn
 from test_api_workflow_tools import defined
 
+from stevora.db import checkpoints
 from stevora.db import threads as db_threads
+from stevora.engine.steps.llm_state import rebuild
+from stevora.engine.steps.llm_thread import histories_for
 from stevora.ids import new_id
 from stevora.llm.messages import LlmRequest
 from stevora.tools import ToolContext
@@ -388,3 +391,61 @@ async def test_a_run_nobody_steers_never_looks_for_messages_and_a_queued_turn_ge
     assert [m.content for m in first_request.messages][-2:] == ["Next turn", "and be brief"]
     events = await harness.events(queued_run)
     assert [e["payload"]["round"] for e in events if e["event_type"] == "MESSAGE_INJECTED"] == [1]
+
+
+async def test_a_turn_stores_what_it_added_and_a_reference_not_the_history_again(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness, gate: asyncio.Event
+) -> None:
+    """Each turn's first call stores the earlier turn's run id (`historyFrom`) in place of the
+    history; requests rebuilt through that chain stay byte for byte what was sent, for later
+    turns, the message listing and a fork of the thread."""
+    thread_id = await thread(client, tenant, await defined(client, tenant, chat("lookup")))
+    harness.scripted.enqueue(turn(), turn(("lookup", {"order": "o-2"})), turn(), turn(), turn())
+    before = len(harness.scripted.requests)
+    turns = []
+    for content in ["Where is o-1?", "And o-2?", "Thanks, and o-3?"]:
+        turns.append(await said(client, tenant, thread_id, content))
+        assert (await wait_for(client, tenant, turns[-1], "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    requests = list(harness.scripted.requests)[before:]
+    assert len(requests) == 4  # an answer, then a tool round and an answer, then an answer
+    for last, first in [(requests[0], requests[1]), (requests[2], requests[3])]:
+        assert wire(first)[: len(wire(last))] == wire(last)
+        assert len(first.messages) == len(last.messages) + 2
+    # A resumed second turn rebuilds what it sent, its history through the reference included.
+    rounds = await checkpoints.load_rounds(harness.rt.pool, turns[1], "agent", 1)
+    rebuilt = rebuild(rounds, [], await histories_for(harness.rt.pool, rounds, "agent")).transcript
+    assert [json.dumps(m.to_dict(), ensure_ascii=False) for m in rebuilt][: len(wire(requests[2]))] == wire(
+        requests[2]
+    )
+    stored = {
+        r["workflow_run_id"]: r["request"]
+        for r in await harness.rt.pool.fetch(
+            "SELECT workflow_run_id, request FROM llm_calls WHERE workflow_run_id = ANY($1::text[]) AND round = 1",
+            turns,
+        )
+    }
+    assert "historyFrom" not in stored[turns[0]]
+    for previous, mine, content in [
+        (turns[0], turns[1], "And o-2?"),
+        (turns[1], turns[2], "Thanks, and o-3?"),
+    ]:
+        assert stored[mine]["historyFrom"] == previous and stored[mine]["historyAt"] == 1
+        assert [m["content"] for m in stored[mine]["messages"]] == ["You help with orders.", content]
+    listed = (await client.get(f"/v1/threads/{thread_id}/messages", headers=tenant.headers)).json()["data"]
+    assert [(m["role"], m["runId"]) for m in listed] == [
+        ("user", turns[0]),
+        ("assistant", turns[0]),
+        ("user", turns[1]),
+        ("assistant", turns[1]),
+        ("tool", turns[1]),
+        ("assistant", turns[1]),
+        ("user", turns[2]),
+        ("assistant", turns[2]),
+    ]
+    forked = await client.post("/v1/threads", json={"forkOf": thread_id}, headers=tenant.headers)
+    assert forked.status_code == 201, forked.text
+    mine = await said(client, tenant, forked.json()["data"]["id"], "And o-4?")
+    assert (await wait_for(client, tenant, mine, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    fork_request = harness.scripted.requests[-1]
+    assert wire(fork_request)[: len(wire(requests[3]))] == wire(requests[3])
+    assert fork_request.messages[-1].content == "And o-4?"
