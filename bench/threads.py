@@ -184,7 +184,8 @@ async def _history(rt: Runtime, ws: str, def_id: str, args: argparse.Namespace) 
         counting = Counting(real_pool)
         rt.pool = counting  # type: ignore[assignment]
         try:
-            history = (await thread_history(rt, ex)).messages
+            found = await thread_history(rt, ex)
+            history = getattr(found, "messages", found)  # a list before references (a baseline tree)
         finally:
             rt.pool = real_pool
         size = len(json.dumps([m.to_dict() for m in history]).encode())

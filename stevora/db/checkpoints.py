@@ -229,20 +229,22 @@ async def load_rounds(pool: asyncpg.Pool, run_id: str, step_name: str, visit: in
 
 # A thread turn's first model call stores the history it continued as a reference, `historyFrom`
 # (the earlier turn's run id): the chain of turns a conversation continues, from `$1` back to the
-# first turn (or a turn stored whole), each turn's step `$2`, first visit.
+# first turn (or a turn stored whole), each turn's step `$2`, first visit. Each step of the chain
+# is an index lookup by run (`ix_llm_calls_run`); only a conversation step's first visit carries
+# a history, so the recursion needs no step run, and the rows read are the first visit's.
 _CHAIN_SQL = f"""
 WITH RECURSIVE chain(run_id) AS (
     SELECT $1::text
     UNION
     SELECT c.request->>'historyFrom' FROM chain
-      JOIN step_runs s ON s.workflow_run_id = chain.run_id AND s.step_name = $2 AND s.visit = 1
-      JOIN llm_calls c ON c.step_run_id = s.id
+      JOIN llm_calls c ON c.workflow_run_id = chain.run_id AND c.step_name = $2
      WHERE c.status = 'completed' AND c.request ? 'historyFrom'
 )
-SELECT s.workflow_run_id, {_CALL_COLUMNS}
-  FROM chain JOIN step_runs s ON s.workflow_run_id = chain.run_id AND s.step_name = $2 AND s.visit = 1
-  JOIN llm_calls c ON c.step_run_id = s.id AND c.status = 'completed'
- ORDER BY s.workflow_run_id, c.round, c.created_at
+SELECT c.workflow_run_id, {_CALL_COLUMNS}
+  FROM chain JOIN llm_calls c ON c.workflow_run_id = chain.run_id AND c.step_name = $2
+  JOIN step_runs s ON s.id = c.step_run_id AND s.visit = 1
+ WHERE c.status = 'completed'
+ ORDER BY c.workflow_run_id, c.round, c.created_at
 """
 
 
