@@ -437,11 +437,20 @@ async def cancel_open_steps(conn: asyncpg.Connection, run_id: str) -> list[str]:
 
 # -- leases ------------------------------------------------------------------------------------
 
+# A thread's turn waiting for the turns before it is not dispatched by the sweep: the ending of
+# the turn before it dispatches it (`stevora.db.threads.turn_ended`). As
+# `stevora.db.concurrency.turn_ready`, which imports this module.
+_TURN_READY = (
+    "(thread_id IS NULL OR status <> 'PENDING' OR NOT EXISTS (SELECT 1 FROM workflow_runs t "
+    "WHERE t.thread_id = workflow_runs.thread_id AND t.status IN ('PENDING', 'RUNNING', 'WAITING', 'PAUSED') "
+    "AND (t.created_at, t.id) < (workflow_runs.created_at, workflow_runs.id)))"
+)
+
 _SWEEP_SQL = f"""
 UPDATE workflow_runs SET dispatched_at = now()
 WHERE id IN (
     SELECT id FROM workflow_runs
-    WHERE {RUNNABLE} AND queued_at IS NULL
+    WHERE {RUNNABLE} AND queued_at IS NULL AND {_TURN_READY}
       AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => $1))
     ORDER BY next_run_at NULLS FIRST
     LIMIT $2

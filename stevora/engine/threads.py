@@ -1,12 +1,13 @@
 """Threads: conversations whose turns are runs, and messages sent while a turn works (docs/threads.md).
 
 A message starts a turn: a run of the thread's definition with input `{"content": ...}` and the
-thread's state, holding the concurrency key `thread:<id>` (limit 1), so turns run one at a time
-and in order. While a turn is active, the message's `onActive` policy decides, in the transaction
-that locks the thread row:
+thread's state. A turn starts only when every older turn of its thread has ended (the claim's
+fence, `stevora.db.concurrency.turn_ready`), and the ending of a turn dispatches the next: turns
+run one at a time and in order, without a concurrency slot's locks and queue. While a turn is
+active, the message's `onActive` policy decides, in the transaction that locks the thread row:
 
 * `reject`    → THREAD_BUSY (409) naming the active run; nothing is written;
-* `enqueue`   → the turn's run is created now and queues on the key (202): durable, in order;
+* `enqueue`   → the turn's run is created now and waits (PENDING) for its turn (202): durable, in order;
 * `interrupt` → the active run is cancelled with reason `interrupted` and the new turn created (201);
 * `steer`     → the message is stored for the active run (202); its llm step takes it at its next
   round boundary (`stevora.engine.steps.llm_thread`).

@@ -16,6 +16,7 @@ from test_api_toolboxes import turn
 from test_api_workflow_tools import defined
 
 from stevora.db import checkpoints
+from stevora.db import runs as runs_db
 from stevora.db import threads as db_threads
 from stevora.engine.steps.llm_state import rebuild
 from stevora.engine.steps.llm_thread import histories_for
@@ -208,6 +209,13 @@ async def test_enqueued_messages_run_after_the_active_turn_in_order(
     await asyncio.sleep(0.3)
     statuses = [(await wait_for(client, tenant, r, "PENDING"))["status"] for r in queued]
     assert statuses == ["PENDING", "PENDING"]  # held behind the active turn
+    # ... by the claim's fence, not a concurrency slot: no key, never queued for one, and the
+    # recovery sweep leaves them alone (it would dispatch a turn that may start).
+    slots = await harness.rt.pool.fetch(
+        "SELECT concurrency_key, queued_at FROM workflow_runs WHERE id = ANY($1::text[])", [first, *queued]
+    )
+    assert {(r["concurrency_key"], r["queued_at"]) for r in slots} == {(None, None)}
+    assert not set(await runs_db.mark_due_dispatched(harness.rt.pool, 0, 100)) & set(queued)
     gate.set()
     runs = [await wait_for(client, tenant, r, "COMPLETED", "FAILED") for r in (first, *queued)]
     assert [r["status"] for r in runs] == ["COMPLETED"] * 3
