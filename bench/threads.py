@@ -1,6 +1,6 @@
 """Threads (docs/threads.md): message → first model request, and the cost of a turn's history.
 
-    .venv/bin/python -m bench.threads [--messages 60] [--active 100] [--turns 50]
+    .venv/bin/python -m bench.threads [--messages 60] [--active 100] [--turns 50] [--history-only]
 
 Runs execute in-process (the real RunPool, driver and PostgreSQL; a zero-latency scripted model
 that records when each request starts). Printed:
@@ -13,7 +13,8 @@ that records when each request starts). Printed:
 * the history rebuild of a `--turns`-turn thread, per turn: the bytes the turn sends as history,
   the messages, the SQL statements the rebuild makes (counted, machine-independent: constant in
   the number of turns), and its time, p50 over 20 repeats; then ms per 100 KB of history, which
-  must not grow with the turn number (the rebuild reads one earlier turn's rows, not all turns').
+  must not grow with the turn number; and the bytes the turn's model calls stored (their
+  requests) and all turns' up to it: a turn stores what it added, not the history again.
 """
 
 from __future__ import annotations
@@ -165,9 +166,17 @@ async def _history(rt: Runtime, ws: str, def_id: str, args: argparse.Namespace) 
         ):
             await asyncio.sleep(0.005)
     print(f"\nhistory rebuild of a {args.turns}-turn thread (each turn: a tool round, then an answer)")
-    print("  turn   messages   history KB   statements   ms p50   ms per 100 KB")
+    print(
+        "  turn   messages   history KB   statements   ms p50   ms per 100 KB   stored KB   thread stored KB"
+    )
     real_pool = rt.pool
-    for turn in sorted({1, 2, 10, 25, args.turns - 1} & set(range(1, args.turns))):
+    stored = await rt.pool.fetch(
+        "SELECT workflow_run_id, sum(octet_length(request::text)) AS bytes FROM llm_calls "
+        "WHERE workflow_run_id = ANY($1::text[]) GROUP BY workflow_run_id",
+        run_ids,
+    )
+    stored_bytes = {r["workflow_run_id"]: r["bytes"] for r in stored}
+    for turn in sorted({0, 1, 2, 10, 24, 25, args.turns - 1} & set(range(0, args.turns))):
         ex = StepExecution(
             run_id=run_ids[turn], workspace_id=ws, owner="bench", step_run_id="-", step_name="agent",
             step_index=0, visit=1, attempt=1, input={}, state={}, started_at=None, thread_id=thread.id,
@@ -175,7 +184,8 @@ async def _history(rt: Runtime, ws: str, def_id: str, args: argparse.Namespace) 
         counting = Counting(real_pool)
         rt.pool = counting  # type: ignore[assignment]
         try:
-            history = await thread_history(rt, ex)
+            found = await thread_history(rt, ex)
+            history = getattr(found, "messages", found)  # a list before references (a baseline tree)
         finally:
             rt.pool = real_pool
         size = len(json.dumps([m.to_dict() for m in history]).encode())
@@ -185,9 +195,12 @@ async def _history(rt: Runtime, ws: str, def_id: str, args: argparse.Namespace) 
             await thread_history(rt, ex)
             times.append((time.perf_counter() - started) * 1000)
         ms = statistics.median(times)
+        # What the turn's model calls stored (their requests), and all turns' up to this one.
+        mine = stored_bytes.get(run_ids[turn], 0)
+        upto = sum(stored_bytes.get(r, 0) for r in run_ids[: turn + 1])
         print(
             f"  {turn + 1:>4}   {len(history):>8}   {size / 1024:>10.1f}   {counting.statements:>10}   "
-            f"{ms:>6.2f}   {ms / max(size, 1) * 100 * 1024:>13.2f}"
+            f"{ms:>6.2f}   {ms / max(size, 1) * 100 * 1024:>13.2f}   {mine / 1024:>9.1f}   {upto / 1024:>16.1f}"
         )
 
 
@@ -216,7 +229,8 @@ async def main(args: argparse.Namespace, url: str) -> None:
             "steps": [{"type": "llm", "name": "agent", "model": "scripted", "systemPrompt": "You help.",
                        "messages": [{"role": "user", "content": "{{input.content}}"}]}],
         })  # fmt: skip
-        await _latencies(rt, provider, ws, def_id, args)
+        if not args.history_only:
+            await _latencies(rt, provider, ws, def_id, args)
         loop_def = await create_definition(rt, ws, {
             "name": "chat-tools", "version": "1",
             "steps": [{"type": "llm", "name": "agent", "model": "scripted", "maxToolRounds": 5,
@@ -236,4 +250,5 @@ if __name__ == "__main__":
     parser.add_argument("--messages", type=int, default=60)
     parser.add_argument("--active", type=int, default=100)
     parser.add_argument("--turns", type=int, default=50)
+    parser.add_argument("--history-only", action="store_true", help="the history part only")
     asyncio.run(main(parser.parse_args(), bench_database_url("threads")))

@@ -3,8 +3,10 @@
 Each checkpoint is one data-modifying CTE over an input relation `i` of one row per run:
 (1) `UPDATE workflow_runs ... FROM i` bumps the event sequence of the runs whose lease the row's
 owner still holds (`lease_owner = i.owner AND status = 'RUNNING'`), (2) inserts the trace rows
-joined on the runs it bumped, (3) inserts their events. A row whose fence fails is not written
-and is missing from the result: only that caller gets LeaseLost.
+joined on the runs it bumped, (3) inserts their events, and returns per run its event's commit
+timestamp and whether messages sent to the run wait for its llm step (`pending_messages`: the
+step looks for them only when this says so, docs/threads.md). A row whose fence fails is not
+written and is missing from the result: only that caller gets LeaseLost.
 
 Each comes in two shapes generated from the same column list: one row with its parameters in
 place (a lone checkpoint: the statement the single-row path always sent) or a batch, whose rows
@@ -71,6 +73,20 @@ TOOL_TRACE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("goto_step", "text"),
 )
 
+
+def pending_messages(run: str) -> str:
+    """Whether messages sent to the run `run` (a row alias) wait for its llm step (`run_messages`,
+    pending: docs/threads.md, "Steering"), as a column. Returned by every checkpoint and by the
+    statements that start an execution, so the step queries `run_messages` only when this says
+    so: a probe of a partial index inside a statement made anyway, instead of a round trip per
+    model call. It sees what committed before its statement began; a message committed later is
+    seen by the next checkpoint."""
+    return (
+        f"EXISTS (SELECT 1 FROM run_messages m WHERE m.workflow_run_id = {run}.id "
+        "AND m.status = 'pending') AS pending_messages"
+    )
+
+
 _RUN_COLUMNS = (("run_id", "text"), ("owner", "text"))
 _EVENT_COLUMNS = (("event_id", "text"), ("event_type", "text"), ("payload", "jsonb"))
 
@@ -90,15 +106,17 @@ _SINGLE = """WITH r AS (
     UPDATE workflow_runs w
        SET event_seq = w.event_seq + 1{run_set}
      WHERE w.id = {run_id} AND w.lease_owner = {owner} AND w.status = 'RUNNING'
- RETURNING w.id, w.event_seq
+ RETURNING w.id, w.event_seq, {pending}
 ), c AS (
     INSERT INTO {table} ({table_columns})
     SELECT {values} FROM r
     RETURNING id
+), e AS (
+    INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+    SELECT {event_id}, {run_id}, {step_run_id}, r.event_seq, {event_type}, {payload} FROM r, c
+    RETURNING created_at
 )
-INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
-SELECT {event_id}, {run_id}, {step_run_id}, r.event_seq, {event_type}, {payload} FROM r, c
-RETURNING workflow_run_id, created_at
+SELECT r.id AS workflow_run_id, e.created_at, r.pending_messages FROM e, r
 """
 
 # A batch: `i` is one row per run, from one JSON array of objects keyed by input name.
@@ -109,16 +127,18 @@ _BATCH = """WITH i AS (
        SET event_seq = w.event_seq + 1{run_set}
       FROM i
      WHERE w.id = i.run_id AND w.lease_owner = i.owner AND w.status = 'RUNNING'
- RETURNING w.id, w.event_seq
+ RETURNING w.id, w.event_seq, {pending}
 ), c AS (
     INSERT INTO {table} ({table_columns})
     SELECT {values} FROM i JOIN r ON r.id = i.run_id
     RETURNING id
+), e AS (
+    INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+    SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
+      FROM i JOIN r ON r.id = i.run_id JOIN c ON c.id = i.id
+    RETURNING workflow_run_id, created_at
 )
-INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
-SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
-  FROM i JOIN r ON r.id = i.run_id JOIN c ON c.id = i.id
-RETURNING workflow_run_id, created_at
+SELECT e.workflow_run_id, e.created_at, r.pending_messages FROM e JOIN r ON r.id = e.workflow_run_id
 """
 
 
@@ -156,6 +176,7 @@ def _kind(
             table=table,
             table_columns=table_columns,
             values=values,
+            pending=pending_messages("w"),
             **ref,
             **more,
         )

@@ -33,6 +33,23 @@ from stevora.ids import new_id
 
 
 @dataclass(slots=True)
+class Inbox:
+    """Whether messages sent to the run (`run_messages`, pending) may wait for its llm step.
+
+    Set from the run's `pending_messages` as each checkpoint statement returns it (and as the
+    transition that started the execution did); the step queries `run_messages` at a round
+    boundary only when it is set, and clears it once it has (docs/threads.md, "Steering")."""
+
+    pending: bool = True
+
+    def saw(self, row: Any) -> None:
+        """A checkpoint's row: raise the flag if the run has messages waiting (never lowers it:
+        only the step's own query does, and rows of concurrent tool calls come in any order)."""
+        if row is ALREADY_RECORDED or row["pending_messages"]:
+            self.pending = True  # a retry's row was not read: look, to be safe
+
+
+@dataclass(slots=True)
 class LlmCallRecord:
     step_run_id: str
     step_name: str
@@ -84,14 +101,18 @@ async def record_llm_call(
     rec: LlmCallRecord,
     event_type: str,
     payload: dict[str, Any],
+    inbox: Inbox | None = None,
 ) -> datetime:
-    """Commit the call's row and event; returns the commit's timestamp (the row's `created_at`)."""
+    """Commit the call's row and event; returns the commit's timestamp (the row's `created_at`).
+    `inbox` learns whether messages sent to the run wait for its llm step."""
     # `LLM_CALL.row(...)`, inlined (a call per checkpoint): run, record columns, event.
     values = (run_id, owner, *LLM_CALL.record_values(rec), new_id("evt"), event_type, payload)
-    committed_at = await committer.write(LLM_CALL, run_id, values, f"LLM call round {rec.round}")
-    if committed_at is ALREADY_RECORDED:
-        committed_at = await committer.pool.fetchval("SELECT created_at FROM llm_calls WHERE id = $1", rec.id)
-    return committed_at  # type: ignore[no-any-return]
+    row = await committer.write(LLM_CALL, run_id, values, f"LLM call round {rec.round}")
+    if inbox is not None:
+        inbox.saw(row)
+    if row is ALREADY_RECORDED:
+        return await committer.pool.fetchval("SELECT created_at FROM llm_calls WHERE id = $1", rec.id)  # type: ignore[no-any-return]
+    return row["created_at"]  # type: ignore[no-any-return]
 
 
 async def record_tool_trace(
@@ -102,8 +123,10 @@ async def record_tool_trace(
     event_type: str,
     payload: dict[str, Any],
     state_updates: dict[str, Any] | None = None,
+    inbox: Inbox | None = None,
 ) -> None:
-    """Commit the call's trace row and event, and merge `state_updates` into the run's state."""
+    """Commit the call's trace row and event, and merge `state_updates` into the run's state
+    (`inbox`: as for `record_llm_call`)."""
     rec.state_updates = state_updates or None  # the state-change log column (docs/time-travel.md)
     values = (  # `TOOL_TRACE.row(...)`, inlined: run, record columns, event
         run_id,
@@ -113,7 +136,9 @@ async def record_tool_trace(
         event_type,
         payload,
     )
-    await committer.write(TOOL_TRACE, run_id, values, f"tool call {rec.idempotency_key}")
+    row = await committer.write(TOOL_TRACE, run_id, values, f"tool call {rec.idempotency_key}")
+    if inbox is not None:
+        inbox.saw(row)
 
 
 async def record_tool_trace_and_store(
@@ -126,6 +151,7 @@ async def record_tool_trace_and_store(
     state_updates: dict[str, Any] | None,
     workspace_id: str,
     writes: list[tuple[str, str, dict[str, Any] | None]],
+    inbox: Inbox | None = None,
 ) -> None:
     """`record_tool_trace` for a call that wrote to the memory store: its writes, trace row, event
     and state in one transaction (the checkpoint's own statement, not a group commit), so a
@@ -134,10 +160,13 @@ async def record_tool_trace_and_store(
     values = (run_id, owner, *TOOL_TRACE.record_values(rec), new_id("evt"), event_type, payload)
     async with pool.acquire() as conn, conn.transaction():
         await store.apply(conn, workspace_id, writes)
-        if await conn.fetchrow(TOOL_TRACE.single_sql, *values) is None:
+        row = await conn.fetchrow(TOOL_TRACE.single_sql, *values)
+        if row is None:
             raise LeaseLost(
                 f"run {run_id} is no longer leased by this worker (tool call {rec.idempotency_key})"
             )
+    if inbox is not None:
+        inbox.saw(row)
 
 
 async def tool_step_trace(pool: asyncpg.Pool, step_run_id: str) -> asyncpg.Record | None:
@@ -179,18 +208,58 @@ class CommittedRound:
     committed_at: datetime
 
 
+_CALL_COLUMNS = (
+    "c.id, c.step_run_id, c.round, c.model, c.provider, c.request, c.response, c.cost_usd, "
+    "c.input_tokens, c.output_tokens, c.created_at"
+)
+
+
 async def load_rounds(pool: asyncpg.Pool, run_id: str, step_name: str, visit: int) -> list[CommittedRound]:
     """Every committed round of this step visit, across its attempts, oldest first."""
     calls = await pool.fetch(
-        "SELECT c.id, c.step_run_id, c.round, c.model, c.provider, c.request, c.response, c.cost_usd, "
-        "c.input_tokens, c.output_tokens, c.created_at "
-        "FROM llm_calls c JOIN step_runs s ON s.id = c.step_run_id "
+        f"SELECT {_CALL_COLUMNS} FROM llm_calls c JOIN step_runs s ON s.id = c.step_run_id "
         "WHERE s.workflow_run_id = $1 AND s.step_name = $2 AND s.visit = $3 AND c.status = 'completed' "
         "ORDER BY c.round, c.created_at",
         run_id,
         step_name,
         visit,
     )
+    return await _with_traces(pool, calls)
+
+
+# A thread turn's first model call stores the history it continued as a reference, `historyFrom`
+# (the earlier turn's run id): the chain of turns a conversation continues, from `$1` back to the
+# first turn (or a turn stored whole), each turn's step `$2`, first visit. Each step of the chain
+# is an index lookup by run (`ix_llm_calls_run`); only a conversation step's first visit carries
+# a history, so the recursion needs no step run, and the rows read are the first visit's.
+_CHAIN_SQL = f"""
+WITH RECURSIVE chain(run_id) AS (
+    SELECT $1::text
+    UNION
+    SELECT c.request->>'historyFrom' FROM chain
+      JOIN llm_calls c ON c.workflow_run_id = chain.run_id AND c.step_name = $2
+     WHERE c.status = 'completed' AND c.request ? 'historyFrom'
+)
+SELECT c.workflow_run_id, {_CALL_COLUMNS}
+  FROM chain JOIN llm_calls c ON c.workflow_run_id = chain.run_id AND c.step_name = $2
+  JOIN step_runs s ON s.id = c.step_run_id AND s.visit = 1
+ WHERE c.status = 'completed'
+ ORDER BY c.workflow_run_id, c.round, c.created_at
+"""
+
+
+async def load_chain(pool: asyncpg.Pool, run_id: str, step_name: str) -> dict[str, list[CommittedRound]]:
+    """The committed rounds of `run_id`'s step and of every earlier turn its conversation
+    continues (through `historyFrom`), by run: two statements, however many turns."""
+    calls = await pool.fetch(_CHAIN_SQL, run_id, step_name)
+    by_run: dict[str, list[CommittedRound]] = {}
+    rounds = await _with_traces(pool, calls)
+    for call, r in zip(calls, rounds, strict=True):
+        by_run.setdefault(call["workflow_run_id"], []).append(r)
+    return by_run
+
+
+async def _with_traces(pool: asyncpg.Pool, calls: list[asyncpg.Record]) -> list[CommittedRound]:
     if not calls:
         return []
     traces = await pool.fetch(

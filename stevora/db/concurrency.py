@@ -90,12 +90,25 @@ def outranked(w: str) -> str:
 ))"""
 
 
-# The fast path's extra fence (stevora.db.transitions): no slot needed, not outranked.
-FAST_FENCE = f"NOT {needs_slot('w')} AND NOT {outranked('w')}"
+def turn_ready(w: str) -> str:
+    """A PENDING turn of a thread starts only when no older turn of its thread is open: one turn
+    at a time, in order (docs/threads.md). True for every other run. An index lookup
+    (`ix_runs_thread_created`), not a concurrency slot: no advisory lock, no slot queue."""
+    return (
+        f"({w}.thread_id IS NULL OR {w}.status <> 'PENDING' OR NOT EXISTS ("
+        f"SELECT 1 FROM workflow_runs t WHERE t.thread_id = {w}.thread_id "
+        "AND t.status IN ('PENDING', 'RUNNING', 'WAITING', 'PAUSED') "
+        f"AND (t.created_at, t.id) < ({w}.created_at, {w}.id)))"
+    )
+
+
+# The fast path's extra fence (stevora.db.transitions): no slot needed, not outranked, a thread's
+# turn only when its turn has come.
+FAST_FENCE = f"NOT {needs_slot('w')} AND NOT {outranked('w')} AND {turn_ready('w')}"
 # The fence of a claim that takes a slot (under the advisory locks).
 SLOT_FENCE = f"{needs_slot('w')} AND {slot_free('w')}"
 # A claim that ignores rank (the outranked run was tried first, or is gone).
-PLAIN_FENCE = f"NOT {needs_slot('w')}"
+PLAIN_FENCE = f"NOT {needs_slot('w')} AND {turn_ready('w')}"
 
 _W = (
     RUNNABLE.replace("status", "w.status")
@@ -144,6 +157,17 @@ async def lock_slots(conn: asyncpg.Connection, workspace_id: str, key: str | Non
             workspace_id,
             key,
         )
+
+
+async def other_open_turn(conn: asyncpg.Connection, thread_id: str, run_id: str) -> bool:
+    """Whether a turn of the thread other than `run_id` has not ended."""
+    found = await conn.fetchval(
+        "SELECT 1 FROM workflow_runs WHERE thread_id = $1 AND id <> $2 "
+        "AND status IN ('PENDING', 'RUNNING', 'WAITING', 'PAUSED') LIMIT 1",
+        thread_id,
+        run_id,
+    )
+    return found is not None
 
 
 async def slot_free_now(conn: asyncpg.Connection, run_id: str) -> bool:

@@ -81,8 +81,9 @@ class _Pending:
 class GroupCommitter:
     """Writes checkpoints of concurrent runs in shared statements; see the module docstring.
 
-    `await write(kind, run_id, values, what)` returns the row's commit timestamp (its event's
-    `created_at`) once it is durable, `ALREADY_RECORDED` when a retry found it written, or raises
+    `await write(kind, run_id, values, what)` returns the statement's row for it (its event's
+    `created_at`, the run's `pending_messages`) once it is durable, `ALREADY_RECORDED` when a
+    retry found it written, or raises
     `LeaseLost` (its fence failed) or the database error of its own row.
     """
 
@@ -310,11 +311,11 @@ class GroupCommitter:
                 if not records:
                     _settle_error(item, _lease_lost(item))
                 elif not item.done.done():  # `_settle`, inlined: once per checkpoint
-                    item.done.set_result(records[0]["created_at"])
+                    item.done.set_result(records[0])
                 return
             if self.faults.armed:
                 self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
-            committed = {rec["workflow_run_id"]: rec["created_at"] for rec in records}
+            committed = {rec["workflow_run_id"]: rec for rec in records}
             for item in batch:
                 found = committed.get(item.run_id)
                 if found is None:
@@ -325,7 +326,7 @@ class GroupCommitter:
 
     async def _execute_batch(self, kind: CheckpointKind, batch: list[_Pending]) -> list[asyncpg.Record]:
         """One statement for the rows of several runs; returns the rows written (run id and
-        commit timestamp each)."""
+        commit timestamp and pending messages each)."""
         names = kind.names
         rows = [dict(zip(names, p.values, strict=True)) for p in batch]
         if self.faults.armed:

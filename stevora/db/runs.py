@@ -17,6 +17,7 @@ from typing import Any
 
 import asyncpg
 
+from stevora.db.checkpoint_sql import pending_messages
 from stevora.errors import InvalidStateTransition, LeaseLost
 from stevora.events import Event
 from stevora.ids import new_id
@@ -32,6 +33,8 @@ STEP_COLUMNS = (
     "id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, input, output, "
     "error, signal_type, wait_until, started_at, completed_at, created_at"
 )
+# Whether messages sent to the run wait for an llm step, with the rows an execution starts from.
+_PENDING_MESSAGES = pending_messages("workflow_runs")
 
 # A run a worker may hold: not finished, not paused.
 LEASABLE = "status IN ('PENDING', 'RUNNING', 'WAITING')"
@@ -136,7 +139,7 @@ async def update_run(
             assignments.append("crash_count = 0")
     row = await conn.fetchrow(
         f"UPDATE workflow_runs SET {', '.join(assignments)} WHERE {guard} "
-        f"RETURNING {RUN_COLUMNS}, event_seq, total_cost_cents",
+        f"RETURNING {RUN_COLUMNS}, event_seq, total_cost_cents, {_PENDING_MESSAGES}",
         *params,
     )
     if row is None:
@@ -236,7 +239,9 @@ async def next_visit(conn: asyncpg.Connection, run_id: str, step_name: str) -> i
 
 
 async def get_run(conn: asyncpg.Connection | asyncpg.Pool, run_id: str) -> asyncpg.Record | None:
-    return await conn.fetchrow(f"SELECT {RUN_COLUMNS} FROM workflow_runs WHERE id = $1", run_id)
+    return await conn.fetchrow(
+        f"SELECT {RUN_COLUMNS}, {_PENDING_MESSAGES} FROM workflow_runs WHERE id = $1", run_id
+    )
 
 
 # Row locks on runs are FOR NO KEY UPDATE, the lock an UPDATE that keeps the key takes: it
@@ -432,11 +437,20 @@ async def cancel_open_steps(conn: asyncpg.Connection, run_id: str) -> list[str]:
 
 # -- leases ------------------------------------------------------------------------------------
 
+# A thread's turn waiting for the turns before it is not dispatched by the sweep: the ending of
+# the turn before it dispatches it (`stevora.db.threads.turn_ended`). As
+# `stevora.db.concurrency.turn_ready`, which imports this module.
+_TURN_READY = (
+    "(thread_id IS NULL OR status <> 'PENDING' OR NOT EXISTS (SELECT 1 FROM workflow_runs t "
+    "WHERE t.thread_id = workflow_runs.thread_id AND t.status IN ('PENDING', 'RUNNING', 'WAITING', 'PAUSED') "
+    "AND (t.created_at, t.id) < (workflow_runs.created_at, workflow_runs.id)))"
+)
+
 _SWEEP_SQL = f"""
 UPDATE workflow_runs SET dispatched_at = now()
 WHERE id IN (
     SELECT id FROM workflow_runs
-    WHERE {RUNNABLE} AND queued_at IS NULL
+    WHERE {RUNNABLE} AND queued_at IS NULL AND {_TURN_READY}
       AND (dispatched_at IS NULL OR dispatched_at < now() - make_interval(secs => $1))
     ORDER BY next_run_at NULLS FIRST
     LIMIT $2

@@ -1,7 +1,7 @@
 """Threads and the messages sent to running llm steps, as the engine writes them (docs/threads.md).
 
-A thread's turns are workflow runs whose `thread_id` names it, queued behind each other on the
-concurrency key `thread:<id>` (limit 1); a `steer` message is a `run_messages` row, pending until
+A thread's turns are workflow runs whose `thread_id` names it, each started only when the turns
+before it have ended (`stevora.db.concurrency.turn_ready`); a `steer` message is a `run_messages` row, pending until
 the step injects it at a round boundary. The API's reads are `stevora.db.reads.threads`.
 """
 
@@ -70,15 +70,25 @@ async def open_turns(conn: asyncpg.Connection, thread_id: str) -> list[asyncpg.R
 
 
 async def make_turn(conn: asyncpg.Connection, run_id: str, thread_id: str, state: dict[str, Any]) -> None:
-    """A just-inserted run becomes the thread's turn, starting from the thread's state."""
+    """A just-inserted run becomes the thread's turn, starting from the thread's state. It holds
+    no concurrency key (created with the thread's, so the definition's own does not apply): the
+    claim starts a turn only when no older turn of its thread is open
+    (`stevora.db.concurrency.turn_ready`), and the turn before it dispatches it as it ends."""
     await conn.execute(
-        "UPDATE workflow_runs SET thread_id = $2, state = $3 WHERE id = $1", run_id, thread_id, state
+        "UPDATE workflow_runs SET thread_id = $2, state = $3, concurrency_key = NULL, concurrency_limit = NULL "
+        "WHERE id = $1",
+        run_id,
+        thread_id,
+        state,
     )
 
 
-async def turn_ended(conn: asyncpg.Connection, thread_id: str, run_id: str, state: Any) -> None:
+async def turn_ended(conn: asyncpg.Connection, thread_id: str, run_id: str, state: Any) -> list[str]:
     """The ended turn's state becomes the thread's and the starting state of the turns queued
-    behind it (not started yet); messages still pending for the run are discarded."""
+    behind it (not started yet); messages still pending for the run are discarded. Returns the
+    next turn to dispatch once this commits: the thread's oldest open turn, if it has not started
+    (a turn holding the key `thread:<id>`, from before turns held none, is dispatched by its
+    slot's release instead: harmless twice)."""
     await conn.execute(
         "UPDATE threads SET state = COALESCE($2::jsonb, '{}'::jsonb), updated_at = now() WHERE id = $1",
         thread_id,
@@ -94,6 +104,13 @@ async def turn_ended(conn: asyncpg.Connection, thread_id: str, run_id: str, stat
         "UPDATE run_messages SET status = 'discarded' WHERE workflow_run_id = $1 AND status = 'pending'",
         run_id,
     )
+    following = await conn.fetchrow(
+        f"SELECT id, status FROM workflow_runs WHERE thread_id = $1 AND id <> $2 AND {_OPEN} "
+        "ORDER BY created_at, id LIMIT 1",
+        thread_id,
+        run_id,
+    )
+    return [following["id"]] if following is not None and following["status"] == "PENDING" else []
 
 
 async def delete_thread(conn: asyncpg.Connection, workspace_id: str, thread_id: str) -> asyncpg.Record | None:

@@ -21,6 +21,7 @@ import asyncpg
 
 from stevora.clock import iso, utcnow
 from stevora.db import concurrency
+from stevora.db.checkpoint_sql import pending_messages
 from stevora.db.outbox import deliveries_sql
 from stevora.db.runs import RUN_COLUMNS, RUNNABLE, STEP_COLUMNS
 from stevora.errors import InvalidStateTransition, LeaseLost
@@ -61,7 +62,8 @@ WITH c AS (
     FROM workflow_definitions d
     WHERE w.id = $1 AND {fence} AND d.id = w.definition_id
     RETURNING {_qualified(RUN_COLUMNS, "w")}, w.dispatched_at, w.trace_context, w.event_seq,
-              w.current_step_run_id IS NOT DISTINCT FROM $4 AS started, d.steps->0->>'type' AS first_step_type
+              w.current_step_run_id IS NOT DISTINCT FROM $4 AS started, d.steps->0->>'type' AS first_step_type,
+              {pending_messages("w")}
 ), s AS (
     INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, started_at)
     SELECT $4, c.id, c.current_step_name, c.first_step_type, 0, 1, 1, 'RUNNING', now() FROM c WHERE c.started

@@ -46,7 +46,7 @@ class Advancing(DriverCore):
                 output=output,
                 state_updates=result.state_updates,
             )
-            if run["parent_run_id"] is None and not endings.needs_queue_wake(run):
+            if not endings.announces(run):
                 await end(self.pool)  # one statement, no transaction around it
                 return False
             async with self.pool.acquire() as conn, conn.transaction():

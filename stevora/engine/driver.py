@@ -37,6 +37,7 @@ from collections.abc import Awaitable, Callable
 import structlog
 
 from stevora.db import runs, transitions
+from stevora.db.checkpoints import Inbox
 from stevora.db.reads.rows import DbRow
 from stevora.db.transient import Retrier, is_transient
 from stevora.definitions import WorkflowDefinitionSpec
@@ -159,6 +160,9 @@ class RunDriver(Advancing, Waiting, Retrying):
             fresh=fresh,
             budget=run["budget"],
             thread_id=_conversation_of(run, definition, step_run),
+            # Messages sent to the run wait (the row this pass started from says so), or a resumed
+            # execution may owe its next round messages a lost one took (docs/threads.md).
+            inbox=Inbox(pending=not fresh or run.get("pending_messages", 1) > 0),
         )
         bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
         self.rt.faults.reached("step_started", ex.step_name)

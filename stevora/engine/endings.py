@@ -89,7 +89,7 @@ async def complete_with_last_step(
     )
     log.info("run_completed", workflow_run_id=run["id"])
     RUNS_FINISHED.labels(RunStatus.COMPLETED).inc()
-    if final["parent_run_id"] is None and not needs_queue_wake(final):
+    if not announces(final):
         return Ended(final)
     assert isinstance(db, asyncpg.Connection), "a parent is told in the ending's transaction"
     return await _announced(db, final)
@@ -172,27 +172,34 @@ async def cancel_run(
     RUNS_FINISHED.labels(RunStatus.CANCELLED).inc()
     if tell_parent:
         dispatch += await _tell_parent(conn, final)
-    await _end_turn(conn, final)
+    dispatch += await _end_turn(conn, final)
     return Ended(final, (*dispatch, *_queue_wake(final)))
 
 
 async def _announced(conn: asyncpg.Connection, final: DbRow) -> Ended:
     """The ended run's parent told (or its thread), and what to dispatch after the commit."""
-    await _end_turn(conn, final)
-    return Ended(final, (*await _tell_parent(conn, final), *_queue_wake(final)))
+    turn = await _end_turn(conn, final)
+    return Ended(final, (*await _tell_parent(conn, final), *turn, *_queue_wake(final)))
 
 
-async def _end_turn(conn: asyncpg.Connection, final: DbRow) -> None:
-    """A thread's turn ended: its state is the thread's and the next queued turn's (that turn is
-    dispatched by the slot it frees: every turn holds the thread's concurrency key)."""
-    if final.get("thread_id") is not None:
-        await threads.turn_ended(conn, final["thread_id"], final["id"], final["state"])
+async def _end_turn(conn: asyncpg.Connection, final: DbRow) -> list[str]:
+    """A thread's turn ended: its state is the thread's and the next queued turn's, and that
+    turn is dispatched after the commit (its claim starts it: no older turn is open now)."""
+    if final.get("thread_id") is None:
+        return []
+    return await threads.turn_ended(conn, final["thread_id"], final["id"], final["state"])
 
 
 def _queue_wake(final: DbRow) -> list[str]:
     # The ended run dispatches itself: its claim, after this commit and under the slot's advisory
     # locks, dispatches the runs queued for the slot (stevora.engine.flow.claim).
     return [final["id"]] if needs_queue_wake(final) else []
+
+
+def announces(run: DbRow) -> bool:
+    """Whether the run's ending does more than its own statement, in a transaction around it:
+    answer a parent, wake a slot's queue, end a thread's turn (and start the next)."""
+    return run["parent_run_id"] is not None or needs_queue_wake(run) or run.get("thread_id") is not None
 
 
 def needs_queue_wake(run: DbRow) -> bool:

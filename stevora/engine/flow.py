@@ -95,7 +95,15 @@ async def _claim_ignoring_rank(
 async def take_slot_for_retry(conn: asyncpg.Connection, run: DbRow) -> None:
     """A FAILED run retried goes straight to RUNNING: with a concurrency key (or a workspace
     limit) only if a slot is free, decided under the slot's locks (held until the retry commits);
-    else a CONFLICT naming the key (retry when a run of the key ends)."""
+    else a CONFLICT naming the key (retry when a run of the key ends). A thread's turn only while
+    no other turn of its thread is open (one turn at a time, docs/threads.md)."""
+    if run.get("thread_id") is not None and await concurrency.other_open_turn(
+        conn, run["thread_id"], run["id"]
+    ):
+        raise ConflictError(
+            "Another turn of this thread is working or queued: retry this one when it has ended",
+            details={"workflowRunId": run["id"], "threadId": run["thread_id"]},
+        )
     if run["concurrency_key"] is None and run["workspace_limit"] is None:
         return
     await concurrency.lock_slots(

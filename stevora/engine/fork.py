@@ -650,7 +650,9 @@ def _with_system_prompt(
     """The first round's stored request with its system message replaced (or added)."""
     text = render_template(prompt, input=origin["input"] or {}, state=point.state)
     messages = [m for m in request.get("messages") or () if m.get("role") != "system"]
-    return {**request, "messages": [{"role": "system", "content": text}, *messages]}
+    # A thread turn's history (stored as a reference) goes right after the one system message.
+    at = {"historyAt": 1} if "historyFrom" in request else {}
+    return {**request, "messages": [{"role": "system", "content": text}, *messages], **at}
 
 
 def fork_view(row: Any) -> dict[str, Any]:

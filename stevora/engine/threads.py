@@ -1,12 +1,13 @@
 """Threads: conversations whose turns are runs, and messages sent while a turn works (docs/threads.md).
 
 A message starts a turn: a run of the thread's definition with input `{"content": ...}` and the
-thread's state, holding the concurrency key `thread:<id>` (limit 1), so turns run one at a time
-and in order. While a turn is active, the message's `onActive` policy decides, in the transaction
-that locks the thread row:
+thread's state. A turn starts only when every older turn of its thread has ended (the claim's
+fence, `stevora.db.concurrency.turn_ready`), and the ending of a turn dispatches the next: turns
+run one at a time and in order, without a concurrency slot's locks and queue. While a turn is
+active, the message's `onActive` policy decides, in the transaction that locks the thread row:
 
 * `reject`    → THREAD_BUSY (409) naming the active run; nothing is written;
-* `enqueue`   → the turn's run is created now and queues on the key (202): durable, in order;
+* `enqueue`   → the turn's run is created now and waits (PENDING) for its turn (202): durable, in order;
 * `interrupt` → the active run is cancelled with reason `interrupted` and the new turn created (201);
 * `steer`     → the message is stored for the active run (202); its llm step takes it at its next
   round boundary (`stevora.engine.steps.llm_thread`).
@@ -28,6 +29,7 @@ from stevora.definitions.flow import Concurrency
 from stevora.engine import commands, endings
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.llm_state import rebuild
+from stevora.engine.steps.llm_thread import conversation_of
 from stevora.errors import ConflictError, InvalidStateTransition, NotFoundError
 from stevora.statuses import RunStatus
 
@@ -212,22 +214,26 @@ async def conversation(rt: Runtime, thread: ThreadRow) -> list[Entry]:
     entries: list[Entry] = []
     known = 0  # length of the conversation the next turn continues (system prompt left out)
     if thread.forked_from_run_id and step_name:  # a fork: the origin's conversation comes first
-        rounds = await checkpoints.load_rounds(rt.pool, thread.forked_from_run_id, step_name, 1)
-        inherited = [m for m in rebuild(rounds, []).transcript if m.role != "system"]
+        inherited = await conversation_of(rt.pool, thread.forked_from_run_id, step_name)
         entries += [_entry(m, thread.forked_from_run_id, status="forked") for m in inherited]
         known = len(inherited)
     for turn in turns:
         rounds = await checkpoints.load_rounds(rt.pool, turn.id, step_name, 1) if step_name else []
         injected = {m.content: m for m in by_run.get(turn.id, []) if m.status == "injected"}
         if rounds:
+            # The turn's rows: its own part only when its first call stored the history it
+            # continued as a reference (`historyFrom`), else that history first.
             transcript = [m for m in rebuild(rounds, []).transcript if m.role != "system"]
-            for message in transcript[known:]:
+            if rounds[0].request.get("historyFrom") is not None:
+                own, known = transcript, known + len(transcript)
+            else:
+                own, known = transcript[known:], len(transcript)
+            for message in own:
                 steered = injected.pop(message.content, None) if message.role == "user" else None
                 if steered is None:
                     entries.append(_entry(message, turn.id))
                 else:
                     entries.append(_entry(message, turn.id, round_=steered.round, status="injected"))
-            known = len(transcript)
         else:
             entries.append(Entry("user", str((turn.input or {}).get("content", "")), turn.id))
         for m in by_run.get(turn.id, []):

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from stevora.engine import commands, threads
+from stevora.engine.steps.llm_thread import conversation_of
 from stevora.ids import new_id
 from tests.conftest import create_definition
 from tests.e2e.conftest import BrokerSetup
@@ -48,12 +49,20 @@ async def new_thread(setup: BrokerSetup, *tools: str, rounds: int = 1, on_active
 
 
 async def requests(setup: BrokerSetup, run_id: str) -> list[list[dict[str, Any]]]:
-    """Each committed model call's newly sent messages, by round."""
+    """Each committed model call's newly sent messages, by round; a turn's first call with the
+    history it continued, which it stores as a reference to the earlier turn (`historyFrom`)."""
     rows = await setup.rt.pool.fetch(
         "SELECT request FROM llm_calls WHERE workflow_run_id = $1 AND status = 'completed' ORDER BY round",
         run_id,
     )
-    return [r["request"]["messages"] for r in rows]
+    sent = []
+    for r in rows:
+        messages, ref = list(r["request"]["messages"]), r["request"].get("historyFrom")
+        if ref is not None:
+            at = r["request"]["historyAt"]
+            messages[at:at] = [m.to_dict() for m in await conversation_of(setup.rt.pool, ref, "agent")]
+        sent.append(messages)
+    return sent
 
 
 async def in_tool(setup: BrokerSetup, run_id: str, round_: int = 1) -> None:

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 import asyncpg
 
 from stevora.clock import iso
+from stevora.db.checkpoints import Inbox
 from stevora.db.reads.rows import DbRow
 from stevora.events import Event
 from stevora.tasks import StepResult
@@ -46,6 +47,9 @@ class StepExecution:
     # Set on a thread turn's conversation step (its first `llm` step, first visit): the thread
     # whose history the step continues and whose id is its prompt-cache key (docs/threads.md).
     thread_id: str | None = None
+    # Whether messages sent to the run may wait for this step (steering): from the row of the
+    # transition that started this execution, then from each checkpoint's (stevora.db.checkpoints).
+    inbox: Inbox = field(default_factory=Inbox)
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from stevora.engine.steps.base import StepExecution, StepType, WaitContext, Wait
 from stevora.engine.steps.llm_attachments import ConversationAttachments, InvalidAttachment
 from stevora.engine.steps.llm_model import ModelCaller
 from stevora.engine.steps.llm_state import LoopState, rebuild, render_prompt, response_message
-from stevora.engine.steps.llm_thread import take_messages, thread_history, with_history
+from stevora.engine.steps.llm_thread import histories_for, take_messages, thread_history, with_history
 from stevora.engine.steps.llm_tool_runner import ToolRunner
 from stevora.engine.steps.llm_tools import StepTools, first_goto, resolve_tools
 from stevora.errors import BudgetExceeded, LeaseLost, ProviderError
@@ -93,6 +93,7 @@ class LlmStepRun:
                 # Raised: go on from the committed rows, as a resumed step would.
                 self._meter(meter)
                 fresh = False
+                self.ex.inbox.pending = True  # messages taken for the refused call go with the next
 
     async def _loop(self, fresh: bool) -> StepResult:
         prompt = render_prompt(
@@ -106,9 +107,11 @@ class LlmStepRun:
             if fresh
             else await checkpoints.load_rounds(self.rt.pool, self.ex.run_id, self.ex.step_name, self.ex.visit)
         )
+        # A resumed thread turn: its first call names the history it continued.
+        histories = await histories_for(self.rt.pool, rounds, self.ex.step_name) if rounds else None
+        st = rebuild(rounds, prompt, histories)
         if not rounds and self.ex.thread_id is not None:  # a thread turn: earlier turns first
-            prompt = with_history(prompt, await thread_history(self.rt, self.ex))
-        st = rebuild(rounds, prompt)
+            with_history(st, await thread_history(self.rt, self.ex))
         if rounds:
             self.tools.steered = True  # a committed round may hold a goto the lost execution did not follow
         msg: Message | None = None  # the last round's assistant turn, once built

@@ -73,6 +73,7 @@ class ModelCaller:
         st.transcript.extend(appended)
         if self.attachments is not None and appended:  # the prompt's images and files, stored first
             await self.attachments.store(appended)
+        stored, history = _without_history(st, appended)
         candidates = [self.step.model, *self.step.fallback_models]
         # The step's `context` strategy, decided once per round from the committed rows.
         trim_through = trim_point(self.step, st, st.transcript)
@@ -124,7 +125,8 @@ class ModelCaller:
                 reasoning_effort=self.step.reasoning.effort if self.step.reasoning else None,
             )
             stored_request = {
-                "messages": [m.to_dict() for m in appended],
+                "messages": [m.to_dict() for m in stored],
+                **history,
                 "model": model,
                 "tools": [t.name for t in self.tool_specs],
                 "temperature": self.step.temperature,
@@ -265,7 +267,13 @@ class ModelCaller:
         if self._limited and isinstance(provider, LimitedProvider):  # STEVORA_RATE_LIMITS only
             payload["rateLimitWaitMs"] = rec.response["rateLimitWaitMs"] = provider.last_wait_ms  # type: ignore[index]
         committed_at = await checkpoints.record_llm_call(
-            self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_COMPLETED, payload
+            self.rt.committer,
+            self.ex.run_id,
+            self.ex.owner,
+            rec,
+            EventType.LLM_CALL_COMPLETED,
+            payload,
+            self.ex.inbox,
         )
         faults = self.rt.faults
         if faults.armed:
@@ -323,10 +331,26 @@ class ModelCaller:
             "durationMs": round(rec.duration_ms, 3),
         }
         await checkpoints.record_llm_call(
-            self.rt.committer, self.ex.run_id, self.ex.owner, rec, EventType.LLM_CALL_FAILED, payload
+            self.rt.committer,
+            self.ex.run_id,
+            self.ex.owner,
+            rec,
+            EventType.LLM_CALL_FAILED,
+            payload,
+            self.ex.inbox,
         )
         if self.meter is not None:
             self.meter.model_calls += 1
+
+
+def _without_history(st: LoopState, appended: list[Message]) -> tuple[list[Message], dict[str, Any]]:
+    """What the call stores of `appended`: a thread turn's first call stores the history it
+    continues as a reference to the earlier turn (`historyFrom`, `historyAt`), not again."""
+    ref, st.history_ref = st.history_ref, None
+    if ref is None:
+        return appended, {}
+    run_id, at, count = ref
+    return [*appended[:at], *appended[at + count :]], {"historyFrom": run_id, "historyAt": at}
 
 
 _NOT_STRUCTURED: dict[str, str] = {}

@@ -6,6 +6,7 @@ resumed step sees exactly what the model saw before the crash.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -53,6 +54,9 @@ class LoopState:
     # The step's latest `compact` checkpoint: its summary stands for the rounds it covers in every
     # later request (read from its row on a rebuild, never generated again).
     compaction: Compaction | None = None
+    # A thread turn's first call: (the earlier turn's run id, where its history starts in
+    # `pending_append`, how many messages it is). The call stores the reference, not the history.
+    history_ref: tuple[str, int, int] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +85,13 @@ def response_message(response: dict[str, Any]) -> Message:
     return Message(role="assistant", content=response.get("text"), tool_calls=calls, reasoning=reasoning)
 
 
-def rebuild(rounds: list[CommittedRound], prompt: list[Message]) -> LoopState:
-    """The conversation so far, from the committed rows (each stored once)."""
+def rebuild(
+    rounds: list[CommittedRound], prompt: list[Message], histories: Mapping[str, list[Message]] | None = None
+) -> LoopState:
+    """The conversation so far, from the committed rows (each stored once). A round whose request
+    names the history it continued (`historyFrom`, a thread turn's first call) gets that history
+    from `histories` (by run id, `stevora.engine.steps.llm_thread.conversations`) at `historyAt`;
+    without `histories`, the turn's own messages only."""
     if not rounds:
         return LoopState(transcript=[], rounds=[], next_round=1, tool_rounds=0, pending_append=list(prompt))
     transcript: list[Message] = []
@@ -95,7 +104,12 @@ def rebuild(rounds: list[CommittedRound], prompt: list[Message]) -> LoopState:
             state.usage = state.usage + Usage(input_tokens=r.input_tokens, output_tokens=r.output_tokens)
             continue
         state.rounds.append(r)
-        transcript.extend(Message.from_dict(m) for m in r.request.get("messages") or ())
+        sent = [Message.from_dict(m) for m in r.request.get("messages") or ()]
+        ref = r.request.get("historyFrom")
+        if ref is not None and histories is not None:
+            at = r.request.get("historyAt") or 0
+            sent[at:at] = histories.get(ref, ())
+        transcript.extend(sent)
         if r.request.get("feedback"):
             state.feedback_attempts += 1
         state.trimmed_through = max(state.trimmed_through, r.request.get("contextTrimmedThrough") or 0)

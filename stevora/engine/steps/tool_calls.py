@@ -160,7 +160,18 @@ async def record_outcome(
     event, payload = tool_call_event(rec, state_keys=sorted(state_updates) if state_updates else None)
     if store_writes and ok:
         await checkpoints.record_tool_trace_and_store(
-            rt.pool, ex.run_id, ex.owner, rec, event, payload, state_updates, ex.workspace_id, store_writes
+            rt.pool,
+            ex.run_id,
+            ex.owner,
+            rec,
+            event,
+            payload,
+            state_updates,
+            ex.workspace_id,
+            store_writes,
+            ex.inbox,
         )
         return
-    await checkpoints.record_tool_trace(rt.committer, ex.run_id, ex.owner, rec, event, payload, state_updates)
+    await checkpoints.record_tool_trace(
+        rt.committer, ex.run_id, ex.owner, rec, event, payload, state_updates, ex.inbox
+    )

@@ -15,6 +15,11 @@ from test_api_tool_outputs import wait_for
 from test_api_toolboxes import turn
 from test_api_workflow_tools import defined
 
+from stevora.db import checkpoints
+from stevora.db import runs as runs_db
+from stevora.db import threads as db_threads
+from stevora.engine.steps.llm_state import rebuild
+from stevora.engine.steps.llm_thread import histories_for
 from stevora.ids import new_id
 from stevora.llm.messages import LlmRequest
 from stevora.tools import ToolContext
@@ -204,6 +209,13 @@ async def test_enqueued_messages_run_after_the_active_turn_in_order(
     await asyncio.sleep(0.3)
     statuses = [(await wait_for(client, tenant, r, "PENDING"))["status"] for r in queued]
     assert statuses == ["PENDING", "PENDING"]  # held behind the active turn
+    # ... by the claim's fence, not a concurrency slot: no key, never queued for one, and the
+    # recovery sweep leaves them alone (it would dispatch a turn that may start).
+    slots = await harness.rt.pool.fetch(
+        "SELECT concurrency_key, queued_at FROM workflow_runs WHERE id = ANY($1::text[])", [first, *queued]
+    )
+    assert {(r["concurrency_key"], r["queued_at"]) for r in slots} == {(None, None)}
+    assert not set(await runs_db.mark_due_dispatched(harness.rt.pool, 0, 100)) & set(queued)
     gate.set()
     runs = [await wait_for(client, tenant, r, "COMPLETED", "FAILED") for r in (first, *queued)]
     assert [r["status"] for r in runs] == ["COMPLETED"] * 3
@@ -343,3 +355,105 @@ async def test_a_fork_continues_the_conversation_and_goes_its_own_way(
         ("Make it cheaper", mine, None),
         ("done", mine, None),
     ]
+
+
+async def test_a_run_nobody_steers_never_looks_for_messages_and_a_queued_turn_gets_its_message_first(
+    client: httpx.AsyncClient,
+    tenant: Tenant,
+    harness: Harness,
+    gate: asyncio.Event,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The step queries `run_messages` only when a checkpoint (or the statement that started the
+    execution) said some wait: none for a run nobody steers; a message sent to a turn still
+    queued is in that turn's first request."""
+    looked: list[str] = []
+    original = db_threads.messages_to_inject
+
+    async def counted(pool: Any, run_id: str, *args: Any) -> Any:
+        looked.append(run_id)
+        return await original(pool, run_id, *args)
+
+    monkeypatch.setattr(db_threads, "messages_to_inject", counted)
+    thread_id = await thread(client, tenant, await defined(client, tenant, chat("lookup", "slow")))
+    harness.scripted.enqueue(turn(("lookup", {"order": "o-1"})), turn(("lookup", {"order": "o-2"})), turn())
+    plain = await said(client, tenant, thread_id, "Three rounds, nobody steers")
+    assert (await wait_for(client, tenant, plain, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    assert looked == []  # three model calls, no query for messages
+
+    harness.scripted.enqueue(turn(("slow", {})), turn(), turn())
+    active = await said(client, tenant, thread_id, "Slow one")
+    await harness.value_when_set("SELECT 1 FROM llm_calls WHERE workflow_run_id = $1", active)
+    queued = await say(client, tenant, thread_id, "Next turn", onActive="enqueue")
+    assert queued.status_code == 202, queued.text
+    queued_run = queued.json()["data"]["runId"]
+    sent = await client.post(
+        f"/v1/workflow-runs/{queued_run}/messages", json={"content": "and be brief"}, headers=tenant.headers
+    )
+    assert sent.status_code == 202, sent.text
+    gate.set()
+    assert (await wait_for(client, tenant, queued_run, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    assert active not in looked  # its round boundary saw no message waiting for it
+    assert looked == [queued_run]  # once, before its first call: the claim said one waited
+    first_request = harness.scripted.requests[-1]
+    assert [m.content for m in first_request.messages][-2:] == ["Next turn", "and be brief"]
+    events = await harness.events(queued_run)
+    assert [e["payload"]["round"] for e in events if e["event_type"] == "MESSAGE_INJECTED"] == [1]
+
+
+async def test_a_turn_stores_what_it_added_and_a_reference_not_the_history_again(
+    client: httpx.AsyncClient, tenant: Tenant, harness: Harness, gate: asyncio.Event
+) -> None:
+    """Each turn's first call stores the earlier turn's run id (`historyFrom`) in place of the
+    history; requests rebuilt through that chain stay byte for byte what was sent, for later
+    turns, the message listing and a fork of the thread."""
+    thread_id = await thread(client, tenant, await defined(client, tenant, chat("lookup")))
+    harness.scripted.enqueue(turn(), turn(("lookup", {"order": "o-2"})), turn(), turn(), turn())
+    before = len(harness.scripted.requests)
+    turns = []
+    for content in ["Where is o-1?", "And o-2?", "Thanks, and o-3?"]:
+        turns.append(await said(client, tenant, thread_id, content))
+        assert (await wait_for(client, tenant, turns[-1], "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    requests = list(harness.scripted.requests)[before:]
+    assert len(requests) == 4  # an answer, then a tool round and an answer, then an answer
+    for last, first in [(requests[0], requests[1]), (requests[2], requests[3])]:
+        assert wire(first)[: len(wire(last))] == wire(last)
+        assert len(first.messages) == len(last.messages) + 2
+    # A resumed second turn rebuilds what it sent, its history through the reference included.
+    rounds = await checkpoints.load_rounds(harness.rt.pool, turns[1], "agent", 1)
+    rebuilt = rebuild(rounds, [], await histories_for(harness.rt.pool, rounds, "agent")).transcript
+    assert [json.dumps(m.to_dict(), ensure_ascii=False) for m in rebuilt][: len(wire(requests[2]))] == wire(
+        requests[2]
+    )
+    stored = {
+        r["workflow_run_id"]: r["request"]
+        for r in await harness.rt.pool.fetch(
+            "SELECT workflow_run_id, request FROM llm_calls WHERE workflow_run_id = ANY($1::text[]) AND round = 1",
+            turns,
+        )
+    }
+    assert "historyFrom" not in stored[turns[0]]
+    for previous, mine, content in [
+        (turns[0], turns[1], "And o-2?"),
+        (turns[1], turns[2], "Thanks, and o-3?"),
+    ]:
+        assert stored[mine]["historyFrom"] == previous and stored[mine]["historyAt"] == 1
+        assert [m["content"] for m in stored[mine]["messages"]] == ["You help with orders.", content]
+    listed = (await client.get(f"/v1/threads/{thread_id}/messages", headers=tenant.headers)).json()["data"]
+    assert [(m["role"], m["runId"]) for m in listed] == [
+        ("user", turns[0]),
+        ("assistant", turns[0]),
+        ("user", turns[1]),
+        ("assistant", turns[1]),
+        ("tool", turns[1]),
+        ("assistant", turns[1]),
+        ("user", turns[2]),
+        ("assistant", turns[2]),
+    ]
+    forked = await client.post("/v1/threads", json={"forkOf": thread_id}, headers=tenant.headers)
+    assert forked.status_code == 201, forked.text
+    mine = await said(client, tenant, forked.json()["data"]["id"], "And o-4?")
+    assert (await wait_for(client, tenant, mine, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    fork_request = harness.scripted.requests[-1]
+    assert wire(fork_request)[: len(wire(requests[3]))] == wire(requests[3])
+    assert fork_request.messages[-1].content == "And o-4?"
