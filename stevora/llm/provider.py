@@ -280,7 +280,7 @@ class ShardedTransport(httpx2.AsyncBaseTransport):
         except BaseException:
             self._busy[index] -= 1
             raise
-        response.stream = _Releasing(response.stream, self._busy, index)  # type: ignore[arg-type]
+        response.stream = _Releasing(response.stream, self._busy, index)
         return response
 
     async def aclose(self) -> None:

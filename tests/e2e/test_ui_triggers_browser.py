@@ -59,7 +59,9 @@ async def test_the_schedules_page_shows_fire_times_pauses_resumes_triggers_and_t
     [ticked] = [
         r["id"]
         for r in await harness.rt.pool.fetch(
-            "SELECT id FROM workflow_runs WHERE id = ANY($1::text[]) AND workspace_id = $2", started, workspace_id
+            "SELECT id FROM workflow_runs WHERE id = ANY($1::text[]) AND workspace_id = $2",
+            started,
+            workspace_id,
         )
     ]
     page = await context.new_page()

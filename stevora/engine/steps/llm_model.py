@@ -240,6 +240,8 @@ class ModelCaller:
             for c in response.tool_calls
         ]
         self._observe.answered(provider.name, model, usage, cost)
+        # How the answer was held to an outputSchema (nothing to say, and no call, without one).
+        structured = _NOT_STRUCTURED if response.structured_output is None else _structured(response)
         rec, payload = completed_call(
             self.ex,
             st.next_round,
@@ -251,14 +253,12 @@ class ModelCaller:
             cost,
             elapsed_s * 1000,
             live.time_to_first_token_ms,
+            response_extra=structured,
         )
         payload["reasoningTokens"] = usage.reasoning_tokens
         payload["timeToFirstTokenMs"] = _ms(rec.time_to_first_token_ms)
         payload["toolCalls"] = [c["name"] for c in calls]
         payload["finishReason"] = response.finish_reason
-        # How the answer was held to an outputSchema (nothing to say, and no call, without one).
-        structured = _NOT_STRUCTURED if response.structured_output is None else _structured(response)
-        rec.response.update(structured)
         payload.update(structured)
         if stored_request.get("contextTrimmedThrough"):  # the step's `context` strategy trimmed
             payload["contextTrimmedThrough"] = stored_request["contextTrimmedThrough"]

@@ -21,6 +21,7 @@ def completed_call(
     cost: float | None,
     duration_ms: float,
     time_to_first_token_ms: float | None = None,
+    response_extra: dict[str, Any] | None = None,
 ) -> tuple[LlmCallRecord, dict[str, Any]]:
     """The row of a completed call (`answer`: its text and tool calls as stored) and the payload
     its event starts from."""
@@ -43,6 +44,7 @@ def completed_call(
             # Thinking blocks / reasoning items, each its JSON text as a string (jsonb keeps a
             # string byte for byte): every later round sends them back unchanged.
             **({"reasoning": [r.to_dict() for r in response.reasoning]} if response.reasoning else {}),
+            **(response_extra or {}),
         },
         finish_reason=response.finish_reason,
         input_tokens=usage.input_tokens,
