@@ -22,7 +22,9 @@ _OPEN = "status IN ('PENDING', 'RUNNING', 'WAITING', 'PAUSED')"
 
 
 def concurrency_key(thread_id: str) -> str:
-    """The concurrency key a thread's turns queue on (limit 1: one turn at a time, in order)."""
+    """The concurrency override a turn is created with, so the definition's own key does not
+    apply; `make_turn` clears it in the same transaction (turns queue by the claim's fence,
+    `stevora.db.concurrency.turn_ready`). Turns from before that change still hold it."""
     return f"thread:{thread_id}"
 
 

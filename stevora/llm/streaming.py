@@ -79,10 +79,6 @@ class StreamAccumulator:
         if entry is not None and piece:
             entry[1][name] = str(entry[1].get(name) or "") + piece
 
-    def reasoning_set(self, index: int, kind: ReasoningKind, item: dict[str, Any]) -> None:
-        """A reasoning item as the stream finally gave it whole (it replaces what deltas built)."""
-        self._reasoning[index] = (kind, dict(item))
-
     def broken(self, detail: str) -> ProviderError:
         """The error for a stream that failed after the 200: retryable, the SDKs will not resend."""
         return ProviderError(
