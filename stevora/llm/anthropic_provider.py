@@ -11,18 +11,27 @@ anthropic >= 1.0 removed `temperature` from `create()`'s signature, so it travel
 `extra_body`. The SDK's own OpenTelemetry spans are switched off through the client's
 `open_telemetry` option (they would duplicate Stevora's `chat` spans); the environment variable
 `ANTHROPIC_OPEN_TELEMETRY=false` is not needed and not read for clients built here.
+
+The SDK sends every request (its headers, retries, timeouts and error types), but the body goes as
+the JSON `messages.create` would send (`wire_body`) and the answer, streamed or not, is read as
+JSON here: `create` copies the whole transcript on every call and builds a pydantic model of the
+answer and of every stream event, none of which the `LlmResponse` needs (docs/benchmarks.md, "The
+real path, counted").
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from collections.abc import AsyncIterator
+from typing import Any, cast
 
 import anthropic
 import httpx2
+from anthropic._constants import MODEL_NONSTREAMING_TOKENS
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import RawMessageStreamEvent
+from pydantic import TypeAdapter
 
 from stevora.definitions.output_schema import native_schema
 from stevora.errors import ProviderError
@@ -106,7 +115,7 @@ class AnthropicProvider:
         try:
             if self.stream:
                 return plan.finish(await self._complete_streamed(kwargs, request))
-            message = await self._client.messages.create(**kwargs)
+            answer = await self._send(kwargs, stream=False)
         except anthropic.APIStatusError as exc:
             detail = error_message_from_body(exc.body, exc.message)
             raise provider_error_for_status(
@@ -120,26 +129,73 @@ class AnthropicProvider:
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=True) from exc
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=False) from exc
-        return plan.finish(self.parse_message(message))
+        try:
+            message = json.loads(answer.content)
+            if self._strict:
+                AnthropicMessage.model_validate(message)
+            response = self.parse_message(message)
+        except (ValueError, LookupError, TypeError, AttributeError) as exc:
+            raise ProviderError(
+                f"{self.name} answered with something that is not a Messages API message: {exc}",
+                provider=self.name,
+                retryable=True,
+            ) from exc
+        return plan.finish(response)
+
+    async def _send(self, kwargs: dict[str, Any], *, stream: bool) -> httpx2.Response:
+        """POST /v1/messages through the SDK (its headers, retries, timeouts and errors), the body
+        as `messages.create(**kwargs)` would write it; streamed: the answer's body still unread."""
+        options: dict[str, Any] = {}
+        timeout = kwargs.get("timeout", anthropic.NOT_GIVEN)
+        if (
+            not stream
+            and timeout is anthropic.NOT_GIVEN
+            and self._client.timeout == anthropic.DEFAULT_TIMEOUT
+        ):
+            # What `create` does for a plain call on the SDK's default timeout: one sized to max_tokens.
+            timeout = self._client._calculate_nonstreaming_timeout(
+                kwargs["max_tokens"], MODEL_NONSTREAMING_TOKENS.get(kwargs["model"])
+            )
+        if timeout is not anthropic.NOT_GIVEN:
+            options["timeout"] = timeout
+        answer: httpx2.Response = await self._client.post(
+            "/v1/messages",
+            cast_to=httpx2.Response,
+            content=wire_body(kwargs, stream=stream),
+            options=cast(Any, options),
+            stream=stream,
+            stream_cls=None,
+        )
+        return answer
 
     async def _complete_streamed(self, kwargs: dict[str, Any], request: LlmRequest) -> LlmResponse:
         """One streamed call (named SSE events) folded into an `LlmResponse`."""
-        stream = await self._client.messages.create(**kwargs, stream=True)
+        answer = await self._send(kwargs, stream=True)
         acc = StreamAccumulator(self.name, request.sink)
         usage = _StreamUsage()
         try:
             # The step's timeout bounds the whole answer, as it does a plain one; the SDK's read
             # timeout alone would only bound the gaps between chunks.
-            async with asyncio.timeout(request.timeout_s), stream:
-                async for event in stream:
+            async with asyncio.timeout(request.timeout_s):
+                async for event in stream_events(answer, strict=self._strict):
                     _fold_event(acc, usage, event)
+            acc.usage = usage.total()
         except TimeoutError as exc:
             raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
-        except (anthropic.AnthropicError, httpx2.HTTPError, OSError) as exc:
-            # `event: error` after the 200 (the SDK raises it as a status-200 APIStatusError), a
-            # dropped connection, a read timeout: none of them is retried by the SDK.
+        except (
+            anthropic.AnthropicError,
+            httpx2.HTTPError,
+            OSError,
+            ValueError,
+            LookupError,
+            TypeError,
+            AttributeError,
+        ) as exc:
+            # `event: error` after the 200, a dropped connection, a read timeout (none of them is
+            # retried by the SDK), an event that is not what the Messages API sends.
             raise acc.broken(str(exc) or type(exc).__name__) from exc
-        acc.usage = usage.total()
+        finally:
+            await answer.aclose()
         response = acc.response("end_turn")
         response.finish_reason = _FINISH_REASONS.get(response.finish_reason, response.finish_reason)
         # Joined `partial_json` as the non-streamed path would have written `input`: compact JSON.
@@ -152,6 +208,12 @@ class AnthropicProvider:
             for c in response.tool_calls
         ]
         return response
+
+    @property
+    def _strict(self) -> bool:
+        """A client built with `_strict_response_validation` (the tests' clients) still has every
+        answer checked against the SDK's models, as `create` would have."""
+        return bool(getattr(self._client, "_strict_response_validation", False))
 
     @property
     def client(self) -> anthropic.AsyncAnthropic:
@@ -210,31 +272,85 @@ class AnthropicProvider:
             mark_cache_breakpoints(kwargs)
         return kwargs
 
-    def parse_message(self, message: AnthropicMessage) -> LlmResponse:
+    def parse_message(self, message: dict[str, Any]) -> LlmResponse:
+        """A Messages API message (its JSON) as an `LlmResponse`."""
         texts: list[str] = []
         calls: list[ToolCall] = []
         reasoning: list[ReasoningItem] = []
-        for block in message.content:
-            if block.type == "text":
-                texts.append(block.text)
-            elif block.type == "tool_use":
-                arguments = json.dumps(block.input, separators=(",", ":"))
-                calls.append(ToolCall(id=block.id, name=block.name, arguments=arguments))
-            elif block.type == "thinking":
-                reasoning.append(thinking_item(block.thinking, block.signature))
-            elif block.type == "redacted_thinking":
-                reasoning.append(redacted_thinking_item(block.data))
-        stop_reason = message.stop_reason or ("tool_use" if calls else "end_turn")
+        for block in message["content"]:
+            kind = block["type"]
+            if kind == "text":
+                texts.append(_str(block["text"]))
+            elif kind == "tool_use":
+                arguments = json.dumps(block["input"], separators=(",", ":"))
+                calls.append(ToolCall(id=_str(block["id"]), name=_str(block["name"]), arguments=arguments))
+            elif kind == "thinking":
+                reasoning.append(thinking_item(_str(block["thinking"]), _str(block["signature"])))
+            elif kind == "redacted_thinking":
+                reasoning.append(redacted_thinking_item(_str(block["data"])))
+        stop_reason = message.get("stop_reason") or ("tool_use" if calls else "end_turn")
         return LlmResponse(
             text="".join(texts) if texts else None,
             tool_calls=calls,
-            usage=_usage(message),
-            model=message.model,
+            usage=_usage(message["usage"]),
+            model=_str(message["model"]),
             finish_reason=_FINISH_REASONS.get(stop_reason, stop_reason),
-            response_id=message.id,
+            response_id=_str(message["id"]),
             provider=self.name,
             reasoning=reasoning,
         )
+
+
+# The body keys in the order `messages.create` writes them (its typed arguments); `extra_body` follows.
+_BODY_KEYS = (
+    "max_tokens",
+    "messages",
+    "model",
+    "cache_control",
+    "container",
+    "diagnostics",
+    "inference_geo",
+    "metadata",
+    "output_config",
+    "service_tier",
+    "speed",
+    "stop_sequences",
+    "stream",
+    "system",
+    "thinking",
+    "tool_choice",
+    "tools",
+)
+# `create`'s arguments that are request options, not body.
+_REQUEST_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+# The SDK's JSON encoding of a body (`anthropic._utils._json.openapi_dumps`).
+_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
+    """The JSON body `messages.create(**kwargs, stream=stream)` sends, byte for byte, without
+    `create`'s copy of the whole body on every call (~1,000 Python calls for a 20-message
+    transcript): the adapter's dicts are plain JSON values already."""
+    body = {key: kwargs[key] for key in _BODY_KEYS if key in kwargs}
+    if stream:
+        body["stream"] = True
+    for key, value in kwargs.items():
+        if key not in _REQUEST_OPTIONS and key not in body:
+            body[key] = value
+    body.update(kwargs.get("extra_body") or {})
+    return _ENCODER.encode(body).encode()
+
+
+def _str(value: Any) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _int(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected a token count, got {value!r}")
+    return value
 
 
 THINKING_NO_FORCED_TOOL = (
@@ -372,18 +488,17 @@ def _tool_param(tool: ToolSpec) -> dict[str, Any]:
     return {"name": tool.name, "description": tool.description, "input_schema": schema}
 
 
-def _usage(message: AnthropicMessage) -> Usage:
-    usage = message.usage
-    cache_read = usage.cache_read_input_tokens or 0
-    cache_write = usage.cache_creation_input_tokens or 0
-    details = usage.output_tokens_details
+def _usage(usage: dict[str, Any]) -> Usage:
+    cache_read = _int(usage.get("cache_read_input_tokens") or 0)
+    cache_write = _int(usage.get("cache_creation_input_tokens") or 0)
+    details = usage.get("output_tokens_details")
     return Usage(
         # Anthropic's input_tokens excludes cached tokens; ours counts every prompt token.
-        input_tokens=usage.input_tokens + cache_read + cache_write,
-        output_tokens=usage.output_tokens,
+        input_tokens=_int(usage["input_tokens"]) + cache_read + cache_write,
+        output_tokens=_int(usage["output_tokens"]),
         cache_read_tokens=cache_read,
         cache_write_tokens=cache_write,
-        reasoning_tokens=details.thinking_tokens if details else 0,
+        reasoning_tokens=_int(details.get("thinking_tokens") or 0) if details else 0,
     )
 
 
@@ -393,19 +508,21 @@ class _StreamUsage:
     def __init__(self) -> None:
         self.input = self.output = self.cache_read = self.cache_write = self.thinking = 0
 
-    def update(self, usage: Any) -> None:
-        for name, attr in (
+    def update(self, usage: dict[str, Any] | None) -> None:
+        if usage is None:
+            return
+        for name, key in (
             ("input", "input_tokens"),
             ("output", "output_tokens"),
             ("cache_read", "cache_read_input_tokens"),
             ("cache_write", "cache_creation_input_tokens"),
         ):
-            value = getattr(usage, attr, None)
+            value = usage.get(key)
             if value is not None:
-                setattr(self, name, value)
-        details = getattr(usage, "output_tokens_details", None)
+                setattr(self, name, _int(value))
+        details = usage.get("output_tokens_details")
         if details is not None:
-            self.thinking = details.thinking_tokens
+            self.thinking = _int(details.get("thinking_tokens") or 0)
 
     def total(self) -> Usage:
         return Usage(
@@ -417,36 +534,85 @@ class _StreamUsage:
         )
 
 
-def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: RawMessageStreamEvent) -> None:
-    if event.type == "message_start":
-        acc.model, acc.response_id = event.message.model, event.message.id
-        usage.update(event.message.usage)
-    elif event.type == "content_block_start":
-        block = event.content_block
-        if block.type == "text":
-            acc.text(block.text)
-        elif block.type == "tool_use":
-            acc.tool_start(event.index, block.id, block.name)
-        elif block.type == "thinking":
+_STREAM_EVENT: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStreamEvent)
+
+
+async def stream_events(answer: httpx2.Response, *, strict: bool = False) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a Messages API event stream, as the SDK's stream reads them: `ping`
+    and unnamed events skipped, `event: error` raised as the SDK raises it (an `APIStatusError`
+    with the answer's status), the body read to its end (so the connection is reused)."""
+    name: str | None = None
+    data: list[str] = []
+    async for line in answer.aiter_lines():
+        if line:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+            continue  # `id:`, `retry:` and `:` comments: nothing the Messages API uses
+        event, text, name = name, "\n".join(data), None
+        data.clear()
+        if event is None or event == "ping":
+            continue
+        if event == "error":
+            try:
+                body: object = json.loads(text)
+                message = f"{body}"
+            except ValueError:
+                body, message = text, text or f"Error code: {answer.status_code}"
+            raise anthropic.APIStatusError(message, response=answer, body=body)
+        if not text:
+            continue
+        parsed = json.loads(text)
+        if not isinstance(parsed, dict):
+            raise ValueError(f"a stream event is not a JSON object: {text[:100]}")
+        if strict:
+            _STREAM_EVENT.validate_python(parsed)
+        yield parsed
+
+
+def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: dict[str, Any]) -> None:
+    kind = event.get("type")
+    if kind == "message_start":
+        message = event["message"]
+        acc.model, acc.response_id = _str(message["model"]), _str(message["id"])
+        usage.update(message["usage"])
+    elif kind == "content_block_start":
+        block, index = event["content_block"], event["index"]
+        block_type = block["type"]
+        if block_type == "text":
+            acc.text(_str(block["text"]))
+        elif block_type == "tool_use":
+            acc.tool_start(index, _str(block["id"]), _str(block["name"]))
+        elif block_type == "thinking":
             acc.reasoning_start(
-                event.index,
+                index,
                 "anthropic",
-                {"type": "thinking", "thinking": block.thinking, "signature": block.signature},
+                {
+                    "type": "thinking",
+                    "thinking": _str(block["thinking"]),
+                    "signature": _str(block["signature"]),
+                },
             )
-        elif block.type == "redacted_thinking":
-            acc.reasoning_start(event.index, "anthropic", {"type": "redacted_thinking", "data": block.data})
-    elif event.type == "content_block_delta":
-        delta = event.delta
-        if delta.type == "text_delta":
-            acc.text(delta.text)
-        elif delta.type == "input_json_delta":
-            acc.tool_arguments(event.index, delta.partial_json)
-        elif delta.type == "thinking_delta":
-            acc.reasoning_append(event.index, "thinking", delta.thinking)
-        elif delta.type == "signature_delta":
-            acc.reasoning_append(event.index, "signature", delta.signature)
-    elif event.type == "message_delta":
-        acc.finish_reason = event.delta.stop_reason or acc.finish_reason
-        usage.update(event.usage)
-    elif event.type == "message_stop":
+        elif block_type == "redacted_thinking":
+            acc.reasoning_start(
+                index, "anthropic", {"type": "redacted_thinking", "data": _str(block["data"])}
+            )
+    elif kind == "content_block_delta":
+        delta, index = event["delta"], event["index"]
+        delta_type = delta["type"]
+        if delta_type == "text_delta":
+            acc.text(_str(delta["text"]))
+        elif delta_type == "input_json_delta":
+            acc.tool_arguments(index, _str(delta["partial_json"]))
+        elif delta_type == "thinking_delta":
+            acc.reasoning_append(index, "thinking", _str(delta["thinking"]))
+        elif delta_type == "signature_delta":
+            acc.reasoning_append(index, "signature", _str(delta["signature"]))
+    elif kind == "message_delta":
+        acc.finish_reason = event["delta"].get("stop_reason") or acc.finish_reason
+        usage.update(event.get("usage"))
+    elif kind == "message_stop":
         acc.finished = True
