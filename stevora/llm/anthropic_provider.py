@@ -331,9 +331,9 @@ def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
     """The JSON body `messages.create(**kwargs, stream=stream)` sends, byte for byte, without
     `create`'s copy of the whole body on every call (~1,000 Python calls for a 20-message
     transcript): the adapter's dicts are plain JSON values already."""
-    body = {key: kwargs[key] for key in _BODY_KEYS if key in kwargs}
     if stream:
-        body["stream"] = True
+        kwargs = {**kwargs, "stream": True}
+    body = {key: kwargs[key] for key in _BODY_KEYS if key in kwargs}
     for key, value in kwargs.items():
         if key not in _REQUEST_OPTIONS and key not in body:
             body[key] = value

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from stevora.errors import ProviderError
-from stevora.llm.anthropic_provider import AnthropicProvider
+from stevora.llm.anthropic_provider import AnthropicProvider, thinking_item
 from stevora.llm.messages import LlmRequest, Message, ToolCall, ToolSpec
 from stevora.llm.provider import JSON_INSTRUCTION
 from stevora.llm.transcript import prepare_transcript
@@ -19,6 +21,7 @@ from stevora.testing.fake_llm import (
     error,
     scripted_responder,
 )
+from stevora.testing.fake_reasoning import sign
 
 AnthropicFactory = Callable[..., AnthropicProvider]
 
@@ -271,3 +274,103 @@ async def test_retired_model_names_still_work(fake_llm: FakeLLMServer, make_anth
         LlmRequest(model="claude-sonnet-4-20250514", messages=[Message.user("hi")])
     )
     assert response.text == "still here"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+@pytest.mark.parametrize("thinking", [False, True])
+async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends_byte_for_byte(
+    fake_llm: FakeLLMServer, make_anthropic: AnthropicFactory, stream: bool, thinking: bool
+):
+    """The adapter sends its body through the SDK's `post` as JSON it encodes itself (no per-call
+    copy of the transcript): the bytes the server receives are those `messages.create(**kwargs)`
+    sends, key order included."""
+    provider = make_anthropic()
+    provider.stream = stream
+    request = _request(
+        Message.system("Be terse. Ünïcode stays as it is."),
+        Message.user("weather in Paris, as json"),
+        Message(
+            role="assistant",
+            content="Looking.",
+            tool_calls=[ToolCall("toolu_A", "get_weather", '{"city": "Paris"}')],
+            reasoning=[thinking_item("Paris, then.", sign("Paris, then."))],
+        ),
+        Message.tool_result("toolu_A", '{"temp": 21}'),
+        tools=[WEATHER, TIME],
+        temperature=0.3,
+        max_tokens=None if thinking else 50,
+        response_format="json",
+        cache_key="run_1",
+        timeout_s=9.0,
+        thinking_budget_tokens=1024 if thinking else None,
+    )
+    fake_llm.anthropic.enqueue(anthropic_text('{"ok": true}'), anthropic_text('{"ok": true}'))
+    await provider.complete(request)
+    kwargs = provider.build_kwargs(request)
+    if stream:
+        kwargs["stream"] = True
+    answer = await provider.client.messages.create(**kwargs)
+    if stream:
+        async for _ in answer:  # type: ignore[union-attr]
+            pass
+    ours, typed = fake_llm.anthropic.requests
+    assert ours.raw == typed.raw
+    assert ours.json["messages"][1]["content"][2]["id"] == "toolu_A" and len(ours.json["tools"]) == 2
+    assert ("temperature" in ours.json) is not thinking and ours.json.get("stream", False) is stream
+    assert {
+        k: v for k, v in ours.headers.items() if k.lower() not in ("x-stainless-retry-count",)
+    }.keys() >= {k for k in typed.headers if k.lower().startswith("anthropic-")}
+
+
+class _Plain(BaseHTTPRequestHandler):
+    """Answers every POST with a 200 and the class's JSON body, as-is (what the fake would not send)."""
+
+    body = b""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(200)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b"[]",
+        b"{not json",
+        b'{"content": "not a list"}',
+        b'{"content": [{"type": "text"}]}',
+        b'{"content": [], "model": "m", "id": "i"}',
+        b'{"content": [], "model": "m", "id": "i", "usage": {"input_tokens": "many", "output_tokens": 1}}',
+    ],
+    ids=[
+        "not-an-object",
+        "not-json",
+        "content-not-blocks",
+        "text-block-without-text",
+        "without-usage",
+        "bad-usage",
+    ],
+)
+async def test_an_answer_that_is_not_a_message_is_a_retryable_provider_error(body: bytes):
+    """Plain answers are read as JSON by the adapter (not by the SDK's models): a 200 whose body is
+    not a Messages API message ends as a retryable `ProviderError`, never as another exception."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Plain,), {"body": body}))
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    provider = AnthropicProvider(
+        "test", f"http://127.0.0.1:{server.server_address[1]}", max_retries=0, stream=False
+    )
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await provider.complete(_request(Message.user("Hi")))
+    finally:
+        await provider.aclose()
+        server.shutdown()
+        server.server_close()
+    assert caught.value.retryable and "not a Messages API message" in caught.value.message

@@ -243,3 +243,134 @@ async def test_a_hostile_openai_chunk_is_a_retryable_broken_stream(chunk: bytes)
         await provider.aclose()
         server.shutdown()
         server.server_close()
+
+
+def _raw_server(body: bytes) -> ThreadingHTTPServer:
+    handler = type("Handler", (_RawStream,), {"body": body})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _sse(*events: tuple[str | None, str]) -> bytes:
+    return b"".join(
+        ((f"event: {name}\n" if name else "") + f"data: {data}\n\n").encode() for name, data in events
+    )
+
+
+_A_START = (
+    "message_start",
+    '{"type":"message_start","message":{"id":"msg_1","model":"claude-x","usage":{"input_tokens":9,"output_tokens":1}}}',
+)
+_A_TEXT = (
+    "content_block_start",
+    '{"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}',
+)
+_A_DELTA = (
+    "content_block_delta",
+    '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"hi"}}',
+)
+_A_END = (
+    "message_delta",
+    '{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}',
+)
+_A_STOP = ("message_stop", '{"type":"message_stop"}')
+
+
+async def _anthropic_raw(body: bytes) -> LlmResponse:
+    server = _raw_server(body)
+    provider = AnthropicProvider("test", f"http://127.0.0.1:{server.server_address[1]}", max_retries=0)
+    try:
+        return await provider.complete(_request(Sink()))
+    finally:
+        await provider.aclose()
+        server.shutdown()
+        server.server_close()
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [_A_START, ("content_block_start", '"just a string"')],
+        [_A_START, ("content_block_delta", "{not json")],
+        [("message_start", '{"type":"message_start","message":{"id":"m","usage":{}}}')],
+        [
+            _A_START,
+            (
+                "content_block_delta",
+                '{"type":"content_block_delta","delta":{"type":"text_delta","text":"x"}}',
+            ),
+        ],
+        [
+            _A_START,
+            _A_TEXT,
+            (
+                "content_block_delta",
+                '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":7}}',
+            ),
+        ],
+        [
+            _A_START,
+            _A_TEXT,
+            ("message_delta", '{"type":"message_delta","delta":{},"usage":{"output_tokens":"many"}}'),
+        ],
+        [_A_START, _A_TEXT, _A_DELTA],
+        [
+            _A_START,
+            _A_TEXT,
+            _A_DELTA,
+            ("error", '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'),
+        ],
+        [_A_START, _A_TEXT, ("error", "not json at all")],
+    ],
+    ids=[
+        "not-an-object",
+        "not-json",
+        "message-without-model",
+        "delta-without-index",
+        "text-not-a-string",
+        "bad-usage",
+        "truncated-before-message_stop",
+        "overloaded-error-mid-stream",
+        "error-not-json",
+    ],
+)
+async def test_a_hostile_or_broken_anthropic_stream_is_a_retryable_broken_stream(
+    events: list[tuple[str | None, str]],
+) -> None:
+    """The adapter reads the Messages API's events as JSON itself (not through the SDK's event
+    models): whatever a server sends there ends as a retryable `ProviderError`, never as another
+    exception; an `event: error` says what the server said, as the SDK's stream did."""
+    with pytest.raises(ProviderError) as caught:
+        await _anthropic_raw(_sse(*events))
+    assert caught.value.retryable and "stream broke" in caught.value.message
+    if events[-1][0] == "error":
+        said = "overloaded_error" if "Overloaded" in events[-1][1] else "not json at all"
+        assert said in caught.value.message
+
+
+async def test_an_anthropic_stream_skips_pings_comments_and_event_types_it_does_not_know() -> None:
+    body = b": a comment\n\n" + _sse(
+        _A_START,
+        ("ping", '{"type":"ping"}'),
+        ("some_future_event", '{"type":"some_future_event","index":0}'),
+        (None, '{"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":"unnamed"}}'),
+        _A_TEXT,
+        _A_DELTA,
+        ("content_block_delta", '{"type":"content_block_delta","index":0,"delta":{"type":"future_delta"}}'),
+        ("content_block_stop", '{"type":"content_block_stop","index":0}'),
+        _A_END,
+        _A_STOP,
+    )
+    response = await _anthropic_raw(body)
+    assert response.text == "hi"  # the unnamed event was skipped, as the SDK's stream skips it
+    assert (response.model, response.response_id, response.finish_reason) == ("claude-x", "msg_1", "stop")
+    assert (response.usage.input_tokens, response.usage.output_tokens) == (9, 3)
+
+
+async def test_an_anthropic_event_split_over_several_data_lines_is_one_event() -> None:
+    split = (
+        'data: {"type":"content_block_delta","index":0,\ndata: "delta":{"type":"text_delta","text":"hi"}}\n\n'
+    )
+    body = _sse(_A_START, _A_TEXT) + b"event: content_block_delta\n" + split.encode() + _sse(_A_END, _A_STOP)
+    assert (await _anthropic_raw(body)).text == "hi"
