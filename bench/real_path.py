@@ -62,10 +62,17 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(SELF):
 
 def _serve(conn: Any, latency_s: float = 0.0) -> None:
     from stevora.testing.fake_llm import FakeLLMServer, anthropic_tool_use, openai_tool_calls
+    from stevora.testing.fake_responses import responses_tool_calls
 
     def respond(body: dict[str, Any]) -> Any:
         usage_o = {"prompt_tokens": 1200, "completion_tokens": 40}
         usage_a = {"input_tokens": 1200, "output_tokens": 40}
+        if "input" in body:  # the Responses API
+            return responses_tool_calls(
+                [("call_1", "lookup", '{"query":"the next thing","limit":5}')],
+                model=body["model"],
+                usage=usage_a,
+            )
         if body.get("model", "").startswith("claude"):
             return anthropic_tool_use(
                 [("toolu_1", "lookup", {"query": "the next thing", "limit": 5})],
@@ -226,18 +233,42 @@ class _CallCounter:
             self.by_area[area] += 1
 
 
-async def _provider_figures(base_url: str, calls: int, transcript: int) -> list[dict[str, Any]]:
+def _built(cls: Any, *args: Any, http: str | None, **kwargs: Any) -> Any:
+    """The adapter with `http` (the HTTP stack) when given and the tree takes it (main did not)."""
+    if http is not None:
+        try:
+            return cls(*args, http=http, **kwargs)
+        except TypeError:
+            pass
+    return cls(*args, **kwargs)
+
+
+async def _provider_figures(
+    base_url: str, calls: int, transcript: int, http: str | None = None
+) -> list[dict[str, Any]]:
     from stevora.llm.anthropic_provider import AnthropicProvider
     from stevora.llm.openai_provider import OpenAIProvider
 
     out = []
-    for kind in ("openai", "anthropic"):
+    for kind in ("openai", "responses", "anthropic"):
         for stream in (False, True):
             if kind == "openai":
-                provider: Any = OpenAIProvider("bench-key", f"{base_url}/v1", stream=stream)
+                provider: Any = _built(
+                    OpenAIProvider, "bench-key", f"{base_url}/v1", stream=stream, http=http
+                )
+                model = "gpt-4o-mini"
+            elif kind == "responses":
+                provider = _built(
+                    OpenAIProvider,
+                    "bench-key",
+                    f"{base_url}/v1",
+                    stream=stream,
+                    default_api="responses",
+                    http=http,
+                )
                 model = "gpt-4o-mini"
             else:
-                provider = AnthropicProvider("bench-key", base_url, stream=stream)
+                provider = _built(AnthropicProvider, "bench-key", base_url, stream=stream, http=http)
                 model = "claude-haiku-4-5"
             request = _request(transcript)
             request.model = model
@@ -266,12 +297,13 @@ async def _provider_figures(base_url: str, calls: int, transcript: int) -> list[
                     "wall_us": 1e6 * wall / calls,
                     "calls": counter.calls / calls,
                     "pydantic": (counter.by_area["pydantic"] + counter.by_area["pydantic_core"]) / calls,
-                    "sdk_calls": counter.by_area[kind] / calls,
+                    "sdk_calls": counter.by_area["openai" if kind == "responses" else kind] / calls,
                     "httpx": (
                         counter.by_area["httpx2"]
                         + counter.by_area["httpcore2"]
                         + counter.by_area["httpx"]
                         + counter.by_area["httpcore"]
+                        + counter.by_area["aiohttp"]
                     )
                     / calls,
                     "stevora": counter.by_area["stevora"] / calls,
@@ -330,7 +362,7 @@ def _print_provider(label: str, rows: list[dict[str, Any]]) -> None:
     print(f"\n{label}")
     print(
         f"  {'sdk':<10}{'stream':<8}{'CPU µs/call':>12}{'py calls/call':>15}{'in pydantic':>13}"
-        f"{'in the SDK':>12}{'in httpx':>10}{'in stevora':>12}"
+        f"{'in the SDK':>12}{'in HTTP':>10}{'in stevora':>12}"
     )
     for r in rows:
         print(
@@ -501,7 +533,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         base_url = parent.recv()
         if args.in_flight:
             return {"in_flight": asyncio.run(_in_flight_figures(base_url, parent, args.in_flight, latency))}
-        return {"provider": asyncio.run(_provider_figures(base_url, args.calls, args.transcript))}
+        return {"provider": asyncio.run(_provider_figures(base_url, args.calls, args.transcript, args.http))}
     finally:
         parent.send("stop")
         server.join(5)
@@ -520,6 +552,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--runs", type=int, default=96)
     parser.add_argument("--baseline", help="a tree whose stevora package is measured first")
+    parser.add_argument(
+        "--http",
+        choices=["aiohttp", "httpx"],
+        help="the adapters' HTTP stack (default: theirs; main had httpx only)",
+    )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the baseline child
     args = parser.parse_args()
     if args.json:

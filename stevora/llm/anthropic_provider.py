@@ -48,14 +48,15 @@ from stevora.llm.messages import (
 )
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
+    HttpStack,
     RemainingHeaders,
     connection_error,
-    connection_limits,
     error_message_from_body,
     leave_429_to_the_limiter,
     parse_tool_input,
     part_base64,
     provider_error_for_status,
+    sdk_http_client,
     timeout_error,
 )
 from stevora.llm.streaming import StreamAccumulator
@@ -92,6 +93,7 @@ class AnthropicProvider:
         client: anthropic.AsyncAnthropic | None = None,
         stream: bool = True,
         max_connections: int | None = None,
+        http: HttpStack = "aiohttp",
     ) -> None:
         self.name = name
         self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
@@ -103,8 +105,12 @@ class AnthropicProvider:
             max_retries=max_retries,
             timeout=timeout_s,
             open_telemetry=False,
-            http_client=anthropic.DefaultAsyncHttpxClient(
-                event_hooks={"response": [leave_429_to_the_limiter]}, **connection_limits(max_connections)
+            http_client=sdk_http_client(
+                anthropic.DefaultAsyncHttpxClient,
+                anthropic.DefaultAioHttpClient,
+                [leave_429_to_the_limiter],
+                max_connections,
+                http,
             ),
         )
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 import httpx2
@@ -35,15 +34,16 @@ from stevora.llm.messages import (
 )
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
+    HttpStack,
     RemainingHeaders,
     connection_error,
-    connection_limits,
     data_url,
     error_message_from_body,
     is_invalid_request_answer,
     leave_429_to_the_limiter,
     mentions_json,
     provider_error_for_status,
+    sdk_http_client,
     timeout_error,
 )
 from stevora.llm.streaming import StreamAccumulator
@@ -85,13 +85,16 @@ async def mark_invalid_request_answer(response: httpx2.Response) -> None:
         response.headers["x-should-retry"] = "false"
 
 
-def http_client(max_connections: int | None = None) -> httpx2.AsyncClient:
-    """The SDK's default HTTP client with `mark_invalid_request_answer` and
-    `leave_429_to_the_limiter` installed; `max_connections` (in flight, and as many kept alive for
-    the next call) replaces the SDK's 1,000 / 100 kept alive."""
-    return openai.DefaultAsyncHttpxClient(
-        event_hooks={"response": [mark_invalid_request_answer, leave_429_to_the_limiter]},
-        **connection_limits(max_connections),
+def http_client(max_connections: int | None = None, http: HttpStack = "aiohttp") -> httpx2.AsyncClient:
+    """The SDK's HTTP client (`sdk_http_client`: aiohttp by default) with
+    `mark_invalid_request_answer` and `leave_429_to_the_limiter` installed; `max_connections` (in
+    flight, and as many kept alive for the next call) replaces the SDK's 1,000 / 100 kept alive."""
+    return sdk_http_client(
+        openai.DefaultAsyncHttpxClient,
+        openai.DefaultAioHttpClient,
+        [mark_invalid_request_answer, leave_429_to_the_limiter],
+        max_connections,
+        http,
     )
 
 
@@ -112,6 +115,7 @@ class OpenAIProvider:
         stream: bool = True,
         default_api: OpenAIApi = "chat",
         max_connections: int | None = None,
+        http: HttpStack = "aiohttp",
     ) -> None:
         self.name = name
         self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
@@ -126,7 +130,7 @@ class OpenAIProvider:
             base_url=base_url,
             max_retries=max_retries,
             timeout=timeout_s,
-            http_client=http_client(max_connections),
+            http_client=http_client(max_connections, http),
         )
         self._usage_warned = False
         # OpenAI's reasoning models reject `max_tokens`; many compatible servers only know it.
@@ -143,7 +147,11 @@ class OpenAIProvider:
             if responses:  # the Responses API (stevora/llm/openai_responses.py): usage always sent
                 response, usage_sent = (
                     await openai_responses.complete(
-                        self._client, self.name, kwargs, request, stream=self.stream
+                        self._client,
+                        self.name,
+                        sent_as_is(kwargs, api="responses"),
+                        request,
+                        stream=self.stream,
                     ),
                     True,
                 )
@@ -195,7 +203,7 @@ class OpenAIProvider:
                 # The step's timeout bounds the whole answer, as it does a plain one; the SDK's
                 # read timeout alone would only bound the gaps between chunks.
                 async with asyncio.timeout(request.timeout_s):
-                    async for chunk in _chunks(raw):
+                    async for chunk in openai_responses.sse_chunks(raw):
                         acc.model = chunk.get("model") or acc.model
                         acc.response_id = chunk.get("id") or acc.response_id
                         if chunk.get("usage") is not None:
@@ -344,7 +352,7 @@ class OpenAIProvider:
 _REQUEST_OPTIONS = frozenset({"model", "stream", "timeout", "extra_headers", "extra_query", "extra_body"})
 
 
-def sent_as_is(kwargs: dict[str, Any]) -> dict[str, Any]:
+def sent_as_is(kwargs: dict[str, Any], *, api: OpenAIApi = "chat") -> dict[str, Any]:
     """`create` keyword arguments whose body the SDK sends without its typed transform.
 
     The SDK walks every message, content part and tool of the body against its TypedDicts on each
@@ -356,7 +364,8 @@ def sent_as_is(kwargs: dict[str, Any]) -> dict[str, Any]:
     named = {k: v for k, v in kwargs.items() if k in _REQUEST_OPTIONS}
     body = {k: v for k, v in kwargs.items() if k not in _REQUEST_OPTIONS}
     named["extra_body"] = {**body, **(kwargs.get("extra_body") or {})}
-    named["messages"] = []  # required by the signature; the body's `messages` replaces it
+    if api == "chat":
+        named["messages"] = []  # required by the signature; the body's `messages` replaces it
     return named
 
 
@@ -429,37 +438,6 @@ def _message_param(message: Message, tool_call_content: str = "null") -> dict[st
             out["content"] = ""
         return out
     return {"role": message.role, "content": message.content or ""}
-
-
-async def _chunks(raw: Any) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of a Chat Completions event stream, as the SDK's stream reads them: up to
-    `data: [DONE]` (the body is still read to its end, so the connection is reused), and
-    `data: {"error": ...}` raised as the SDK raises it (`openai.APIError`)."""
-    data: list[str] = []
-    done = False
-    async for line in raw.iter_lines():
-        if line:
-            if line.startswith("data:"):
-                data.append(line[6:] if line.startswith("data: ") else line[5:])
-            continue  # `event:`, `id:`, `retry:` and `:` comments: nothing Chat Completions uses
-        if not data or done:
-            data.clear()
-            continue
-        text = "\n".join(data)
-        data.clear()
-        if text.startswith("[DONE]"):
-            done = True
-            continue
-        chunk = json.loads(text)
-        if not isinstance(chunk, dict):
-            raise ValueError(f"a stream chunk is not a JSON object: {text[:100]}")
-        error = chunk.get("error")
-        if error:
-            message = error.get("message") if isinstance(error, dict) else None
-            if not message or not isinstance(message, str):
-                message = "An error occurred during streaming"
-            raise openai.APIError(message, raw.http_request, body=error)
-        yield chunk
 
 
 def _fold_delta(acc: StreamAccumulator, delta: dict[str, Any]) -> None:

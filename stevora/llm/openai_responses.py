@@ -14,7 +14,8 @@ to it, docs/configuration.md); errors are translated there, as for Chat Completi
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+import json
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx2
@@ -242,37 +243,92 @@ def usage_of(usage: ResponseUsage | None) -> Usage:
 async def complete(
     client: openai.AsyncOpenAI, provider: str, kwargs: dict[str, Any], request: LlmRequest, *, stream: bool
 ) -> LlmResponse:
-    """One call, streamed or not; SDK errors are left to the caller to translate."""
+    """One call, streamed or not (`kwargs` as `sent_as_is` gives them); SDK errors are left to the
+    caller to translate."""
     if not stream:
         return parse_response(await client.responses.create(**kwargs), provider)
-    events = await client.responses.create(**kwargs, stream=True)
+    # The SDK sends the request and retries it until the 200; the events are read as JSON here
+    # (the SDK's stream builds a model of every event): only the deltas the sink hears and the
+    # final answer are read, the final one built as the SDK builds it (`Response.construct`).
+    answer = client.responses.with_streaming_response.create(**kwargs, stream=True)
     acc = StreamAccumulator(provider, request.sink)
     final: Response | None = None
-    try:
-        # The step's timeout bounds the whole answer, as on Chat Completions.
-        async with asyncio.timeout(request.timeout_s), events:
-            async for event in events:
-                if event.type == "response.output_text.delta":
-                    acc.text(event.delta)
-                elif event.type == "response.output_item.added" and event.item.type == "function_call":
-                    acc.tool_start(event.output_index, event.item.call_id, event.item.name)
-                elif event.type in ("response.completed", "response.incomplete"):
-                    final = event.response
-                elif event.type in ("response.failed", "error"):
-                    detail = getattr(event, "message", None) or _failure(getattr(event, "response", None))
-                    raise acc.broken(detail)
-    except TimeoutError as exc:
-        raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
-    except (openai.OpenAIError, httpx2.HTTPError, OSError) as exc:
-        raise acc.broken(str(exc) or type(exc).__name__) from exc
+    async with answer as raw:
+        try:
+            # The step's timeout bounds the whole answer, as on Chat Completions.
+            async with asyncio.timeout(request.timeout_s):
+                async for event in sse_chunks(raw):
+                    kind = event.get("type")
+                    if kind == "response.output_text.delta":
+                        acc.text(event["delta"])
+                    elif (
+                        kind == "response.output_item.added" and event["item"].get("type") == "function_call"
+                    ):
+                        item = event["item"]
+                        acc.tool_start(event["output_index"], item["call_id"], item["name"])
+                    elif kind in ("response.completed", "response.incomplete"):
+                        if not isinstance(event["response"], dict):
+                            raise TypeError("the final event's response is not an object")
+                        final = Response.construct(**event["response"])
+                    elif kind in ("response.failed", "error"):
+                        raise acc.broken(event.get("message") or _failure(event.get("response")))
+        except TimeoutError as exc:
+            raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
+        except (
+            openai.OpenAIError,
+            httpx2.HTTPError,
+            OSError,
+            ValueError,
+            LookupError,
+            TypeError,
+            AttributeError,
+        ) as exc:
+            # `data: {"error": ...}` after the 200, a dropped connection, a read timeout, an event
+            # that is not a JSON object.
+            raise acc.broken(str(exc) or type(exc).__name__) from exc
     if final is None:
         raise acc.broken("the stream ended before its final event")
     # The final event carries the whole answer (reasoning items with their encrypted content
     # included): parsed as a plain answer is, so a streamed round stores the same items.
-    return parse_response(final, provider)
+    try:
+        return parse_response(final, provider)
+    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+        raise acc.broken(str(exc) or type(exc).__name__) from exc
 
 
-def _failure(response: Response | None) -> str:
-    if response is not None and response.error is not None:
-        return response.error.message
-    return "the response failed"
+async def sse_chunks(raw: Any) -> AsyncIterator[dict[str, Any]]:
+    """The JSON objects of a Chat Completions event stream, as the SDK's stream reads them: up to
+    `data: [DONE]` (the body is still read to its end, so the connection is reused), and
+    `data: {"error": ...}` raised as the SDK raises it (`openai.APIError`)."""
+    data: list[str] = []
+    done = False
+    async for line in raw.iter_lines():
+        if line:
+            if line.startswith("data:"):
+                data.append(line[6:] if line.startswith("data: ") else line[5:])
+            continue  # `event:`, `id:`, `retry:` and `:` comments: nothing Chat Completions uses
+        if not data or done:
+            data.clear()
+            continue
+        text = "\n".join(data)
+        data.clear()
+        if text.startswith("[DONE]"):
+            done = True
+            continue
+        chunk = json.loads(text)
+        if not isinstance(chunk, dict):
+            raise ValueError(f"a stream chunk is not a JSON object: {text[:100]}")
+        error = chunk.get("error")
+        if error:
+            message = error.get("message") if isinstance(error, dict) else None
+            if not message or not isinstance(message, str):
+                message = "An error occurred during streaming"
+            raise openai.APIError(message, raw.http_request, body=error)
+        yield chunk
+
+
+def _failure(response: object) -> str:
+    """What a `response.failed` event's response says went wrong."""
+    error = response.get("error") if isinstance(response, dict) else None
+    message = error.get("message") if isinstance(error, dict) else None
+    return message if isinstance(message, str) and message else "the response failed"

@@ -12,12 +12,13 @@ import email.utils
 import math
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx2
+import structlog
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, Part
@@ -315,6 +316,49 @@ def connection_limits(max_connections: int | None) -> dict[str, Any]:
     if max_connections is None:
         return {}
     return {"transport": ShardedTransport(max_connections)}
+
+
+# The HTTP stack under an SDK client (`STEVORA_PROVIDER_HTTP`): the SDK's aiohttp transport (its
+# HTTP parser and connection pool in C and compiled code: about 1,400-2,000 fewer Python calls per
+# model call than httpcore, h11 and anyio, docs/benchmarks.md) or httpx's own.
+HttpStack = Literal["aiohttp", "httpx"]
+_FELL_BACK: list[bool] = []
+
+
+def sdk_http_client(
+    httpx_client: Callable[..., httpx2.AsyncClient],
+    aiohttp_client: Callable[..., httpx2.AsyncClient],
+    hooks: list[Callable[[httpx2.Response], Awaitable[None]]],
+    max_connections: int | None,
+    http: HttpStack = "aiohttp",
+) -> httpx2.AsyncClient:
+    """An SDK's HTTP client (`openai.DefaultAsyncHttpxClient` / `DefaultAioHttpClient`, or
+    Anthropic's) with the response `hooks` installed and `max_connections` calls in flight, every
+    connection kept alive for the next call.
+
+    aiohttp: one pool of `max_connections` (its pool finds a free connection without scanning them
+    all, so it needs no `ShardedTransport`), idle connections closed after httpx's keep-alive
+    expiry (5 s), timeouts and the SDK's retries as with httpx. httpx: `connection_limits`. When
+    aiohttp is not installed, httpx (with one warning)."""
+    if http == "aiohttp":
+        limits = (
+            {}
+            if max_connections is None
+            else {
+                "limits": httpx2.Limits(
+                    max_connections=max_connections, max_keepalive_connections=max_connections
+                )
+            }
+        )
+        try:
+            return aiohttp_client(event_hooks={"response": hooks}, **limits)
+        except RuntimeError as exc:  # the SDK's stand-in when aiohttp cannot be imported
+            if not _FELL_BACK:
+                _FELL_BACK.append(True)
+                structlog.get_logger("stevora.llm").warning(
+                    "provider_http_fallback", http="httpx", reason=str(exc)
+                )
+    return httpx_client(event_hooks={"response": hooks}, **connection_limits(max_connections))
 
 
 def connection_error(provider: str, detail: str) -> ProviderError:

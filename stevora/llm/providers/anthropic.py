@@ -34,6 +34,7 @@ def build(settings: AnthropicSettings, call: CallOptions) -> Built:
             timeout_s=call.timeout_s,
             stream=call.stream,
             max_connections=call.max_connections,
+            http=call.http,
         ),
     )
 

@@ -40,6 +40,7 @@ def build(settings: CompatibleSettings, call: CallOptions) -> Built:
                 capabilities=settings.compat_capabilities.get(name),
                 stream=call.stream,
                 max_connections=call.max_connections,
+                http=call.http,
             )
             yield name, provider
     for name in settings.compat_capabilities.keys() - settings.compat_base_urls.keys():

@@ -39,6 +39,7 @@ def build(settings: OpenAISettings, call: CallOptions) -> Built:
             stream=call.stream,
             default_api=settings.openai_api,
             max_connections=call.max_connections,
+            http=call.http,
         ),
     )
 

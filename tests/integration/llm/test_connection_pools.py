@@ -22,9 +22,10 @@ def server() -> object:
         yield fake
 
 
+@pytest.mark.parametrize("http", ["aiohttp", "httpx"])
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_more_calls_than_one_pool_holds_go_out_at_once_and_their_connections_stay(
-    server: FakeLLMServer, kind: str
+    server: FakeLLMServer, kind: str, http: str
 ) -> None:
     in_flight = 3 * SHARD_CONNECTIONS + 5
     settings = Settings(
@@ -34,11 +35,16 @@ async def test_more_calls_than_one_pool_holds_go_out_at_once_and_their_connectio
         anthropic_base_url=server.anthropic_base_url,
         max_concurrent_runs=in_flight,
         llm_stream=False,
+        provider_http=http,
     )
     provider = build_router(settings).get(kind)
     assert provider is not None
     transport = provider.client._client._transport  # type: ignore[attr-defined]
-    assert isinstance(transport, ShardedTransport) and len(transport._shards) == 4
+    if http == "httpx":
+        assert isinstance(transport, ShardedTransport) and len(transport._shards) == 4
+    else:  # one aiohttp pool of that many connections, every one kept alive
+        assert type(transport).__name__ == "AiohttpTransport"
+        assert transport.limits.max_connections == transport.limits.max_keepalive_connections == in_flight
     request = LlmRequest(
         model="gpt-4o-mini" if kind == "openai" else "claude-haiku-4-5", messages=[Message.user("hi")]
     )
@@ -55,7 +61,10 @@ async def test_more_calls_than_one_pool_holds_go_out_at_once_and_their_connectio
         # (The SDKs' own pool held 1,000 calls out at once; past that, calls waited in it.)
         await asyncio.gather(*(provider.complete(request) for _ in range(in_flight)))
         assert len(set(server.client_ports)) == in_flight
-        assert transport._busy == [0, 0, 0, 0]  # every answer read gave its connection back
+        if http == "httpx":
+            assert transport._busy == [0, 0, 0, 0]  # every answer read gave its connection back
+        else:
+            assert transport.client.connector.limit == in_flight
         # A second wave and then calls one at a time reuse those connections: none is opened.
         await asyncio.gather(*(provider.complete(request) for _ in range(in_flight)))
         getattr(server, kind).responder = answer
@@ -63,8 +72,9 @@ async def test_more_calls_than_one_pool_holds_go_out_at_once_and_their_connectio
             await provider.complete(request)
         assert len(set(server.client_ports)) == in_flight
         assert len(server.client_ports) == 2 * in_flight + 3
-        # One at a time, the first pool serves: the same connection each time.
-        assert len(set(server.client_ports[-3:])) == 1
+        # One at a time, httpx's first pool serves: the same connection each time (aiohttp takes
+        # the longest idle connection first, and closes those idle past the keep-alive expiry).
+        assert len(set(server.client_ports[-3:])) == (1 if http == "httpx" else 3)
     finally:
         await provider.aclose()  # type: ignore[attr-defined]
 

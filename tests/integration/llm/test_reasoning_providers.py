@@ -4,12 +4,15 @@ thinking blocks (signed) and OpenAI Responses reasoning items (encrypted), strea
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Callable
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
 
 from stevora.errors import ProviderError
+from stevora.llm import openai_responses
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message, ReasoningItem, ToolSpec
 from stevora.llm.openai_provider import OpenAIProvider
@@ -293,3 +296,98 @@ async def test_a_responses_stream_that_breaks_after_it_began_is_a_retryable_erro
     with pytest.raises(ProviderError, match="stream broke after the answer began") as caught:
         await provider.complete(LlmRequest(model="o4-mini", messages=[Message.user("q")], api="responses"))
     assert caught.value.retryable
+
+
+@pytest.mark.parametrize("stream", [False, True])
+async def test_the_responses_body_sent_is_the_one_the_sdks_typed_create_sends(
+    fake_llm: FakeLLMServer, make_openai: Callable[..., OpenAIProvider], stream: bool
+) -> None:
+    """As on Chat Completions, the Responses body goes as `extra_body` (no per-call typed transform
+    of the input items): the JSON the server receives is `responses.create(**build_kwargs(...))`'s."""
+    provider = make_openai()
+    provider.stream = stream
+    request = LlmRequest(
+        model="o4-mini",
+        messages=[Message.system("be brief"), Message.user("what is a?")],
+        tools=[LOOKUP, LOOSE],
+        api="responses",
+        reasoning_effort="low",
+        max_tokens=500,
+        cache_key="wfrun_1",
+        timeout_s=9.0,
+    )
+    fake_llm.responses.enqueue(responses_text("a"), responses_text("a"))
+    await provider.complete(request)
+    kwargs = openai_responses.build_kwargs(request, provider.structured_plan(request))
+    if stream:
+        kwargs["stream"] = True
+    answer = await provider.client.responses.create(**kwargs)
+    if stream:
+        async for _ in answer:  # type: ignore[union-attr]
+            pass
+    ours, typed = (r.json for r in fake_llm.responses.requests)
+    assert ours == typed and len(ours["input"]) == 2 and len(ours["tools"]) == 2
+
+
+class _RawStream(BaseHTTPRequestHandler):
+    """Answers every POST with the class's SSE body, as-is (what no well-formed fake would send)."""
+
+    body = b""
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream")
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+@pytest.mark.parametrize(
+    "events",
+    [
+        [b'"just a string"'],
+        [b"{not json"],
+        [b'{"type":"response.output_text.delta"}'],
+        [b'{"type":"response.output_item.added","output_index":0,"item":"f"}'],
+        [b'{"type":"response.completed","response":"done"}'],
+        [b'{"type":"response.completed","response":{"output":[{"type":"message","content":7}]}}'],
+        [b'{"type":"response.failed","response":{"error":{"message":"the model broke"}}}'],
+        [b'{"error":{"message":"overloaded","type":"server_error"}}'],
+        [b'{"type":"response.output_text.delta","delta":"hi"}'],
+    ],
+    ids=[
+        "not-an-object",
+        "not-json",
+        "delta-without-delta",
+        "item-not-an-object",
+        "final-response-not-an-object",
+        "final-content-not-parts",
+        "failed",
+        "error-chunk",
+        "ended-before-the-final-event",
+    ],
+)
+async def test_a_hostile_responses_event_is_a_retryable_broken_stream(events: list[bytes]) -> None:
+    """The Responses events are read as JSON by the adapter (not through the SDK's event models):
+    whatever a server sends there ends as a retryable `ProviderError`, never as another exception."""
+    body = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+    handler = type("Handler", (_RawStream,), {"body": body})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    provider = OpenAIProvider("test", f"http://127.0.0.1:{server.server_address[1]}/v1", max_retries=0)
+    try:
+        with pytest.raises(ProviderError) as caught:
+            await provider.complete(
+                LlmRequest(model="o4-mini", messages=[Message.user("q")], api="responses")
+            )
+        assert caught.value.retryable and "stream broke" in caught.value.message
+        if b"the model broke" in body or b"overloaded" in body:
+            assert "the model broke" in caught.value.message or "overloaded" in caught.value.message
+    finally:
+        await provider.aclose()
+        server.shutdown()
+        server.server_close()
