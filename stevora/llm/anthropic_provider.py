@@ -59,13 +59,16 @@ from stevora.llm.provider import (
     sdk_http_client,
     timeout_error,
 )
-from stevora.llm.streaming import StreamAccumulator
+from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import StructuredPlan, plan_structured
 
 # What is left of the organisation's limits, on Anthropic's answers.
 REMAINING_HEADERS = RemainingHeaders(
     "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-tokens-remaining"
 )
+
+# A stream that broke after its 200 (`StreamAccumulator.broken`).
+_BROKEN: tuple[type[Exception], ...] = (anthropic.AnthropicError, *BROKEN_STREAM)
 
 # Anthropic stop reasons in the provider-neutral (OpenAI) vocabulary of `LlmResponse.finish_reason`.
 _FINISH_REASONS: dict[str, str] = {
@@ -188,15 +191,7 @@ class AnthropicProvider:
             acc.usage = usage.total()
         except TimeoutError as exc:
             raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
-        except (
-            anthropic.AnthropicError,
-            httpx2.HTTPError,
-            OSError,
-            ValueError,
-            LookupError,
-            TypeError,
-            AttributeError,
-        ) as exc:
+        except _BROKEN as exc:
             # `event: error` after the 200, a dropped connection, a read timeout (none of them is
             # retried by the SDK), an event that is not what the Messages API sends.
             raise acc.broken(str(exc) or type(exc).__name__) from exc

@@ -46,7 +46,7 @@ from stevora.llm.provider import (
     sdk_http_client,
     timeout_error,
 )
-from stevora.llm.streaming import StreamAccumulator
+from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan, plan_structured
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
@@ -61,6 +61,10 @@ OPENAI_CAPABILITIES = ServerCapabilities(
     prompt_cache_key=True,
     json_schema=True,
 )
+
+# A stream that broke after its 200 (`StreamAccumulator.broken`).
+_BROKEN: tuple[type[Exception], ...] = (openai.OpenAIError, *BROKEN_STREAM)
+
 # What is left of the organisation's limits, on OpenAI's answers (compatible servers that send
 # limits use the same names).
 REMAINING_HEADERS = RemainingHeaders("x-ratelimit-remaining-requests", "x-ratelimit-remaining-tokens")
@@ -215,15 +219,7 @@ class OpenAIProvider:
                                 acc.finish_reason, acc.finished = str(choice["finish_reason"]), True
             except TimeoutError as exc:
                 raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
-            except (
-                openai.OpenAIError,
-                httpx2.HTTPError,
-                OSError,
-                ValueError,
-                LookupError,
-                TypeError,
-                AttributeError,
-            ) as exc:
+            except _BROKEN as exc:
                 # `data: {"error": ...}` after the 200, a dropped connection, a read timeout, a
                 # chunk that is not a JSON object.
                 raise acc.broken(str(exc) or type(exc).__name__) from exc

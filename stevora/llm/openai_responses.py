@@ -18,7 +18,6 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx2
 import openai
 from openai.types.responses import Response, ResponseUsage
 
@@ -35,8 +34,11 @@ from stevora.llm.messages import (
     Usage,
 )
 from stevora.llm.provider import JSON_INSTRUCTION, data_url, mentions_json
-from stevora.llm.streaming import StreamAccumulator
+from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan
+
+# A stream that broke after its 200 (`StreamAccumulator.broken`).
+_BROKEN: tuple[type[Exception], ...] = (openai.OpenAIError, *BROKEN_STREAM)
 
 INCLUDE = ["reasoning.encrypted_content"]
 
@@ -274,15 +276,7 @@ async def complete(
                         raise acc.broken(event.get("message") or _failure(event.get("response")))
         except TimeoutError as exc:
             raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
-        except (
-            openai.OpenAIError,
-            httpx2.HTTPError,
-            OSError,
-            ValueError,
-            LookupError,
-            TypeError,
-            AttributeError,
-        ) as exc:
+        except _BROKEN as exc:
             # `data: {"error": ...}` after the 200, a dropped connection, a read timeout, an event
             # that is not a JSON object.
             raise acc.broken(str(exc) or type(exc).__name__) from exc

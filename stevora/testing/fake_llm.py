@@ -21,7 +21,8 @@ import re
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal, NamedTuple
 
@@ -904,3 +905,35 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.flush()
         except OSError:
             self.close_connection = True  # the client gave up (timeout) before we answered
+
+
+class _AsIs(BaseHTTPRequestHandler):
+    """Answers every POST with a 200 and the class's body, as-is."""
+
+    body = b""
+    content_type = "text/event-stream"
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("content-length") or 0))
+        self.send_response(200)
+        self.send_header("content-type", self.content_type)
+        self.send_header("content-length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+
+@contextmanager
+def as_is_server(body: bytes, content_type: str = "text/event-stream") -> Iterator[str]:
+    """A server answering every POST with a 200 and `body` exactly (an SSE stream or a JSON body
+    that no well-formed fake would send: hostile-answer tests); yields its base URL."""
+    handler = type("Handler", (_AsIs,), {"body": body, "content_type": content_type})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

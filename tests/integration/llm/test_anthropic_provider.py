@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -18,6 +16,7 @@ from stevora.testing.fake_llm import (
     FakeLLMServer,
     anthropic_text,
     anthropic_tool_use,
+    as_is_server,
     error,
     scripted_responder,
 )
@@ -322,23 +321,6 @@ async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends_byte_for_byt
     }.keys() >= {k for k in typed.headers if k.lower().startswith("anthropic-")}
 
 
-class _Plain(BaseHTTPRequestHandler):
-    """Answers every POST with a 200 and the class's JSON body, as-is (what the fake would not send)."""
-
-    body = b""
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        self.send_response(200)
-        self.send_header("content-type", "application/json")
-        self.send_header("content-length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-
 @pytest.mark.parametrize(
     "body",
     [
@@ -361,16 +343,11 @@ class _Plain(BaseHTTPRequestHandler):
 async def test_an_answer_that_is_not_a_message_is_a_retryable_provider_error(body: bytes):
     """Plain answers are read as JSON by the adapter (not by the SDK's models): a 200 whose body is
     not a Messages API message ends as a retryable `ProviderError`, never as another exception."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), type("Handler", (_Plain,), {"body": body}))
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    provider = AnthropicProvider(
-        "test", f"http://127.0.0.1:{server.server_address[1]}", max_retries=0, stream=False
-    )
-    try:
-        with pytest.raises(ProviderError) as caught:
-            await provider.complete(_request(Message.user("Hi")))
-    finally:
-        await provider.aclose()
-        server.shutdown()
-        server.server_close()
+    with as_is_server(body, "application/json") as url:
+        provider = AnthropicProvider("test", url, max_retries=0, stream=False)
+        try:
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(_request(Message.user("Hi")))
+        finally:
+            await provider.aclose()
     assert caught.value.retryable and "not a Messages API message" in caught.value.message

@@ -4,9 +4,7 @@ thinking blocks (signed) and OpenAI Responses reasoning items (encrypted), strea
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import openai
 import pytest
@@ -16,7 +14,7 @@ from stevora.llm import openai_responses
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message, ReasoningItem, ToolSpec
 from stevora.llm.openai_provider import OpenAIProvider
-from stevora.testing.fake_llm import FakeLLMServer, anthropic_text, anthropic_tool_use
+from stevora.testing.fake_llm import FakeLLMServer, anthropic_text, anthropic_tool_use, as_is_server
 from stevora.testing.fake_responses import responses_text, responses_tool_calls
 from stevora.testing.fake_stream import streamed
 
@@ -329,23 +327,6 @@ async def test_the_responses_body_sent_is_the_one_the_sdks_typed_create_sends(
     assert ours == typed and len(ours["input"]) == 2 and len(ours["tools"]) == 2
 
 
-class _RawStream(BaseHTTPRequestHandler):
-    """Answers every POST with the class's SSE body, as-is (what no well-formed fake would send)."""
-
-    body = b""
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("content-length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-
 @pytest.mark.parametrize(
     "events",
     [
@@ -375,19 +356,15 @@ async def test_a_hostile_responses_event_is_a_retryable_broken_stream(events: li
     """The Responses events are read as JSON by the adapter (not through the SDK's event models):
     whatever a server sends there ends as a retryable `ProviderError`, never as another exception."""
     body = b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n"
-    handler = type("Handler", (_RawStream,), {"body": body})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    provider = OpenAIProvider("test", f"http://127.0.0.1:{server.server_address[1]}/v1", max_retries=0)
-    try:
-        with pytest.raises(ProviderError) as caught:
-            await provider.complete(
-                LlmRequest(model="o4-mini", messages=[Message.user("q")], api="responses")
-            )
-        assert caught.value.retryable and "stream broke" in caught.value.message
-        if b"the model broke" in body or b"overloaded" in body:
-            assert "the model broke" in caught.value.message or "overloaded" in caught.value.message
-    finally:
-        await provider.aclose()
-        server.shutdown()
-        server.server_close()
+    with as_is_server(body) as url:
+        provider = OpenAIProvider("test", f"{url}/v1", max_retries=0)
+        try:
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(
+                    LlmRequest(model="o4-mini", messages=[Message.user("q")], api="responses")
+                )
+        finally:
+            await provider.aclose()
+    assert caught.value.retryable and "stream broke" in caught.value.message
+    if b"the model broke" in body or b"overloaded" in body:
+        assert "the model broke" in caught.value.message or "overloaded" in caught.value.message

@@ -5,10 +5,8 @@ not resend; `stream_options` goes only to servers whose capability says they tak
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
@@ -24,6 +22,7 @@ from stevora.testing.fake_llm import (
     FakeResponse,
     anthropic_text,
     anthropic_tool_use,
+    as_is_server,
     openai_text,
     openai_tool_calls,
 )
@@ -199,23 +198,6 @@ async def test_back_to_back_streams_reuse_the_pooled_connection_without_retries(
     assert len(set(fake_llm.client_ports)) == 1  # one kept-alive connection
 
 
-class _RawStream(BaseHTTPRequestHandler):
-    """Answers every POST with the class's SSE body, as-is (what no well-formed fake would send)."""
-
-    body = b""
-
-    def log_message(self, format: str, *args: object) -> None:
-        pass
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("content-length") or 0))
-        self.send_response(200)
-        self.send_header("content-type", "text/event-stream")
-        self.send_header("content-length", str(len(self.body)))
-        self.end_headers()
-        self.wfile.write(self.body)
-
-
 @pytest.mark.parametrize(
     "chunk",
     [
@@ -230,26 +212,14 @@ class _RawStream(BaseHTTPRequestHandler):
 async def test_a_hostile_openai_chunk_is_a_retryable_broken_stream(chunk: bytes) -> None:
     """The adapter reads the chunks' JSON itself (not through the SDK's chunk models): whatever a
     server sends there ends as a `ProviderError`, never as another exception."""
-    handler = type("Handler", (_RawStream,), {"body": b"data: " + chunk + b"\n\ndata: [DONE]\n\n"})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    provider = OpenAIProvider("test", f"http://127.0.0.1:{server.server_address[1]}/v1", max_retries=0)
-    try:
-        with pytest.raises(ProviderError) as caught:
-            await provider.complete(_request(Sink()))
-        assert caught.value.retryable and "stream broke" in caught.value.message
-    finally:
-        await provider.aclose()
-        server.shutdown()
-        server.server_close()
-
-
-def _raw_server(body: bytes) -> ThreadingHTTPServer:
-    handler = type("Handler", (_RawStream,), {"body": body})
-    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server
+    with as_is_server(b"data: " + chunk + b"\n\ndata: [DONE]\n\n") as url:
+        provider = OpenAIProvider("test", f"{url}/v1", max_retries=0)
+        try:
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(_request(Sink()))
+            assert caught.value.retryable and "stream broke" in caught.value.message
+        finally:
+            await provider.aclose()
 
 
 def _sse(*events: tuple[str | None, str]) -> bytes:
@@ -278,14 +248,12 @@ _A_STOP = ("message_stop", '{"type":"message_stop"}')
 
 
 async def _anthropic_raw(body: bytes) -> LlmResponse:
-    server = _raw_server(body)
-    provider = AnthropicProvider("test", f"http://127.0.0.1:{server.server_address[1]}", max_retries=0)
-    try:
-        return await provider.complete(_request(Sink()))
-    finally:
-        await provider.aclose()
-        server.shutdown()
-        server.server_close()
+    with as_is_server(body) as url:
+        provider = AnthropicProvider("test", url, max_retries=0)
+        try:
+            return await provider.complete(_request(Sink()))
+        finally:
+            await provider.aclose()
 
 
 @pytest.mark.parametrize(
