@@ -59,7 +59,7 @@ from stevora.llm.provider import (
     sdk_http_client,
     timeout_error,
 )
-from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator, sse_events
+from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import StructuredPlan, plan_structured
 
 # What is left of the organisation's limits, on Anthropic's answers.
@@ -542,7 +542,19 @@ async def stream_events(answer: httpx2.Response, *, strict: bool = False) -> Asy
     """The JSON objects of a Messages API event stream, as the SDK's stream reads them: `ping`
     and unnamed events skipped, `event: error` raised as the SDK raises it (an `APIStatusError`
     with the answer's status), the body read to its end (so the connection is reused)."""
-    async for event, text in sse_events(answer.aiter_bytes()):
+    name: str | None = None
+    data: list[str] = []
+    async for line in answer.aiter_lines():
+        if line:
+            field, _, value = line.partition(":")
+            value = value[1:] if value.startswith(" ") else value
+            if field == "event":
+                name = value
+            elif field == "data":
+                data.append(value)
+            continue  # `id:`, `retry:` and `:` comments: nothing the Messages API uses
+        event, text, name = name, "\n".join(data), None
+        data.clear()
         if event is None or event == "ping":
             continue
         if event == "error":

@@ -12,7 +12,6 @@ arrives, so the engine's fallback chain and step retries take over from there.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -119,49 +118,3 @@ class StreamAccumulator:
             provider=self.provider,
             reasoning=[ReasoningItem.of(kind, item) for _, (kind, item) in sorted(self._reasoning.items())],
         )
-
-
-async def sse_events(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[str | None, str]]:
-    """(event name, data) of each event of a server-sent event stream, as the SDKs' decoders
-    read it: lines end in LF, CRLF or CR; `data:` lines joined by LF; `id:`, `retry:` and `:`
-    comments ignored; an event without its closing blank line at the end of the body dropped.
-
-    Whole events are cut out of the bytes as they arrive (`split` in C), instead of a line at a
-    time through httpx's text and line decoders: fewer Python calls per streamed answer
-    (docs/benchmarks.md, "The real path, counted")."""
-    pending = b""
-    async for chunk in chunks:
-        events, pending = _cut_events(pending + chunk, final=False)
-        for event in events:
-            yield event
-    for event in _cut_events(pending, final=True)[0]:
-        yield event
-
-
-def _cut_events(pending: bytes, *, final: bool) -> tuple[list[tuple[str | None, str]], bytes]:
-    """The complete events at the start of `pending`, and the bytes after them."""
-    if b"\r" in pending:
-        # A CR at the very end may be the first half of a CRLF: kept for the next chunk, if any.
-        tail = b"\r" if pending.endswith(b"\r") and not final else b""
-        pending = pending[: len(pending) - len(tail)].replace(b"\r\n", b"\n").replace(b"\r", b"\n") + tail
-    *blocks, rest = pending.split(b"\n\n")
-    events: list[tuple[str | None, str]] = []
-    for block in blocks:
-        name: str | None = None
-        data: list[str] = []
-        for line in block.decode().split("\n"):
-            if not line:  # a blank line ends an event (a block may start with one)
-                if name is not None or data:
-                    events.append((name, "\n".join(data)))
-                name, data = None, []
-                continue
-            field, _, value = line.partition(":")
-            if value.startswith(" "):
-                value = value[1:]
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-        if name is not None or data:
-            events.append((name, "\n".join(data)))
-    return events, rest

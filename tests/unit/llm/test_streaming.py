@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, Message, ToolCall, Usage
 from stevora.llm.scripted_provider import ScriptedProvider
-from stevora.llm.streaming import StreamAccumulator, sse_events
+from stevora.llm.streaming import StreamAccumulator
 
 
 class Sink:
@@ -82,32 +80,3 @@ async def test_a_scripted_error_still_takes_the_delay_and_is_raised() -> None:
     with pytest.raises(ProviderError, match="boom"):
         await provider.complete(_request(sink))
     assert sink.first == 0
-
-
-async def _events(*chunks: bytes) -> list[tuple[str | None, str]]:
-    async def source() -> AsyncIterator[bytes]:
-        for chunk in chunks:
-            yield chunk
-
-    return [event async for event in sse_events(source())]
-
-
-@pytest.mark.parametrize("end", [b"\n", b"\r\n", b"\r"])
-async def test_sse_events_reads_every_line_ending_and_joins_data_lines(end: bytes) -> None:
-    body = end.join(
-        [b"event: a", b'data: {"x":', b"data:1}", b"", b": a comment", b"id: 7", b"retry: 5", b""]
-    )
-    body += end.join([b"data: plain", b"", b""])
-    assert await _events(body) == [("a", '{"x":\n1}'), (None, "plain")]
-
-
-async def test_sse_events_are_the_same_whatever_the_chunks_cut() -> None:
-    body = "event: ä\r\ndata: é1\r\n\r\nevent: b\r\ndata: 2\r\n\r\n\r\nevent: c\ndata: 3\n\n".encode()
-    whole = await _events(body)
-    assert whole == [("ä", "é1"), ("b", "2"), ("c", "3")]
-    for size in (1, 2, 3, 7):
-        assert await _events(*(body[i : i + size] for i in range(0, len(body), size))) == whole
-
-
-async def test_an_event_without_its_closing_blank_line_at_the_end_is_dropped() -> None:
-    assert await _events(b"event: a\ndata: 1\n\nevent: b\ndata: 2\n") == [("a", "1")]
