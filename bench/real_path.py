@@ -4,15 +4,15 @@
     .venv/bin/python -m bench.real_path --db [--rounds 20] [--concurrency 32] [--runs 96] [--baseline /work/main]
     .venv/bin/python -m bench.real_path --in-flight 2000 [--latency 1] [--baseline /work/main]
 
-**Provider part** (default): Stevora's own adapters (`OpenAIProvider` on Chat Completions,
-`AnthropicProvider` on Messages), built as a worker builds them, call the local fake server
-(stevora/testing/fake_llm.py, run in a child process so that its CPU is not counted) `--calls`
-times one after the other, streamed and not. The request is the one a tool loop sends at round
-`--transcript / 2`: the prompt, then that many assistant tool calls and tool results, one tool
-offered; the answer is one tool call (text and usage included). Printed per SDK and mode: worker
-CPU µs per call (process CPU clock, measured in a pass of its own: machine-dependent) and Python function calls per call
-(`sys.setprofile`, as cProfile counts them: machine-independent), with the calls inside pydantic
-and inside the SDK's own package apart.
+**Provider part** (default): Stevora's own adapters (`OpenAIProvider` on Chat Completions and on the
+Responses API, `AnthropicProvider` on Messages; `--http` their HTTP stack), built as a worker builds
+them, call the local fake server (stevora/testing/fake_llm.py, run in a child process so that its
+CPU is not counted) `--calls` times one after the other, streamed and not. The request is the one a
+tool loop sends at round `--transcript / 2`: the prompt, then that many assistant tool calls and
+tool results, one tool offered; the answer is one tool call (text and usage included). Printed per
+SDK and mode: worker CPU µs per call (process CPU clock, measured in a pass of its own:
+machine-dependent) and Python function calls per call (`sys.setprofile`, as cProfile counts them:
+machine-independent), with the calls inside pydantic and inside the SDK's own package apart.
 
 **Database part** (`--db`): the zero-latency tool loop of bench/tool_loop.py (scripted model,
 `noop` tool, real RunPool and driver) at `--concurrency`, `--runs` runs of `--rounds` rounds, and

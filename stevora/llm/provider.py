@@ -319,7 +319,7 @@ def connection_limits(max_connections: int | None) -> dict[str, Any]:
 
 
 # The HTTP stack under an SDK client (`STEVORA_PROVIDER_HTTP`): the SDK's aiohttp transport (its
-# HTTP parser and connection pool in C and compiled code: about 1,400-2,000 fewer Python calls per
+# HTTP parser and connection pool in C and compiled code: about 1,400-1,800 fewer Python calls per
 # model call than httpcore, h11 and anyio, docs/benchmarks.md) or httpx's own.
 HttpStack = Literal["aiohttp", "httpx"]
 _FELL_BACK: list[bool] = []

@@ -84,3 +84,32 @@ def test_the_connections_follow_the_settings() -> None:
     assert Settings(max_concurrent_runs=300, provider_max_connections=50).call_options().max_connections == 50
     transport = ShardedTransport(100)
     assert len(transport._shards) * transport._per >= 100 and transport._per <= SHARD_CONNECTIONS
+
+
+async def test_without_aiohttp_the_provider_clients_fall_back_to_httpx_with_the_same_hooks() -> None:
+    from stevora.llm.provider import leave_429_to_the_limiter, sdk_http_client
+
+    def missing(**_: object) -> object:
+        raise RuntimeError(
+            "To use the aiohttp client you must have installed the package with the `aiohttp` extra"
+        )
+
+    import openai
+
+    client = sdk_http_client(openai.DefaultAsyncHttpxClient, missing, [leave_429_to_the_limiter], 40)  # type: ignore[arg-type]
+    try:
+        assert isinstance(client._transport, ShardedTransport) and len(client._transport._shards) == 2
+        assert client.event_hooks["response"] == [leave_429_to_the_limiter]
+    finally:
+        await client.aclose()
+    aio = sdk_http_client(
+        openai.DefaultAsyncHttpxClient, openai.DefaultAioHttpClient, [leave_429_to_the_limiter], 40
+    )
+    try:
+        assert (
+            type(aio._transport).__name__ == "AiohttpTransport"
+            and aio._transport.limits.max_connections == 40
+        )
+        assert aio.event_hooks["response"] == [leave_429_to_the_limiter]
+    finally:
+        await aio.aclose()
