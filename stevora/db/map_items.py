@@ -223,12 +223,12 @@ async def get_map(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> 
 async def items(
     conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str, limit: int | None = None
 ) -> list[asyncpg.Record]:
-    """A map's items in index order (the first `limit`), each with its child input and its child
-    run's status."""
+    """A map's items in index order (the first `limit`), each with its child input, its child
+    run's status and whether its ending is recorded on the parent yet."""
     return list(
         await conn.fetch(
             "SELECT i.item_index, i.input, i.status, i.child_run_id, i.output, i.error, i.started_at, i.ended_at, "
-            "r.status AS child_status FROM map_items i LEFT JOIN workflow_runs r ON r.id = i.child_run_id "
+            "i.unrecorded, r.status AS child_status FROM map_items i LEFT JOIN workflow_runs r ON r.id = i.child_run_id "
             "WHERE i.step_run_id = $1 ORDER BY i.item_index LIMIT $2",
             step_run_id,
             limit,

@@ -194,10 +194,13 @@ class MapStepType(StepType):
         if header is None:  # cannot happen: the map is written with the wait
             return _failed("MAP_LOST", f"Map step '{step_run['step_name']}' has no items recorded")
         rows = await db_map.items(conn, step_run["id"])
-        failed = [r for r in rows if r["status"] in (MapItemStatus.FAILED, MapItemStatus.CANCELLED)]
+        # An ending committed after the recording above is not recorded yet: it is not counted here
+        # (its recording, which writes its event, makes the wait due again).
+        recorded = [r for r in rows if r["status"] in _ENDED and not r["unrecorded"]]
+        failed = [r for r in recorded if r["status"] in (MapItemStatus.FAILED, MapItemStatus.CANCELLED)]
         if failed and header["on_item_failure"] == "fail":
             return _item_failed(header, failed[0])
-        if all(r["status"] in _ENDED for r in rows):
+        if len(recorded) == len(rows):
             wait.rt.faults.reached("map_collecting")
             return await self._complete(wait, header, step, rows)
         # Not done: the safety re-check. Start what has a free slot (the sweep dispatches them),

@@ -725,7 +725,9 @@ async def test_an_ending_whose_worker_died_before_recording_it_is_recorded_by_th
     await harness.value_when_set(
         "SELECT count(*) = 2 FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id
     )
-    assert await sweep_once(harness.rt) == []  # within the grace period: the worker's to record
+    # Within the grace period an ending is its worker's to record; past it, the sweep's.
+    assert await map_items.parents_with_unrecorded(pool, 3600, 10) == []
+    assert await map_items.parents_with_unrecorded(pool, 0, 10) == [run_id]
     for _ in range(200):
         # The grace period over (for the test: the endings aged), the sweep records them.
         await pool.execute("UPDATE map_items SET ended_at = ended_at - interval '1 hour' WHERE unrecorded")
@@ -741,6 +743,59 @@ async def test_an_ending_whose_worker_died_before_recording_it_is_recorded_by_th
     assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
     types = [e["event_type"] for e in events]
     assert types.count("MAP_ITEM_STARTED") == 4 and types.count("MAP_ITEM_COMPLETED") == 4
+
+
+async def test_the_parents_recheck_records_endings_first_and_never_completes_past_an_unrecorded_one(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Endings nobody recorded yet: the parent's due re-check does not complete the map past them
+    (their events would be lost), and it records them itself before it looks at the items, so it
+    then completes with every `MAP_ITEM_*` event on the timeline."""
+    harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"t": 1}})
+    seen = _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    pool = harness.rt.pool
+    harness.rt.map_recorder = _Deaf()
+    run_id = await _start(harness, workspace_id, child, ["a", "b"], concurrency=2)
+    await harness.value_when_set(
+        "SELECT count(*) = 2 FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id
+    )
+
+    async def due_now_until(query: str) -> Any:
+        await pool.execute(
+            "UPDATE step_runs SET wait_until = now() WHERE workflow_run_id = $1 AND step_name = 'triage'",
+            run_id,
+        )
+        await pool.execute("UPDATE workflow_runs SET next_run_at = now() WHERE id = $1", run_id)
+        for _ in range(100):  # the parent dispatched (not the sweep: it records endings too)
+            await harness.rt.dispatcher.dispatch(run_id)
+            if value := await pool.fetchval(query, run_id):
+                return value
+            await asyncio.sleep(0.1)
+        raise AssertionError(query)
+
+    real = map_items.record_endings
+
+    async def recording_lost(conn: Any, parent_run_id: str) -> list[str]:
+        return []
+
+    monkeypatch.setattr(map_items, "record_endings", recording_lost)
+    # Waits on (the re-check set its next wake-up) instead of completing.
+    await due_now_until(
+        "SELECT wait_until > now() + interval '1 minute' FROM step_runs "
+        "WHERE workflow_run_id = $1 AND step_name = 'triage'"
+    )
+    assert (await pool.fetchrow("SELECT status FROM workflow_runs WHERE id = $1", run_id))[
+        "status"
+    ] == "WAITING"
+    monkeypatch.setattr(map_items, "record_endings", real)
+    await due_now_until("SELECT status = 'COMPLETED' FROM workflow_runs WHERE id = $1")
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=20)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert seen == [[{"t": 1}, {"t": 1}]]
+    types = await harness.event_types(run_id)
+    assert types.count("MAP_ITEM_COMPLETED") == 2 and types.count("MAP_ITEM_STARTED") == 2
+    assert types.index("MAP_ITEM_COMPLETED") < types.index("STEP_COMPLETED")
 
 
 class _Deaf:
