@@ -8,12 +8,13 @@ broker). Printed per concurrency:
 
 * children per second: items / wall time from the run's creation to its completion;
 * the parent's overhead per item: time and statements spent in the map step's own code (its
-  `on_waiting`, the hook each child's ending calls, and `on_due`) divided by the items — what the
-  fan-out adds to running the children themselves. The `map_item_ended` trigger (migration 0027)
-  runs inside the child's COMMIT: its work, and its wait for the parent's row lock, are in the
-  child's own statements and time, not here;
+  `on_waiting`, the hook a child's ending calls, `on_due`, and the batched recording of endings on
+  the parent, `map_items.record_endings`) divided by the items — what the fan-out adds to running the
+  children themselves. Ending an item (migration 0028's trigger) runs inside the child's own
+  terminal statement: its work is in the child's statement and time, not here;
 * statements per item in all (children included), and the same count for as many standalone runs
-  of the child workflow at the same concurrency (the baseline a map is compared with).
+  of the child workflow at the same concurrency (the baseline a map is compared with);
+* this process's CPU time per item (per standalone run): what the worker spends, waits excluded.
 
 Statements are counted (every `execute` / `fetch*` on an asyncpg connection), so they do not
 depend on the machine; milliseconds and children/s do.
@@ -31,6 +32,7 @@ from typing import Any
 import asyncpg
 
 from bench.common import bench_database_url, new_workspace
+from stevora.db import map_items
 from stevora.engine import commands
 from stevora.engine.inline import InlineDispatcher
 from stevora.engine.run_pool import RunPool
@@ -62,6 +64,8 @@ class Meter:
             original = getattr(asyncpg.connection.Connection, name)
             setattr(asyncpg.connection.Connection, name, self._counted(original))
         map_step.answer_from_child = self._timed(map_step.answer_from_child)  # type: ignore[assignment]
+        if hasattr(map_items, "record_endings"):  # the batched recording (migration 0028)
+            map_items.record_endings = self._timed(map_items.record_endings)
         cls = map_step.MapStepType
         cls.on_waiting = self._timed(cls.on_waiting)  # type: ignore[method-assign]
         cls.on_due = self._timed(cls.on_due)  # type: ignore[method-assign]
@@ -129,7 +133,8 @@ async def main(url: str, items: int, levels: list[int]) -> None:
         print(f"map over {items} zero-latency children (one task step each), in process, PostgreSQL")
         print(
             f"{'concurrency':>11} {'children/s':>10} {'map ms/item':>11} {'map stmts/item':>14} "
-            f"{'stmts/item':>10} | {'standalone runs/s':>17} {'stmts/run':>9}"
+            f"{'stmts/item':>10} {'cpu ms/item':>11} | {'standalone runs/s':>17} {'stmts/run':>9} "
+            f"{'cpu ms/run':>10}"
         )
         for concurrency in levels:
             parent = await create_definition(
@@ -157,10 +162,10 @@ async def main(url: str, items: int, levels: list[int]) -> None:
             pool.start()
             try:
                 s0, m0, t0 = meter.snapshot()
-                started = time.perf_counter()
+                started, cpu0 = time.perf_counter(), time.process_time()
                 run, _ = await commands.create_run(rt, ws, parent, {"numbers": list(range(items))})
                 await _until_done(rt.pool, [run["id"]])
-                wall = time.perf_counter() - started
+                wall, cpu = time.perf_counter() - started, time.process_time() - cpu0
                 s1, m1, t1 = meter.snapshot()
                 output = await rt.pool.fetchval("SELECT output FROM workflow_runs WHERE id = $1", run["id"])
                 assert output["fan"] == [{"n": n} for n in range(items)], "results out of order"
@@ -171,18 +176,18 @@ async def main(url: str, items: int, levels: list[int]) -> None:
                 dispatcher.run_pool = pool
                 pool._slots = asyncio.Semaphore(concurrency)
                 b0 = meter.statements
-                base_started = time.perf_counter()
+                base_started, base_cpu0 = time.perf_counter(), time.process_time()
                 await asyncio.gather(*(pool.submit(r) for r in ids))
                 await _until_done(rt.pool, ids)
-                base_wall = time.perf_counter() - base_started
+                base_wall, base_cpu = time.perf_counter() - base_started, time.process_time() - base_cpu0
                 base_statements = meter.statements - b0
             finally:
                 await pool.close()
                 dispatcher.run_pool = None
             print(
                 f"{concurrency:>11} {items / wall:>10.0f} {1000 * (t1 - t0) / items:>11.3f} "
-                f"{(m1 - m0) / items:>14.2f} {(s1 - s0) / items:>10.2f} | {items / base_wall:>17.0f} "
-                f"{base_statements / items:>9.2f}"
+                f"{(m1 - m0) / items:>14.2f} {(s1 - s0) / items:>10.2f} {1000 * cpu / items:>11.3f} | "
+                f"{items / base_wall:>17.0f} {base_statements / items:>9.2f} {1000 * base_cpu / items:>10.3f}"
             )
     finally:
         await rt.close()

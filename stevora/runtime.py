@@ -41,6 +41,14 @@ class CallLimits(Protocol):
     def wrap(self, provider: Provider, model: str, *, fallback: bool) -> Provider: ...
 
 
+class Recorder(Protocol):
+    """This process's recorder of `map` item endings (`stevora.engine.map_recorder`)."""
+
+    def poke(self, parent_run_id: str) -> None: ...
+
+    async def close(self) -> None: ...
+
+
 class DefinitionCache:
     """Definitions are immutable, so a parsed definition can be cached for the process lifetime."""
 
@@ -102,6 +110,8 @@ class Runtime:
     provider_limits: CallLimits | None = None
     # This process's MCP sessions (docs/mcp.md): the worker's own servers, workspaces' HTTP ones.
     mcp: McpClientManager = field(default_factory=McpClientManager)
+    # Made at the first map item ending this process commits (`stevora.engine.map_recorder.poke`).
+    map_recorder: Recorder | None = None
 
     @classmethod
     async def start(
@@ -137,6 +147,8 @@ class Runtime:
         )
 
     async def close(self) -> None:
+        if self.map_recorder is not None:
+            await self.map_recorder.close()  # each recording in flight is one statement
         await self.committer.drain()  # queued checkpoints are written before the pool goes
         await self.mcp.close()  # stdio servers exit with their sessions
         await self.live.aclose()  # the API's LISTEN connection, when a stream opened it

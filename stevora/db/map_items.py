@@ -1,8 +1,8 @@
 """Statements on `map` steps: the fan-out of one map step run (`map_steps`) and its items
-(`map_items`), and the child runs started for them. Callers own the transaction. Going WAITING
-and the parent's re-check hold the parent run's row lock; a child's ending takes it only inside
-its COMMIT, in the `map_item_ended` trigger (migration 0027) that counts the item, writes the
-progress events and makes the parent's wait due, so siblings' endings serialise on that alone.
+(`map_items`), and the child runs started for them. Callers own the transaction. Going WAITING,
+the parent's re-check and recording endings (`record_endings`) hold the parent run's row lock; a
+child's ending takes none: it ends its item in its own statement (migration 0028), and the parent
+records a batch of endings afterwards.
 
 Exactly once per item: an item moves `pending → running` in the statement that inserts its child
 run, and only a `pending` row can be picked, so a replayed or concurrent start finds nothing to
@@ -148,12 +148,14 @@ async def start_pending(
 async def record_child_end(
     conn: asyncpg.Connection, child_run_id: str, status: str, output: Any, error: dict[str, Any] | None
 ) -> None:
-    """Write an ended child run's result on its running item(s), for a child cancelled with its
-    parent (the `map_item_ended` trigger counts it at commit; the parent, ending too, gets no
-    progress events)."""
+    """Write an ended child run's result on its running item(s) and count it, for a child cancelled
+    with its parent (the parent, ending in the same transaction, gets no progress events)."""
     await conn.execute(
-        "UPDATE map_items SET status = $2, output = $3, error = $4, ended_at = now() "
-        "WHERE child_run_id = $1 AND status = 'running'",
+        "WITH ended AS (UPDATE map_items SET status = $2, output = $3, error = $4, ended_at = now() "
+        "WHERE child_run_id = $1 AND status = 'running' RETURNING step_run_id) "
+        "UPDATE map_steps m SET running = m.running - c.n, failed = m.failed + c.n "
+        "FROM (SELECT step_run_id, count(*) AS n FROM ended GROUP BY step_run_id) c "
+        "WHERE m.step_run_id = c.step_run_id",
         child_run_id,
         status,
         output,
@@ -168,49 +170,50 @@ async def end_item(
     output: Any,
     error: dict[str, Any] | None,
 ) -> asyncpg.Record:
-    """A child run's ending, for its map, in one statement that waits for no sibling: write the
-    result on its running item(s) (a retried map shares a still running child with the step run it
-    retries) and, when the item is the current map's of a WAITING parent and no failure stops the
-    map (this one, or a sibling's already counted, under `fail`), pass its slot on: start the child
-    run of the first pending item that no sibling's ending is starting (`SKIP LOCKED`), PENDING, to
-    dispatch after commit, and note it on the ended item (`passed_to`). Returns `ended` (items
-    written: 0 when written already) and `started_child`.
+    """A child run's ending, for its map, in one statement that waits for no sibling and takes no
+    parent lock (`stevora_map_end_item`, migration 0028): the result on its running item(s), marked
+    `unrecorded`, and, when the item is the current map's of a WAITING parent and no failure stops
+    the map, its slot passed on to the first pending item no sibling is starting (`SKIP LOCKED`),
+    a PENDING child run noted on the ended item (`passed_to`). Returns `ended` (items written: 0
+    when written already) and `started_child`.
 
-    The rest is the `map_item_ended` trigger's (migration 0027), run inside COMMIT under the
-    parent's row lock: the map's counts, the progress events and, when the map is done, the
-    parent's wait made due; it takes the start back if the parent stopped waiting meanwhile.
-    Exactly once: only a `running` item is ended and only a `pending` one started, each in the
-    statement that moves it; the child's idempotency key `map:<step run>:<index>` backs the start."""
+    A child going COMPLETED or FAILED runs this inside its own terminal statement (the
+    `map_child_ended` trigger); the engine calls it for a child cancelled on its own. Recording the
+    ending on the parent is `record_endings`, after the commit. Exactly once: only a `running` item
+    is ended and only a `pending` one started, each in the statement that moves it; the child's
+    idempotency key `map:<step run>:<index>` backs the start."""
     row: asyncpg.Record = await conn.fetchrow(
-        "WITH cur AS (SELECT i.step_run_id, m.child_definition_id, m.child_budget, p.workspace_id, p.depth, "
-        "p.trace_context FROM map_items i JOIN map_steps m ON m.step_run_id = i.step_run_id "
-        "JOIN workflow_runs p ON p.id = m.workflow_run_id AND p.current_step_run_id = m.step_run_id "
-        "WHERE i.child_run_id = $1 AND i.status = 'running' AND p.status = 'WAITING' "
-        "AND NOT (m.on_item_failure = 'fail' AND ($5 OR m.failed > 0))), "
-        "picked AS (SELECT i.item_index, i.input FROM map_items i JOIN cur ON i.step_run_id = cur.step_run_id "
-        "WHERE i.status = 'pending' ORDER BY i.item_index LIMIT 1 FOR UPDATE OF i SKIP LOCKED), "
-        "children AS (INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, idempotency_key, "
-        "dispatched_at, parent_run_id, depth, trace_context, budget) "
-        "SELECT $6, cur.workspace_id, cur.child_definition_id, 'PENDING', picked.input, "
-        "'map:' || cur.step_run_id || ':' || picked.item_index, now(), $7, cur.depth + 1, cur.trace_context, "
-        "cur.child_budget FROM cur, picked "
-        "ON CONFLICT (workspace_id, idempotency_key) DO NOTHING RETURNING id), "
-        "started AS (UPDATE map_items i SET status = 'running', child_run_id = children.id, started_at = now() "
-        "FROM cur, picked, children WHERE i.step_run_id = cur.step_run_id AND i.item_index = picked.item_index "
-        "AND i.status = 'pending' RETURNING i.step_run_id, i.item_index, i.child_run_id), "
-        "ended AS (UPDATE map_items i SET status = $2, output = $3, error = $4, ended_at = now(), "
-        "passed_to = (SELECT s.item_index FROM started s WHERE s.step_run_id = i.step_run_id) "
-        "WHERE i.child_run_id = $1 AND i.status = 'running' RETURNING i.item_index) "
-        "SELECT (SELECT count(*) FROM ended) AS ended, (SELECT child_run_id FROM started) AS started_child",
+        "SELECT ended, started_child FROM stevora_map_end_item($1, $2, $3, $4, $5)",
         child["id"],
+        child["parent_run_id"],
         status,
         output,
         error,
-        status != MapItemStatus.COMPLETED,
-        new_id("wfrun"),
-        child["parent_run_id"],
     )
     return row
+
+
+async def record_endings(conn: asyncpg.Connection | asyncpg.Pool, parent_run_id: str) -> list[str]:
+    """Record every ended, unrecorded item of the parent's maps, in one statement under the
+    parent's row lock (`stevora_map_record`, migration 0028): the counts, the `MAP_ITEM_*` events
+    (an ending, then the start it passed its slot to), a start taken back if the map no longer
+    wants it, and the parent's wait made due when the map is done. Returns the runs to dispatch
+    after the commit (the children started, the parent when due). A no-op, taking no lock, when
+    nothing is unrecorded."""
+    started: list[str] = await conn.fetchval("SELECT stevora_map_record($1)", parent_run_id)
+    return started
+
+
+async def parents_with_unrecorded(pool: asyncpg.Pool, older_than_s: float, limit: int) -> list[str]:
+    """Parents with an item ended more than `older_than_s` ago and still unrecorded: the worker
+    that ended it died before recording it (or is about to)."""
+    rows = await pool.fetch(
+        "SELECT DISTINCT workflow_run_id FROM map_items WHERE unrecorded "
+        "AND ended_at < now() - make_interval(secs => $1) LIMIT $2",
+        older_than_s,
+        limit,
+    )
+    return [r["workflow_run_id"] for r in rows]
 
 
 async def get_map(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> asyncpg.Record | None:
@@ -220,12 +223,12 @@ async def get_map(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> 
 async def items(
     conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str, limit: int | None = None
 ) -> list[asyncpg.Record]:
-    """A map's items in index order (the first `limit`), each with its child input and its child
-    run's status."""
+    """A map's items in index order (the first `limit`), each with its child input, its child
+    run's status and whether its ending is recorded on the parent yet."""
     return list(
         await conn.fetch(
             "SELECT i.item_index, i.input, i.status, i.child_run_id, i.output, i.error, i.started_at, i.ended_at, "
-            "r.status AS child_status FROM map_items i LEFT JOIN workflow_runs r ON r.id = i.child_run_id "
+            "i.unrecorded, r.status AS child_status FROM map_items i LEFT JOIN workflow_runs r ON r.id = i.child_run_id "
             "WHERE i.step_run_id = $1 ORDER BY i.item_index LIMIT $2",
             step_run_id,
             limit,

@@ -453,8 +453,10 @@ class MapItem(Base):
         Index(
             "ix_map_items_pending", "step_run_id", "item_index", postgresql_where=text("status = 'pending'")
         ),
+        Index("ix_map_items_unrecorded", "workflow_run_id", postgresql_where=text("unrecorded")),
     )
-    # The map_item_ended trigger (migration 0027) counts an item's ending at its commit.
+    # A child run's terminal statement ends its item (the map_child_ended trigger on workflow_runs,
+    # migration 0028); stevora_map_record records the endings on the parent in batches.
     step_run_id: Mapped[str] = mapped_column(ForeignKey("step_runs.id", ondelete="CASCADE"), primary_key=True)
     item_index: Mapped[int] = mapped_column(Integer, primary_key=True)
     workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
@@ -466,6 +468,8 @@ class MapItem(Base):
     started_at: Mapped[datetime | None] = _ts()
     ended_at: Mapped[datetime | None] = _ts()
     passed_to: Mapped[int | None] = mapped_column(Integer)  # the item its ending started in its slot
+    # Ended, not yet recorded on the parent (counts, events): stevora.engine.map_recorder's work.
+    unrecorded: Mapped[bool] = mapped_column(Boolean, server_default=text("false"))
 
 
 class ApprovalRequest(Base):

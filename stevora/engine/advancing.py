@@ -47,11 +47,11 @@ class Advancing(DriverCore):
                 state_updates=result.state_updates,
             )
             if not endings.announces(run):
-                await end(self.pool)  # one statement, no transaction around it
-                return False
-            async with self.pool.acquire() as conn, conn.transaction():
-                ended = await end(conn)
-            await self._dispatch(ended.dispatch)
+                ended = await end(self.pool)  # one statement, no transaction around it
+            else:
+                async with self.pool.acquire() as conn, conn.transaction():
+                    ended = await end(conn)
+            await endings.after_commit(self.rt, ended)
             return False
         async with self.pool.acquire() as conn, conn.transaction():
             done = await runs.update_step(
@@ -85,7 +85,7 @@ class Advancing(DriverCore):
         """After the commit: the rows to go on from, or (the run ended) dispatch what its ending
         woke and stop."""
         if isinstance(more, endings.Ended):
-            await self._dispatch(more.dispatch)
+            await endings.after_commit(self.rt, more)
             return False
         return more
 

@@ -184,8 +184,7 @@ async def cancel_run(rt: Runtime, workspace_id: str, run_id: str) -> DbRow:
     async with rt.pool.acquire() as conn, conn.transaction():
         await _owned_run(conn, workspace_id, run_id)
         ended = await endings.cancel_run(conn, run_id)
-    for other in ended.dispatch:
-        await dispatch_hint(rt.dispatcher, other)
+    await endings.after_commit(rt, ended)
     return ended.run
 
 

@@ -8,7 +8,6 @@ the passes and executes the steps.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -18,7 +17,6 @@ import asyncpg
 from stevora.clock import utcnow
 from stevora.db import runs
 from stevora.db.reads.rows import DbRow
-from stevora.engine.hints import dispatch_hint
 from stevora.events import Event, EventType
 
 if TYPE_CHECKING:
@@ -68,12 +66,6 @@ class DriverCore:
 
     async def release(self, run_id: str) -> None:
         await runs.release(self.pool, run_id, self.owner)
-
-    async def _dispatch(self, run_ids: Sequence[str]) -> None:
-        if run_ids:
-            self.rt.faults.reached("parent_told")
-        for run_id in run_ids:
-            await dispatch_hint(self.rt.dispatcher, run_id)
 
 
 def step_started(step_run: Any) -> Event:

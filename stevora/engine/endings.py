@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import structlog
@@ -23,11 +23,16 @@ from stevora.db import approvals, runs, threads, transitions
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
+from stevora.engine import map_recorder
+from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps import map as map_step
 from stevora.engine.steps.awaited import workflow as workflow_calls
 from stevora.events import Event, EventType, WebhookEvent
 from stevora.observability.metrics import RUNS_FINISHED
 from stevora.statuses import ACTIVE_RUN_STATUSES, RunStatus
+
+if TYPE_CHECKING:
+    from stevora.runtime import Runtime
 
 log = structlog.get_logger("stevora.engine")
 
@@ -38,6 +43,12 @@ class Ended:
 
     run: DbRow
     dispatch: tuple[str, ...] = ()
+
+    @property
+    def map_parent(self) -> str | None:
+        """The parent run whose `map` item this run's ending ended: its worker records the ending
+        on the parent after the commit (`stevora.engine.map_recorder`)."""
+        return self.run["parent_run_id"] if is_map_child(self.run) else None
 
 
 async def complete_run(
@@ -198,8 +209,26 @@ def _queue_wake(final: DbRow) -> list[str]:
 
 def announces(run: DbRow) -> bool:
     """Whether the run's ending does more than its own statement, in a transaction around it:
-    answer a parent, wake a slot's queue, end a thread's turn (and start the next)."""
-    return run["parent_run_id"] is not None or needs_queue_wake(run) or run.get("thread_id") is not None
+    answer a workflow tool call, wake a slot's queue, end a thread's turn (and start the next). A
+    `map` item's child does not: its statement ends its item too (migration 0028's trigger)."""
+    return run["parent_tool_call_id"] is not None or needs_queue_wake(run) or run.get("thread_id") is not None
+
+
+def is_map_child(run: DbRow) -> bool:
+    """A child run started by a `map` step for an item (not by a workflow tool call)."""
+    return run["parent_run_id"] is not None and run["parent_tool_call_id"] is None
+
+
+async def after_commit(rt: Runtime, ended: Ended) -> None:
+    """Once an ending's transaction has committed: dispatch the runs it woke and, for a `map`
+    item's child, have this process record the ending on the parent."""
+    parent = ended.map_parent
+    if parent is not None or ended.dispatch:
+        rt.faults.reached("parent_told")
+    for run_id in ended.dispatch:
+        await dispatch_hint(rt.dispatcher, run_id)
+    if parent is not None:
+        map_recorder.poke(rt, parent)
 
 
 def needs_queue_wake(run: DbRow) -> bool:

@@ -17,7 +17,6 @@ import structlog
 
 from stevora.db import approvals, runs
 from stevora.engine import endings
-from stevora.engine.hints import dispatch_hint
 from stevora.errors import InvalidStateTransition, LeaseLost, RunCrashLimit
 from stevora.events import step_failed
 from stevora.statuses import OPEN_STEP_STATUSES, RunStatus, StepStatus
@@ -76,6 +75,5 @@ async def fail_crashed(rt: Runtime, run_id: str, owner: str, crashes: int) -> bo
         except (LeaseLost, InvalidStateTransition):
             return False
     log.warning("run_crash_limit", workflow_run_id=run_id, crashes=crashes)
-    for other in ended.dispatch:
-        await dispatch_hint(rt.dispatcher, other)
+    await endings.after_commit(rt, ended)
     return True

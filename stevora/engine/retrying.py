@@ -54,7 +54,7 @@ class Retrying(DriverCore):
             async with self.pool.acquire() as conn, conn.transaction():
                 error = {**error, "stepName": step.name, "attempts": attempt}
                 ended = await endings.fail_run(conn, run["id"], error, owner=self.owner)
-            await self._dispatch(ended.dispatch)
+            await endings.after_commit(self.rt, ended)
             return False
         delay_ms = compute_next_retry_delay_ms(policy, attempt)
         if not_sent:  # no earlier than its turn

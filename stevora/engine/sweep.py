@@ -2,7 +2,8 @@
 
 Covers a worker that died (lease expired), a message that was lost or never sent (the gap
 between commit and enqueue), runs that are due (wait over, retry backoff over, timeout), and
-parents whose child run (a workflow called as a tool) ended without their result being written.
+parents whose child run (a workflow called as a tool) ended without their result being written,
+and `map` items' endings no worker recorded on their parent.
 Every worker process runs it; `FOR UPDATE SKIP LOCKED` plus `dispatched_at` keep them from
 dispatching the same run twice in one round (and a duplicate dispatch would be harmless anyway).
 """
@@ -17,6 +18,7 @@ import structlog
 
 from stevora.db import concurrency, runs
 from stevora.db.retention import prune_finished_runs
+from stevora.engine import map_recorder
 from stevora.engine.hints import dispatch_hint
 from stevora.engine.steps.awaited import workflow as workflow_calls
 from stevora.observability.metrics import SWEEP_PICKUPS
@@ -36,6 +38,9 @@ async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     ids += await concurrency.dispatch_startable(rt.pool, rt.settings.undispatched_grace_s, limit)
     for run_id in ids:
         await dispatch_hint(rt.dispatcher, run_id)
+    # `map` item endings whose worker died before recording them on the parent: recorded (and
+    # what that starts dispatched) now.
+    ids += await map_recorder.record_stranded(rt, limit=limit)
     if ids:
         SWEEP_PICKUPS.inc(len(ids))
         log.info("sweep_dispatched", runs=len(ids))

@@ -10,13 +10,16 @@
 * Going WAITING (`on_waiting`, in the driver's transaction, under the parent's row lock): one
   `map_steps` row and one `map_items` row per index, then the first `concurrency` child runs,
   dispatched after commit. The parent holds no lease, task or thread while they run.
-* Answered: each child's ending (`stevora.engine.endings` calls `answer_from_child` in the
-  child's terminal transaction) writes the item's result and passes its slot on to the next
-  pending item, in one statement that waits for no sibling. Inside its COMMIT, the deferred
-  `map_item_ended` trigger (migration 0027) takes the parent's row lock (child row, then parent
-  row, the house lock order), counts the item and the one started, writes the progress events
-  and, when every item has ended or an item failed with `onItemFailure: "fail"`, makes the
-  parent's wait due; an ending that started no item dispatches the parent after commit.
+* Answered: each child's ending ends its item in the child's own terminal statement, waiting for
+  no sibling and taking no lock of the parent (migration 0028: a trigger on the child run going
+  COMPLETED or FAILED; `answer_from_child` for a child cancelled on its own): the item's result,
+  and its slot passed on to the next pending item (a PENDING child run). After the commit, the
+  worker that ended it records the endings of the parent's maps in a batch
+  (`stevora.engine.map_recorder`, at most one recording in flight per parent per process): under
+  the parent's row lock, the counts, the `MAP_ITEM_*` events and, when every item has ended or an
+  item failed with `onItemFailure: "fail"`, the parent's wait made due; then it dispatches the
+  children started and the due parent. An ending nobody recorded is recorded by the sweep or by
+  `on_due`.
 * Due (`on_due`, in the parent's worker): collect. All ended → the step completes with the results
   in item order in `state[outputKey]`; a failed item with `fail` → the step fails naming the first
   failed index (running siblings run to their end and keep their results for a retry; items not
@@ -60,11 +63,6 @@ if TYPE_CHECKING:
 # child's ending normally starts the next items and makes the wait due when all have ended).
 RECHECK = timedelta(minutes=5)
 _ENDED = (MapItemStatus.COMPLETED, MapItemStatus.FAILED, MapItemStatus.CANCELLED)
-_ITEM_STATUS = {
-    RunStatus.COMPLETED: MapItemStatus.COMPLETED,
-    RunStatus.FAILED: MapItemStatus.FAILED,
-    RunStatus.CANCELLED: MapItemStatus.CANCELLED,
-}
 
 
 def _failed(code: str, message: str, retryable: bool = False, **details: Any) -> StepResult:
@@ -189,14 +187,20 @@ class MapStepType(StepType):
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
         conn, step_run, step = wait.conn, wait.step_run, wait.step
+        # Endings no worker recorded (it died after their commit) are recorded first, under the
+        # parent's lock; the children that starts are dispatched by the sweep.
+        await db_map.record_endings(conn, wait.run["id"])
         header = await db_map.get_map(conn, step_run["id"])
         if header is None:  # cannot happen: the map is written with the wait
             return _failed("MAP_LOST", f"Map step '{step_run['step_name']}' has no items recorded")
         rows = await db_map.items(conn, step_run["id"])
-        failed = [r for r in rows if r["status"] in (MapItemStatus.FAILED, MapItemStatus.CANCELLED)]
+        # An ending committed after the recording above is not recorded yet: it is not counted here
+        # (its recording, which writes its event, makes the wait due again).
+        recorded = [r for r in rows if r["status"] in _ENDED and not r["unrecorded"]]
+        failed = [r for r in recorded if r["status"] in (MapItemStatus.FAILED, MapItemStatus.CANCELLED)]
         if failed and header["on_item_failure"] == "fail":
             return _item_failed(header, failed[0])
-        if all(r["status"] in _ENDED for r in rows):
+        if len(recorded) == len(rows):
             wait.rt.faults.reached("map_collecting")
             return await self._complete(wait, header, step, rows)
         # Not done: the safety re-check. Start what has a free slot (the sweep dispatches them),
@@ -359,24 +363,16 @@ async def record_cancelled_with_parent(conn: asyncpg.Connection, child: DbRow) -
 
 
 async def answer_from_child(conn: asyncpg.Connection, child: DbRow) -> list[str]:
-    """Called in the terminal transaction of a run with a parent and no tool call: if it is a map
-    item's child run, write the item's result and pass its slot on to the next pending item, in one
-    statement that waits for no sibling (`map_items.end_item`). The map's counts, the progress
-    events and making the parent's wait due when the map is done are the `map_item_ended`
-    trigger's, run inside this transaction's COMMIT under the parent's row lock. Returns the runs to
-    dispatch after commit: the item started or, when none was (the map may be done, or failed
-    fast), the parent, whose claim finds it due only if the trigger made it so. Idempotent: an
-    item is written once."""
-    status = _ITEM_STATUS[RunStatus(child["status"])]
-    error = None
-    if status != MapItemStatus.COMPLETED:
-        error = dict(child["error"] or {})
-        error.setdefault(
-            "code", "CHILD_RUN_CANCELLED" if status == MapItemStatus.CANCELLED else "CHILD_RUN_FAILED"
-        )
-        error.setdefault("message", "Run was cancelled" if status == MapItemStatus.CANCELLED else "")
-    output = child["output"] if status == MapItemStatus.COMPLETED else None
-    row = await db_map.end_item(conn, child, status, output, error)
-    if not row["ended"]:
-        return []  # written already (a replayed ending)
-    return [row["started_child"] or child["parent_run_id"]]
+    """Called in the terminal transaction of a run with a parent and no tool call, when that
+    transaction does more than the run's own statement. A child going COMPLETED or FAILED has ended
+    its item already, in its own statement (the `map_child_ended` trigger, migration 0028); a child
+    cancelled on its own ends it here, the same way (`map_items.end_item`: its result, and its slot
+    passed on to the next pending item, waiting for no sibling and taking no parent lock).
+    Recording the ending on the parent (counts, events, the parent's wake) is done after the commit
+    (`stevora.engine.map_recorder`), which also dispatches the item started. Returns nothing to
+    dispatch. Idempotent: an item is written once."""
+    if child["status"] != RunStatus.CANCELLED:
+        return []
+    error = {"code": "CHILD_RUN_CANCELLED", "message": "Run was cancelled", **(child["error"] or {})}
+    await db_map.end_item(conn, child, MapItemStatus.CANCELLED, None, error)
+    return []

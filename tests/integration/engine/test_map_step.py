@@ -605,13 +605,13 @@ async def test_a_child_run_ends_in_the_one_statement_completion_and_its_item_hea
 
 
 @pytest.mark.parametrize("meanwhile", ["parent_failed", "sibling_failure_counted"])
-async def test_a_start_is_taken_back_at_commit_when_the_map_no_longer_wants_it(
+async def test_a_start_is_taken_back_at_recording_when_the_map_no_longer_wants_it(
     harness: Harness, workspace_id: str, meanwhile: str
 ) -> None:
-    """A child's ending starts the next item without the parent's lock; the `map_item_ended`
-    trigger, inside COMMIT and under that lock, takes the start back if the parent stopped waiting
-    on the map (or a sibling's failure stopped a `fail` map) since: no child run is left for it,
-    the item is pending again, the counts hold, and no progress event is written."""
+    """A child's ending starts the next item without the parent's lock; recording it on the parent
+    (`record_endings`, under that lock) takes the start back if the parent stopped waiting on the
+    map (or a sibling's failure stopped a `fail` map) since: no child run is left for it, the item
+    is pending again, the counts hold, and no start event is written."""
     release = asyncio.Event()
 
     async def work(ctx: Any) -> dict[str, Any]:
@@ -627,27 +627,31 @@ async def test_a_start_is_taken_back_at_commit_when_the_map_no_longer_wants_it(
         "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND status = 'RUNNING'", run_id
     )
     events_before = await harness.event_types(run_id)
-    async with harness.rt.pool.acquire() as conn:
-        async with conn.transaction():
-            row = await conn.fetchrow("SELECT id, parent_run_id FROM workflow_runs WHERE id = $1", first)
-            ended = await map_items.end_item(conn, row, "completed", {"t": "a"}, None)
-            assert ended["ended"] == 1 and ended["started_child"] is not None  # slot passed on
-            # What a concurrent transaction commits before this one's COMMIT takes the lock.
-            if meanwhile == "parent_failed":
-                await conn.execute("UPDATE workflow_runs SET status = 'FAILED' WHERE id = $1", run_id)
-            else:
-                await conn.execute("UPDATE map_steps SET failed = 1 WHERE workflow_run_id = $1", run_id)
-        started = ended["started_child"]
     pool = harness.rt.pool
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT id, parent_run_id FROM workflow_runs WHERE id = $1", first)
+        ended = await map_items.end_item(conn, row, "completed", {"t": "a"}, None)
+        assert ended["ended"] == 1 and ended["started_child"] is not None  # slot passed on
+        started = ended["started_child"]
+        # Committed before the ending is recorded.
+        if meanwhile == "parent_failed":
+            await conn.execute("UPDATE workflow_runs SET status = 'FAILED' WHERE id = $1", run_id)
+        else:
+            await conn.execute("UPDATE map_steps SET failed = 1 WHERE workflow_run_id = $1", run_id)
+        assert await map_items.record_endings(conn, run_id) == (
+            [] if meanwhile == "parent_failed" else [run_id]
+        )
+        assert await map_items.record_endings(conn, run_id) == []  # recorded once
     assert await pool.fetchval("SELECT count(*) FROM workflow_runs WHERE id = $1", started) == 0
     items = await pool.fetch(
-        "SELECT status, child_run_id, passed_to FROM map_items WHERE workflow_run_id = $1 ORDER BY item_index",
+        "SELECT status, child_run_id, passed_to, unrecorded FROM map_items WHERE workflow_run_id = $1 "
+        "ORDER BY item_index",
         run_id,
     )
-    assert [(i["status"], i["child_run_id"]) for i in items] == [
-        ("completed", first),
-        ("pending", None),
-        ("pending", None),
+    assert [(i["status"], i["child_run_id"], i["unrecorded"]) for i in items] == [
+        ("completed", first, False),
+        ("pending", None, False),
+        ("pending", None, False),
     ]
     assert items[0]["passed_to"] == 1
     header = await pool.fetchrow(
@@ -661,3 +665,144 @@ async def test_a_start_is_taken_back_at_commit_when_the_map_no_longer_wants_it(
     release.set()  # the child's own ending now finds its item written: nothing more happens
     await harness.wait_for_status(first, "COMPLETED")
     assert await pool.fetchval("SELECT count(*) FROM workflow_runs WHERE parent_run_id = $1", run_id) == 1
+
+
+async def test_endings_are_recorded_in_one_batch_with_gapless_events(
+    harness: Harness, workspace_id: str
+) -> None:
+    """Children ending while nobody records (as if every worker's recording were slow) are each
+    ended in their own statement, their slots passed on; one recording then writes all their events
+    (each ending followed by the start it passed its slot to), with gapless sequence numbers and the
+    progress counted up event by event, and dispatches the children started."""
+    harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"t": 1}})
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    pool = harness.rt.pool
+    # Recordings in this process do nothing (the sweep would find them after its grace period).
+    harness.rt.map_recorder = _Deaf()
+    run_id = await _start(harness, workspace_id, child, list(range(6)), concurrency=3)
+    await harness.value_when_set(
+        "SELECT count(*) = 3 FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id
+    )
+    before = await pool.fetchval("SELECT event_seq FROM workflow_runs WHERE id = $1", run_id)
+    woken = await map_items.record_endings(pool, run_id)
+    assert len(woken) == 3  # the three children started in the freed slots, PENDING until dispatched
+    assert {
+        r["status"] for r in await pool.fetch("SELECT status FROM workflow_runs WHERE id = ANY($1)", woken)
+    } == {"PENDING"}
+    events = await harness.events(run_id)
+    batch = [e for e in events if e["sequence"] > before]
+    assert [e["sequence"] for e in batch] == list(range(before + 1, before + 7))
+    assert [e["event_type"] for e in batch] == ["MAP_ITEM_COMPLETED", "MAP_ITEM_STARTED"] * 3
+    assert [e["payload"]["done"] for e in batch] == [1, 1, 2, 2, 3, 3]
+    assert all(e["payload"]["running"] == 3 for e in batch[1::2])
+    assert [e["payload"]["childRunId"] for e in batch[1::2]] == woken
+    header = await pool.fetchrow(
+        "SELECT running, completed FROM map_steps WHERE workflow_run_id = $1", run_id
+    )
+    assert (header["running"], header["completed"]) == (3, 3)
+
+
+async def test_an_ending_whose_worker_died_before_recording_it_is_recorded_by_the_sweep(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The worker that committed a child's ending dies before recording it on the parent (here: its
+    recordings do nothing): the sweep finds the unrecorded endings once the grace period is over,
+    records them and dispatches what that starts; the map completes, each item run once, and the
+    parent's timeline is gapless with every `MAP_ITEM_*` event."""
+    calls: Counter[int] = Counter()
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        calls[ctx.workflow_input["n"]] += 1
+        return {"status": "completed", "stateUpdates": {"n": ctx.workflow_input["n"]}}
+
+    harness.tasks.register("work", work)
+    _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    pool = harness.rt.pool
+    harness.rt.map_recorder = _Deaf()
+    run_id = await _start(harness, workspace_id, child, list(range(4)), concurrency=2)
+    await harness.value_when_set(
+        "SELECT count(*) = 2 FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id
+    )
+    # Within the grace period an ending is its worker's to record; past it, the sweep's.
+    assert await map_items.parents_with_unrecorded(pool, 3600, 10) == []
+    assert await map_items.parents_with_unrecorded(pool, 0, 10) == [run_id]
+    for _ in range(200):
+        # The grace period over (for the test: the endings aged), the sweep records them.
+        await pool.execute("UPDATE map_items SET ended_at = ended_at - interval '1 hour' WHERE unrecorded")
+        await sweep_once(harness.rt)
+        row = await pool.fetchrow("SELECT status, output FROM workflow_runs WHERE id = $1", run_id)
+        if row["status"] == "COMPLETED":
+            break
+        await asyncio.sleep(0.05)
+    assert row["status"] == "COMPLETED"
+    assert row["output"]["results"] == [{"n": n} for n in range(4)]
+    assert calls == Counter(range(4))
+    events = await harness.events(run_id)
+    assert [e["sequence"] for e in events] == list(range(1, len(events) + 1))
+    types = [e["event_type"] for e in events]
+    assert types.count("MAP_ITEM_STARTED") == 4 and types.count("MAP_ITEM_COMPLETED") == 4
+
+
+async def test_the_parents_recheck_records_endings_first_and_never_completes_past_an_unrecorded_one(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Endings nobody recorded yet: the parent's due re-check does not complete the map past them
+    (their events would be lost), and it records them itself before it looks at the items, so it
+    then completes with every `MAP_ITEM_*` event on the timeline."""
+    harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"t": 1}})
+    seen = _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    pool = harness.rt.pool
+    harness.rt.map_recorder = _Deaf()
+    run_id = await _start(harness, workspace_id, child, ["a", "b"], concurrency=2)
+    await harness.value_when_set(
+        "SELECT count(*) = 2 FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id
+    )
+
+    async def due_now_until(query: str) -> Any:
+        await pool.execute(
+            "UPDATE step_runs SET wait_until = now() WHERE workflow_run_id = $1 AND step_name = 'triage'",
+            run_id,
+        )
+        await pool.execute("UPDATE workflow_runs SET next_run_at = now() WHERE id = $1", run_id)
+        for _ in range(100):  # the parent dispatched (not the sweep: it records endings too)
+            await harness.rt.dispatcher.dispatch(run_id)
+            if value := await pool.fetchval(query, run_id):
+                return value
+            await asyncio.sleep(0.1)
+        raise AssertionError(query)
+
+    real = map_items.record_endings
+
+    async def recording_lost(conn: Any, parent_run_id: str) -> list[str]:
+        return []
+
+    monkeypatch.setattr(map_items, "record_endings", recording_lost)
+    # Waits on (the re-check set its next wake-up) instead of completing.
+    await due_now_until(
+        "SELECT wait_until > now() + interval '1 minute' FROM step_runs "
+        "WHERE workflow_run_id = $1 AND step_name = 'triage'"
+    )
+    assert (await pool.fetchrow("SELECT status FROM workflow_runs WHERE id = $1", run_id))[
+        "status"
+    ] == "WAITING"
+    monkeypatch.setattr(map_items, "record_endings", real)
+    await due_now_until("SELECT status = 'COMPLETED' FROM workflow_runs WHERE id = $1")
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=20)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert seen == [[{"t": 1}, {"t": 1}]]
+    types = await harness.event_types(run_id)
+    assert types.count("MAP_ITEM_COMPLETED") == 2 and types.count("MAP_ITEM_STARTED") == 2
+    assert types.index("MAP_ITEM_COMPLETED") < types.index("STEP_COMPLETED")
+
+
+class _Deaf:
+    """A map recorder that records nothing: a worker that died right after an ending's commit."""
+
+    def poke(self, parent_run_id: str) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
