@@ -354,12 +354,32 @@ STATEMENT_WAL = (
 )
 
 
-async def _table_stats(pool: Any) -> dict[str, dict[str, int]]:
-    # End every other backend of this database so that its pending statistics are flushed.
-    await pool.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    )
-    await asyncio.sleep(0.3)
+async def _flush_statistics(pool: Any) -> None:
+    """Have every connection of the pool flush its pending table statistics, keeping it open.
+
+    A backend flushes them at the end of a transaction once a second has passed since its last
+    flush (PostgreSQL 15's PGSTAT_MIN_INTERVAL), so: wait that second (the group committer gives
+    its kept connection back meanwhile), then one statement on every connection at once."""
+    await asyncio.sleep(1.2)
+    conns = [await pool.acquire() for _ in range(pool.get_size())]
+    try:
+        await asyncio.gather(*(c.execute("SELECT 1") for c in conns))
+    finally:
+        for c in conns:
+            await pool.release(c)
+
+
+async def _table_stats(pool: Any, cold: bool) -> dict[str, dict[str, int]]:
+    if cold:
+        # End every other backend of this database so that its pending statistics are flushed
+        # (the window then opens on new connections: see `--cold`).
+        await pool.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        await asyncio.sleep(0.3)
+    else:
+        await _flush_statistics(pool)
     async with pool.acquire() as conn:
         await conn.execute("SELECT pg_stat_clear_snapshot()")
         rows = await conn.fetch(TABLE_STATS)
@@ -384,7 +404,9 @@ async def _statements_wal(pool: Any) -> dict[str, tuple[int, float]] | None:
     return {r["query"]: (r["calls"], float(r["wal_bytes"])) for r in rows}
 
 
-async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dict[str, Any]:
+async def _db_figures(
+    url: str, rounds: int, concurrency: int, runs: int, cold: bool = False
+) -> dict[str, Any]:
     from bench.counts import Probe
     from bench.harness import LoopBench
 
@@ -396,17 +418,21 @@ async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dic
         except Exception:
             pass
         await bench.level(5, 8, 16)  # warm up: pools grown, statements prepared
+        if not cold:
+            # A worker's connections live for hours: every statement prepared on every connection
+            # and past PostgreSQL's five custom plans (its plan cache's rule) before the window.
+            await bench.level(5, concurrency, 8 * concurrency)
         ids = await bench.create_runs(rounds, runs)
         # The counted window (the probe's statement counter only: no function-call hook).
         probe = Probe()
-        before = await _table_stats(bench.rt.pool)
+        before = await _table_stats(bench.rt.pool, cold)
         wal0, swal0 = await _wal_lsn(bench.rt.pool), await _statements_wal(bench.rt.pool)
         probe._hook = lambda *a: None  # type: ignore[method-assign]
         bench.probe = probe
         wall, cpu, db_cpu = await bench.execute(ids, concurrency)
         bench.probe = None
         wal1, swal1 = await _wal_lsn(bench.rt.pool), await _statements_wal(bench.rt.pool)
-        after = await _table_stats(bench.rt.pool)
+        after = await _table_stats(bench.rt.pool, cold)
     finally:
         await bench.close()
     total_rounds = rounds * runs
@@ -491,7 +517,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         from bench.common import bench_database_url
 
         url = bench_database_url("real_path")
-        return {"db": asyncio.run(_db_figures(url, args.rounds, args.concurrency, args.runs))}
+        return {"db": asyncio.run(_db_figures(url, args.rounds, args.concurrency, args.runs, args.cold))}
     parent, child = multiprocessing.Pipe()
     latency = args.latency if args.in_flight else 0.0
     target = serve_many if args.in_flight else _serve
@@ -514,6 +540,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--transcript", type=int, default=20, help="messages after the prompt")
     parser.add_argument("--db", action="store_true", help="PostgreSQL's work per round instead")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="with --db: flush statistics by ending the backends before the window, as before (the window "
+        "then pays new connections: catalog caches, statements prepared, custom plans)",
+    )
     parser.add_argument("--in-flight", type=int, default=0, help="N calls at once instead (see above)")
     parser.add_argument("--latency", type=float, default=1.0, help="the model's latency with --in-flight")
     parser.add_argument("--rounds", type=int, default=20)

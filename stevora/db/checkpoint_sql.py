@@ -10,12 +10,14 @@ written and is missing from the result: only that caller gets LeaseLost.
 
 Each comes in two shapes generated from the same column list: one row with its parameters in
 place (a lone checkpoint: the statement the single-row path always sent) or a batch, whose rows
-arrive as one JSON array of objects read by `json_to_recordset` (a group commit batch). One JSON
+arrive as one JSON array of objects read by `jsonb_to_recordset` (a group commit batch). One JSON
 document, not one array per column: the driver encodes it in one call, where arrays made it
 inspect every element of every column in Python (`isinstance` against `collections.abc`, about
-25 calls per row). JSON null is SQL NULL for every column type; jsonb columns carry the value
-itself (a string stays a JSON string), as the per-column encoder wrote it. Adding a column to a
-trace table is one line below.
+25 calls per row). The document is jsonb: PostgreSQL parses it once and takes each jsonb column's
+value from it as it is. JSON null is SQL NULL for every column type; jsonb columns carry the
+value itself (a string stays a JSON string); a `json` column (kept as written) carries its JSON
+text as a string, which the statement casts back, so it stores the bytes the per-column encoder
+wrote. Adding a column to a trace table is one line below.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ SELECT r.id AS workflow_run_id, e.created_at, r.pending_messages FROM e, r
 
 # A batch: `i` is one row per run, from one JSON array of objects keyed by input name.
 _BATCH = """WITH i AS (
-    SELECT * FROM json_to_recordset($1::json) AS i({columns})
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS i({columns})
 ), r AS (
     UPDATE workflow_runs w
        SET event_seq = w.event_seq + 1{run_set}
@@ -150,9 +152,12 @@ class CheckpointKind:
 
     name: str
     single_sql: str  # one row, parameters in place
-    batch_sql: str  # json_to_recordset($1) of one object per row, keyed by `names`
+    batch_sql: str  # jsonb_to_recordset($1) of one object per row, keyed by `names`
     record_values: attrgetter[Any]  # record -> its table columns' values, in column order
     names: tuple[str, ...]  # the statement's inputs, in `row()` order
+    # Inputs of type `json` (kept as written): a batch carries each as its JSON text, a string
+    # (see `_kind`), so `encode_batch` encodes them first.
+    json_text: tuple[int, ...] = ()
 
     def row(self, run_id: str, owner: str, rec: Any, event: tuple[Any, ...], *extra: Any) -> tuple[Any, ...]:
         """The statement's parameters for one checkpoint: run, record columns, event, extras."""
@@ -182,14 +187,21 @@ def _kind(
         )
 
     params = {c: f"${n}::{t}" for n, (c, t) in enumerate(inputs, 1)}
-    batch_ref = {c: f"i.{c}" for c, _ in inputs}
-    batch = render(_BATCH, batch_ref, columns=", ".join(f"{c} {t}" for c, t in inputs))
+    # The batch document is jsonb: PostgreSQL parses it once, and a jsonb column's value is
+    # taken from it as it is (json_to_recordset over a json document lexed the text once to
+    # validate it, once to split it, and once more per jsonb value). A `json` column keeps its
+    # value as written (jsonb would reorder its keys), so the document carries that as a string,
+    # its JSON text, cast back to json: the bytes the single-row statement stores.
+    batch_ref = {c: f"i.{c}::json" if t == "json" else f"i.{c}" for c, t in inputs}
+    batch_columns = ", ".join(f"{c} {'text' if t == 'json' else t}" for c, t in inputs)
+    batch = render(_BATCH, batch_ref, columns=batch_columns)
     return CheckpointKind(
         name,
         render(_SINGLE, params),
         batch,
         attrgetter(*(c for c, _ in columns)),
         tuple(c for c, _ in inputs),
+        tuple(n for n, (_, t) in enumerate(inputs) if t == "json"),
     )
 
 

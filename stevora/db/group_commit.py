@@ -3,7 +3,7 @@
 Written singly, each checkpoint is one statement and one commit: at concurrency 32 the worker
 pays one round trip, one protocol exchange and one WAL flush per checkpoint. The `Runtime` owns
 one `GroupCommitter`; callers that arrive while a batch is in flight wait for the next one, and a
-batch is **one** statement over a JSON array of rows (`json_to_recordset`, `checkpoint_sql.py`):
+batch is **one** statement over a JSON array of rows (`jsonb_to_recordset`, `checkpoint_sql.py`):
 
 * each row is fenced by *its own* lease: a row whose fence fails is not written, and only that
   caller gets `LeaseLost`;
@@ -58,6 +58,7 @@ import asyncpg
 import structlog
 
 from stevora.db.checkpoint_sql import CheckpointKind
+from stevora.db.database import dumps
 from stevora.db.transient import Retrier, is_transient
 from stevora.errors import LeaseLost
 from stevora.faults import FaultPlan
@@ -329,6 +330,11 @@ class GroupCommitter:
         commit timestamp and pending messages each)."""
         names = kind.names
         rows = [dict(zip(names, p.values, strict=True)) for p in batch]
+        for n in kind.json_text:  # a `json` column: its JSON text, as a string (checkpoint_sql)
+            name = names[n]
+            for row in rows:
+                if row[name] is not None:
+                    row[name] = dumps(row[name])
         if self.faults.armed:
             return await self._execute_with_faults(kind, rows)
         return await self._fetch(kind.batch_sql, rows)

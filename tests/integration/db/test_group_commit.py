@@ -16,7 +16,7 @@ import pytest
 
 from stevora.db import checkpoint_sql, checkpoints, group_commit
 from stevora.db.checkpoints import LlmCallRecord, ToolTraceRecord
-from stevora.db.database import create_pool
+from stevora.db.database import create_pool, dumps
 from stevora.db.group_commit import GroupCommitter
 from stevora.errors import LeaseLost
 from stevora.settings import Settings
@@ -359,7 +359,7 @@ class CountingPool:
 _WRITER = textwrap.dedent(
     """
     import asyncio, json, sys
-    from stevora.db.database import create_pool
+    from stevora.db.database import create_pool, dumps
     from stevora.db import checkpoints
     from stevora.db.group_commit import GroupCommitter
     from tests.integration.db.test_group_commit import trace
@@ -584,3 +584,50 @@ async def test_after_calm_lone_checkpoints_a_caller_sends_at_once_and_company_st
     assert gc._calm == 0  # they met: the next lone caller waits its turn again
     assert sorted(r["workflow_run_id"] for r in await traces_of(pool, ids, 860)) == sorted(ids)
     await gc.drain()
+
+
+async def test_a_batch_stores_json_and_jsonb_values_as_the_single_row_statement_does(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The batch's document is jsonb; a `json` column (the tool's output, kept as written) still
+    gets the bytes the single-row statement stores, key order included, and JSON null is SQL
+    NULL in both; jsonb columns hold the same values."""
+    anchors = await leased_runs(harness, workspace_id, 5)
+    ids = [a["workflow_run_id"] for a in anchors]
+    outputs: list[Any] = [
+        {"b": 1, "a": [1, 2.5, None], "é": "x\ny"},
+        "plain text",
+        None,
+        [3, {"z": {}, "y": True}],
+        7,
+    ]
+
+    def recs(sequence: int) -> list[ToolTraceRecord]:
+        out = [trace(a, sequence) for a in anchors]
+        for rec, output in zip(out, outputs, strict=True):
+            rec.output_json = output
+            rec.input_json = {"zz": output, "aa": 1.25}
+        return out
+
+    batched = committer(harness.rt.pool)
+    await asyncio.gather(
+        *(
+            checkpoints.record_tool_trace(batched, run_id, OWNER, rec, "TOOL_CALL_COMPLETED", {"k": 1})
+            for run_id, rec in zip(ids, recs(470), strict=True)
+        )
+    )
+    assert batched.batches < len(ids)  # several rows went in one statement
+    lone = committer(harness.rt.pool)
+    for run_id, rec in zip(ids, recs(471), strict=True):
+        await checkpoints.record_tool_trace(lone, run_id, OWNER, rec, "TOOL_CALL_COMPLETED", {"k": 1})
+    assert lone.batches == len(ids)  # one single-row statement each
+    rows = await harness.rt.pool.fetch(
+        "SELECT sequence, workflow_run_id, output_json::text AS output, input_json::text AS input "
+        "FROM tool_trace WHERE sequence IN (470, 471) AND workflow_run_id = ANY($1::text[])",
+        ids,
+    )
+    by_run = {(r["workflow_run_id"], r["sequence"]): r for r in rows}
+    for run_id, output in zip(ids, outputs, strict=True):
+        in_batch, alone = by_run[(run_id, 470)], by_run[(run_id, 471)]
+        assert in_batch["output"] == alone["output"] == (None if output is None else dumps(output))
+        assert in_batch["input"] == alone["input"]
