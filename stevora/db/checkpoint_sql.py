@@ -207,3 +207,73 @@ def _kind(
 
 LLM_CALL = _kind("llm_call", "llm_calls", LLM_CALL_COLUMNS, _LLM_RUN_SET)
 TOOL_TRACE = _kind("tool_trace", "tool_trace", TOOL_TRACE_COLUMNS, _TOOL_RUN_SET)
+
+# Both kinds in one statement: model calls ($1) and tool calls ($2) of different runs, when both
+# are queued (the group committer's usual case at concurrency: the runs whose model call has
+# just committed run their tools while the others' tool results are written). One statement and
+# one commit instead of two. One UPDATE bumps every run, in run id order (as each kind's batch
+# locks its rows, and the heartbeat its); each kind's run columns are added from its own
+# document (the other's are NULL there: sums add 0, the state is kept).
+_PAIR = """WITH a AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS i({a_columns})
+), b AS (
+    SELECT * FROM jsonb_to_recordset($2::jsonb) AS i({b_columns})
+), r AS (
+    UPDATE workflow_runs w
+       SET event_seq = w.event_seq + 1{run_set}
+      FROM (SELECT run_id, owner FROM a UNION ALL SELECT run_id, owner FROM b ORDER BY run_id) i
+      LEFT JOIN a ON a.run_id = i.run_id LEFT JOIN b ON b.run_id = i.run_id
+     WHERE w.id = i.run_id AND w.lease_owner = i.owner AND w.status = 'RUNNING'
+ RETURNING w.id, w.event_seq, {pending}
+), ca AS (
+    INSERT INTO {a_table} ({a_table_columns})
+    SELECT {a_values} FROM a i JOIN r ON r.id = i.run_id
+    RETURNING id
+), cb AS (
+    INSERT INTO {b_table} ({b_table_columns})
+    SELECT {b_values} FROM b i JOIN r ON r.id = i.run_id
+    RETURNING id
+), e AS (
+    INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+    SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
+      FROM a i JOIN r ON r.id = i.run_id JOIN ca ON ca.id = i.id
+    UNION ALL
+    SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
+      FROM b i JOIN r ON r.id = i.run_id JOIN cb ON cb.id = i.id
+    RETURNING workflow_run_id, created_at
+)
+SELECT e.workflow_run_id, e.created_at, r.pending_messages FROM e JOIN r ON r.id = e.workflow_run_id
+"""
+
+
+def _pair_sql() -> str:
+    def side(columns: tuple[tuple[str, str], ...]) -> tuple[str, str, str]:
+        inputs = (*_RUN_COLUMNS, *columns, *_EVENT_COLUMNS)
+        doc = ", ".join(f"{c} {'text' if t == 'json' else t}" for c, t in inputs)
+        table_columns = ", ".join(["workflow_run_id", *(c for c, _ in columns)])
+        values = ", ".join(["i.run_id", *(f"i.{c}::json" if t == "json" else f"i.{c}" for c, t in columns)])
+        return doc, table_columns, values
+
+    a_doc, a_table_columns, a_values = side(LLM_CALL_COLUMNS)
+    b_doc, b_table_columns, b_values = side(TOOL_TRACE_COLUMNS)
+    # The model call's sums from `a` (NULL for a tool call's run: adds 0), the tool call's state
+    # from `b` (NULL for a model call's run: the state as it is).
+    llm_ref = {c: f"COALESCE(a.{c}, 0)" for c, t in LLM_CALL_COLUMNS if t in ("int", "float8")}
+    tool_ref = {c: f"b.{c}" for c, _ in TOOL_TRACE_COLUMNS}
+    return _PAIR.format(
+        a_columns=a_doc,
+        b_columns=b_doc,
+        run_set=_LLM_RUN_SET.format(**llm_ref) + _TOOL_RUN_SET.format(**tool_ref),
+        pending=pending_messages("w"),
+        a_table="llm_calls",
+        a_table_columns=a_table_columns,
+        a_values=a_values,
+        b_table="tool_trace",
+        b_table_columns=b_table_columns,
+        b_values=b_values,
+    )
+
+
+# The statement `GroupCommitter` sends for a batch of model calls ($1) and one of tool calls ($2),
+# each a document as its kind's batch takes it.
+PAIR_SQL = _pair_sql()
