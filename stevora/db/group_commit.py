@@ -332,13 +332,7 @@ class GroupCommitter:
                 return
             if self.faults.armed:
                 self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
-            committed = {rec["workflow_run_id"]: rec for rec in records}
-            for item in batch:
-                found = committed.get(item.run_id)
-                if found is None:
-                    _settle_error(item, _lease_lost(item))
-                elif not item.done.done():
-                    item.done.set_result(found)
+            _settle_committed(batch, records)
             return
 
     async def _write_pair(self, calls: list[_Pending], tools: list[_Pending]) -> None:
@@ -371,13 +365,7 @@ class GroupCommitter:
             if self.faults.armed:
                 for name, n in self._marked:
                     self.faults.reached("batch_committed", name, n)
-            committed = {rec["workflow_run_id"]: rec for rec in records}
-            for item in (*calls, *tools):
-                found = committed.get(item.run_id)
-                if found is None:
-                    _settle_error(item, _lease_lost(item))
-                elif not item.done.done():
-                    item.done.set_result(found)
+            _settle_committed([*calls, *tools], records)
             return
 
     async def _execute_pair(self, calls: list[_Pending], tools: list[_Pending]) -> list[asyncpg.Record]:
@@ -432,6 +420,17 @@ _RUN_ID = attrgetter("run_id")
 
 def _lease_lost(item: _Pending) -> LeaseLost:
     return LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}")
+
+
+def _settle_committed(batch: list[_Pending], records: list[asyncpg.Record]) -> None:
+    """Each caller of a committed batch gets its row, or LeaseLost when its fence failed."""
+    committed = {rec["workflow_run_id"]: rec for rec in records}
+    for item in batch:
+        found = committed.get(item.run_id)
+        if found is None:
+            _settle_error(item, _lease_lost(item))
+        elif not item.done.done():
+            item.done.set_result(found)
 
 
 def _settle(item: _Pending, value: Any) -> None:
