@@ -23,8 +23,10 @@ bound, as a partial index whose predicate the row fails gets none), WAL bytes
 (pg_current_wal_lsn before and after: the whole server's, so other clients of a shared server add
 to it; with pg_stat_statements loaded, its per-database `wal_bytes` is printed too, and the
 statements that write the most), the growth of the tables' and indexes' files and the
-PostgreSQL backends' CPU (/proc/<pid>/stat). The database's statistics are flushed by ending its
-backends after the window.
+PostgreSQL backends' CPU (/proc/<pid>/stat). The window opens on warm connections, as a worker's
+are (every statement prepared and past PostgreSQL's five custom plans): the table statistics are
+flushed by one statement on every pool connection a second after the last write; `--cold` ends
+the backends instead, as before 2026-11-27 afternoon, so that the window also pays new connections.
 
 **In flight** (`--in-flight N [--latency 1]`): providers built from settings as a worker builds
 them (`STEVORA_MAX_CONCURRENT_RUNS=N`), N calls at once to a server answering after `--latency`
