@@ -23,8 +23,10 @@ bound, as a partial index whose predicate the row fails gets none), WAL bytes
 (pg_current_wal_lsn before and after: the whole server's, so other clients of a shared server add
 to it; with pg_stat_statements loaded, its per-database `wal_bytes` is printed too, and the
 statements that write the most), the growth of the tables' and indexes' files and the
-PostgreSQL backends' CPU (/proc/<pid>/stat). The database's statistics are flushed by ending its
-backends after the window.
+PostgreSQL backends' CPU (/proc/<pid>/stat). The window opens on warm connections, as a worker's
+are (every statement prepared and past PostgreSQL's five custom plans): the table statistics are
+flushed by one statement on every pool connection a second after the last write; `--cold` ends
+the backends instead, as before 2026-11-27 afternoon, so that the window also pays new connections.
 
 **In flight** (`--in-flight N [--latency 1]`): providers built from settings as a worker builds
 them (`STEVORA_MAX_CONCURRENT_RUNS=N`), N calls at once to a server answering after `--latency`
@@ -386,12 +388,32 @@ STATEMENT_WAL = (
 )
 
 
-async def _table_stats(pool: Any) -> dict[str, dict[str, int]]:
-    # End every other backend of this database so that its pending statistics are flushed.
-    await pool.execute(
-        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-    )
-    await asyncio.sleep(0.3)
+async def _flush_statistics(pool: Any) -> None:
+    """Have every connection of the pool flush its pending table statistics, keeping it open.
+
+    A backend flushes them at the end of a transaction once a second has passed since its last
+    flush (PostgreSQL 15's PGSTAT_MIN_INTERVAL), so: wait that second (the group committer gives
+    its kept connection back meanwhile), then one statement on every connection at once."""
+    await asyncio.sleep(1.2)
+    conns = [await pool.acquire() for _ in range(pool.get_size())]
+    try:
+        await asyncio.gather(*(c.execute("SELECT 1") for c in conns))
+    finally:
+        for c in conns:
+            await pool.release(c)
+
+
+async def _table_stats(pool: Any, cold: bool) -> dict[str, dict[str, int]]:
+    if cold:
+        # End every other backend of this database so that its pending statistics are flushed
+        # (the window then opens on new connections: see `--cold`).
+        await pool.execute(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+            "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        )
+        await asyncio.sleep(0.3)
+    else:
+        await _flush_statistics(pool)
     async with pool.acquire() as conn:
         await conn.execute("SELECT pg_stat_clear_snapshot()")
         rows = await conn.fetch(TABLE_STATS)
@@ -416,7 +438,9 @@ async def _statements_wal(pool: Any) -> dict[str, tuple[int, float]] | None:
     return {r["query"]: (r["calls"], float(r["wal_bytes"])) for r in rows}
 
 
-async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dict[str, Any]:
+async def _db_figures(
+    url: str, rounds: int, concurrency: int, runs: int, cold: bool = False
+) -> dict[str, Any]:
     from bench.counts import Probe
     from bench.harness import LoopBench
 
@@ -428,17 +452,21 @@ async def _db_figures(url: str, rounds: int, concurrency: int, runs: int) -> dic
         except Exception:
             pass
         await bench.level(5, 8, 16)  # warm up: pools grown, statements prepared
+        if not cold:
+            # A worker's connections live for hours: every statement prepared on every connection
+            # and past PostgreSQL's five custom plans (its plan cache's rule) before the window.
+            await bench.level(5, concurrency, 8 * concurrency)
         ids = await bench.create_runs(rounds, runs)
         # The counted window (the probe's statement counter only: no function-call hook).
         probe = Probe()
-        before = await _table_stats(bench.rt.pool)
+        before = await _table_stats(bench.rt.pool, cold)
         wal0, swal0 = await _wal_lsn(bench.rt.pool), await _statements_wal(bench.rt.pool)
         probe._hook = lambda *a: None  # type: ignore[method-assign]
         bench.probe = probe
         wall, cpu, db_cpu = await bench.execute(ids, concurrency)
         bench.probe = None
         wal1, swal1 = await _wal_lsn(bench.rt.pool), await _statements_wal(bench.rt.pool)
-        after = await _table_stats(bench.rt.pool)
+        after = await _table_stats(bench.rt.pool, cold)
     finally:
         await bench.close()
     total_rounds = rounds * runs
@@ -523,7 +551,7 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         from bench.common import bench_database_url
 
         url = bench_database_url("real_path")
-        return {"db": asyncio.run(_db_figures(url, args.rounds, args.concurrency, args.runs))}
+        return {"db": asyncio.run(_db_figures(url, args.rounds, args.concurrency, args.runs, args.cold))}
     parent, child = multiprocessing.Pipe()
     latency = args.latency if args.in_flight else 0.0
     target = serve_many if args.in_flight else _serve
@@ -546,6 +574,12 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=300)
     parser.add_argument("--transcript", type=int, default=20, help="messages after the prompt")
     parser.add_argument("--db", action="store_true", help="PostgreSQL's work per round instead")
+    parser.add_argument(
+        "--cold",
+        action="store_true",
+        help="with --db: flush statistics by ending the backends before the window, as before (the window "
+        "then pays new connections: catalog caches, statements prepared, custom plans)",
+    )
     parser.add_argument("--in-flight", type=int, default=0, help="N calls at once instead (see above)")
     parser.add_argument("--latency", type=float, default=1.0, help="the model's latency with --in-flight")
     parser.add_argument("--rounds", type=int, default=20)

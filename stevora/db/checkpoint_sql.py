@@ -10,12 +10,14 @@ written and is missing from the result: only that caller gets LeaseLost.
 
 Each comes in two shapes generated from the same column list: one row with its parameters in
 place (a lone checkpoint: the statement the single-row path always sent) or a batch, whose rows
-arrive as one JSON array of objects read by `json_to_recordset` (a group commit batch). One JSON
+arrive as one JSON array of objects read by `jsonb_to_recordset` (a group commit batch). One JSON
 document, not one array per column: the driver encodes it in one call, where arrays made it
 inspect every element of every column in Python (`isinstance` against `collections.abc`, about
-25 calls per row). JSON null is SQL NULL for every column type; jsonb columns carry the value
-itself (a string stays a JSON string), as the per-column encoder wrote it. Adding a column to a
-trace table is one line below.
+25 calls per row). The document is jsonb: PostgreSQL parses it once and takes each jsonb column's
+value from it as it is. JSON null is SQL NULL for every column type; jsonb columns carry the
+value itself (a string stays a JSON string); a `json` column (kept as written) carries its JSON
+text as a string, which the statement casts back, so it stores the bytes the per-column encoder
+wrote. Adding a column to a trace table is one line below.
 """
 
 from __future__ import annotations
@@ -121,7 +123,7 @@ SELECT r.id AS workflow_run_id, e.created_at, r.pending_messages FROM e, r
 
 # A batch: `i` is one row per run, from one JSON array of objects keyed by input name.
 _BATCH = """WITH i AS (
-    SELECT * FROM json_to_recordset($1::json) AS i({columns})
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS i({columns})
 ), r AS (
     UPDATE workflow_runs w
        SET event_seq = w.event_seq + 1{run_set}
@@ -150,9 +152,12 @@ class CheckpointKind:
 
     name: str
     single_sql: str  # one row, parameters in place
-    batch_sql: str  # json_to_recordset($1) of one object per row, keyed by `names`
+    batch_sql: str  # jsonb_to_recordset($1) of one object per row, keyed by `names`
     record_values: attrgetter[Any]  # record -> its table columns' values, in column order
     names: tuple[str, ...]  # the statement's inputs, in `row()` order
+    # Inputs of type `json` (kept as written): a batch carries each as its JSON text, a string
+    # (see `_kind`), so `encode_batch` encodes them first.
+    json_text: tuple[int, ...] = ()
 
     def row(self, run_id: str, owner: str, rec: Any, event: tuple[Any, ...], *extra: Any) -> tuple[Any, ...]:
         """The statement's parameters for one checkpoint: run, record columns, event, extras."""
@@ -182,16 +187,93 @@ def _kind(
         )
 
     params = {c: f"${n}::{t}" for n, (c, t) in enumerate(inputs, 1)}
-    batch_ref = {c: f"i.{c}" for c, _ in inputs}
-    batch = render(_BATCH, batch_ref, columns=", ".join(f"{c} {t}" for c, t in inputs))
+    # The batch document is jsonb: PostgreSQL parses it once, and a jsonb column's value is
+    # taken from it as it is (json_to_recordset over a json document lexed the text once to
+    # validate it, once to split it, and once more per jsonb value). A `json` column keeps its
+    # value as written (jsonb would reorder its keys), so the document carries that as a string,
+    # its JSON text, cast back to json: the bytes the single-row statement stores.
+    batch_ref = {c: f"i.{c}::json" if t == "json" else f"i.{c}" for c, t in inputs}
+    batch_columns = ", ".join(f"{c} {'text' if t == 'json' else t}" for c, t in inputs)
+    batch = render(_BATCH, batch_ref, columns=batch_columns)
     return CheckpointKind(
         name,
         render(_SINGLE, params),
         batch,
         attrgetter(*(c for c, _ in columns)),
         tuple(c for c, _ in inputs),
+        tuple(n for n, (_, t) in enumerate(inputs) if t == "json"),
     )
 
 
 LLM_CALL = _kind("llm_call", "llm_calls", LLM_CALL_COLUMNS, _LLM_RUN_SET)
 TOOL_TRACE = _kind("tool_trace", "tool_trace", TOOL_TRACE_COLUMNS, _TOOL_RUN_SET)
+
+# Both kinds in one statement: model calls ($1) and tool calls ($2) of different runs, when both
+# are queued (the group committer's usual case at concurrency: the runs whose model call has
+# just committed run their tools while the others' tool results are written). One statement and
+# one commit instead of two. One UPDATE bumps every run, in run id order (as each kind's batch
+# locks its rows, and the heartbeat its); each kind's run columns are added from its own
+# document (the other's are NULL there: sums add 0, the state is kept).
+_PAIR = """WITH a AS (
+    SELECT * FROM jsonb_to_recordset($1::jsonb) AS i({a_columns})
+), b AS (
+    SELECT * FROM jsonb_to_recordset($2::jsonb) AS i({b_columns})
+), r AS (
+    UPDATE workflow_runs w
+       SET event_seq = w.event_seq + 1{run_set}
+      FROM (SELECT run_id, owner FROM a UNION ALL SELECT run_id, owner FROM b ORDER BY run_id) i
+      LEFT JOIN a ON a.run_id = i.run_id LEFT JOIN b ON b.run_id = i.run_id
+     WHERE w.id = i.run_id AND w.lease_owner = i.owner AND w.status = 'RUNNING'
+ RETURNING w.id, w.event_seq, {pending}
+), ca AS (
+    INSERT INTO {a_table} ({a_table_columns})
+    SELECT {a_values} FROM a i JOIN r ON r.id = i.run_id
+    RETURNING id
+), cb AS (
+    INSERT INTO {b_table} ({b_table_columns})
+    SELECT {b_values} FROM b i JOIN r ON r.id = i.run_id
+    RETURNING id
+), e AS (
+    INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
+    SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
+      FROM a i JOIN r ON r.id = i.run_id JOIN ca ON ca.id = i.id
+    UNION ALL
+    SELECT i.event_id, i.run_id, i.step_run_id, r.event_seq, i.event_type, i.payload
+      FROM b i JOIN r ON r.id = i.run_id JOIN cb ON cb.id = i.id
+    RETURNING workflow_run_id, created_at
+)
+SELECT e.workflow_run_id, e.created_at, r.pending_messages FROM e JOIN r ON r.id = e.workflow_run_id
+"""
+
+
+def _pair_sql() -> str:
+    def side(columns: tuple[tuple[str, str], ...]) -> tuple[str, str, str]:
+        inputs = (*_RUN_COLUMNS, *columns, *_EVENT_COLUMNS)
+        doc = ", ".join(f"{c} {'text' if t == 'json' else t}" for c, t in inputs)
+        table_columns = ", ".join(["workflow_run_id", *(c for c, _ in columns)])
+        values = ", ".join(["i.run_id", *(f"i.{c}::json" if t == "json" else f"i.{c}" for c, t in columns)])
+        return doc, table_columns, values
+
+    a_doc, a_table_columns, a_values = side(LLM_CALL_COLUMNS)
+    b_doc, b_table_columns, b_values = side(TOOL_TRACE_COLUMNS)
+    # The model call's sums from `a` (NULL for a tool call's run: adds 0), the tool call's state
+    # from `b` (NULL for a model call's run: the state as it is).
+    llm_ref = {c: f"COALESCE(a.{c}, 0)" for c, t in LLM_CALL_COLUMNS if t in ("int", "float8")}
+    tool_ref = {c: f"b.{c}" for c, _ in TOOL_TRACE_COLUMNS}
+    return _PAIR.format(
+        a_columns=a_doc,
+        b_columns=b_doc,
+        run_set=_LLM_RUN_SET.format(**llm_ref) + _TOOL_RUN_SET.format(**tool_ref),
+        pending=pending_messages("w"),
+        a_table="llm_calls",
+        a_table_columns=a_table_columns,
+        a_values=a_values,
+        b_table="tool_trace",
+        b_table_columns=b_table_columns,
+        b_values=b_values,
+    )
+
+
+# The statement `GroupCommitter` sends for a batch of model calls ($1) and one of tool calls ($2),
+# each a document as its kind's batch takes it.
+PAIR_SQL = _pair_sql()

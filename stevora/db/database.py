@@ -52,6 +52,11 @@ def _dumps(value: Any) -> str:
     return data.decode()
 
 
+# The codecs' encoder, for a `json` value sent as text inside a batch's jsonb document
+# (stevora.db.group_commit): the same bytes as the value sent as its own parameter.
+dumps = _dumps
+
+
 def _loads(text: str | bytes) -> Any:
     try:
         return orjson.loads(text)

@@ -3,7 +3,7 @@
 Written singly, each checkpoint is one statement and one commit: at concurrency 32 the worker
 pays one round trip, one protocol exchange and one WAL flush per checkpoint. The `Runtime` owns
 one `GroupCommitter`; callers that arrive while a batch is in flight wait for the next one, and a
-batch is **one** statement over a JSON array of rows (`json_to_recordset`, `checkpoint_sql.py`):
+batch is **one** statement over a JSON array of rows (`jsonb_to_recordset`, `checkpoint_sql.py`):
 
 * each row is fenced by *its own* lease: a row whose fence fails is not written, and only that
   caller gets `LeaseLost`;
@@ -24,13 +24,18 @@ batch is **one** statement over a JSON array of rows (`json_to_recordset`, `chec
   batch then falls back to its rows one by one, each counted as a retry, so each caller learns
   its own row's fate;
 * a batch that fails for one row's reason (a duplicate trace on a first try, bad data) is retried
-  row by row, so only the offending caller gets the error.
+  row by row, so only the offending caller gets the error;
+* when model calls and tool calls are both queued (of different runs: a run's checkpoints follow
+  each other), one statement writes both batches (`checkpoint_sql.PAIR_SQL`): one commit instead
+  of two. Its rows commit together as a batch's do; a lost connection retries it in place, and an
+  error that is one row's writes each kind's batch on its own, with the rules above.
 
 A SIGKILL of the worker mid-batch kills every caller with it; the batch's transaction either
 committed (all its rows are in the tables, resume replays them) or did not (none is, resume runs
 those calls again: at-least-once handlers, exactly-once records). Fault points for crash tests,
-reached only for batches of several rows, with `<kind>` `llm_call` or `tool_trace` and `<n>` the
-how-many-th such batch of that kind: `batch_sending:<kind>:<n>` (callers queued, nothing sent),
+reached only for statements carrying several rows of a kind, with `<kind>` `llm_call` or
+`tool_trace` and `<n>` the how-many-th such statement for that kind (a statement of both kinds
+reaches the points of each kind it carries several rows of): `batch_sending:<kind>:<n>` (callers queued, nothing sent),
 `batch_sent:<kind>:<n>` (the statement is handed to the connection, its result not read) and
 `batch_committed:<kind>:<n>` (committed, no caller woken yet).
 
@@ -57,7 +62,8 @@ from typing import Any
 import asyncpg
 import structlog
 
-from stevora.db.checkpoint_sql import CheckpointKind
+from stevora.db.checkpoint_sql import LLM_CALL, PAIR_SQL, TOOL_TRACE, CheckpointKind
+from stevora.db.database import dumps
 from stevora.db.transient import Retrier, is_transient
 from stevora.errors import LeaseLost
 from stevora.faults import FaultPlan
@@ -107,6 +113,7 @@ class GroupCommitter:
         self.batches = 0  # statements that committed (for tests and benchmarks)
         self.rows = 0
         self._multi_row: dict[str, int] = {}  # batches of several rows sent, per kind (fault points)
+        self._marked: list[tuple[str, int]] = []  # (kind, n) of the statement last sent with them
         # The kept connection (see the module docstring); only a real pool of 2+ connections.
         self._hold = enabled and isinstance(pool, asyncpg.Pool) and pool.get_max_size() > 1
         self._conn: Any = None
@@ -244,6 +251,15 @@ class GroupCommitter:
     async def _flush_all(self) -> None:
         try:
             while self._queued:
+                if self._queues.get(LLM_CALL) and self._queues.get(TOOL_TRACE):
+                    # Both kinds queued: one statement for both (`PAIR_SQL`), runs not shared.
+                    calls = self._take_batch(LLM_CALL)
+                    tools = self._take_batch(TOOL_TRACE, frozenset(p.run_id for p in calls))
+                    if tools:
+                        await self._write_pair(calls, tools)
+                    else:
+                        await self._write(LLM_CALL, calls)
+                    continue
                 for kind in list(self._queues):
                     if self._queues[kind]:
                         await self._write(kind, self._take_batch(kind))
@@ -251,15 +267,16 @@ class GroupCommitter:
             self._in_flight = False
             self._flusher = None
 
-    def _take_batch(self, kind: CheckpointKind) -> list[_Pending]:
-        """The queue's oldest rows, at most one per run (its event sequence is bumped once per row)."""
+    def _take_batch(self, kind: CheckpointKind, taken: frozenset[str] = frozenset()) -> list[_Pending]:
+        """The queue's oldest rows, at most one per run (its event sequence is bumped once per row)
+        and none of a run in `taken` (rows of the other kind sent in the same statement)."""
         queue = self._queues[kind]
-        if len(queue) == 1:  # a lone caller
+        if len(queue) == 1 and queue[0].run_id not in taken:  # a lone caller
             self._queues[kind] = []
             self._queued -= 1
             return queue
         batch: list[_Pending] = []
-        seen: set[str] = set()
+        seen: set[str] = set(taken)
         rest: list[_Pending] = []
         for item in queue:
             if item.run_id in seen or len(batch) >= self.max_batch:
@@ -315,35 +332,87 @@ class GroupCommitter:
                 return
             if self.faults.armed:
                 self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
-            committed = {rec["workflow_run_id"]: rec for rec in records}
-            for item in batch:
-                found = committed.get(item.run_id)
-                if found is None:
-                    _settle_error(item, _lease_lost(item))
-                elif not item.done.done():
-                    item.done.set_result(found)
+            _settle_committed(batch, records)
             return
+
+    async def _write_pair(self, calls: list[_Pending], tools: list[_Pending]) -> None:
+        """Write a batch of model calls and one of tool calls (of other runs) in one statement and
+        settle every caller. On an error that is one row's (not transient), each kind's batch is
+        written on its own, with `_write`'s rules (a retry's unique violation included)."""
+        retrier: Retrier | None = None
+        while True:
+            try:
+                records = await self._execute_pair(calls, tools)
+            except Exception as exc:
+                again = retrier is not None and retrier.outcome_unknown
+                if not is_transient(exc):
+                    await self._write(LLM_CALL, calls, retried=again)
+                    await self._write(TOOL_TRACE, tools, retried=again)
+                    return
+                if retrier is None:
+                    retrier = Retrier(
+                        "record_checkpoints", rows=len(calls) + len(tools), workflow_run_id=calls[0].run_id
+                    )
+                try:
+                    await retrier.pause(exc)
+                except Exception as final:
+                    for item in (*calls, *tools):
+                        _settle_error(item, final)
+                    return
+                continue
+            self.batches += 1
+            self.rows += len(records)
+            if self.faults.armed:
+                for name, n in self._marked:
+                    self.faults.reached("batch_committed", name, n)
+            _settle_committed([*calls, *tools], records)
+            return
+
+    async def _execute_pair(self, calls: list[_Pending], tools: list[_Pending]) -> list[asyncpg.Record]:
+        docs = (_document(LLM_CALL, calls), _document(TOOL_TRACE, tools))
+        if self.faults.armed:
+            return await self._execute_with_faults((LLM_CALL, TOOL_TRACE), PAIR_SQL, docs)
+        return await self._fetch(PAIR_SQL, *docs)
 
     async def _execute_batch(self, kind: CheckpointKind, batch: list[_Pending]) -> list[asyncpg.Record]:
         """One statement for the rows of several runs; returns the rows written (run id and
         commit timestamp and pending messages each)."""
-        names = kind.names
-        rows = [dict(zip(names, p.values, strict=True)) for p in batch]
+        rows = _document(kind, batch)
         if self.faults.armed:
-            return await self._execute_with_faults(kind, rows)
+            return await self._execute_with_faults((kind,), kind.batch_sql, (rows,))
         return await self._fetch(kind.batch_sql, rows)
 
     async def _execute_with_faults(
-        self, kind: CheckpointKind, rows: list[dict[str, Any]]
+        self, kinds: tuple[CheckpointKind, ...], sql: str, docs: tuple[list[dict[str, Any]], ...]
     ) -> list[asyncpg.Record]:
-        n = self._multi_row[kind.name] = self._multi_row.get(kind.name, 0) + 1
-        self.faults.reached("batch_sending", kind.name, n)
+        """The statement, with the fault points of each kind of which it carries several rows."""
+        marked = []
+        for kind, doc in zip(kinds, docs, strict=True):
+            if len(doc) > 1:
+                n = self._multi_row[kind.name] = self._multi_row.get(kind.name, 0) + 1
+                marked.append((kind.name, n))
+        self._marked = marked  # for `batch_committed`
+        for name, n in marked:
+            self.faults.reached("batch_sending", name, n)
         async with self.pool.acquire() as conn:
-            sent = asyncio.ensure_future(conn.fetch(kind.batch_sql, rows))
+            sent = asyncio.ensure_future(conn.fetch(sql, *docs))
             await asyncio.sleep(0)  # the task runs up to its first wait: the statement is on its way
-            self.faults.reached("batch_sent", kind.name, n)
+            for name, n in marked:
+                self.faults.reached("batch_sent", name, n)
             records: list[asyncpg.Record] = await sent
             return records
+
+
+def _document(kind: CheckpointKind, batch: list[_Pending]) -> list[dict[str, Any]]:
+    """The batch's rows as its statement's JSON document: one object per row, keyed by input."""
+    names = kind.names
+    rows = [dict(zip(names, p.values, strict=True)) for p in batch]
+    for n in kind.json_text:  # a `json` column: its JSON text, as a string (checkpoint_sql)
+        name = names[n]
+        for row in rows:
+            if row[name] is not None:
+                row[name] = dumps(row[name])
+    return rows
 
 
 _RUN_ID = attrgetter("run_id")
@@ -351,6 +420,17 @@ _RUN_ID = attrgetter("run_id")
 
 def _lease_lost(item: _Pending) -> LeaseLost:
     return LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}")
+
+
+def _settle_committed(batch: list[_Pending], records: list[asyncpg.Record]) -> None:
+    """Each caller of a committed batch gets its row, or LeaseLost when its fence failed."""
+    committed = {rec["workflow_run_id"]: rec for rec in records}
+    for item in batch:
+        found = committed.get(item.run_id)
+        if found is None:
+            _settle_error(item, _lease_lost(item))
+        elif not item.done.done():
+            item.done.set_result(found)
 
 
 def _settle(item: _Pending, value: Any) -> None:

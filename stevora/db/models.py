@@ -268,9 +268,9 @@ class WorkflowEvent(Base):
     # Keyed by (run, sequence), the order every reader pages in; `id` is a generated id no query
     # looks up, so it has no index of its own (migration 0026: one index entry per event less).
     id: Mapped[str] = mapped_column(String(40))
-    workflow_run_id: Mapped[str] = mapped_column(
-        ForeignKey("workflow_runs.id", ondelete="CASCADE"), primary_key=True
-    )
+    # No foreign key (migration 0029): the run's delete trigger deletes its events, model calls
+    # and tool traces; a key cost a check and a lock of the run row for every row inserted.
+    workflow_run_id: Mapped[str] = mapped_column(String(40), primary_key=True)
     step_run_id: Mapped[str | None] = mapped_column(String(40))
     sequence: Mapped[int] = mapped_column(Integer, primary_key=True)
     event_type: Mapped[str] = mapped_column(String(40))
@@ -293,9 +293,10 @@ class LlmCall(Base):
         Index("ix_llm_calls_run", "workflow_run_id", "created_at"),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
-    # No foreign key to step_runs (migration 0026): a step run goes only with its run, whose key
-    # above cascades; a key here cost a check and a tuple lock on the step run every round.
+    # Deleted with its run by the run's delete trigger (migration 0029), like `workflow_events`.
+    workflow_run_id: Mapped[str] = mapped_column(String(40))
+    # No foreign key to step_runs (migration 0026): a step run goes only with its run, whose
+    # trigger deletes this row; a key here cost a check and a tuple lock on the step run every round.
     step_run_id: Mapped[str] = mapped_column(String(40))
     step_name: Mapped[str] = mapped_column(String(100))
     round: Mapped[int] = mapped_column(Integer)
@@ -338,10 +339,11 @@ class ToolTrace(Base):
         Index("ix_tool_trace_run", "workflow_run_id", "created_at"),
     )
     id: Mapped[str] = mapped_column(String(40), primary_key=True)
-    workflow_run_id: Mapped[str] = mapped_column(ForeignKey("workflow_runs.id", ondelete="CASCADE"))
+    # Deleted with its run by the run's delete trigger (migration 0029), like `workflow_events`.
+    workflow_run_id: Mapped[str] = mapped_column(String(40))
     # No foreign keys to step_runs / llm_calls and no step-run index (migration 0026): both go only
-    # with their run, whose key above cascades (through ix_tool_trace_run); the keys cost two checks
-    # and two tuple locks, the index an entry, on every tool call.
+    # with their run, whose trigger deletes this row (through ix_tool_trace_run); the keys cost two
+    # checks and two tuple locks, the index an entry, on every tool call.
     step_run_id: Mapped[str] = mapped_column(String(40))
     llm_call_id: Mapped[str | None] = mapped_column(String(40))
     round: Mapped[int] = mapped_column(Integer)

@@ -1,9 +1,10 @@
 """Retention: delete finished runs, with everything that belongs to them, after a while.
 
-A run's events, step runs, LLM calls, tool traces and approval requests reference it with
-`ON DELETE CASCADE`, and so do its child runs (`parent_run_id`), so deleting the run row deletes
-the whole tree. Only *root* runs are selected: a child goes with its parent, never alone (its
-parent's history points at it), and a tree is kept while any run in it is unfinished.
+A run's step runs and approval requests reference it with `ON DELETE CASCADE`, and so do its
+child runs (`parent_run_id`); its events, LLM calls and tool traces are deleted with it by the
+run's delete trigger (migration 0029), so deleting the run row deletes the whole tree. Only
+*root* runs are selected: a child goes with its parent, never alone (its parent's history points
+at it), and a tree is kept while any run in it is unfinished.
 
 Work is done in batches of `batch_size` root runs, one short transaction each, walking the primary
 key with a cursor. Candidate rows are locked `FOR UPDATE SKIP LOCKED`: a row some transaction holds

@@ -62,6 +62,7 @@ WITH c AS (
     FROM workflow_definitions d
     WHERE w.id = $1 AND {fence} AND d.id = w.definition_id
     RETURNING {_qualified(RUN_COLUMNS, "w")}, w.dispatched_at, w.trace_context, w.event_seq,
+              w.replay_of, w.replay_tools,
               w.current_step_run_id IS NOT DISTINCT FROM $4 AS started, d.steps->0->>'type' AS first_step_type,
               {pending_messages("w")}
 ), s AS (

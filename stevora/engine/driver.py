@@ -163,6 +163,7 @@ class RunDriver(Advancing, Waiting, Retrying):
             # Messages sent to the run wait (the row this pass started from says so), or a resumed
             # execution may owe its next round messages a lost one took (docs/threads.md).
             inbox=Inbox(pending=not fresh or run.get("pending_messages", 1) > 0),
+            replay=(run["replay_of"], run["replay_tools"]) if "replay_tools" in run else None,
         )
         bound = log.bind(workflow_run_id=run["id"], step_name=ex.step_name, attempt=ex.attempt)
         self.rt.faults.reached("step_started", ex.step_name)

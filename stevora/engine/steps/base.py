@@ -50,6 +50,9 @@ class StepExecution:
     # Whether messages sent to the run may wait for this step (steering): from the row of the
     # transition that started this execution, then from each checkpoint's (stevora.db.checkpoints).
     inbox: Inbox = field(default_factory=Inbox)
+    # (replay_of, replay_tools) of the run when the row this pass started from carries them (the
+    # claim returns them): whether its tool calls are answered from a recording, without a read.
+    replay: tuple[str | None, str | None] | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -73,9 +73,12 @@ class RecordedTools:
         }
 
     @classmethod
-    async def load(cls, pool: asyncpg.Pool, run_id: str) -> RecordedTools | None:
-        """The recording a run answers its tool calls from, or None for a run that runs them live."""
-        origin, mode = await db_forks.replay_source(pool, run_id)
+    async def load(
+        cls, pool: asyncpg.Pool, run_id: str, source: tuple[str | None, str | None] | None = None
+    ) -> RecordedTools | None:
+        """The recording a run answers its tool calls from, or None for a run that runs them live.
+        `source`: the run's (replay_of, replay_tools) when the caller has them (else read)."""
+        origin, mode = source if source is not None else await db_forks.replay_source(pool, run_id)
         if origin is None or mode not in (RECORDED, RECORDED_LIVE):
             return None
         recorded = await db_forks.recorded_results(pool, origin)

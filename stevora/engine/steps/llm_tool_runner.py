@@ -140,7 +140,7 @@ class ToolRunner:
         """A replay with recorded tools: record the calls its origin's results answer; returns
         the calls left (unmatched ones the replay runs live, as in any run)."""
         if self.recorded is _UNREAD:
-            self.recorded = await RecordedTools.load(self.rt.pool, self.ex.run_id)
+            self.recorded = await RecordedTools.load(self.rt.pool, self.ex.run_id, self.ex.replay)
         if not isinstance(self.recorded, RecordedTools):
             return missing
         live = []

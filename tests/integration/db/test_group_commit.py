@@ -16,7 +16,7 @@ import pytest
 
 from stevora.db import checkpoint_sql, checkpoints, group_commit
 from stevora.db.checkpoints import LlmCallRecord, ToolTraceRecord
-from stevora.db.database import create_pool
+from stevora.db.database import create_pool, dumps
 from stevora.db.group_commit import GroupCommitter
 from stevora.errors import LeaseLost
 from stevora.settings import Settings
@@ -584,3 +584,145 @@ async def test_after_calm_lone_checkpoints_a_caller_sends_at_once_and_company_st
     assert gc._calm == 0  # they met: the next lone caller waits its turn again
     assert sorted(r["workflow_run_id"] for r in await traces_of(pool, ids, 860)) == sorted(ids)
     await gc.drain()
+
+
+async def test_a_batch_stores_json_and_jsonb_values_as_the_single_row_statement_does(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The batch's document is jsonb; a `json` column (the tool's output, kept as written) still
+    gets the bytes the single-row statement stores, key order included, and JSON null is SQL
+    NULL in both; jsonb columns hold the same values."""
+    anchors = await leased_runs(harness, workspace_id, 5)
+    ids = [a["workflow_run_id"] for a in anchors]
+    outputs: list[Any] = [
+        {"b": 1, "a": [1, 2.5, None], "é": "x\ny"},
+        "plain text",
+        None,
+        [3, {"z": {}, "y": True}],
+        7,
+    ]
+
+    def recs(sequence: int) -> list[ToolTraceRecord]:
+        out = [trace(a, sequence) for a in anchors]
+        for rec, output in zip(out, outputs, strict=True):
+            rec.output_json = output
+            rec.input_json = {"zz": output, "aa": 1.25}
+        return out
+
+    batched = committer(harness.rt.pool)
+    await asyncio.gather(
+        *(
+            checkpoints.record_tool_trace(batched, run_id, OWNER, rec, "TOOL_CALL_COMPLETED", {"k": 1})
+            for run_id, rec in zip(ids, recs(470), strict=True)
+        )
+    )
+    assert batched.batches < len(ids)  # several rows went in one statement
+    lone = committer(harness.rt.pool)
+    for run_id, rec in zip(ids, recs(471), strict=True):
+        await checkpoints.record_tool_trace(lone, run_id, OWNER, rec, "TOOL_CALL_COMPLETED", {"k": 1})
+    assert lone.batches == len(ids)  # one single-row statement each
+    rows = await harness.rt.pool.fetch(
+        "SELECT sequence, workflow_run_id, output_json::text AS output, input_json::text AS input "
+        "FROM tool_trace WHERE sequence IN (470, 471) AND workflow_run_id = ANY($1::text[])",
+        ids,
+    )
+    by_run = {(r["workflow_run_id"], r["sequence"]): r for r in rows}
+    for run_id, output in zip(ids, outputs, strict=True):
+        in_batch, alone = by_run[(run_id, 470)], by_run[(run_id, 471)]
+        assert in_batch["output"] == alone["output"] == (None if output is None else dumps(output))
+        assert in_batch["input"] == alone["input"]
+
+
+def model_call(anchor: Any, round: int, k: int) -> LlmCallRecord:
+    return LlmCallRecord(
+        step_run_id=anchor["step_run_id"], step_name="agent", round=round, provider="scripted", model="m",
+        status="completed", request={"messages": [k]}, duration_ms=1.0, response={"text": "hi"},
+        input_tokens=10 * (k + 1), output_tokens=k + 1, cost_usd=0.001 * (k + 1),
+    )  # fmt: skip
+
+
+async def test_model_calls_and_tool_calls_queued_together_go_in_one_statement_each_row_fenced(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors, pool, ids = await leased(harness, workspace_id, 5)
+    await pool.execute("UPDATE workflow_runs SET state = '{\"keep\": 1}' WHERE id = ANY($1::text[])", ids)
+    await pool.execute("UPDATE workflow_runs SET lease_owner = 'someone-else' WHERE id = $1", ids[4])
+    before = {
+        r["id"]: r for r in await pool.fetch("SELECT * FROM workflow_runs WHERE id = ANY($1::text[])", ids)
+    }
+    counting = CountingPool(pool)
+    gc = committer(counting)
+    calls = [model_call(a, 60, k) for k, a in enumerate(anchors[:2])]
+    results = await asyncio.gather(
+        *(
+            checkpoints.record_llm_call(gc, a["workflow_run_id"], OWNER, rec, "LLM_CALL_COMPLETED", {"k": k})
+            for k, (a, rec) in enumerate(zip(anchors[:2], calls, strict=True))
+        ),
+        record_trace(gc, anchors[2], 600, state_updates={"n": 2}),
+        record_trace(gc, anchors[3], 600),
+        record_trace(gc, anchors[4], 600, state_updates={"n": 4}),  # its lease is someone else's
+        return_exceptions=True,
+    )
+    assert counting.statements == [checkpoint_sql.PAIR_SQL] and gc.batches == 1
+    assert isinstance(results[4], LeaseLost) and results[2:4] == [None, None]
+    after = {
+        r["id"]: r for r in await pool.fetch("SELECT * FROM workflow_runs WHERE id = ANY($1::text[])", ids)
+    }
+    for k, run_id in enumerate(ids[:2]):  # model calls: their sums added, the state as it was
+        row = await pool.fetchrow("SELECT * FROM llm_calls WHERE id = $1", calls[k].id)
+        assert results[k] == row["created_at"] and row["request"] == {"messages": [k]}
+        assert after[run_id]["total_input_tokens"] == before[run_id]["total_input_tokens"] + 10 * (k + 1)
+        assert after[run_id]["total_output_tokens"] == before[run_id]["total_output_tokens"] + k + 1
+        assert after[run_id]["total_cost_cents"] == pytest.approx(
+            before[run_id]["total_cost_cents"] + 0.1 * (k + 1)
+        )
+        assert after[run_id]["state"] == {"keep": 1}
+    for run_id, state in ((ids[2], {"keep": 1, "n": 2}), (ids[3], {"keep": 1})):  # tool calls: sums kept
+        assert after[run_id]["state"] == state
+        for column in ("total_input_tokens", "total_output_tokens", "total_cost_cents"):
+            assert after[run_id][column] == before[run_id][column]
+    for run_id in ids[:4]:
+        assert after[run_id]["event_seq"] == before[run_id]["event_seq"] + 1
+        assert (
+            await pool.fetchval(
+                "SELECT count(*) FROM workflow_events WHERE workflow_run_id = $1 AND sequence = $2",
+                run_id,
+                after[run_id]["event_seq"],
+            )
+            == 1
+        )
+    assert after[ids[4]]["event_seq"] == before[ids[4]]["event_seq"] and after[ids[4]]["state"] == {"keep": 1}
+    traces = await traces_of(pool, ids, 600)
+    assert sorted(r["workflow_run_id"] for r in traces) == sorted(ids[2:4])
+
+
+async def test_a_duplicate_in_a_statement_of_both_kinds_fails_only_its_own_caller(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors, pool, ids = await leased(harness, workspace_id, 4)
+    gc = committer(pool)
+    await record_trace(gc, anchors[2], 610)
+    calls = [model_call(a, 61, k) for k, a in enumerate(anchors[:2])]
+    results = await asyncio.gather(
+        *(
+            checkpoints.record_llm_call(gc, a["workflow_run_id"], OWNER, rec, "LLM_CALL_COMPLETED", {})
+            for a, rec in zip(anchors[:2], calls, strict=True)
+        ),
+        record_trace(gc, anchors[2], 610),  # already recorded: a unique violation
+        record_trace(gc, anchors[3], 610),
+        return_exceptions=True,
+    )
+    assert isinstance(results[2], asyncpg.UniqueViolationError) and results[3] is None
+    assert all(not isinstance(r, BaseException) for r in results[:2])
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM llm_calls WHERE id = ANY($1::text[])", [c.id for c in calls]
+        )
+        == 2
+    )
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM tool_trace WHERE sequence = 610 AND workflow_run_id = ANY($1::text[])", ids
+        )
+        == 2
+    )

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from stevora.db import checkpoints, runs, transitions
+from stevora.db import checkpoints, forks, runs, transitions
 from stevora.engine import commands
 from stevora.errors import InvalidStateTransition, LeaseLost
 from stevora.ids import new_id
@@ -257,9 +257,16 @@ async def test_start_under_someone_elses_lease_writes_nothing(harness: Harness, 
 async def test_an_llm_run_reads_nothing_back_on_its_fixed_path(
     harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """No re-read of the run or step and no load of committed rounds for a fresh visit: the
-    driver goes on from the rows its statements return."""
-    reads = _count_calls(monkeypatch, (runs, "get_run"), (runs, "get_step_run"), (checkpoints, "load_rounds"))
+    """No re-read of the run or step, no load of committed rounds for a fresh visit and no read of
+    whether the run replays a recording (the claim returns it): the driver goes on from the rows
+    its statements return."""
+    reads = _count_calls(
+        monkeypatch,
+        (runs, "get_run"),
+        (runs, "get_step_run"),
+        (checkpoints, "load_rounds"),
+        (forks, "replay_source"),
+    )
 
     async def noop(input: dict[str, Any]) -> dict[str, bool]:
         return {"ok": True}
