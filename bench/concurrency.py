@@ -1,7 +1,8 @@
 """Many slow LLM calls at once in ONE worker process.
 
     .venv/bin/python -m bench.concurrency [--levels 100 1000 2000] [--rounds 4] [--latency 2]
-                                          [--sdk scripted|openai|anthropic]
+                                          [--sdk scripted|openai|anthropic] [--tool-pool 10]
+                                          [--timeline] [--count [--top 40]] [--py-spy FILE]
 
 For each level N: N runs are created, then dispatched at once through RabbitMQ to a fresh
 `python -m workers` process (one process, 8 Dramatiq threads). Each run is an llm step whose
@@ -16,6 +17,11 @@ so every run makes rounds+1 model calls back to back. Printed per level:
   last run's end, and the load average (the worker shares the cores with PostgreSQL, RabbitMQ,
   this driver and, with `--sdk`, the HTTP server)
 Target (issue #3): at 1,000 runs, >= 80 % of ideal and RSS < 1 GiB.
+
+The tool (`effect`, tests/e2e/crash_tools.py) records its side effect with one INSERT through
+its own pool: `--tool-pool` connections (default 10; the module's own 2 limited the tool calls
+of 2,000 runs in flight, not Stevora: see docs/benchmarks.md). `--timeline`: model calls ended
+per 0.5 s, how far apart the runs started, and each round's time beyond the model's latency.
 
 `--count`: the worker runs under cProfile (every thread; C calls included) and the bench prints
 the Python function calls per model call from dispatch to the last run's end (machine-independent;
@@ -33,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import json
 import multiprocessing
 import os
@@ -44,6 +51,7 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import asyncpg
@@ -69,7 +77,7 @@ class Options:
     top: int = 0  # with count: the top functions
     spy: str | None = None  # py-spy output prefix
     timeline: bool = False  # calls per 0.5 s, start spread, time per round beyond the latency
-    tool_pool: int = 2  # connections of the effect tool's own pool
+    tool_pool: int = 10  # connections of the effect tool's own pool (crash_tools.py alone: 2)
 
 
 def _sized_tool_pool() -> None:
@@ -109,6 +117,17 @@ def profiled_worker() -> None:
     profiles: list[cProfile.Profile] = []
     lock = threading.Lock()
     snapshots = 0
+    collected = [[0, 0.0] for _ in range(3)]  # per generation: collections, seconds
+    started: list[float] = []
+
+    def gc_timer(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[:] = [time.thread_time()]
+        elif started:
+            collected[info["generation"]][0] += 1
+            collected[info["generation"]][1] += time.thread_time() - started[0]
+
+    gc.callbacks.append(gc_timer)
 
     def start_profiling(*_: object) -> None:
         profile = cProfile.Profile()
@@ -125,6 +144,8 @@ def profiled_worker() -> None:
                 merged = pstats.Stats(profile) if merged is None else merged.add(profile)
             if merged is not None:
                 merged.dump_stats(f"{os.environ['BENCH_PROFILE_OUT']}.{snapshots}")
+            with open(f"{os.environ['BENCH_PROFILE_OUT']}.{snapshots}.gc", "w") as f:
+                json.dump({"collected": collected, "objects": len(gc.get_objects())}, f)
             snapshots += 1
 
     signal.signal(signal.SIGUSR1, snapshot)
@@ -194,6 +215,18 @@ async def backend_cpu(rt: Runtime, before: dict[int, float], mine: set[int]) -> 
         except OSError:
             pass
     return out
+
+
+def print_gc(profile_out: str, calls: int) -> None:
+    """The worker's garbage collections between the two snapshots."""
+    gc0, gc1 = (json.loads(Path(f"{profile_out}.{k}.gc").read_text()) for k in (0, 1))
+    per_gen = [(b[0] - a[0], b[1] - a[1]) for a, b in zip(gc0["collected"], gc1["collected"], strict=True)]
+    print(
+        "         GC (CPU of the thread collecting): collections per 1,000 model calls (gen 0/1/2) "
+        + "/".join(f"{1000 * n / calls:.1f}" for n, _ in per_gen)
+        + f", {1000 * sum(t for _, t in per_gen) / calls:.3f} ms per model call; "
+        f"objects tracked at the end {gc1['objects']:,}"
+    )
 
 
 def peak_rss_mb(pid: int) -> float:
@@ -375,6 +408,7 @@ async def level(
         )
     if count:
         print_counts(stats_delta(f"{profile_out}.0", f"{profile_out}.1"), calls, top)
+        print_gc(profile_out, calls)
 
 
 def _profiled(*args: Any, **kwargs: Any) -> WorkerProcess:
@@ -470,7 +504,10 @@ if __name__ == "__main__":
     parser.add_argument("--py-spy", dest="spy", help="py-spy raw output file prefix (.<level> appended)")
     parser.add_argument("--timeline", action="store_true", help="model calls ended per 0.5 s")
     parser.add_argument(
-        "--tool-pool", type=int, default=2, help="connections of the effect tool's own pool (crash_tools: 2)"
+        "--tool-pool",
+        type=int,
+        default=10,
+        help="connections of the effect tool's own pool (crash_tools.py alone: 2)",
     )
     parser.add_argument("--as-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
