@@ -80,16 +80,22 @@ class Options:
     tool_pool: int = 10  # connections of the effect tool's own pool (crash_tools.py alone: 2)
 
 
+async def _nothing(conn: asyncpg.Connection) -> None:
+    return None
+
+
 def _sized_tool_pool() -> None:
     """In the worker (this module is one of its tool modules): the `effect` tool's pool of
-    tests/e2e/crash_tools.py gets `BENCH_TOOL_POOL` connections instead of 2."""
+    tests/e2e/crash_tools.py gets `BENCH_TOOL_POOL` connections instead of 2, and no reset
+    statement each time a connection goes back (its INSERT changes no session state; Stevora's
+    own pools skip it the same way)."""
     from tests.e2e import crash_tools
 
     async def db() -> asyncpg.Pool:
         if crash_tools._pool is None:
             size = int(os.environ["BENCH_TOOL_POOL"])
             crash_tools._pool = await asyncpg.create_pool(
-                asyncpg_dsn(os.environ["STEVORA_DATABASE_URL"]), min_size=1, max_size=size
+                asyncpg_dsn(os.environ["STEVORA_DATABASE_URL"]), min_size=1, max_size=size, reset=_nothing
             )
         return crash_tools._pool
 
