@@ -108,3 +108,13 @@ async def ping(pool: asyncpg.Pool) -> None:
 async def notify(pool: asyncpg.Pool, channel: str, payload: str) -> None:
     """`pg_notify` outside any transaction: delivered to listeners at once, stored nowhere."""
     await pool.execute("SELECT pg_notify($1, $2)", channel, payload)
+
+
+async def notify_many(pool: asyncpg.Pool, channel: str, payloads: list[str]) -> None:
+    """`notify` for many payloads in one statement, delivered in the list's order. (Distinct
+    payloads: PostgreSQL folds identical ones sent in one transaction into one.)"""
+    await pool.execute(
+        "SELECT pg_notify($1, p) FROM unnest($2::text[]) WITH ORDINALITY AS u(p, i) ORDER BY i",
+        channel,
+        payloads,
+    )

@@ -6,6 +6,11 @@ truth — so publishing is fire-and-forget: a failed publish is logged at debug 
 call. Deltas are coalesced: the first goes at once, later ones at most every `COALESCE_S` per call,
 each well under PostgreSQL's 8000-byte payload limit. A call that streams no text (tool calls
 only, or a provider that does not stream) publishes nothing, so it costs no database round trip.
+
+The deltas of all the calls of a process go out through one `Publisher` per pool: one statement
+carries every delta queued while the previous one was on its way (`notify_many`, in order), so
+2,000 streaming calls in flight cost a few statements per tick, not one per call and delta
+(docs/benchmarks.md, "Many slow LLM calls in one worker process").
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from stevora.db.database import notify
+from stevora.db.database import notify_many
 from stevora.events import LLM_TEXT_CHANNEL
 
 if TYPE_CHECKING:
@@ -29,8 +34,93 @@ if TYPE_CHECKING:
 COALESCE_S = 0.05
 # Characters per notification: at most 4 UTF-8 bytes each, plus the JSON envelope, stays < 8000.
 MAX_CHARS = 1500
+BATCH = 500  # notifications per statement at most
+# A statement waits this long for more deltas to carry, unless a call's end waits for it (aclose).
+LINGER_S = 0.02
 
 log = structlog.get_logger("stevora.engine")
+
+
+class Publisher:
+    """Sends the deltas of every call on one pool, in the order they were queued: one statement
+    at a time, each carrying all that was queued meanwhile (at most `BATCH`). A statement leaves
+    `LINGER_S` after its first delta was queued, or at once when a call that ends waits for it."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._queued: list[str] = []
+        self._sent: asyncio.Future[None] | None = None  # resolved once `_queued` is sent
+        self._sender: asyncio.Task[None] | None = None
+        self._linger: asyncio.Future[None] | None = None  # the sender waits on it before a statement
+        self._hurry = False
+
+    def hurry(self) -> None:
+        """A call waits for its deltas (its end): send what is queued without lingering."""
+        self._hurry = True
+        if self._linger is not None and not self._linger.done():
+            self._linger.set_result(None)
+
+    def publish(self, payload: str) -> asyncio.Future[None]:
+        """Queue `payload`; the future resolves once it was sent (or failed to be: deltas are
+        ephemeral, a failure is logged and swallowed)."""
+        if self._sent is None:
+            self._sent = asyncio.get_running_loop().create_future()
+        self._queued.append(payload)
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_all())
+        return self._sent
+
+    async def _send_all(self) -> None:
+        sent: asyncio.Future[None] | None = None
+        loop = asyncio.get_running_loop()
+        try:
+            while self._queued:
+                if not self._hurry:
+                    self._linger = linger = loop.create_future()
+                    timer = loop.call_later(LINGER_S, _settle, linger)
+                    try:
+                        await linger
+                    finally:
+                        timer.cancel()
+                        self._linger = None
+                self._hurry = False
+                payloads, self._queued = self._queued[:BATCH], self._queued[BATCH:]
+                sent = self._sent
+                if not self._queued:  # what is queued from now on waits for the next statement
+                    self._sent = None
+                try:
+                    await notify_many(self._pool, LLM_TEXT_CHANNEL, payloads)
+                except Exception as exc:  # ephemeral by design: the stored events are the truth
+                    log.debug("llm_text_delta_not_published", error=str(exc), deltas=len(payloads))
+                if sent is not None and sent is not self._sent:
+                    sent.set_result(None)
+                sent = None
+        finally:
+            self._sender = None
+            if _publishers.get(self._pool) is self:
+                del _publishers[self._pool]
+            for waiting in (sent, self._sent):  # cancelled (the loop is closing): nobody waits on
+                if waiting is not None and not waiting.done():
+                    waiting.set_result(None)
+            self._queued, self._sent = [], None
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
+# The publishers with something to send (one per pool; pools are bound to their loop): an idle
+# publisher is dropped, and the next delta starts a new one after the last statement ended.
+_publishers: dict[asyncpg.Pool, Publisher] = {}
+
+
+def publisher(pool: asyncpg.Pool) -> Publisher:
+    """The pool's `Publisher`."""
+    found = _publishers.get(pool)
+    if found is None:
+        found = _publishers[pool] = Publisher(pool)
+    return found
 
 
 class LiveText:
@@ -62,7 +152,7 @@ class LiveText:
         self._offset = 0  # characters of the answer's text published so far
         self._last_flush = -1.0e9
         self._timer: asyncio.TimerHandle | None = None
-        self._last_send: asyncio.Task[None] | None = None
+        self._last_send: asyncio.Future[None] | None = None
 
     @property
     def time_to_first_token_ms(self) -> float | None:
@@ -96,17 +186,8 @@ class LiveText:
             piece = text[start : start + MAX_CHARS]
             payload = json.dumps({**self._envelope, "text": piece, "offset": self._offset})
             self._offset += len(piece)
-            # Chained, so deltas reach listeners in order even over different pool connections.
-            self._last_send = asyncio.create_task(self._send(payload, self._last_send))
-
-    async def _send(self, payload: str, previous: asyncio.Task[None] | None) -> None:
-        if previous is not None:
-            with contextlib.suppress(BaseException):
-                await previous
-        try:
-            await notify(self._pool, LLM_TEXT_CHANNEL, payload)
-        except Exception as exc:  # ephemeral by design: the stored events are the truth
-            log.debug("llm_text_delta_not_published", error=str(exc))
+            # One sender per pool, one statement at a time: deltas reach listeners in order.
+            self._last_send = publisher(self._pool).publish(payload)
 
     async def aclose(self) -> None:
         """Publish what is still pending and wait for it, so deltas precede the call's checkpoint."""
@@ -115,5 +196,9 @@ class LiveText:
         if self._pending:  # nothing streamed (tool calls only, or no streaming): nothing to send
             self._flush()
         if self._last_send is not None:
+            if not self._last_send.done():
+                found = _publishers.get(self._pool)
+                if found is not None:
+                    found.hurry()
             with contextlib.suppress(BaseException):
-                await self._last_send
+                await asyncio.shield(self._last_send)

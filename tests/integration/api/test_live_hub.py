@@ -11,6 +11,7 @@ from typing import Any
 import asyncpg
 
 from stevora.db.database import asyncpg_dsn
+from stevora.engine import live_text
 from stevora.engine.live_text import COALESCE_S, LiveText
 from stevora.events import LLM_TEXT_CHANNEL
 from stevora.live import LiveHub
@@ -89,3 +90,35 @@ async def test_a_failed_publish_is_swallowed(harness: Any) -> None:
     live.text("nobody hears this")
     await live.aclose()  # no exception: deltas are ephemeral
     assert live.time_to_first_token_ms is not None and live.time_to_first_token_ms >= 0
+
+
+async def test_the_deltas_of_many_calls_share_statements_and_keep_their_order(
+    harness: Any, monkeypatch: Any
+) -> None:
+    statements: list[int] = []
+    send = live_text.notify_many
+
+    async def counted(pool: Any, channel: str, payloads: list[str]) -> None:
+        statements.append(len(payloads))
+        await send(pool, channel, payloads)
+
+    monkeypatch.setattr(live_text, "notify_many", counted)
+    hub = LiveHub(asyncpg_dsn(harness.rt.settings.database_url))
+    try:
+        async with hub.subscribe("wfrun_many") as mine:
+            calls = [_live(harness.rt.pool, "wfrun_many") for _ in range(40)]
+            for i, live in enumerate(calls):
+                live.text(f"{i}:a")  # each call's first delta goes at once
+            await asyncio.sleep(COALESCE_S * 1.5)
+            for i, live in enumerate(calls):
+                live.text(f"{i}:b")
+            started = time.perf_counter()
+            await asyncio.gather(*(live.aclose() for live in calls))
+            assert time.perf_counter() - started < live_text.LINGER_S * 5  # an ending call does not linger
+            received = [await asyncio.wait_for(mine.get(), 5) for _ in range(80)]
+    finally:
+        await hub.aclose()
+    assert sum(statements) == 80 and len(statements) <= 4, statements  # not one statement per delta
+    firsts = [d["text"] for d in received[:40]]
+    assert firsts == [f"{i}:a" for i in range(40)]  # in the order they were published
+    assert sorted(d["text"] for d in received[40:]) == sorted(f"{i}:b" for i in range(40))
