@@ -318,7 +318,7 @@ async def test_the_responses_body_sent_is_the_one_the_sdks_typed_create_sends(
         kwargs["stream"] = True
     answer = await provider.client.responses.create(**kwargs)
     if stream:
-        async for _ in answer:  # type: ignore[union-attr]
+        async for _ in answer:
             pass
     ours, typed = (r.json for r in fake_llm.responses.requests)
     assert ours == typed and len(ours["input"]) == 2 and len(ours["tools"]) == 2
