@@ -291,8 +291,8 @@ async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends_byte_for_byt
         Message(
             role="assistant",
             content="Looking.",
-            tool_calls=[ToolCall("toolu_A", "get_weather", '{"city": "Paris"}')],
-            reasoning=[thinking_item("Paris, then.", sign("Paris, then."))],
+            tool_calls=(ToolCall("toolu_A", "get_weather", '{"city": "Paris"}'),),
+            reasoning=(thinking_item("Paris, then.", sign("Paris, then.")),),
         ),
         Message.tool_result("toolu_A", '{"temp": 21}'),
         tools=[WEATHER, TIME],
@@ -310,7 +310,7 @@ async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends_byte_for_byt
         kwargs["stream"] = True
     answer = await provider.client.messages.create(**kwargs)
     if stream:
-        async for _ in answer:  # type: ignore[union-attr]
+        async for _ in answer:
             pass
     ours, typed = fake_llm.anthropic.requests
     assert ours.raw == typed.raw
@@ -340,7 +340,7 @@ async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends_byte_for_byt
         "bad-usage",
     ],
 )
-async def test_an_answer_that_is_not_a_message_is_a_retryable_provider_error(body: bytes):
+async def test_an_answer_that_is_not_a_message_is_a_retryable_provider_error(body: bytes) -> None:
     """Plain answers are read as JSON by the adapter (not by the SDK's models): a 200 whose body is
     not a Messages API message ends as a retryable `ProviderError`, never as another exception."""
     with as_is_server(body, "application/json") as url:

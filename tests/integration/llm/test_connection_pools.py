@@ -108,7 +108,7 @@ async def test_without_aiohttp_the_provider_clients_fall_back_to_httpx_with_the_
     try:
         assert (
             type(aio._transport).__name__ == "AiohttpTransport"
-            and aio._transport.limits.max_connections == 40
+            and aio._transport.limits.max_connections == 40  # type: ignore[attr-defined]
         )
         assert aio.event_hooks["response"] == [leave_429_to_the_limiter]
     finally:

@@ -114,6 +114,20 @@ async def test_anthropic_refuses_a_tool_turn_without_its_thinking_or_with_a_chan
         )
 
 
+def _responses_request(**extra: object) -> LlmRequest:
+    """A reasoning model's tool round on the Responses API, with every option the adapter maps."""
+    return LlmRequest(
+        model="o4-mini",
+        messages=[Message.system("be brief"), Message.user("what is a?")],
+        tools=[LOOKUP, LOOSE],
+        api="responses",
+        reasoning_effort="low",
+        max_tokens=500,
+        cache_key="wfrun_1",
+        **extra,  # type: ignore[arg-type]
+    )
+
+
 @pytest.mark.parametrize("stream", [False, True])
 async def test_responses_api_reasoning_items_go_back_before_their_function_calls(
     fake_llm: FakeLLMServer, make_openai: Callable[..., OpenAIProvider], stream: bool
@@ -126,15 +140,7 @@ async def test_responses_api_reasoning_items_go_back_before_their_function_calls
         ),
         responses_text("a is a letter", reasoning="summarise"),
     )
-    request = LlmRequest(
-        model="o4-mini",
-        messages=[Message.system("be brief"), Message.user("what is a?")],
-        tools=[LOOKUP, LOOSE],
-        api="responses",
-        reasoning_effort="low",
-        max_tokens=500,
-        cache_key="wfrun_1",
-    )
+    request = _responses_request()
     first = await provider.complete(request)
     assert [c.id for c in first.tool_calls] == ["call_1", "call_2"] and first.finish_reason == "tool_calls"
     assert first.usage.reasoning_tokens == 7 and first.usage.output_tokens == 12
@@ -304,16 +310,7 @@ async def test_the_responses_body_sent_is_the_one_the_sdks_typed_create_sends(
     of the input items): the JSON the server receives is `responses.create(**build_kwargs(...))`'s."""
     provider = make_openai()
     provider.stream = stream
-    request = LlmRequest(
-        model="o4-mini",
-        messages=[Message.system("be brief"), Message.user("what is a?")],
-        tools=[LOOKUP, LOOSE],
-        api="responses",
-        reasoning_effort="low",
-        max_tokens=500,
-        cache_key="wfrun_1",
-        timeout_s=9.0,
-    )
+    request = _responses_request(timeout_s=9.0)
     fake_llm.responses.enqueue(responses_text("a"), responses_text("a"))
     await provider.complete(request)
     kwargs = openai_responses.build_kwargs(request, provider.structured_plan(request))
@@ -321,7 +318,7 @@ async def test_the_responses_body_sent_is_the_one_the_sdks_typed_create_sends(
         kwargs["stream"] = True
     answer = await provider.client.responses.create(**kwargs)
     if stream:
-        async for _ in answer:  # type: ignore[union-attr]
+        async for _ in answer:
             pass
     ours, typed = (r.json for r in fake_llm.responses.requests)
     assert ours == typed and len(ours["input"]) == 2 and len(ours["tools"]) == 2
