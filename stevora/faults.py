@@ -10,8 +10,8 @@ reaches that point: `<point>[:<round>[:<call index>]]`. Points:
 * `step_started`       — a step run just went RUNNING (before its handler runs)
 * `llm_call_starting`  — about to send a round's model request (`:<round>`)
 * `parent_told`        — a child run's ending committed its parent's tool result (or its map
-                         item's result and the next items' child runs); none of the runs it
-                         woke has been dispatched yet
+                         item's result and the next item's child run, not yet recorded on the
+                         parent); none of the runs it woke has been dispatched yet
 * `wait_committed`     — a step went WAITING (`:<step type>`), e.g. a `map` step with its first
                          child runs created; none of them (nor its timer) dispatched yet
 * `map_collecting`     — a `map` step's due wait is collecting its items' results, before the
