@@ -16,7 +16,7 @@ a retention batch, of a workspace's deletion, child runs cascading with their pa
 same statement as the delete, as the cascade did. Nothing else deletes from these tables.
 
 Revision ID: 0029
-Revises: 0027
+Revises: 0028
 Create Date: 2026-11-27 12:30:00
 """
 
