@@ -5,6 +5,7 @@ database restart), and a publish that fails never reaches the model call."""
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -122,3 +123,153 @@ async def test_the_deltas_of_many_calls_share_statements_and_keep_their_order(
     firsts = [d["text"] for d in received[:40]]
     assert firsts == [f"{i}:a" for i in range(40)]  # in the order they were published
     assert sorted(d["text"] for d in received[40:]) == sorted(f"{i}:b" for i in range(40))
+
+
+class _SlowPool:
+    """Stands in for a pool: each statement takes `seconds`, or waits for the test to let it go."""
+
+    def __init__(self, seconds: float = 0.0) -> None:
+        self.seconds = seconds
+        self.sent: list[str] = []
+        self.go: asyncio.Queue[None] | None = None  # one item per statement allowed to finish
+        self.statements = 0
+
+
+def _slow_notify(monkeypatch: Any) -> None:
+    async def slow(pool: _SlowPool, channel: str, payloads: list[str]) -> None:
+        pool.statements += 1
+        if pool.go is not None:
+            await pool.go.get()
+        await asyncio.sleep(pool.seconds)
+        pool.sent.extend(payloads)
+
+    monkeypatch.setattr(live_text, "notify_many", slow)
+
+
+async def _statements(pool: _SlowPool, count: int) -> None:
+    """Let `count` more statements finish, one after the other."""
+    assert pool.go is not None
+    for _ in range(count):
+        target = pool.statements + 1
+        pool.go.put_nowait(None)
+        deadline = time.monotonic() + 5
+        while pool.statements < target and live_text._publishers.get(pool):  # type: ignore[call-overload]
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.001)  # until the next statement started, or the publisher is idle
+
+
+async def test_an_ending_call_waits_for_its_own_deltas_not_the_backlog(monkeypatch: Any) -> None:
+    _slow_notify(monkeypatch)
+    monkeypatch.setattr(live_text, "CLOSE_WAIT_S", 30.0)  # the bound is another test's
+    pool = _SlowPool()
+    pool.go = asyncio.Queue()
+    found = live_text.publisher(pool)  # type: ignore[arg-type]
+    for n in range(1200):  # other calls' backlog: statements 1-3 carry it (500 each)
+        found.publish(f"other {n}")
+    live = _live(pool, "wfrun_mine")
+    live.text("my last words")  # number 1200: in statement 3
+    closing = asyncio.create_task(live.aclose())
+    for _ in range(3):
+        for n in range(600):  # more than a statement carries keeps coming meanwhile
+            found.publish(f"later {n}")
+        await _statements(pool, 1)
+    await asyncio.sleep(0.01)
+    assert closing.done()  # it did not wait for the backlog queued after it
+    assert any("my last words" in p for p in pool.sent)
+    assert not live.abandoned
+    pool.seconds = 0.0
+    while live_text._publishers.get(pool):  # type: ignore[call-overload]
+        await _statements(pool, 1)
+
+
+async def test_the_backlog_is_capped_dropping_the_oldest(monkeypatch: Any) -> None:
+    _slow_notify(monkeypatch)
+    pool = _SlowPool()
+    pool.go = asyncio.Queue()
+    found = live_text.publisher(pool)  # type: ignore[arg-type]
+    first = found.publish("first")
+    await asyncio.sleep(live_text.LINGER_S * 2)  # the first statement is on its way (and waits)
+    numbers = [found.publish(f"d{n}") for n in range(live_text.MAX_QUEUED + 100)]
+    assert len(found._queued) == live_text.MAX_QUEUED and found.dropped == 100
+    waiting = [found.sent(first), found.sent(numbers[99]), found.sent(numbers[100])]
+    await _statements(pool, 1)
+    await asyncio.sleep(0.01)
+    assert [w is not None and w.done() for w in waiting] == [True, True, False]  # dropped count as done
+    while live_text._publishers.get(pool):  # type: ignore[call-overload]
+        await _statements(pool, 1)
+    assert pool.sent == ["first"] + [f"d{n}" for n in range(100, live_text.MAX_QUEUED + 100)]
+    assert waiting[2] is not None and waiting[2].done()
+
+
+async def test_an_ending_call_waits_at_most_close_wait_s(monkeypatch: Any) -> None:
+    _slow_notify(monkeypatch)
+    pool = _SlowPool(0.6)  # a statement that hangs
+    first = _live(pool, "wfrun_first")
+    first.text("in the statement that hangs")
+    await asyncio.sleep(live_text.LINGER_S * 2)
+    live = _live(pool, "wfrun_mine")
+    live.text("queued behind it")
+    started = time.perf_counter()
+    await live.aclose()
+    assert time.perf_counter() - started < live_text.CLOSE_WAIT_S + 0.2
+    assert live.abandoned
+    await first.aclose()
+    await asyncio.sleep(pool.seconds * 2.2)
+    assert not any("queued behind it" in p for p in pool.sent)  # not sent long after its checkpoint
+
+
+async def _listen(harness: Any) -> tuple[Any, list[str]]:
+    heard: list[str] = []
+    conn = await asyncpg.connect(asyncpg_dsn(harness.rt.settings.database_url))
+    await conn.add_listener(LLM_TEXT_CHANNEL, lambda *args: heard.append(args[3]))
+    return conn, heard
+
+
+async def _heard_all(heard: list[str], count: int) -> None:
+    for _ in range(250):  # 5 s at most
+        if len(heard) >= count:
+            break
+        await asyncio.sleep(0.02)
+    await asyncio.sleep(0.1)  # and nothing more
+
+
+async def test_cjk_and_emoji_deltas_fit_the_payload_limit_beside_other_calls(harness: Any) -> None:
+    conn, heard = await _listen(harness)
+    try:
+        answer = "🎉🚀" * 1000 + "退款政策说明" * 500 + "end"  # 2,000 emoji (8,000 bytes), 3,000 CJK
+        big, small = _live(harness.rt.pool, "wfrun_big"), _live(harness.rt.pool, "wfrun_small")
+        small.text("before")
+        await asyncio.sleep(COALESCE_S * 1.5)
+        small.text(" after")
+        big.text(answer)  # one flush, several KB of non-Latin text, in the statement with `small`'s
+        await asyncio.gather(big.aclose(), small.aclose())
+        await _heard_all(heard, 3)
+        deltas = [json.loads(p) for p in heard]
+    finally:
+        await conn.close()
+    assert all(len(p.encode()) < 8000 for p in heard)
+    assert [d["text"] for d in deltas if d["runId"] == "wfrun_small"] == ["before", " after"]
+    mine = [d for d in deltas if d["runId"] == "wfrun_big"]
+    assert [d["offset"] for d in mine] == sorted(d["offset"] for d in mine)  # in order, as published
+    assert "".join(d["text"] for d in mine) == answer
+    offset = 0
+    for d in mine:
+        assert d["offset"] == offset
+        offset += len(d["text"])
+    assert len(mine) <= 4  # cut by bytes, not into tiny pieces
+
+
+async def test_a_refused_payload_is_skipped_alone(harness: Any) -> None:
+    conn, heard = await _listen(harness)
+    try:
+        calls = [_live(harness.rt.pool, f"wfrun_{i}") for i in range(20)]
+        found = live_text.publisher(harness.rt.pool)
+        for i, live in enumerate(calls):
+            live.text(f"{i}")
+            if i == 10:
+                found.publish("x" * 9000)  # over the limit: the server refuses the statement
+        await asyncio.gather(*(live.aclose() for live in calls))
+        await _heard_all(heard, 20)
+    finally:
+        await conn.close()
+    assert [json.loads(p)["text"] for p in heard] == [f"{i}" for i in range(20)]  # the others, in order
