@@ -58,7 +58,8 @@ log = structlog.get_logger("stevora.engine")
 class Publisher:
     """Sends the deltas of every call on one pool, in the order they were queued: one statement
     at a time, each carrying what was queued meanwhile (at most `BATCH`). A statement leaves
-    `LINGER_S` after its first delta was queued, or at once when a call that ends waits for it."""
+    `LINGER_S` after its first delta was queued, or at once when it is full or a call that ends
+    waits for it."""
 
     def __init__(self, pool: asyncpg.Pool) -> None:
         self._pool = pool
@@ -110,7 +111,7 @@ class Publisher:
         loop = asyncio.get_running_loop()
         try:
             while self._queued:
-                if not self._hurry:
+                if not self._hurry and len(self._queued) < BATCH:  # a full statement goes at once
                     self._linger = linger = loop.create_future()
                     timer = loop.call_later(LINGER_S, _settle, linger)
                     try:

@@ -201,6 +201,16 @@ async def test_the_backlog_is_capped_dropping_the_oldest(monkeypatch: Any) -> No
     assert waiting[2] is not None and waiting[2].done()
 
 
+async def test_a_full_statement_does_not_linger(monkeypatch: Any) -> None:
+    _slow_notify(monkeypatch)
+    pool = _SlowPool()
+    found = live_text.publisher(pool)  # type: ignore[arg-type]
+    for n in range(live_text.BATCH * 2):
+        found.publish(f"d{n}")
+    await asyncio.sleep(live_text.LINGER_S / 2)
+    assert pool.statements == 2 and len(pool.sent) == live_text.BATCH * 2  # not 500 per 20 ms
+
+
 async def test_an_ending_call_waits_at_most_close_wait_s(monkeypatch: Any) -> None:
     _slow_notify(monkeypatch)
     pool = _SlowPool(0.6)  # a statement that hangs
