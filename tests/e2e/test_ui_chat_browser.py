@@ -91,13 +91,31 @@ async def test_chat_page_streams_tokens_and_double_texts_with_each_policy(
     await page.locator("#queued").wait_for()
     await screenshot(page, "chat-04-enqueue")
 
+    # Every text the live bubble shows is recorded as it changes (in sessionStorage, which outlives
+    # the reload at the turn's end): the answer streams for about a second, and on a loaded machine
+    # a poll from here could miss that window entirely.
+    await page.evaluate(
+        """() => {
+        sessionStorage.setItem("liveSeen", "[]");
+        const text = document.getElementById("live-text");
+        new MutationObserver(() => {
+            const seen = JSON.parse(sessionStorage.getItem("liveSeen"));
+            seen.push(text.textContent);
+            sessionStorage.setItem("liveSeen", JSON.stringify(seen));
+        }).observe(text, {childList: true, characterData: true, subtree: true});
+    }"""
+    )
     gates[0].set()  # the first turn's tool returns; its answer streams
-    live = page.locator("#live-text")
     for _ in range(200):
-        partial = await live.inner_text() if await live.count() else ""
-        if partial:
+        seen = [
+            t
+            for t in await page.evaluate("() => JSON.parse(sessionStorage.getItem('liveSeen') || '[]')")
+            if t
+        ]
+        if seen:
             break
         await asyncio.sleep(0.05)
+    partial = seen[0] if seen else ""
     assert partial and ANSWER.startswith(partial) and partial != ANSWER
     await screenshot(page, "chat-05-live-tokens")
 
