@@ -5,6 +5,7 @@ not resend; `stream_options` goes only to servers whose capability says they tak
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -261,12 +262,10 @@ _A_END = (
 _A_STOP = ("message_stop", '{"type":"message_stop"}')
 
 
-def _A_TOOL(index: object) -> tuple[str, str]:
-    return (
-        "content_block_start",
-        f'{{"type":"content_block_start","index":{index},'
-        f'"content_block":{{"type":"tool_use","id":"t{index}","name":"f","input":{{}}}}}}',
-    )
+def _A_TOOL(index: str) -> tuple[str, str]:
+    """A tool_use block's start at `index` (its JSON text: `0`, or `"1"` for a hostile one)."""
+    call = json.dumps({"type": "tool_use", "id": f"t{len(index)}", "name": "f", "input": {}})
+    return ("content_block_start", f'{{"type":"content_block_start","index":{index},"content_block":{call}}}')
 
 
 async def _anthropic_raw(body: bytes) -> LlmResponse:
@@ -314,7 +313,7 @@ async def _anthropic_raw(body: bytes) -> LlmResponse:
         [_A_START, _A_TEXT, ("error", "not json at all")],
         [  # two tool calls whose indexes cannot be ordered (int and str), then a proper end
             _A_START,
-            _A_TOOL(0),
+            _A_TOOL("0"),
             _A_TOOL('"1"'),
             _A_END,
             _A_STOP,
