@@ -28,7 +28,6 @@ from typing import Any, cast
 
 import anthropic
 import httpx2
-from anthropic._constants import MODEL_NONSTREAMING_TOKENS
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import RawMessageStreamEvent
 from pydantic import TypeAdapter
@@ -48,11 +47,15 @@ from stevora.llm.messages import (
 )
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
+    MALFORMED,
     HttpStack,
     RemainingHeaders,
+    checked_response,
     connection_error,
+    deadline,
     error_message_from_body,
     leave_429_to_the_limiter,
+    malformed_answer,
     parse_tool_input,
     part_base64,
     provider_error_for_status,
@@ -66,6 +69,13 @@ from stevora.llm.structured import StructuredPlan, plan_structured
 REMAINING_HEADERS = RemainingHeaders(
     "anthropic-ratelimit-requests-remaining", "anthropic-ratelimit-tokens-remaining"
 )
+
+# The output tokens past which a model's plain (non-streamed) call is refused by `create`; a
+# private SDK name, so an SDK without it means "no model-specific limit", not a failed import.
+try:
+    from anthropic._constants import MODEL_NONSTREAMING_TOKENS
+except ImportError:  # pragma: no cover - depends on the SDK version
+    MODEL_NONSTREAMING_TOKENS = {}
 
 # A stream that broke after its 200 (`StreamAccumulator.broken`).
 _BROKEN: tuple[type[Exception], ...] = (anthropic.AnthropicError, *BROKEN_STREAM)
@@ -121,10 +131,15 @@ class AnthropicProvider:
         plan = self.structured_plan(request)
         kwargs = self._build_kwargs(plan)
         request = plan.request
+        # The step's timeout bounds the whole call, the request's body sent included (`deadline`).
+        by = deadline(request.timeout_s)
         try:
             if self.stream:
-                return plan.finish(await self._complete_streamed(kwargs, request))
-            answer = await self._send(kwargs, stream=False)
+                return plan.finish(await self._complete_streamed(kwargs, request, by))
+            async with asyncio.timeout_at(by):
+                answer = await self._send(kwargs, stream=False)
+        except TimeoutError as exc:
+            raise timeout_error(self.name) from exc
         except anthropic.APIStatusError as exc:
             detail = error_message_from_body(exc.body, exc.message)
             raise provider_error_for_status(
@@ -142,13 +157,9 @@ class AnthropicProvider:
             message = json.loads(answer.content)
             if self._strict:
                 AnthropicMessage.model_validate(message)
-            response = self.parse_message(message)
-        except (ValueError, LookupError, TypeError, AttributeError) as exc:
-            raise ProviderError(
-                f"{self.name} answered with something that is not a Messages API message: {exc}",
-                provider=self.name,
-                retryable=True,
-            ) from exc
+            response = checked_response(self.parse_message(message))
+        except MALFORMED as exc:
+            raise malformed_answer(self.name, "a Messages API message", exc) from exc
         return plan.finish(response)
 
     async def _send(self, kwargs: dict[str, Any], *, stream: bool) -> httpx2.Response:
@@ -162,9 +173,7 @@ class AnthropicProvider:
             and self._client.timeout == anthropic.DEFAULT_TIMEOUT
         ):
             # What `create` does for a plain call on the SDK's default timeout: one sized to max_tokens.
-            timeout = self._client._calculate_nonstreaming_timeout(
-                kwargs["max_tokens"], MODEL_NONSTREAMING_TOKENS.get(kwargs["model"])
-            )
+            timeout = _nonstreaming_timeout(self._client, kwargs)
         if timeout is not anthropic.NOT_GIVEN:
             options["timeout"] = timeout
         answer: httpx2.Response = await self._client.post(
@@ -177,18 +186,32 @@ class AnthropicProvider:
         )
         return answer
 
-    async def _complete_streamed(self, kwargs: dict[str, Any], request: LlmRequest) -> LlmResponse:
-        """One streamed call (named SSE events) folded into an `LlmResponse`."""
-        answer = await self._send(kwargs, stream=True)
+    async def _complete_streamed(
+        self, kwargs: dict[str, Any], request: LlmRequest, by: float | None
+    ) -> LlmResponse:
+        """One streamed call (named SSE events) folded into an `LlmResponse`; sent and read by `by`."""
+        async with asyncio.timeout_at(by):
+            answer = await self._send(kwargs, stream=True)
         acc = StreamAccumulator(self.name, request.sink)
         usage = _StreamUsage()
         try:
             # The step's timeout bounds the whole answer, as it does a plain one; the SDK's read
             # timeout alone would only bound the gaps between chunks.
-            async with asyncio.timeout(request.timeout_s):
+            async with asyncio.timeout_at(by):
                 async for event in stream_events(answer, strict=self._strict):
                     _fold_event(acc, usage, event)
             acc.usage = usage.total()
+            response = acc.response("end_turn")
+            response.finish_reason = _FINISH_REASONS.get(response.finish_reason, response.finish_reason)
+            # Joined `partial_json` as the non-streamed path would have written `input`: compact JSON.
+            response.tool_calls = [
+                ToolCall(
+                    id=c.id,
+                    name=c.name,
+                    arguments=json.dumps(parse_tool_input(c.arguments), separators=(",", ":")),
+                )
+                for c in response.tool_calls
+            ]
         except TimeoutError as exc:
             raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
         except _BROKEN as exc:
@@ -197,17 +220,6 @@ class AnthropicProvider:
             raise acc.broken(str(exc) or type(exc).__name__) from exc
         finally:
             await answer.aclose()
-        response = acc.response("end_turn")
-        response.finish_reason = _FINISH_REASONS.get(response.finish_reason, response.finish_reason)
-        # Joined `partial_json` as the non-streamed path would have written `input`: compact JSON.
-        response.tool_calls = [
-            ToolCall(
-                id=c.id,
-                name=c.name,
-                arguments=json.dumps(parse_tool_input(c.arguments), separators=(",", ":")),
-            )
-            for c in response.tool_calls
-        ]
         return response
 
     @property
@@ -289,7 +301,7 @@ class AnthropicProvider:
                 reasoning.append(thinking_item(_str(block["thinking"]), _str(block["signature"])))
             elif kind == "redacted_thinking":
                 reasoning.append(redacted_thinking_item(_str(block["data"])))
-        stop_reason = message.get("stop_reason") or ("tool_use" if calls else "end_turn")
+        stop_reason = _stop_reason(message.get("stop_reason")) or ("tool_use" if calls else "end_turn")
         return LlmResponse(
             text="".join(texts) if texts else None,
             tool_calls=calls,
@@ -328,6 +340,16 @@ _REQUEST_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_
 _ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
+def _nonstreaming_timeout(client: anthropic.AsyncAnthropic, kwargs: dict[str, Any]) -> Any:
+    """The timeout `create` gives a plain call on the SDK's default timeout, sized to `max_tokens`
+    (and its `ValueError` for a call that must stream); both are the SDK's private helpers, so an
+    SDK without them leaves the client's timeout (`NOT_GIVEN`)."""
+    calculate = getattr(client, "_calculate_nonstreaming_timeout", None)
+    if calculate is None:
+        return anthropic.NOT_GIVEN
+    return calculate(kwargs["max_tokens"], MODEL_NONSTREAMING_TOKENS.get(kwargs["model"]))
+
+
 def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
     """The JSON body `messages.create(**kwargs, stream=stream)` sends, byte for byte, without
     `create`'s copy of the whole body on every call (~1,000 Python calls for a 20-message
@@ -345,6 +367,12 @@ def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
 def _str(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected a string, got {type(value).__name__}")
+    return value
+
+
+def _stop_reason(value: Any) -> str | None:
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"stop_reason is {type(value).__name__}, not a string")
     return value
 
 
@@ -581,7 +609,7 @@ def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: dict[str, An
         acc.model, acc.response_id = _str(message["model"]), _str(message["id"])
         usage.update(message["usage"])
     elif kind == "content_block_start":
-        block, index = event["content_block"], event["index"]
+        block, index = event["content_block"], _int(event["index"])
         block_type = block["type"]
         if block_type == "text":
             acc.text(_str(block["text"]))
@@ -602,7 +630,7 @@ def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: dict[str, An
                 index, "anthropic", {"type": "redacted_thinking", "data": _str(block["data"])}
             )
     elif kind == "content_block_delta":
-        delta, index = event["delta"], event["index"]
+        delta, index = event["delta"], _int(event["index"])
         delta_type = delta["type"]
         if delta_type == "text_delta":
             acc.text(_str(delta["text"]))
@@ -613,7 +641,7 @@ def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: dict[str, An
         elif delta_type == "signature_delta":
             acc.reasoning_append(index, "signature", _str(delta["signature"]))
     elif kind == "message_delta":
-        acc.finish_reason = event["delta"].get("stop_reason") or acc.finish_reason
+        acc.finish_reason = _stop_reason(event["delta"].get("stop_reason")) or acc.finish_reason
         usage.update(event.get("usage"))
     elif kind == "message_stop":
         acc.finished = True

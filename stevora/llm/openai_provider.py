@@ -34,13 +34,17 @@ from stevora.llm.messages import (
 )
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
+    MALFORMED,
     HttpStack,
     RemainingHeaders,
+    checked_response,
     connection_error,
     data_url,
+    deadline,
     error_message_from_body,
     is_invalid_request_answer,
     leave_429_to_the_limiter,
+    malformed_answer,
     mentions_json,
     provider_error_for_status,
     sdk_http_client,
@@ -147,6 +151,8 @@ class OpenAIProvider:
         plan = self.structured_plan(request)  # the same forms on both APIs, in their own words
         kwargs = openai_responses.build_kwargs(request, plan) if responses else self._build_kwargs(plan)
         request = plan.request
+        # The step's timeout bounds the whole call, the request's body sent included (`deadline`).
+        by = deadline(request.timeout_s)
         try:
             if responses:  # the Responses API (stevora/llm/openai_responses.py): usage always sent
                 response, usage_sent = (
@@ -156,14 +162,18 @@ class OpenAIProvider:
                         sent_as_is(kwargs, api="responses"),
                         request,
                         stream=self.stream,
+                        by=by,
                     ),
                     True,
                 )
             elif self.streams:
-                response, usage_sent = await self._complete_streamed(kwargs, request)
+                response, usage_sent = await self._complete_streamed(kwargs, request, by)
             else:
-                completion = await self._client.chat.completions.create(**sent_as_is(kwargs))
+                async with asyncio.timeout_at(by):
+                    completion = await self._client.chat.completions.create(**sent_as_is(kwargs))
                 response, usage_sent = self.parse_completion(completion), completion.usage is not None
+        except TimeoutError as exc:
+            raise timeout_error(self.name) from exc
         except openai.APIStatusError as exc:
             message = error_message_from_body(exc.body, exc.message)
             raise provider_error_for_status(
@@ -188,9 +198,10 @@ class OpenAIProvider:
         return plan.finish(response)
 
     async def _complete_streamed(
-        self, kwargs: dict[str, Any], request: LlmRequest
+        self, kwargs: dict[str, Any], request: LlmRequest, by: float | None
     ) -> tuple[LlmResponse, bool]:
-        """One streamed call folded into an `LlmResponse`; (response, whether usage arrived)."""
+        """One streamed call folded into an `LlmResponse`, sent and read by `by`; (response,
+        whether usage arrived)."""
         extra: dict[str, Any] = {"stream": True}
         if self.capabilities.stream_usage:  # servers that do not know the option may reject it
             extra["stream_options"] = {"include_usage": True}
@@ -200,30 +211,34 @@ class OpenAIProvider:
         answer = self._client.chat.completions.with_streaming_response.create(
             **sent_as_is({**kwargs, **extra})
         )
+        async with asyncio.timeout_at(by):
+            raw = await answer.__aenter__()
         acc = StreamAccumulator(self.name, request.sink)
         usage_sent = False
-        async with answer as raw:
-            try:
-                # The step's timeout bounds the whole answer, as it does a plain one; the SDK's
-                # read timeout alone would only bound the gaps between chunks.
-                async with asyncio.timeout(request.timeout_s):
-                    async for chunk in openai_responses.sse_chunks(raw):
-                        acc.model = chunk.get("model") or acc.model
-                        acc.response_id = chunk.get("id") or acc.response_id
-                        if chunk.get("usage") is not None:
-                            usage = CompletionUsage.model_validate(chunk["usage"])
-                            acc.usage, usage_sent = _usage_of(usage), True
-                        for choice in (chunk.get("choices") or ())[:1]:
-                            _fold_delta(acc, choice.get("delta") or {})
-                            if choice.get("finish_reason") is not None:
-                                acc.finish_reason, acc.finished = str(choice["finish_reason"]), True
-            except TimeoutError as exc:
-                raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
-            except _BROKEN as exc:
-                # `data: {"error": ...}` after the 200, a dropped connection, a read timeout, a
-                # chunk that is not a JSON object.
-                raise acc.broken(str(exc) or type(exc).__name__) from exc
-        return acc.response("stop"), usage_sent
+        try:
+            # The step's timeout bounds the whole answer, as it does a plain one; the SDK's
+            # read timeout alone would only bound the gaps between chunks.
+            async with asyncio.timeout_at(by):
+                async for chunk in openai_responses.sse_chunks(raw):
+                    acc.model = chunk.get("model") or acc.model
+                    acc.response_id = chunk.get("id") or acc.response_id
+                    if chunk.get("usage") is not None:
+                        usage = CompletionUsage.model_validate(chunk["usage"])
+                        acc.usage, usage_sent = _usage_of(usage), True
+                    for choice in (chunk.get("choices") or ())[:1]:
+                        _fold_delta(acc, choice.get("delta") or {})
+                        if choice.get("finish_reason") is not None:
+                            acc.finish_reason, acc.finished = str(choice["finish_reason"]), True
+            response = acc.response("stop")
+        except TimeoutError as exc:
+            raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
+        except _BROKEN as exc:
+            # `data: {"error": ...}` after the 200, a dropped connection, a read timeout, a
+            # chunk that is not a JSON object, an answer of other types.
+            raise acc.broken(str(exc) or type(exc).__name__) from exc
+        finally:
+            await answer.__aexit__(None, None, None)
+        return response, usage_sent
 
     @property
     def streams(self) -> bool:
@@ -324,6 +339,14 @@ class OpenAIProvider:
         )
 
     def parse_completion(self, completion: ChatCompletion) -> LlmResponse:
+        """A plain answer as an `LlmResponse`; one that is not a Chat Completions answer (the SDK
+        builds it unvalidated: any JSON gets here) is a retryable `ProviderError`."""
+        try:
+            return checked_response(self._parse_completion(completion))
+        except MALFORMED as exc:
+            raise malformed_answer(self.name, "a chat completion", exc) from exc
+
+    def _parse_completion(self, completion: ChatCompletion) -> LlmResponse:
         if not completion.choices:
             raise ProviderError(f"{self.name} returned no choices", provider=self.name, retryable=True)
         choice = completion.choices[0]

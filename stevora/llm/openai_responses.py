@@ -33,7 +33,14 @@ from stevora.llm.messages import (
     ToolSpec,
     Usage,
 )
-from stevora.llm.provider import JSON_INSTRUCTION, data_url, mentions_json
+from stevora.llm.provider import (
+    JSON_INSTRUCTION,
+    MALFORMED,
+    checked_response,
+    data_url,
+    malformed_answer,
+    mentions_json,
+)
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan
 
@@ -243,49 +250,61 @@ def usage_of(usage: ResponseUsage | None) -> Usage:
 
 
 async def complete(
-    client: openai.AsyncOpenAI, provider: str, kwargs: dict[str, Any], request: LlmRequest, *, stream: bool
+    client: openai.AsyncOpenAI,
+    provider: str,
+    kwargs: dict[str, Any],
+    request: LlmRequest,
+    *,
+    stream: bool,
+    by: float | None = None,
 ) -> LlmResponse:
-    """One call, streamed or not (`kwargs` as `sent_as_is` gives them); SDK errors are left to the
-    caller to translate."""
+    """One call, streamed or not (`kwargs` as `sent_as_is` gives them), sent and read by `by`
+    (`provider.deadline`: its `TimeoutError` is the caller's to translate, as are SDK errors)."""
     if not stream:
-        return parse_response(await client.responses.create(**kwargs), provider)
+        async with asyncio.timeout_at(by):
+            answer = await client.responses.create(**kwargs)
+        try:
+            return checked_response(parse_response(answer, provider))
+        except MALFORMED as exc:
+            raise malformed_answer(provider, "a Responses API response", exc) from exc
     # The SDK sends the request and retries it until the 200; the events are read as JSON here
     # (the SDK's stream builds a model of every event): only the deltas the sink hears and the
     # final answer are read, the final one built as the SDK builds it (`Response.construct`).
-    answer = client.responses.with_streaming_response.create(**kwargs, stream=True)
+    opening = client.responses.with_streaming_response.create(**kwargs, stream=True)
+    async with asyncio.timeout_at(by):
+        raw = await opening.__aenter__()
     acc = StreamAccumulator(provider, request.sink)
     final: Response | None = None
-    async with answer as raw:
-        try:
-            # The step's timeout bounds the whole answer, as on Chat Completions.
-            async with asyncio.timeout(request.timeout_s):
-                async for event in sse_chunks(raw):
-                    kind = event.get("type")
-                    if kind == "response.output_text.delta":
-                        acc.text(event["delta"])
-                    elif (
-                        kind == "response.output_item.added" and event["item"].get("type") == "function_call"
-                    ):
-                        item = event["item"]
-                        acc.tool_start(event["output_index"], item["call_id"], item["name"])
-                    elif kind in ("response.completed", "response.incomplete"):
-                        if not isinstance(event["response"], dict):
-                            raise TypeError("the final event's response is not an object")
-                        final = Response.construct(**event["response"])
-                    elif kind in ("response.failed", "error"):
-                        raise acc.broken(event.get("message") or _failure(event.get("response")))
-        except TimeoutError as exc:
-            raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
-        except _BROKEN as exc:
-            # `data: {"error": ...}` after the 200, a dropped connection, a read timeout, an event
-            # that is not a JSON object.
-            raise acc.broken(str(exc) or type(exc).__name__) from exc
+    try:
+        # The step's timeout bounds the whole answer, as on Chat Completions.
+        async with asyncio.timeout_at(by):
+            async for event in sse_chunks(raw):
+                kind = event.get("type")
+                if kind == "response.output_text.delta":
+                    acc.text(event["delta"])
+                elif kind == "response.output_item.added" and event["item"].get("type") == "function_call":
+                    item = event["item"]
+                    acc.tool_start(event["output_index"], item["call_id"], item["name"])
+                elif kind in ("response.completed", "response.incomplete"):
+                    if not isinstance(event["response"], dict):
+                        raise TypeError("the final event's response is not an object")
+                    final = Response.construct(**event["response"])
+                elif kind in ("response.failed", "error"):
+                    raise acc.broken(event.get("message") or _failure(event.get("response")))
+    except TimeoutError as exc:
+        raise acc.broken(f"no complete answer within {request.timeout_s:g} s") from exc
+    except _BROKEN as exc:
+        # `data: {"error": ...}` after the 200, a dropped connection, a read timeout, an event
+        # that is not a JSON object.
+        raise acc.broken(str(exc) or type(exc).__name__) from exc
+    finally:
+        await opening.__aexit__(None, None, None)
     if final is None:
         raise acc.broken("the stream ended before its final event")
     # The final event carries the whole answer (reasoning items with their encrypted content
     # included): parsed as a plain answer is, so a streamed round stores the same items.
     try:
-        return parse_response(final, provider)
+        return checked_response(parse_response(final, provider))
     except (ValueError, LookupError, TypeError, AttributeError) as exc:
         raise acc.broken(str(exc) or type(exc).__name__) from exc
 

@@ -7,6 +7,7 @@ one error type whose `retryable` flag drives step retries and model fallback.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import email.utils
 import math
@@ -19,6 +20,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 import httpx2
 import structlog
+from httpx2._utils import get_environment_proxies
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, Part
@@ -258,12 +260,14 @@ class ShardedTransport(httpx2.AsyncBaseTransport):
     read or closed), so a few calls at a time reuse the same few connections instead of keeping
     one per pool alive; the busiest moments spread over all of them."""
 
-    def __init__(self, max_connections: int) -> None:
+    def __init__(self, max_connections: int, proxy: str | None = None) -> None:
         shards = max(1, -(-max_connections // SHARD_CONNECTIONS))
         self._per = per = -(-max_connections // shards)
         limits = httpx2.Limits(max_connections=per, max_keepalive_connections=per)
         tls = httpx2.create_ssl_context()
-        self._shards = [httpx2.AsyncHTTPTransport(verify=tls, limits=limits) for _ in range(shards)]
+        self._shards = [
+            httpx2.AsyncHTTPTransport(verify=tls, limits=limits, proxy=proxy) for _ in range(shards)
+        ]
         self._busy = [0] * shards
 
     def _pick(self) -> int:
@@ -309,13 +313,22 @@ class _Releasing(httpx2.AsyncByteStream):
 
 
 def connection_limits(max_connections: int | None) -> dict[str, Any]:
-    """`transport=` for an SDK's default HTTP client: `max_connections` calls in flight, each
-    connection kept alive, in small pools (`ShardedTransport`), so a worker with that many runs in
-    flight neither queues calls, nor opens (and, for https, handshakes) a connection per call, nor
-    scans a thousand connections per request. `None`: the SDK's own (1,000, 100 kept alive)."""
+    """`transport=` (and `mounts=`) for an SDK's default HTTP client: `max_connections` calls in
+    flight, each connection kept alive, in small pools (`ShardedTransport`), so a worker with that
+    many runs in flight neither queues calls, nor opens (and, for https, handshakes) a connection
+    per call, nor scans a thousand connections per request. `None`: the SDK's own (1,000, 100 kept
+    alive).
+
+    httpx reads no proxy from the environment once it is given a transport, so the proxies of
+    `HTTP_PROXY` / `HTTPS_PROXY` / `ALL_PROXY` (`NO_PROXY` exempting hosts) are mounted here as
+    sharded transports of their own, as the SDKs' own clients and the aiohttp stack honour them."""
     if max_connections is None:
         return {}
-    return {"transport": ShardedTransport(max_connections)}
+    mounts = {
+        pattern: None if proxy is None else ShardedTransport(max_connections, proxy=proxy)
+        for pattern, proxy in get_environment_proxies().items()
+    }
+    return {"transport": ShardedTransport(max_connections), "mounts": mounts}
 
 
 # The HTTP stack under an SDK client (`STEVORA_PROVIDER_HTTP`): the SDK's aiohttp transport (its
@@ -359,6 +372,55 @@ def sdk_http_client(
                     "provider_http_fallback", http="httpx", reason=str(exc)
                 )
     return httpx_client(event_hooks={"response": hooks}, **connection_limits(max_connections))
+
+
+def deadline(timeout_s: float | None) -> float | None:
+    """The event-loop time by which a call of `timeout_s` (the step's `timeoutMs`) must be over,
+    for `asyncio.timeout_at`: it bounds the whole call, from sending the request (the SDKs'
+    transports bound connecting and each read, not a body written to a peer that reads nothing)
+    to the answer's last byte; `None`: unbounded."""
+    return None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
+
+
+def checked_response(response: LlmResponse) -> LlmResponse:
+    """`response` if each field has its type, else `TypeError` naming the first that does not: an
+    answer read as JSON (or built unvalidated by an SDK) may hold anything where a string or a
+    count belongs, and it must fail as the adapter's `ProviderError`, not later in the engine."""
+    fields: list[tuple[str, object, type | tuple[type, ...]]] = [
+        ("text", response.text, (str, type(None))),
+        ("model", response.model, str),
+        ("finish_reason", response.finish_reason, str),
+        ("response id", response.response_id, (str, type(None))),
+    ]
+    for call in response.tool_calls:
+        fields += [("tool call id", call.id, str), ("tool name", call.name, str)]
+        fields.append(("tool arguments", call.arguments, str))
+    usage = response.usage
+    for name in (
+        "input_tokens",
+        "output_tokens",
+        "cache_read_tokens",
+        "cache_write_tokens",
+        "reasoning_tokens",
+    ):
+        value = getattr(usage, name)
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(f"the answer's {name} is {type(value).__name__}, not a count")
+    for name, value, kind in fields:
+        if not isinstance(value, kind):
+            raise TypeError(f"the answer's {name} is {type(value).__name__}")
+    return response
+
+
+# What reading an answer of the wrong shape or types raises (json, dict access, `checked_response`).
+MALFORMED: tuple[type[Exception], ...] = (ValueError, LookupError, TypeError, AttributeError)
+
+
+def malformed_answer(provider: str, what: str, exc: Exception) -> ProviderError:
+    """A 200 whose body is not `what` (e.g. "a chat completion"): retryable, as the next answer may be."""
+    return ProviderError(
+        f"{provider} answered with something that is not {what}: {exc}", provider=provider, retryable=True
+    )
 
 
 def connection_error(provider: str, detail: str) -> ProviderError:

@@ -19,6 +19,7 @@ import httpx2
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmResponse, ReasoningItem, ReasoningKind, StreamSink, ToolCall, Usage
+from stevora.llm.provider import checked_response
 
 __all__ = ["BROKEN_STREAM", "StreamAccumulator", "StreamSink"]
 
@@ -68,24 +69,29 @@ class StreamAccumulator:
     def text(self, piece: str | None) -> None:
         if not piece:
             return  # the first delta is often "" (and a role-only delta carries None)
+        if not isinstance(piece, str):
+            raise TypeError(f"a text delta is {type(piece).__name__}, not a string")
         self._first()
         self._texts.append(piece)
         if self._sink is not None:
             self._sink.text(piece)
 
     def tool_start(self, index: int, call_id: str | None, name: str | None) -> None:
+        _index(index)
         self._first()
         call = self._calls.setdefault(index, _PartialCall())
         call.id = call_id or call.id
         call.name = name or call.name
 
     def tool_arguments(self, index: int, piece: str | None) -> None:
+        _index(index)
         if piece:
             self._first()
             self._calls.setdefault(index, _PartialCall()).arguments.append(piece)
 
     def reasoning_start(self, index: int, kind: ReasoningKind, item: dict[str, Any]) -> None:
         """A thinking block or reasoning item began (its fields may be completed by deltas)."""
+        _index(index)
         self._reasoning[index] = (kind, dict(item))
 
     def reasoning_append(self, index: int, name: str, piece: str | None) -> None:
@@ -102,19 +108,31 @@ class StreamAccumulator:
         )
 
     def response(self, finish_reason_if_missing: str) -> LlmResponse:
+        """The answer the stream added up to; `TypeError` when a field of it is of another type
+        (`checked_response`), for the adapter to raise as `broken`."""
         if not self.finished:
             raise self.broken("the stream ended before its final event")
         calls = [
             ToolCall(id=c.id, name=c.name, arguments="".join(c.arguments))
             for _, c in sorted(self._calls.items())
         ]
-        return LlmResponse(
-            text="".join(self._texts) if self._texts else None,
-            tool_calls=calls,
-            usage=self.usage,
-            model=self.model,
-            finish_reason=self.finish_reason or finish_reason_if_missing,
-            response_id=self.response_id,
-            provider=self.provider,
-            reasoning=[ReasoningItem.of(kind, item) for _, (kind, item) in sorted(self._reasoning.items())],
+        return checked_response(
+            LlmResponse(
+                text="".join(self._texts) if self._texts else None,
+                tool_calls=calls,
+                usage=self.usage,
+                model=self.model,
+                finish_reason=self.finish_reason or finish_reason_if_missing,
+                response_id=self.response_id,
+                provider=self.provider,
+                reasoning=[
+                    ReasoningItem.of(kind, item) for _, (kind, item) in sorted(self._reasoning.items())
+                ],
+            )
         )
+
+
+def _index(index: object) -> None:
+    """Stream indexes key and order the calls and reasoning items: each must be an integer."""
+    if not isinstance(index, int) or isinstance(index, bool):
+        raise TypeError(f"a stream index is {type(index).__name__}, not an integer")

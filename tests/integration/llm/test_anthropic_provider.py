@@ -330,6 +330,9 @@ async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends_byte_for_byt
         b'{"content": [{"type": "text"}]}',
         b'{"content": [], "model": "m", "id": "i"}',
         b'{"content": [], "model": "m", "id": "i", "usage": {"input_tokens": "many", "output_tokens": 1}}',
+        b'{"content": [], "model": "m", "id": "i", "stop_reason": 5, "usage": {"input_tokens": 1, "output_tokens": 1}}',
+        b'{"content": [], "model": "m", "id": "i", "stop_reason": ["end_turn"], '
+        b'"usage": {"input_tokens": 1, "output_tokens": 1}}',
     ],
     ids=[
         "not-an-object",
@@ -338,6 +341,8 @@ async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends_byte_for_byt
         "text-block-without-text",
         "without-usage",
         "bad-usage",
+        "stop-reason-a-number",
+        "stop-reason-a-list",
     ],
 )
 async def test_an_answer_that_is_not_a_message_is_a_retryable_provider_error(body: bytes) -> None:

@@ -14,6 +14,7 @@ from stevora.llm.openai_provider import OpenAIProvider
 from stevora.llm.transcript import prepare_transcript
 from stevora.testing.fake_llm import (
     FakeLLMServer,
+    as_is_server,
     disconnect,
     error,
     openai_text,
@@ -345,3 +346,31 @@ async def test_a_hundred_concurrent_tool_loops_all_complete(
     answers = await asyncio.gather(*(loop(n) for n in range(100)))
     assert all(answer.startswith(f"Scripted answer to: question {n}.") for n, answer in enumerate(answers))
     assert len(fake_llm.openai.requests) == 200
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"id":"c","model":"m","choices":"not a list"}',
+        b'{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":7},'
+        b'"finish_reason":"stop"}]}',
+        b'{"id":"c","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":null,'
+        b'"tool_calls":[{"id":"t","type":"function","function":{"name":"f","arguments":{"a":1}}}]},'
+        b'"finish_reason":"tool_calls"}]}',
+        b'{"id":"c","model":["m"],"choices":[{"index":0,"message":{"role":"assistant","content":"hi"},'
+        b'"finish_reason":"stop"}]}',
+    ],
+    ids=["choices-not-a-list", "content-not-a-string", "arguments-not-a-string", "model-not-a-string"],
+)
+async def test_a_hostile_plain_chat_answer_is_a_retryable_provider_error(body: bytes) -> None:
+    """The SDK builds a plain answer without validating it (its clients are not strict): whatever
+    a server sends ends as a retryable `ProviderError`, never as another exception or an
+    `LlmResponse` with a number where text belongs."""
+    with as_is_server(body, "application/json") as url:
+        provider = OpenAIProvider("test", f"{url}/v1", max_retries=0, stream=False)
+        try:
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(_request(Message.user("hi")))
+        finally:
+            await provider.aclose()
+    assert caught.value.retryable and "not a chat completion" in caught.value.message

@@ -336,6 +336,11 @@ async def test_the_responses_body_sent_is_the_one_the_sdks_typed_create_sends(
         [b'{"type":"response.failed","response":{"error":{"message":"the model broke"}}}'],
         [b'{"error":{"message":"overloaded","type":"server_error"}}'],
         [b'{"type":"response.output_text.delta","delta":"hi"}'],
+        [
+            b'{"type":"response.completed","response":{"id":"r","model":"m","status":"completed",'
+            b'"output":[{"type":"function_call","call_id":"c","name":"f","arguments":7}]}}'
+        ],
+        [b'{"type":"response.completed","response":{"id":"r","model":["m"],"output":[]}}'],
     ],
     ids=[
         "not-an-object",
@@ -347,6 +352,8 @@ async def test_the_responses_body_sent_is_the_one_the_sdks_typed_create_sends(
         "failed",
         "error-chunk",
         "ended-before-the-final-event",
+        "arguments-not-a-string",
+        "model-not-a-string",
     ],
 )
 async def test_a_hostile_responses_event_is_a_retryable_broken_stream(events: list[bytes]) -> None:
@@ -365,3 +372,31 @@ async def test_a_hostile_responses_event_is_a_retryable_broken_stream(events: li
     assert caught.value.retryable and "stream broke" in caught.value.message
     if b"the model broke" in body or b"overloaded" in body:
         assert "the model broke" in caught.value.message or "overloaded" in caught.value.message
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'"just a string"',
+        b'{"id":"r","model":"m","status":"completed","output":"not items"}',
+        b'{"id":"r","model":"m","status":"completed","output":[{"type":"function_call","call_id":"c",'
+        b'"name":"f","arguments":{"a":1}}]}',
+        b'{"id":"r","model":7,"status":"completed","output":[]}',
+        b'{"id":"r","model":"m","status":"completed","output":[],"usage":{"input_tokens":"many"}}',
+    ],
+    ids=["not-an-object", "output-not-items", "arguments-not-a-string", "model-not-a-string", "bad-usage"],
+)
+async def test_a_hostile_plain_responses_answer_is_a_retryable_provider_error(body: bytes) -> None:
+    """The SDK builds a plain Responses answer without validating it (any JSON object gets to the
+    adapter): whatever it holds ends as a retryable `ProviderError`, never as another exception
+    or an `LlmResponse` with a number where text belongs."""
+    with as_is_server(body, "application/json") as url:
+        provider = OpenAIProvider("test", f"{url}/v1", max_retries=0, stream=False)
+        try:
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(
+                    LlmRequest(model="o4-mini", messages=[Message.user("q")], api="responses")
+                )
+        finally:
+            await provider.aclose()
+    assert caught.value.retryable and "not a Responses API response" in caught.value.message

@@ -5,6 +5,7 @@ not resend; `stream_options` goes only to servers whose capability says they tak
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -206,8 +207,22 @@ async def test_back_to_back_streams_reuse_the_pooled_connection_without_retries(
         b'{"id":"c1","model":"m","choices":[{"delta":{"tool_calls":[{"id":"x","function":{"name":"f"}}]}}]}',
         b'{"id":"c1","model":"m","choices":[{"delta":{"tool_calls":[{"index":0,"function":"f"}]}}]}',
         b'{"id":"c1","model":"m","choices":[{"delta":{"content":"hi"}}],"usage":{"prompt_tokens":"many"}}',
+        # Two calls whose indexes cannot be ordered (int and str), then a proper end.
+        b'{"id":"c1","model":"m","choices":[{"delta":{"tool_calls":[{"index":0,"id":"a","function":{"name":"f"}},'
+        b'{"index":"1","id":"b","function":{"name":"g"}}]},"finish_reason":"tool_calls"}]}',
+        b'{"id":"c1","model":"m","choices":[{"delta":{"content":7},"finish_reason":"stop"}]}',
+        b'{"id":["c1"],"model":"m","choices":[{"delta":{"content":"hi"},"finish_reason":"stop"}]}',
     ],
-    ids=["not-an-object", "not-json", "fragment-without-index", "function-not-an-object", "bad-usage"],
+    ids=[
+        "not-an-object",
+        "not-json",
+        "fragment-without-index",
+        "function-not-an-object",
+        "bad-usage",
+        "mixed-indexes",
+        "content-not-a-string",
+        "id-not-a-string",
+    ],
 )
 async def test_a_hostile_openai_chunk_is_a_retryable_broken_stream(chunk: bytes) -> None:
     """The adapter reads the chunks' JSON itself (not through the SDK's chunk models): whatever a
@@ -245,6 +260,12 @@ _A_END = (
     '{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}',
 )
 _A_STOP = ("message_stop", '{"type":"message_stop"}')
+
+
+def _A_TOOL(index: str) -> tuple[str, str]:
+    """A tool_use block's start at `index` (its JSON text: `0`, or `"1"` for a hostile one)."""
+    call = json.dumps({"type": "tool_use", "id": f"t{len(index)}", "name": "f", "input": {}})
+    return ("content_block_start", f'{{"type":"content_block_start","index":{index},"content_block":{call}}}')
 
 
 async def _anthropic_raw(body: bytes) -> LlmResponse:
@@ -290,6 +311,27 @@ async def _anthropic_raw(body: bytes) -> LlmResponse:
             ("error", '{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}'),
         ],
         [_A_START, _A_TEXT, ("error", "not json at all")],
+        [  # two tool calls whose indexes cannot be ordered (int and str), then a proper end
+            _A_START,
+            _A_TOOL("0"),
+            _A_TOOL('"1"'),
+            _A_END,
+            _A_STOP,
+        ],
+        [
+            _A_START,
+            _A_TEXT,
+            _A_DELTA,
+            ("message_delta", '{"type":"message_delta","delta":{"stop_reason":["end_turn"]}}'),
+            _A_STOP,
+        ],
+        [
+            _A_START,
+            _A_TEXT,
+            _A_DELTA,
+            ("message_delta", '{"type":"message_delta","delta":{"stop_reason":5}}'),
+            _A_STOP,
+        ],
     ],
     ids=[
         "not-an-object",
@@ -301,6 +343,9 @@ async def _anthropic_raw(body: bytes) -> LlmResponse:
         "truncated-before-message_stop",
         "overloaded-error-mid-stream",
         "error-not-json",
+        "mixed-indexes",
+        "stop-reason-a-list",
+        "stop-reason-a-number",
     ],
 )
 async def test_a_hostile_or_broken_anthropic_stream_is_a_retryable_broken_stream(
