@@ -220,6 +220,15 @@ async def get_map(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> 
     return await conn.fetchrow(f"SELECT {_HEADER} FROM map_steps m WHERE m.step_run_id = $1", step_run_id)
 
 
+async def lock_map(conn: asyncpg.Connection, step_run_id: str) -> asyncpg.Record | None:
+    """The map's header, row-locked until the caller's transaction ends: a recording of its items'
+    endings (`record_endings`) waits for it, or committed before. Lock it before the parent run's
+    row, the order a recording takes."""
+    return await conn.fetchrow(
+        f"SELECT {_HEADER} FROM map_steps m WHERE m.step_run_id = $1 FOR NO KEY UPDATE", step_run_id
+    )
+
+
 async def items(
     conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str, limit: int | None = None
 ) -> list[asyncpg.Record]:

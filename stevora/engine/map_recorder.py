@@ -9,9 +9,11 @@ made due when the map is done). The children it started and, when due, the paren
 once it has committed.
 
 A recording that never happens (the worker died between the ending's commit and the recording, or
-the database refused it) is the sweep's (`record_stranded`), and the parent's own re-check records
-too before it looks at its items (`stevora.engine.steps.map`). Recording is idempotent: an ending
-is recorded once, by whichever gets there first.
+the database refused it) is the sweep's (`record_stranded`: after half the undispatched grace
+period, before the sweep dispatches runs nobody dispatched; one parent's failure logged, the
+others recorded), and the parent's own re-check records too before it looks at its items
+(`stevora.engine.steps.map`). Recording is idempotent: an ending is recorded once, by whichever
+gets there first.
 """
 
 from __future__ import annotations
@@ -89,12 +91,21 @@ async def record(rt: Runtime, parent_run_id: str) -> list[str]:
 
 async def record_stranded(rt: Runtime, *, limit: int = 500) -> list[str]:
     """The sweep's part: record the endings no worker recorded within the grace period (it died
-    after the ending's commit). Returns the runs dispatched."""
+    after the ending's commit). Returns the runs dispatched. A parent whose recording fails (even
+    after the transient retries) is logged and left for the next round; the others are recorded."""
     woken: list[str] = []
+    # Half the grace period after which the sweep dispatches a PENDING run nobody dispatched: an
+    # ending is recorded (a start the map no longer wants taken back) well before the child run it
+    # started could be found undispatched, by this worker's sweep or another's.
     for parent_run_id in await db_map.parents_with_unrecorded(
-        rt.pool, rt.settings.undispatched_grace_s, limit
+        rt.pool, rt.settings.undispatched_grace_s / 2, limit
     ):
-        woken += await record(rt, parent_run_id)
+        try:
+            woken += await record(rt, parent_run_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # stops no other parent, nor the rest of the sweep: the next round retries
+            log.warning("map_record_failed", workflow_run_id=parent_run_id, exc_info=True)
     if woken:
         log.info("map_endings_recorded_by_sweep", runs=len(woken))
     return woken
