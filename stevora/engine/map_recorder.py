@@ -89,6 +89,38 @@ async def record(rt: Runtime, parent_run_id: str) -> list[str]:
     return woken
 
 
+def dispatch_after_commit(rt: Runtime, parent_run_id: str, run_ids: list[str]) -> None:
+    """Dispatch child runs started in a transaction that holds the parent's row lock and has not
+    committed yet (the parent's re-check, in its driver's transaction), once it has ended: a task
+    of this process waits for the lock (`FOR SHARE`), on a connection of its own, so the caller
+    never waits for a second connection while it holds one. Children a rollback took away are
+    not dispatched."""
+    if not run_ids:
+        return
+    task = asyncio.get_running_loop().create_task(
+        _dispatch_when_unlocked(rt, parent_run_id, run_ids), name=f"map-dispatch-{parent_run_id}"
+    )
+    _AFTER_COMMIT.add(task)
+    task.add_done_callback(_AFTER_COMMIT.discard)
+
+
+_AFTER_COMMIT: set[asyncio.Task[None]] = set()
+
+
+async def _dispatch_when_unlocked(rt: Runtime, parent_run_id: str, run_ids: list[str]) -> None:
+    try:
+        async with rt.pool.acquire() as conn, conn.transaction():
+            await conn.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR SHARE", parent_run_id)
+            there = await conn.fetch(
+                "SELECT id FROM workflow_runs WHERE id = ANY($1::text[]) AND status = 'PENDING'", run_ids
+            )
+        await dispatch_hints(rt.dispatcher, [r["id"] for r in there])
+    except asyncio.CancelledError:
+        raise
+    except Exception:  # the sweep dispatches them after the grace period
+        log.warning("map_dispatch_failed", workflow_run_id=parent_run_id, exc_info=True)
+
+
 async def record_stranded(rt: Runtime, *, limit: int = 500) -> list[str]:
     """The sweep's part: record the endings no worker recorded within the grace period (it died
     after the ending's commit). Returns the runs dispatched. A parent whose recording fails (even

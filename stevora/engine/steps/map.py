@@ -20,15 +20,15 @@
   item failed with `onItemFailure: "fail"`, the parent's wait made due; then it dispatches the
   children started and the due parent. An ending nobody recorded is recorded by the sweep or by
   `on_due`.
-* Due (`on_due`, in the parent's worker): first record what nobody recorded (its own statement;
-  the children that starts dispatched at once), then collect. All ended → the step completes with
-  the results in item order in `state[outputKey]`; a failed item with `fail` → the step fails
-  naming the first failed index (running siblings run to their end and keep their results for a
-  retry; items not started are not started). Otherwise (a safety re-check every `RECHECK`), in a
-  transaction of its own under the map's and then the parent's row lock: record and look again
-  (a recording that committed since made the wait due and its dispatch of the parent, leased by
-  this worker, was dropped: collect now), else start what has a free slot, wait on, and dispatch
-  those children as soon as it commits.
+* Due (`on_due`, in the parent's worker): first record what nobody recorded, then collect. All
+  ended → the step completes with the results in item order in `state[outputKey]`; a failed item
+  with `fail` → the step fails naming the first failed index (running siblings run to their end
+  and keep their results for a retry; items not started are not started). Otherwise (a safety
+  re-check every `RECHECK`), under the map's and then the parent's row lock: record and look
+  again (a recording that committed since made the wait due and its dispatch of the parent,
+  leased by this worker, was dropped: collect now), else start what has a free slot and wait on.
+  The children its recordings and starts create are dispatched as soon as the driver's
+  transaction ends (`map_recorder.dispatch_after_commit`), not left to the sweep.
 * Retry: a new step run of a map whose last step run FAILED takes over the items that completed
   (their results) or still run (their child run), so only the failed items run again.
 """
@@ -51,7 +51,6 @@ from stevora.db.reads.rows import DbRow
 from stevora.definitions import MapStep
 from stevora.engine import budget as budget_rules
 from stevora.engine import limits, map_recorder
-from stevora.engine.hints import dispatch_hints
 from stevora.engine.steps.awaited.workflow import nesting_problem
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.errors import StevoraError
@@ -191,44 +190,29 @@ class MapStepType(StepType):
         )
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
-        step_run, step = wait.step_run, wait.step
-        # Endings no worker recorded (it died after their commit) are recorded first, in their own
-        # statement under the parent's lock, and the children that starts dispatched at once.
-        await map_recorder.record(wait.rt, wait.run["id"])
-        header = await db_map.get_map(wait.conn, step_run["id"])
+        conn, step_run, step, run_id = wait.conn, wait.step_run, wait.step, wait.run["id"]
+        # Endings no worker recorded (it died after their commit) are recorded first, under the
+        # parent's lock; the children that starts are dispatched once this commits.
+        woken = await db_map.record_endings(conn, run_id)
+        header = await db_map.get_map(conn, step_run["id"])
         if header is None:  # cannot happen: the map is written with the wait
             return _failed("MAP_LOST", f"Map step '{step_run['step_name']}' has no items recorded")
-        rows = await db_map.items(wait.conn, step_run["id"])
-        if not _ready(header, rows):
-            # Not done: the safety re-check, which looks again under the locks first.
-            ready = await self._wait_on(wait)
-            if ready is None:
-                return None
-            header, rows = ready
-        failed = _failed_items(rows)
-        if failed and header["on_item_failure"] == "fail":
-            return _item_failed(header, failed[0])
-        wait.rt.faults.reached("map_collecting")
-        return await self._complete(wait, header, step, rows)
-
-    async def _wait_on(self, wait: WaitContext) -> tuple[DbRow, list[DbRow]] | None:
-        """The re-check of a map not done, in a transaction of its own. Under the map's row lock,
-        then the parent's (the order a recording takes), it records what ended since the first look
-        and looks again: a recording that committed in between made the wait due, and its dispatch
-        of the parent was dropped (the parent is ours), so pushing the wait out now would delay a
-        done map by `RECHECK`. Done: the map and its items, to collect. Otherwise it starts what
-        has a free slot and waits on. What it starts is dispatched as soon as it commits."""
-        step_run, run_id = wait.step_run, wait.run["id"]
-        async with wait.rt.pool.acquire() as conn, conn.transaction():
-            locked = await db_map.lock_map(conn, step_run["id"])
+        rows = await db_map.items(conn, step_run["id"])
+        ready = _ready(header, rows)
+        if not ready:
+            # Not done: the safety re-check. Under the map's row lock, then the parent's (a
+            # recording's order), record and look again: a recording that committed since the
+            # look above made the wait due, and its dispatch of the parent was dropped (the parent
+            # is ours), so pushing the wait out now would delay a done map by `RECHECK`.
+            await db_map.lock_map(conn, step_run["id"])
             run = await runs.lock_run(conn, run_id)
-            assert locked is not None and run is not None
-            woken = [r for r in await db_map.record_endings(conn, run_id) if r != run_id]
+            assert run is not None
+            woken += await db_map.record_endings(conn, run_id)
             header = await db_map.get_map(conn, step_run["id"])
             assert header is not None
             rows = await db_map.items(conn, step_run["id"])
-            ready: tuple[DbRow, list[DbRow]] | None = (header, rows) if _ready(header, rows) else None
-            if ready is None:
+            ready = _ready(header, rows)
+            if not ready:  # start what has a free slot, and wait on
                 started = await db_map.start_pending(
                     conn, run, header, header["concurrency"] - header["running"]
                 )
@@ -246,8 +230,14 @@ class MapStepType(StepType):
                     events=[_started_event(step_run, row, progress) for row in started],
                 )
                 woken += [row["child_run_id"] for row in started]
-        await dispatch_hints(wait.rt.dispatcher, woken)
-        return ready
+        map_recorder.dispatch_after_commit(wait.rt, run_id, [r for r in woken if r != run_id])
+        if not ready:
+            return None
+        failed = _failed_items(rows)
+        if failed and header["on_item_failure"] == "fail":
+            return _item_failed(header, failed[0])
+        wait.rt.faults.reached("map_collecting")
+        return await self._complete(wait, header, step, rows)
 
     async def _complete(
         self, wait: WaitContext, header: DbRow, step: MapStep, rows: list[DbRow]

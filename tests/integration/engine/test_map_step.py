@@ -831,25 +831,25 @@ async def test_a_recording_committed_during_the_recheck_is_not_postponed_by_it(
     recording (a child's worker) then commits, making the wait due, and its dispatch of the parent
     is lost (the parent is leased by the re-check). The re-check looks again under the locks and
     completes the map, instead of pushing the wait 5 minutes out."""
-    from stevora.engine import map_recorder
-
     run_id, seen = await _endings_stranded(harness, workspace_id, ["a", "b"], concurrency=2)
     pool = harness.rt.pool
 
-    async def nothing_to_record(rt: Any, parent_run_id: str) -> list[str]:
-        return []  # the re-check's own recording found nothing: the child's recorder has them
-
-    real_items = map_items.items
+    real_record, real_items = map_items.record_endings, map_items.items
     interleaved: list[str] = []
+
+    async def record_endings(conn: Any, parent_run_id: str) -> list[str]:
+        if not interleaved:  # the re-check's first recording finds nothing: the child's recorder has them
+            return []
+        return await real_record(conn, parent_run_id)
 
     async def items_then_recorded(conn: Any, step_run_id: str, limit: int | None = None) -> list[Any]:
         rows = await real_items(conn, step_run_id, limit)
         if not interleaved:  # between the re-check's look and its lock: the recording commits
             interleaved.append(step_run_id)
-            assert await map_items.record_endings(pool, run_id) == [run_id]  # due; dispatch lost
+            assert await real_record(pool, run_id) == [run_id]  # due; its dispatch lost
         return rows
 
-    monkeypatch.setattr(map_recorder, "record", nothing_to_record)
+    monkeypatch.setattr(map_items, "record_endings", record_endings)
     monkeypatch.setattr(map_items, "items", items_then_recorded)
     await _due_and_dispatched(harness, run_id)
     row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=10)
