@@ -110,11 +110,8 @@ _AFTER_COMMIT: set[asyncio.Task[None]] = set()
 async def _dispatch_when_unlocked(rt: Runtime, parent_run_id: str, run_ids: list[str]) -> None:
     try:
         async with rt.pool.acquire() as conn, conn.transaction():
-            await conn.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR SHARE", parent_run_id)
-            there = await conn.fetch(
-                "SELECT id FROM workflow_runs WHERE id = ANY($1::text[]) AND status = 'PENDING'", run_ids
-            )
-        await dispatch_hints(rt.dispatcher, [r["id"] for r in there])
+            there = await db_map.pending_once_unlocked(conn, parent_run_id, run_ids)
+        await dispatch_hints(rt.dispatcher, there)
     except asyncio.CancelledError:
         raise
     except Exception:  # the sweep dispatches them after the grace period

@@ -549,8 +549,8 @@ async def test_the_safety_recheck_starts_items_into_slots_no_ending_filled(
         "UPDATE step_runs SET wait_until = now() WHERE workflow_run_id = $1 AND step_name = 'triage'", run_id
     )
     await harness.rt.pool.execute("UPDATE workflow_runs SET next_run_at = now() WHERE id = $1", run_id)
-    # The sweep (a worker's loop; the harness runs none) dispatches the due parent, then the
-    # children its re-check started.
+    # The sweep (a worker's loop; the harness runs none) dispatches the due parent; its re-check
+    # starts the children and dispatches them once its transaction has committed.
     for _ in range(100):
         await sweep_once(harness.rt)
         if sorted(started) == ["a", "b", "c"]:
