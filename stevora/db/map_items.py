@@ -204,6 +204,18 @@ async def record_endings(conn: asyncpg.Connection | asyncpg.Pool, parent_run_id:
     return started
 
 
+async def pending_once_unlocked(
+    conn: asyncpg.Connection, parent_run_id: str, run_ids: list[str]
+) -> list[str]:
+    """The runs of `run_ids` still PENDING, once the transaction holding the parent's row lock has
+    ended (this waits for it: `FOR SHARE`, in the caller's transaction)."""
+    await conn.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR SHARE", parent_run_id)
+    rows = await conn.fetch(
+        "SELECT id FROM workflow_runs WHERE id = ANY($1::text[]) AND status = 'PENDING'", run_ids
+    )
+    return [r["id"] for r in rows]
+
+
 async def parents_with_unrecorded(pool: asyncpg.Pool, older_than_s: float, limit: int) -> list[str]:
     """Parents with an item ended more than `older_than_s` ago and still unrecorded: the worker
     that ended it died before recording it (or is about to)."""
@@ -218,6 +230,15 @@ async def parents_with_unrecorded(pool: asyncpg.Pool, older_than_s: float, limit
 
 async def get_map(conn: asyncpg.Connection | asyncpg.Pool, step_run_id: str) -> asyncpg.Record | None:
     return await conn.fetchrow(f"SELECT {_HEADER} FROM map_steps m WHERE m.step_run_id = $1", step_run_id)
+
+
+async def lock_map(conn: asyncpg.Connection, step_run_id: str) -> asyncpg.Record | None:
+    """The map's header, row-locked until the caller's transaction ends: a recording of its items'
+    endings (`record_endings`) waits for it, or committed before. Lock it before the parent run's
+    row, the order a recording takes."""
+    return await conn.fetchrow(
+        f"SELECT {_HEADER} FROM map_steps m WHERE m.step_run_id = $1 FOR NO KEY UPDATE", step_run_id
+    )
 
 
 async def items(

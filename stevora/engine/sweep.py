@@ -31,16 +31,19 @@ log = structlog.get_logger("stevora.sweep")
 
 async def sweep_once(rt: Runtime, *, limit: int = 500) -> list[str]:
     """Dispatch every run that is due and unowned. Returns the ids dispatched."""
-    ids = await runs.mark_due_dispatched(rt.pool, rt.settings.undispatched_grace_s, limit)
-    # A child run that ended while its parent could not be told: tell it now.
-    ids += await workflow_calls.answer_finished_children(rt.pool)
-    # Queued runs (concurrency slots) the sweep above leaves alone: those a slot is free for now.
-    ids += await concurrency.dispatch_startable(rt.pool, rt.settings.undispatched_grace_s, limit)
-    for run_id in ids:
-        await dispatch_hint(rt.dispatcher, run_id)
     # `map` item endings whose worker died before recording them on the parent: recorded (and
-    # what that starts dispatched) now.
-    ids += await map_recorder.record_stranded(rt, limit=limit)
+    # what that starts dispatched) first, before the undispatched runs below: a child run such an
+    # ending started (PENDING, never dispatched) for a parent that has ended since (cancelled) is
+    # taken back by the recording, and must not be found undispatched and claimed before.
+    ids = await map_recorder.record_stranded(rt, limit=limit)
+    dispatched = await runs.mark_due_dispatched(rt.pool, rt.settings.undispatched_grace_s, limit)
+    # A child run that ended while its parent could not be told: tell it now.
+    dispatched += await workflow_calls.answer_finished_children(rt.pool)
+    # Queued runs (concurrency slots) the sweep above leaves alone: those a slot is free for now.
+    dispatched += await concurrency.dispatch_startable(rt.pool, rt.settings.undispatched_grace_s, limit)
+    for run_id in dispatched:
+        await dispatch_hint(rt.dispatcher, run_id)
+    ids += dispatched
     if ids:
         SWEEP_PICKUPS.inc(len(ids))
         log.info("sweep_dispatched", runs=len(ids))

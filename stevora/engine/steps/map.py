@@ -20,11 +20,15 @@
   item failed with `onItemFailure: "fail"`, the parent's wait made due; then it dispatches the
   children started and the due parent. An ending nobody recorded is recorded by the sweep or by
   `on_due`.
-* Due (`on_due`, in the parent's worker): collect. All ended → the step completes with the results
-  in item order in `state[outputKey]`; a failed item with `fail` → the step fails naming the first
-  failed index (running siblings run to their end and keep their results for a retry; items not
-  started are not started). Otherwise (a safety re-check every `RECHECK`) start what has a free
-  slot and wait on.
+* Due (`on_due`, in the parent's worker): first record what nobody recorded, then collect. All
+  ended → the step completes with the results in item order in `state[outputKey]`; a failed item
+  with `fail` → the step fails naming the first failed index (running siblings run to their end
+  and keep their results for a retry; items not started are not started). Otherwise (a safety
+  re-check every `RECHECK`), under the map's and then the parent's row lock: record and look
+  again (a recording that committed since made the wait due and its dispatch of the parent,
+  leased by this worker, was dropped: collect now), else start what has a free slot and wait on.
+  The children its recordings and starts create are dispatched as soon as the driver's
+  transaction ends (`map_recorder.dispatch_after_commit`), not left to the sweep.
 * Retry: a new step run of a map whose last step run FAILED takes over the items that completed
   (their results) or still run (their child run), so only the failed items run again.
 """
@@ -46,7 +50,7 @@ from stevora.db.map_items import NewMap
 from stevora.db.reads.rows import DbRow
 from stevora.definitions import MapStep
 from stevora.engine import budget as budget_rules
-from stevora.engine import limits
+from stevora.engine import limits, map_recorder
 from stevora.engine.steps.awaited.workflow import nesting_problem
 from stevora.engine.steps.base import StepExecution, StepType, WaitContext, WaitPlan
 from stevora.errors import StevoraError
@@ -186,40 +190,54 @@ class MapStepType(StepType):
         )
 
     async def on_due(self, wait: WaitContext) -> StepResult | None:
-        conn, step_run, step = wait.conn, wait.step_run, wait.step
+        conn, step_run, step, run_id = wait.conn, wait.step_run, wait.step, wait.run["id"]
         # Endings no worker recorded (it died after their commit) are recorded first, under the
-        # parent's lock; the children that starts are dispatched by the sweep.
-        await db_map.record_endings(conn, wait.run["id"])
+        # parent's lock; the children that starts are dispatched once this commits.
+        woken = await db_map.record_endings(conn, run_id)
         header = await db_map.get_map(conn, step_run["id"])
         if header is None:  # cannot happen: the map is written with the wait
             return _failed("MAP_LOST", f"Map step '{step_run['step_name']}' has no items recorded")
         rows = await db_map.items(conn, step_run["id"])
-        # An ending committed after the recording above is not recorded yet: it is not counted here
-        # (its recording, which writes its event, makes the wait due again).
-        recorded = [r for r in rows if r["status"] in _ENDED and not r["unrecorded"]]
-        failed = [r for r in recorded if r["status"] in (MapItemStatus.FAILED, MapItemStatus.CANCELLED)]
+        ready = _ready(header, rows)
+        if not ready:
+            # Not done: the safety re-check. Under the map's row lock, then the parent's (a
+            # recording's order), record and look again: a recording that committed since the
+            # look above made the wait due, and its dispatch of the parent was dropped (the parent
+            # is ours), so pushing the wait out now would delay a done map by `RECHECK`.
+            await db_map.lock_map(conn, step_run["id"])
+            run = await runs.lock_run(conn, run_id)
+            assert run is not None
+            woken += await db_map.record_endings(conn, run_id)
+            header = await db_map.get_map(conn, step_run["id"])
+            assert header is not None
+            rows = await db_map.items(conn, step_run["id"])
+            ready = _ready(header, rows)
+            if not ready:  # start what has a free slot, and wait on
+                started = await db_map.start_pending(
+                    conn, run, header, header["concurrency"] - header["running"]
+                )
+                until = utcnow() + RECHECK
+                await runs.update_step(
+                    conn, step_run["id"], expect=[StepStatus.WAITING], sets={"wait_until": until}
+                )
+                progress = _progress(header, started=len(started))
+                await runs.update_run(
+                    conn,
+                    run_id,
+                    expect=[RunStatus.WAITING],
+                    owner=wait.owner,
+                    sets={"next_run_at": until},
+                    events=[_started_event(step_run, row, progress) for row in started],
+                )
+                woken += [row["child_run_id"] for row in started]
+        map_recorder.dispatch_after_commit(wait.rt, run_id, [r for r in woken if r != run_id])
+        if not ready:
+            return None
+        failed = _failed_items(rows)
         if failed and header["on_item_failure"] == "fail":
             return _item_failed(header, failed[0])
-        if len(recorded) == len(rows):
-            wait.rt.faults.reached("map_collecting")
-            return await self._complete(wait, header, step, rows)
-        # Not done: the safety re-check. Start what has a free slot (the sweep dispatches them),
-        # and wait on.
-        run = await runs.lock_run(conn, wait.run["id"])
-        assert run is not None
-        started = await db_map.start_pending(conn, run, header, header["concurrency"] - header["running"])
-        until = utcnow() + RECHECK
-        await runs.update_step(conn, step_run["id"], expect=[StepStatus.WAITING], sets={"wait_until": until})
-        progress = _progress(header, started=len(started))
-        await runs.update_run(
-            conn,
-            run["id"],
-            expect=[RunStatus.WAITING],
-            owner=wait.owner,
-            sets={"next_run_at": until},
-            events=[_started_event(step_run, row, progress) for row in started],
-        )
-        return None
+        wait.rt.faults.reached("map_collecting")
+        return await self._complete(wait, header, step, rows)
 
     async def _complete(
         self, wait: WaitContext, header: DbRow, step: MapStep, rows: list[DbRow]
@@ -309,6 +327,25 @@ def _collected(step: MapStep, rows: list[DbRow]) -> StepResult:
         results = [r["output"] for r in rows]
     output = {"total": len(rows), "completed": completed, "failed": len(rows) - completed}
     return StepResult(output=output, state_updates={step.effective_output_key(): results})
+
+
+def _ready(header: DbRow, rows: list[DbRow]) -> bool:
+    """Whether the map is done: every item's ending recorded, or (`fail`) a failed one recorded.
+    An ending committed but not recorded yet is not counted (its recording writes its event and
+    makes the wait due again)."""
+    recorded = [r for r in rows if r["status"] in _ENDED and not r["unrecorded"]]
+    return len(recorded) == len(rows) or (
+        header["on_item_failure"] == "fail" and bool(_failed_items(recorded))
+    )
+
+
+def _failed_items(rows: list[DbRow]) -> list[DbRow]:
+    """The failed (or cancelled) items whose ending is recorded, in index order."""
+    return [
+        r
+        for r in rows
+        if r["status"] in (MapItemStatus.FAILED, MapItemStatus.CANCELLED) and not r["unrecorded"]
+    ]
 
 
 def _item_failed(header: DbRow, item: DbRow) -> StepResult:

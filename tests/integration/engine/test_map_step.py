@@ -549,8 +549,8 @@ async def test_the_safety_recheck_starts_items_into_slots_no_ending_filled(
         "UPDATE step_runs SET wait_until = now() WHERE workflow_run_id = $1 AND step_name = 'triage'", run_id
     )
     await harness.rt.pool.execute("UPDATE workflow_runs SET next_run_at = now() WHERE id = $1", run_id)
-    # The sweep (a worker's loop; the harness runs none) dispatches the due parent, then the
-    # children its re-check started.
+    # The sweep (a worker's loop; the harness runs none) dispatches the due parent; its re-check
+    # starts the children and dispatches them once its transaction has committed.
     for _ in range(100):
         await sweep_once(harness.rt)
         if sorted(started) == ["a", "b", "c"]:
@@ -604,14 +604,9 @@ async def test_a_child_run_ends_in_the_one_statement_completion_and_its_item_hea
         ]
 
 
-@pytest.mark.parametrize("meanwhile", ["parent_failed", "sibling_failure_counted"])
-async def test_a_start_is_taken_back_at_recording_when_the_map_no_longer_wants_it(
-    harness: Harness, workspace_id: str, meanwhile: str
-) -> None:
-    """A child's ending starts the next item without the parent's lock; recording it on the parent
-    (`record_endings`, under that lock) takes the start back if the parent stopped waiting on the
-    map (or a sibling's failure stopped a `fail` map) since: no child run is left for it, the item
-    is pending again, the counts hold, and no start event is written."""
+async def _one_at_a_time_first_held(harness: Harness, workspace_id: str) -> tuple[str, str, asyncio.Event]:
+    """A map of three items one at a time, its first child running until `release` is set:
+    (parent, first child, release)."""
     release = asyncio.Event()
 
     async def work(ctx: Any) -> dict[str, Any]:
@@ -626,6 +621,18 @@ async def test_a_start_is_taken_back_at_recording_when_the_map_no_longer_wants_i
     first = await harness.value_when_set(
         "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND status = 'RUNNING'", run_id
     )
+    return run_id, str(first), release
+
+
+@pytest.mark.parametrize("meanwhile", ["parent_failed", "sibling_failure_counted"])
+async def test_a_start_is_taken_back_at_recording_when_the_map_no_longer_wants_it(
+    harness: Harness, workspace_id: str, meanwhile: str
+) -> None:
+    """A child's ending starts the next item without the parent's lock; recording it on the parent
+    (`record_endings`, under that lock) takes the start back if the parent stopped waiting on the
+    map (or a sibling's failure stopped a `fail` map) since: no child run is left for it, the item
+    is pending again, the counts hold, and no start event is written."""
+    run_id, first, release = await _one_at_a_time_first_held(harness, workspace_id)
     events_before = await harness.event_types(run_id)
     pool = harness.rt.pool
     async with pool.acquire() as conn:
@@ -745,21 +752,31 @@ async def test_an_ending_whose_worker_died_before_recording_it_is_recorded_by_th
     assert types.count("MAP_ITEM_STARTED") == 4 and types.count("MAP_ITEM_COMPLETED") == 4
 
 
+async def _endings_stranded(
+    harness: Harness, workspace_id: str, tickets: list[Any], concurrency: int
+) -> tuple[str, list[Any]]:
+    """A map whose children complete at once, in a process whose recordings do nothing (a worker
+    that died after each ending's commit), once its first `concurrency` endings are in:
+    (parent, what its `after` step saw)."""
+    harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"t": 1}})
+    seen = _register_after(harness)
+    child = await _child_workflow(harness, workspace_id, "work")
+    harness.rt.map_recorder = _Deaf()
+    run_id = await _start(harness, workspace_id, child, tickets, concurrency=concurrency)
+    await harness.value_when_set(
+        "SELECT count(*) = $2 FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id, concurrency
+    )
+    return run_id, seen
+
+
 async def test_the_parents_recheck_records_endings_first_and_never_completes_past_an_unrecorded_one(
     harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Endings nobody recorded yet: the parent's due re-check does not complete the map past them
     (their events would be lost), and it records them itself before it looks at the items, so it
     then completes with every `MAP_ITEM_*` event on the timeline."""
-    harness.tasks.register("work", lambda ctx: {"status": "completed", "stateUpdates": {"t": 1}})
-    seen = _register_after(harness)
-    child = await _child_workflow(harness, workspace_id, "work")
+    run_id, seen = await _endings_stranded(harness, workspace_id, ["a", "b"], concurrency=2)
     pool = harness.rt.pool
-    harness.rt.map_recorder = _Deaf()
-    run_id = await _start(harness, workspace_id, child, ["a", "b"], concurrency=2)
-    await harness.value_when_set(
-        "SELECT count(*) = 2 FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id
-    )
 
     async def due_now_until(query: str) -> Any:
         await pool.execute(
@@ -796,6 +813,172 @@ async def test_the_parents_recheck_records_endings_first_and_never_completes_pas
     types = await harness.event_types(run_id)
     assert types.count("MAP_ITEM_COMPLETED") == 2 and types.count("MAP_ITEM_STARTED") == 2
     assert types.index("MAP_ITEM_COMPLETED") < types.index("STEP_COMPLETED")
+
+
+async def _due_and_dispatched(harness: Harness, run_id: str) -> None:
+    """The map's re-check due now (not in 5 minutes), and the parent dispatched."""
+    await harness.rt.pool.execute(
+        "UPDATE step_runs SET wait_until = now() WHERE workflow_run_id = $1 AND step_name = 'triage'", run_id
+    )
+    await harness.rt.pool.execute("UPDATE workflow_runs SET next_run_at = now() WHERE id = $1", run_id)
+    await harness.rt.dispatcher.dispatch(run_id)
+
+
+async def test_a_recording_committed_during_the_recheck_is_not_postponed_by_it(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The parent's re-check looks at its items and finds the map not done; the last ending's
+    recording (a child's worker) then commits, making the wait due, and its dispatch of the parent
+    is lost (the parent is leased by the re-check). The re-check looks again under the locks and
+    completes the map, instead of pushing the wait 5 minutes out."""
+    run_id, seen = await _endings_stranded(harness, workspace_id, ["a", "b"], concurrency=2)
+    pool = harness.rt.pool
+
+    real_record, real_items = map_items.record_endings, map_items.items
+    interleaved: list[str] = []
+
+    async def record_endings(conn: Any, parent_run_id: str) -> list[str]:
+        if not interleaved:  # the re-check's first recording finds nothing: the child's recorder has them
+            return []
+        return await real_record(conn, parent_run_id)
+
+    async def items_then_recorded(conn: Any, step_run_id: str, limit: int | None = None) -> list[Any]:
+        rows = await real_items(conn, step_run_id, limit)
+        if not interleaved:  # between the re-check's look and its lock: the recording commits
+            interleaved.append(step_run_id)
+            assert await real_record(pool, run_id) == [run_id]  # due; its dispatch lost
+        return rows
+
+    monkeypatch.setattr(map_items, "record_endings", record_endings)
+    monkeypatch.setattr(map_items, "items", items_then_recorded)
+    await _due_and_dispatched(harness, run_id)
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=10)
+    assert row["status"] == "COMPLETED", row["error"]
+    assert interleaved and seen == [[{"t": 1}, {"t": 1}]]
+    types = await harness.event_types(run_id)
+    assert types.count("MAP_ITEM_COMPLETED") == 2
+
+
+async def test_children_started_by_the_recheck_recording_are_dispatched_at_once(
+    harness: Harness, workspace_id: str
+) -> None:
+    """Endings nobody recorded passed their slots on to children runs nobody dispatched; the
+    parent's re-check records them and dispatches those children at once (not after the sweep's
+    grace period: no sweep runs here)."""
+    run_id, _ = await _endings_stranded(harness, workspace_id, ["a", "b", "c", "d"], concurrency=2)
+    pool = harness.rt.pool
+    started = [
+        r["id"]
+        for r in await pool.fetch(
+            "SELECT id FROM workflow_runs WHERE parent_run_id = $1 AND status = 'PENDING'", run_id
+        )
+    ]
+    assert len(started) == 2
+    await asyncio.sleep(0.2)
+    assert all(run not in [sent for sent, _ in harness.dispatcher.sent] for run in started)
+    await _due_and_dispatched(harness, run_id)
+    for run in started:
+        assert (await harness.wait_for_status(run, "COMPLETED", timeout_s=10))["status"] == "COMPLETED"
+
+
+async def test_a_parent_whose_recording_fails_stops_no_other_in_the_sweep(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The sweep records the stranded endings of each parent on its own: one whose recording
+    raises is logged and left for the next round; the others are recorded, and the rest of the
+    round (due runs dispatched) happens."""
+    run_id, _ = await _endings_stranded(harness, workspace_id, ["a", "b"], concurrency=2)
+    pool = harness.rt.pool
+    await pool.execute("UPDATE map_items SET ended_at = ended_at - interval '1 hour' WHERE unrecorded")
+    real_parents, real_record = map_items.parents_with_unrecorded, map_items.record_endings
+
+    async def with_a_broken_one(pool: Any, older_than_s: float, limit: int) -> list[str]:
+        return ["wfrun_broken", *await real_parents(pool, older_than_s, limit)]
+
+    async def record_endings(conn: Any, parent_run_id: str) -> list[str]:
+        if parent_run_id == "wfrun_broken":
+            raise ValueError("a row this recording cannot take")
+        return await real_record(conn, parent_run_id)
+
+    monkeypatch.setattr(map_items, "parents_with_unrecorded", with_a_broken_one)
+    monkeypatch.setattr(map_items, "record_endings", record_endings)
+    # A run the same round dispatches: PENDING, never dispatched (input: an empty list to map).
+    lost = await pool.fetchval(
+        "INSERT INTO workflow_runs (id, workspace_id, definition_id, status, input, dispatched_at) "
+        "SELECT $2, workspace_id, definition_id, 'PENDING', '{\"tickets\": []}'::jsonb, "
+        "now() - interval '1 hour' FROM workflow_runs WHERE id = $1 RETURNING id",
+        run_id,
+        new_id("wfrun"),
+    )
+    ids = await sweep_once(harness.rt)
+    assert run_id in ids and lost in ids  # recorded (due: the map is done), and dispatched
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id
+        )
+        == 0
+    )
+    row = await harness.wait_for_status(run_id, "COMPLETED", "FAILED", timeout_s=10)
+    assert row["status"] == "COMPLETED", row["error"]
+
+
+async def test_a_child_started_for_a_parent_cancelled_since_is_taken_back_not_dispatched_by_the_sweep(
+    harness: Harness, workspace_id: str
+) -> None:
+    """A child's ending starts the next item (a PENDING child run) while its parent is being
+    cancelled, and the worker dies before recording it. The sweep records the stranded ending
+    before it dispatches runs nobody dispatched, so the start is taken back (the parent no longer
+    waits) instead of being dispatched and claimed under a cancelled parent."""
+    run_id, first, release = await _one_at_a_time_first_held(harness, workspace_id)
+    pool = harness.rt.pool
+    async with pool.acquire() as conn:
+        row = await conn.fetchrow("SELECT id, parent_run_id FROM workflow_runs WHERE id = $1", first)
+        started = (await map_items.end_item(conn, row, "completed", {"t": "a"}, None))["started_child"]
+    assert started is not None
+    # The parent cancelled meanwhile (the cascade did not see the new child), and the grace
+    # period over for both the ending and the undispatched child.
+    await pool.execute("UPDATE workflow_runs SET status = 'CANCELLED' WHERE id = $1", run_id)
+    await pool.execute("UPDATE map_items SET ended_at = ended_at - interval '1 hour' WHERE unrecorded")
+    await pool.execute(
+        "UPDATE workflow_runs SET dispatched_at = now() - interval '1 hour' WHERE id = $1", started
+    )
+    ids = await sweep_once(harness.rt)
+    assert started not in ids and started not in [sent for sent, _ in harness.dispatcher.sent]
+    assert await pool.fetchval("SELECT count(*) FROM workflow_runs WHERE id = $1", started) == 0
+    assert (
+        await pool.fetchval(
+            "SELECT status FROM map_items WHERE workflow_run_id = $1 AND item_index = 1", run_id
+        )
+        == "pending"
+    )
+    release.set()
+    await harness.wait_for_status(first, "COMPLETED")
+
+
+async def test_the_sweep_records_a_stranded_ending_before_its_started_child_counts_as_undispatched(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The sweep records endings stranded for half the undispatched grace period, so the child run
+    an ending started is recorded (or taken back) before any worker's sweep could find it
+    undispatched (it was started in the ending's statement, `dispatched_at` = the ending's time)."""
+    from stevora.engine import map_recorder
+
+    run_id, _ = await _endings_stranded(harness, workspace_id, ["a", "b", "c"], concurrency=1)
+    pool = harness.rt.pool
+    grace = harness.rt.settings.undispatched_grace_s
+    await pool.execute(
+        "UPDATE map_items SET ended_at = now() - make_interval(secs => $2) WHERE workflow_run_id = $1 AND unrecorded",
+        run_id,
+        grace * 0.7,
+    )
+    woken = await map_recorder.record_stranded(harness.rt)
+    assert len(woken) == 1  # the child the ending started, dispatched by the recording
+    assert (
+        await pool.fetchval(
+            "SELECT count(*) FROM map_items WHERE workflow_run_id = $1 AND unrecorded", run_id
+        )
+        == 0
+    )
 
 
 class _Deaf:
