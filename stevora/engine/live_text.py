@@ -45,9 +45,8 @@ COALESCE_S = 0.05
 PAYLOAD_BYTES = 7900
 MAX_CHARS = 2000
 BATCH = 500  # notifications per statement at most
-MAX_QUEUED = (
-    10 * BATCH
-)  # a longer backlog drops its oldest deltas (ephemeral: the stored events are the truth)
+# A longer backlog drops its oldest deltas (ephemeral: the stored events are the truth).
+MAX_QUEUED = 10 * BATCH
 # A statement waits this long for more deltas to carry, unless a call's end waits for it (aclose).
 LINGER_S = 0.02
 CLOSE_WAIT_S = 0.25  # a call's end waits this long at most for its deltas, then its checkpoint goes on

@@ -305,7 +305,7 @@ async def complete(
     # included): parsed as a plain answer is, so a streamed round stores the same items.
     try:
         return checked_response(parse_response(final, provider))
-    except (ValueError, LookupError, TypeError, AttributeError) as exc:
+    except MALFORMED as exc:
         raise acc.broken(str(exc) or type(exc).__name__) from exc
 
 

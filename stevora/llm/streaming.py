@@ -19,21 +19,14 @@ import httpx2
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import LlmResponse, ReasoningItem, ReasoningKind, StreamSink, ToolCall, Usage
-from stevora.llm.provider import checked_response
+from stevora.llm.provider import MALFORMED, checked_response
 
 __all__ = ["BROKEN_STREAM", "StreamAccumulator", "StreamSink"]
 
 # What breaks a stream after its 200 besides the SDK's own errors: a dropped connection or a read
 # timeout (httpx, the socket), or an event that is not what the API sends, read as JSON by the
-# adapters (not valid JSON, not an object, a field missing or of another type).
-BROKEN_STREAM: tuple[type[Exception], ...] = (
-    httpx2.HTTPError,
-    OSError,
-    ValueError,
-    LookupError,
-    TypeError,
-    AttributeError,
-)
+# adapters (`MALFORMED`: not valid JSON, not an object, a field missing or of another type).
+BROKEN_STREAM: tuple[type[Exception], ...] = (httpx2.HTTPError, OSError, *MALFORMED)
 
 
 @dataclass
