@@ -113,7 +113,6 @@ class GroupCommitter:
         self.batches = 0  # statements that committed (for tests and benchmarks)
         self.rows = 0
         self._multi_row: dict[str, int] = {}  # batches of several rows sent, per kind (fault points)
-        self._marked: list[tuple[str, int]] = []  # (kind, n) of the statement last sent with them
         # The kept connection (see the module docstring); only a real pool of 2+ connections.
         self._hold = enabled and isinstance(pool, asyncpg.Pool) and pool.get_max_size() > 1
         self._conn: Any = None
@@ -362,9 +361,10 @@ class GroupCommitter:
                 continue
             self.batches += 1
             self.rows += len(records)
-            if self.faults.armed:
-                for name, n in self._marked:
-                    self.faults.reached("batch_committed", name, n)
+            if self.faults.armed:  # the points of each kind it carried several rows of, as `_write`
+                for kind, batch in ((LLM_CALL, calls), (TOOL_TRACE, tools)):
+                    if len(batch) > 1:
+                        self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
             _settle_committed([*calls, *tools], records)
             return
 
@@ -391,7 +391,6 @@ class GroupCommitter:
             if len(doc) > 1:
                 n = self._multi_row[kind.name] = self._multi_row.get(kind.name, 0) + 1
                 marked.append((kind.name, n))
-        self._marked = marked  # for `batch_committed`
         for name, n in marked:
             self.faults.reached("batch_sending", name, n)
         async with self.pool.acquire() as conn:
