@@ -250,6 +250,9 @@ class GroupCommitter:
     async def _flush_all(self) -> None:
         try:
             while self._queued:
+                # One turn of the loop first: the callers the last statement woke write their
+                # next checkpoint meanwhile and join this one (fewer, larger statements).
+                await asyncio.sleep(0)
                 if self._queues.get(LLM_CALL) and self._queues.get(TOOL_TRACE):
                     # Both kinds queued: one statement for both (`PAIR_SQL`), runs not shared.
                     calls = self._take_batch(LLM_CALL)
