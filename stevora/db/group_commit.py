@@ -16,7 +16,9 @@ batch is **one** statement over a JSON array of rows (`jsonb_to_recordset`, `che
   (after `CALM_WRITES` lone checkpoints in a row that nobody joined, it skips that turn until a
   caller arrives while a statement is in flight again); batches grow only when callers queue
   up, and are sent by a flusher task that no caller's cancellation (a revoked lease cancels
-  that run's task) can interrupt;
+  that run's task) can interrupt; before each statement it sends, the flusher waits one turn
+  of the loop, so the callers its last statement woke (their next checkpoint is usually one
+  turn away) join this statement instead of the next one;
 * two checkpoints of one run never share a batch (the run's event sequence is bumped once per
   row), the second waits for the next one;
 * a lost connection retries the batch in place (same rows, same ids): the try whose outcome was

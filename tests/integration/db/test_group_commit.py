@@ -253,6 +253,32 @@ async def test_two_checkpoints_of_one_run_go_in_successive_batches_with_gap_free
     assert gc._flusher is None
 
 
+async def test_callers_a_statement_woke_join_the_next_one_with_the_rows_queued_meanwhile(
+    harness: Harness, workspace_id: str
+) -> None:
+    anchors = await leased_runs(harness, workspace_id, 6)
+    gc = committer(harness.rt.pool)
+
+    async def twice(anchor: Any) -> None:
+        await record_trace(gc, anchor, 600)
+        await record_trace(gc, anchor, 601)  # the next checkpoint, as soon as the first is durable
+
+    first = [asyncio.create_task(twice(a)) for a in anchors[:3]]
+    for _ in range(10_000):  # until the flusher has taken the first three for its statement
+        if gc._in_flight and not gc._queued:
+            break
+        await asyncio.sleep(0)
+    queued = [asyncio.create_task(record_trace(gc, a, 600)) for a in anchors[3:]]
+    await asyncio.gather(*first, *queued)
+    # Statement 1: the first three. Statement 2: the three queued while it was in flight and the
+    # first three's next checkpoints, written during the loop turn the flusher waits first
+    # (without that turn they went in a third statement of their own).
+    assert (gc.batches, gc.rows) == (2, 9)
+    ids = [a["workflow_run_id"] for a in anchors]
+    assert len(await traces_of(harness.rt.pool, ids, 600)) == 6
+    assert len(await traces_of(harness.rt.pool, ids[:3], 601)) == 3
+
+
 async def test_a_duplicate_row_fails_only_its_own_caller(harness: Harness, workspace_id: str) -> None:
     anchors = await leased_runs(harness, workspace_id, 3)
     gc = committer(harness.rt.pool)
