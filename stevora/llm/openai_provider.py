@@ -169,9 +169,12 @@ class OpenAIProvider:
             elif self.streams:
                 response, usage_sent = await self._complete_streamed(kwargs, request, by)
             else:
+                # The SDK sends the request and retries it as `create` does; the answer is read as
+                # JSON here (`create` builds a `ChatCompletion` model of it, none of which the
+                # `LlmResponse` needs).
                 async with asyncio.timeout_at(by):
-                    completion = await self._client.chat.completions.create(**sent_as_is(kwargs))
-                response, usage_sent = self.parse_completion(completion), completion.usage is not None
+                    raw = await self._client.chat.completions.with_raw_response.create(**sent_as_is(kwargs))
+                response, usage_sent = self.read_completion(raw.http_response.content)
         except TimeoutError as exc:
             raise timeout_error(self.name) from exc
         except openai.APIStatusError as exc:
@@ -338,31 +341,49 @@ class OpenAIProvider:
             code="TOOL_CHOICE_UNSUPPORTED",
         )
 
-    def parse_completion(self, completion: ChatCompletion) -> LlmResponse:
-        """A plain answer as an `LlmResponse`; one that is not a Chat Completions answer (the SDK
-        builds it unvalidated: any JSON gets here) is a retryable `ProviderError`."""
+    def read_completion(self, body: bytes) -> tuple[LlmResponse, bool]:
+        """A plain answer's JSON body as an `LlmResponse` and whether it carried usage; one that
+        is not a Chat Completions answer (any JSON, any types) is a retryable `ProviderError`.
+        A client built with `_strict_response_validation` (the tests') also has it checked
+        against the SDK's `ChatCompletion`, as `create` would have."""
         try:
-            return checked_response(self._parse_completion(completion))
+            completion = json.loads(body)
+            if not isinstance(completion, dict):
+                raise TypeError(f"the answer is {type(completion).__name__}, not an object")
+            if getattr(self._client, "_strict_response_validation", False):
+                ChatCompletion.model_validate(completion)
+            return checked_response(self.parse_completion(completion)), completion.get("usage") is not None
         except MALFORMED as exc:
             raise malformed_answer(self.name, "a chat completion", exc) from exc
 
-    def _parse_completion(self, completion: ChatCompletion) -> LlmResponse:
-        if not completion.choices:
+    def parse_completion(self, completion: dict[str, Any]) -> LlmResponse:
+        """A Chat Completions answer (its JSON object) as an `LlmResponse`, read as the SDK's
+        unvalidated `ChatCompletion` was: a field it lacks reads as `None`. Types are the
+        caller's to check (`checked_response`)."""
+        choices = completion.get("choices")
+        if not choices:
             raise ProviderError(f"{self.name} returned no choices", provider=self.name, retryable=True)
-        choice = completion.choices[0]
+        message = choices[0].get("message")
         calls: list[ToolCall] = []
-        for call in choice.message.tool_calls or ():
-            if call.type == "function":
-                calls.append(ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments))
-            else:  # custom (free-text) tools: the input is already the raw string
-                calls.append(ToolCall(id=call.id, name=call.custom.name, arguments=call.custom.input))
+        for call in message.get("tool_calls") or ():
+            kind = call.get("type")
+            if kind == "function":
+                function = call.get("function")
+                calls.append(ToolCall(call.get("id"), function.get("name"), function.get("arguments")))
+            elif kind == "custom":  # custom (free-text) tools: the input is already the raw string
+                custom = call.get("custom")
+                calls.append(ToolCall(call.get("id"), custom.get("name"), custom.get("input")))
+            else:
+                raise TypeError(f"a tool call's type is {kind!r}")
+        finish_reason = choices[0].get("finish_reason")
+        model: Any = completion.get("model")  # a string, or `checked_response` says what it is
         return LlmResponse(
-            text=choice.message.content,
+            text=message.get("content"),
             tool_calls=calls,
-            usage=_usage_of(completion.usage),
-            model=completion.model,
-            finish_reason=str(choice.finish_reason or ("tool_calls" if calls else "stop")),
-            response_id=completion.id,
+            usage=_usage_json(completion.get("usage")),
+            model=model,
+            finish_reason=str(finish_reason or ("tool_calls" if calls else "stop")),
+            response_id=completion.get("id"),
             provider=self.name,
         )
 
@@ -468,6 +489,21 @@ def _fold_delta(acc: StreamAccumulator, delta: dict[str, Any]) -> None:
             acc.tool_start(fragment["index"], fragment.get("id"), function.get("name") if function else None)
         if function is not None:
             acc.tool_arguments(fragment["index"], function.get("arguments"))
+
+
+def _usage_json(usage: Any) -> Usage:
+    """`_usage_of` for the answer's JSON `usage` (read as the SDK's unvalidated model was)."""
+    if usage is None:  # some compatible servers omit it
+        return Usage()
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    return Usage(
+        input_tokens=usage.get("prompt_tokens"),
+        output_tokens=usage.get("completion_tokens"),
+        cache_read_tokens=(prompt_details.get("cached_tokens") or 0) if prompt_details else 0,
+        cache_write_tokens=(prompt_details.get("cache_write_tokens") or 0) if prompt_details else 0,
+        reasoning_tokens=(completion_details.get("reasoning_tokens") or 0) if completion_details else 0,
+    )
 
 
 def _usage_of(usage: CompletionUsage | None) -> Usage:

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import openai
-from openai.types.responses import Response, ResponseUsage
+from openai.types.responses import Response, ResponseReasoningItem
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import (
@@ -200,53 +200,71 @@ def strict_allowed(schema: object) -> bool:
     return True
 
 
-def parse_response(response: Response, provider: str) -> LlmResponse:
-    """A Responses answer as an `LlmResponse`; its reasoning items kept whole, in output order."""
+def parse_response(response: dict[str, Any], provider: str) -> LlmResponse:
+    """A Responses answer (its JSON object) as an `LlmResponse`; its reasoning items kept whole,
+    in output order. Read as the SDK's unvalidated `Response` was (a field it lacks reads as
+    `None`, an item of another type is skipped); types are the caller's to check
+    (`checked_response`)."""
     texts: list[str] = []
     calls: list[ToolCall] = []
     reasoning: list[ReasoningItem] = []
     ids: dict[str, Any] = {}
-    for item in response.output:
-        if item.type == "reasoning":
-            reasoning.append(
-                ReasoningItem.of("openai_responses", item.model_dump(mode="json", exclude_none=True))
-            )
-        elif item.type == "function_call":
-            calls.append(ToolCall(id=item.call_id, name=item.name, arguments=item.arguments))
-            if item.id:
-                ids.setdefault("calls", {})[item.call_id] = item.id
-        elif item.type == "message":
-            texts += [part.text for part in item.content if part.type == "output_text"]
-            ids.setdefault("message", item.id)
+    output: Any = response.get("output")
+    for item in output:
+        kind = item.get("type")
+        if kind == "reasoning":
+            # As the SDK's model dumps it (its field order, `None`s dropped): the stored text is
+            # the one a round has always stored, so a resumed round sends the same bytes.
+            dumped = ResponseReasoningItem.construct(**item).model_dump(mode="json", exclude_none=True)
+            reasoning.append(ReasoningItem.of("openai_responses", dumped))
+        elif kind == "function_call":
+            call_id = item.get("call_id")
+            calls.append(ToolCall(call_id, item.get("name"), item.get("arguments")))
+            if item.get("id"):
+                ids.setdefault("calls", {})[call_id] = item["id"]
+        elif kind == "message":
+            texts += [part.get("text") for part in item.get("content") if part.get("type") == "output_text"]
+            ids.setdefault("message", item.get("id"))
     if reasoning and ids:  # only a turn with reasoning needs its items' ids back
         reasoning.append(ReasoningItem.of("openai_item_ids", ids))
-    if response.status == "failed":
-        detail = response.error.message if response.error is not None else "no detail"
+    status = response.get("status")
+    if status == "failed":
+        error = response.get("error")
+        detail = error.get("message") if error is not None else "no detail"
         raise ProviderError(f"{provider} response failed: {detail}", provider=provider, retryable=True)
     finish = "tool_calls" if calls else "stop"
-    if response.status == "incomplete" and response.incomplete_details is not None:
-        finish = _INCOMPLETE.get(str(response.incomplete_details.reason), "length")
+    details = response.get("incomplete_details")
+    model: Any = response.get("model")  # a string, or `checked_response` says what it is
+    if status == "incomplete" and details is not None:
+        finish = _INCOMPLETE.get(str(details.get("reason")), "length")
     return LlmResponse(
         text="".join(texts) if texts else None,
         tool_calls=calls,
-        usage=usage_of(response.usage),
-        model=response.model,
+        usage=usage_of(response.get("usage")),
+        model=model,
         finish_reason=finish,
-        response_id=response.id,
+        response_id=response.get("id"),
         provider=provider,
         reasoning=reasoning,
     )
 
 
-def usage_of(usage: ResponseUsage | None) -> Usage:
+def usage_of(usage: Any) -> Usage:
+    """The answer's JSON `usage`; a details object counts as present whatever it holds, as the
+    SDK's model of it did."""
     if usage is None:
         return Usage()
+    inputs, outputs = usage.get("input_tokens_details"), usage.get("output_tokens_details")
     return Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.input_tokens_details.cached_tokens if usage.input_tokens_details else 0,
-        reasoning_tokens=usage.output_tokens_details.reasoning_tokens if usage.output_tokens_details else 0,
+        input_tokens=usage.get("input_tokens"),
+        output_tokens=usage.get("output_tokens"),
+        cache_read_tokens=inputs.get("cached_tokens") if _given(inputs) else 0,
+        reasoning_tokens=outputs.get("reasoning_tokens") if _given(outputs) else 0,
     )
+
+
+def _given(details: object) -> bool:
+    return isinstance(details, dict) or bool(details)
 
 
 async def complete(
@@ -261,20 +279,27 @@ async def complete(
     """One call, streamed or not (`kwargs` as `sent_as_is` gives them), sent and read by `by`
     (`provider.deadline`: its `TimeoutError` is the caller's to translate, as are SDK errors)."""
     if not stream:
+        # The SDK sends the request and retries it as `create` does; the answer is read as JSON
+        # (`create` builds a `Response` model of it).
         async with asyncio.timeout_at(by):
-            answer = await client.responses.create(**kwargs)
+            raw = await client.responses.with_raw_response.create(**kwargs)
         try:
+            answer = json.loads(raw.http_response.content)
+            if not isinstance(answer, dict):
+                raise TypeError(f"the answer is {type(answer).__name__}, not an object")
+            if getattr(client, "_strict_response_validation", False):
+                Response.model_validate(answer)  # as `create` would have (the tests' clients)
             return checked_response(parse_response(answer, provider))
         except MALFORMED as exc:
             raise malformed_answer(provider, "a Responses API response", exc) from exc
     # The SDK sends the request and retries it until the 200; the events are read as JSON here
     # (the SDK's stream builds a model of every event): only the deltas the sink hears and the
-    # final answer are read, the final one built as the SDK builds it (`Response.construct`).
+    # final answer are read, the final one as a plain answer is.
     opening = client.responses.with_streaming_response.create(**kwargs, stream=True)
     async with asyncio.timeout_at(by):
         raw = await opening.__aenter__()
     acc = StreamAccumulator(provider, request.sink)
-    final: Response | None = None
+    final: dict[str, Any] | None = None
     try:
         # The step's timeout bounds the whole answer, as on Chat Completions.
         async with asyncio.timeout_at(by):
@@ -288,7 +313,7 @@ async def complete(
                 elif kind in ("response.completed", "response.incomplete"):
                     if not isinstance(event["response"], dict):
                         raise TypeError("the final event's response is not an object")
-                    final = Response.construct(**event["response"])
+                    final = event["response"]
                 elif kind in ("response.failed", "error"):
                     raise acc.broken(event.get("message") or _failure(event.get("response")))
     except TimeoutError as exc:
