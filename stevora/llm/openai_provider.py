@@ -159,7 +159,7 @@ class OpenAIProvider:
                     await openai_responses.complete(
                         self._client,
                         self.name,
-                        sent_as_is(kwargs, api="responses"),
+                        kwargs,
                         request,
                         stream=self.stream,
                         by=by,
@@ -169,12 +169,10 @@ class OpenAIProvider:
             elif self.streams:
                 response, usage_sent = await self._complete_streamed(kwargs, request, by)
             else:
-                # The SDK sends the request and retries it as `create` does; the answer is read as
-                # JSON here (`create` builds a `ChatCompletion` model of it, none of which the
-                # `LlmResponse` needs).
+                # Sent through the SDK without `create`, the answer read as JSON (`post`).
                 async with asyncio.timeout_at(by):
-                    raw = await self._client.chat.completions.with_raw_response.create(**sent_as_is(kwargs))
-                response, usage_sent = self.read_completion(raw.http_response.content)
+                    raw = await openai_responses.post(self._client, "/chat/completions", kwargs, stream=False)
+                response, usage_sent = self.read_completion(raw.content)
         except TimeoutError as exc:
             raise timeout_error(self.name) from exc
         except openai.APIStatusError as exc:
@@ -205,17 +203,13 @@ class OpenAIProvider:
     ) -> tuple[LlmResponse, bool]:
         """One streamed call folded into an `LlmResponse`, sent and read by `by`; (response,
         whether usage arrived)."""
-        extra: dict[str, Any] = {"stream": True}
         if self.capabilities.stream_usage:  # servers that do not know the option may reject it
-            extra["stream_options"] = {"include_usage": True}
-        # The SDK sends the request and retries it until the 200 as for `create(stream=True)`; the
-        # chunks are read as JSON here: the SDK's stream builds a pydantic model of every chunk
-        # (about a quarter of a streamed call's CPU) for the few fields read below.
-        answer = self._client.chat.completions.with_streaming_response.create(
-            **sent_as_is({**kwargs, **extra})
-        )
+            kwargs = {**kwargs, "stream_options": {"include_usage": True}}
+        # The SDK sends the request and retries it until the 200 as for `create(stream=True)`
+        # (`post`); the chunks are read as JSON here: the SDK's stream builds a pydantic model of
+        # every chunk (about a quarter of a streamed call's CPU) for the few fields read below.
         async with asyncio.timeout_at(by):
-            raw = await answer.__aenter__()
+            raw = await openai_responses.post(self._client, "/chat/completions", kwargs, stream=True)
         acc = StreamAccumulator(self.name, request.sink)
         usage_sent = False
         try:
@@ -240,7 +234,7 @@ class OpenAIProvider:
             # chunk that is not a JSON object, an answer of other types.
             raise acc.broken(str(exc) or type(exc).__name__) from exc
         finally:
-            await answer.__aexit__(None, None, None)
+            await raw.aclose()
         return response, usage_sent
 
     @property
@@ -386,27 +380,6 @@ class OpenAIProvider:
             response_id=completion.get("id"),
             provider=self.name,
         )
-
-
-# `create`'s own arguments; everything else of the body is sent as `extra_body` (see `sent_as_is`).
-_REQUEST_OPTIONS = frozenset({"model", "stream", "timeout", "extra_headers", "extra_query", "extra_body"})
-
-
-def sent_as_is(kwargs: dict[str, Any], *, api: OpenAIApi = "chat") -> dict[str, Any]:
-    """`create` keyword arguments whose body the SDK sends without its typed transform.
-
-    The SDK walks every message, content part and tool of the body against its TypedDicts on each
-    call (`async_maybe_transform`: ~800 Python calls for a 20-message transcript, about two thirds
-    of a call's CPU) to rename aliased keys and encode files and dates; the adapter's dicts are
-    already the wire form (none of that applies), so they go as `extra_body`, which the SDK merges
-    into the JSON body untouched. The request sent is the same JSON.
-    """
-    named = {k: v for k, v in kwargs.items() if k in _REQUEST_OPTIONS}
-    body = {k: v for k, v in kwargs.items() if k not in _REQUEST_OPTIONS}
-    named["extra_body"] = {**body, **(kwargs.get("extra_body") or {})}
-    if api == "chat":
-        named["messages"] = []  # required by the signature; the body's `messages` replaces it
-    return named
 
 
 def _tool_param(tool: ToolSpec) -> dict[str, Any]:

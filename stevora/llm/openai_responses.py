@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, cast
 
+import httpx2
 import openai
 from openai.types.responses import Response, ResponseReasoningItem
 
@@ -267,6 +268,39 @@ def _given(details: object) -> bool:
     return isinstance(details, dict) or bool(details)
 
 
+# `create`'s arguments that are request options, not body.
+_REQUEST_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+
+async def post(
+    client: openai.AsyncOpenAI, path: str, kwargs: dict[str, Any], *, stream: bool
+) -> httpx2.Response:
+    """POST `path` through the SDK (its headers, retries, timeouts and error types) with the JSON
+    `create(**kwargs, stream=stream)` sends, key for key, but without `create`: it walks the body
+    against the SDK's TypedDicts (for the whole transcript, unless it goes as `extra_body`, and
+    for its own arguments even then: ~550 Python calls a call, hashing `Literal` types) and builds
+    the answer's model; the adapters' dicts are the wire form already and they read the answer
+    as JSON. Streamed: the answer's body still unread (the caller closes it)."""
+    body: dict[str, Any] = {"model": kwargs["model"]}
+    if stream:
+        body["stream"] = True
+    for key, value in kwargs.items():
+        if key not in _REQUEST_OPTIONS:
+            body.setdefault(key, value)
+    body.update(kwargs.get("extra_body") or {})
+    options: dict[str, Any] = {}
+    if "timeout" in kwargs:
+        options["timeout"] = kwargs["timeout"]
+    if kwargs.get("extra_headers"):
+        options["headers"] = kwargs["extra_headers"]
+    if kwargs.get("extra_query"):
+        options["params"] = kwargs["extra_query"]
+    answer: httpx2.Response = await client.post(
+        path, cast_to=httpx2.Response, body=body, options=cast(Any, options), stream=stream, stream_cls=None
+    )
+    return answer
+
+
 async def complete(
     client: openai.AsyncOpenAI,
     provider: str,
@@ -276,15 +310,13 @@ async def complete(
     stream: bool,
     by: float | None = None,
 ) -> LlmResponse:
-    """One call, streamed or not (`kwargs` as `sent_as_is` gives them), sent and read by `by`
+    """One call, streamed or not (`kwargs` as for `create`), sent and read by `by`
     (`provider.deadline`: its `TimeoutError` is the caller's to translate, as are SDK errors)."""
     if not stream:
-        # The SDK sends the request and retries it as `create` does; the answer is read as JSON
-        # (`create` builds a `Response` model of it).
         async with asyncio.timeout_at(by):
-            raw = await client.responses.with_raw_response.create(**kwargs)
+            raw = await post(client, "/responses", kwargs, stream=False)
         try:
-            answer = json.loads(raw.http_response.content)
+            answer = json.loads(raw.content)
             if not isinstance(answer, dict):
                 raise TypeError(f"the answer is {type(answer).__name__}, not an object")
             if getattr(client, "_strict_response_validation", False):
@@ -292,12 +324,11 @@ async def complete(
             return checked_response(parse_response(answer, provider))
         except MALFORMED as exc:
             raise malformed_answer(provider, "a Responses API response", exc) from exc
-    # The SDK sends the request and retries it until the 200; the events are read as JSON here
-    # (the SDK's stream builds a model of every event): only the deltas the sink hears and the
-    # final answer are read, the final one as a plain answer is.
-    opening = client.responses.with_streaming_response.create(**kwargs, stream=True)
+    # The SDK retries a stream until its 200; the events are read as JSON here (the SDK's stream
+    # builds a model of every event): only the deltas the sink hears and the final answer are
+    # read, the final one as a plain answer is.
     async with asyncio.timeout_at(by):
-        raw = await opening.__aenter__()
+        raw = await post(client, "/responses", kwargs, stream=True)
     acc = StreamAccumulator(provider, request.sink)
     final: dict[str, Any] | None = None
     try:
@@ -323,7 +354,7 @@ async def complete(
         # that is not a JSON object.
         raise acc.broken(str(exc) or type(exc).__name__) from exc
     finally:
-        await opening.__aexit__(None, None, None)
+        await raw.aclose()
     if final is None:
         raise acc.broken("the stream ended before its final event")
     # The final event carries the whole answer (reasoning items with their encrypted content
@@ -334,13 +365,13 @@ async def complete(
         raise acc.broken(str(exc) or type(exc).__name__) from exc
 
 
-async def sse_chunks(raw: Any) -> AsyncIterator[dict[str, Any]]:
+async def sse_chunks(raw: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
     """The JSON objects of a Chat Completions event stream, as the SDK's stream reads them: up to
     `data: [DONE]` (the body is still read to its end, so the connection is reused), and
     `data: {"error": ...}` raised as the SDK raises it (`openai.APIError`)."""
     data: list[str] = []
     done = False
-    async for line in raw.iter_lines():
+    async for line in raw.aiter_lines():
         if line:
             if line.startswith("data:"):
                 data.append(line[6:] if line.startswith("data: ") else line[5:])
@@ -361,7 +392,7 @@ async def sse_chunks(raw: Any) -> AsyncIterator[dict[str, Any]]:
             message = error.get("message") if isinstance(error, dict) else None
             if not message or not isinstance(message, str):
                 message = "An error occurred during streaming"
-            raise openai.APIError(message, raw.http_request, body=error)
+            raise openai.APIError(message, raw.request, body=error)
         yield chunk
 
 
