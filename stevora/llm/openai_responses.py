@@ -276,11 +276,12 @@ async def post(
     client: openai.AsyncOpenAI, path: str, kwargs: dict[str, Any], *, stream: bool
 ) -> httpx2.Response:
     """POST `path` through the SDK (its headers, retries, timeouts and error types) with the JSON
-    `create(**kwargs, stream=stream)` sends, key for key, but without `create`: it walks the body
-    against the SDK's TypedDicts (for the whole transcript, unless it goes as `extra_body`, and
-    for its own arguments even then: ~550 Python calls a call, hashing `Literal` types) and builds
-    the answer's model; the adapters' dicts are the wire form already and they read the answer
-    as JSON. Streamed: the answer's body still unread (the caller closes it)."""
+    `create(**kwargs, stream=stream)` sends, key for key, but without `create`: it walks its
+    arguments against the SDK's TypedDicts on every call (the transcript too, unless it goes as
+    `extra_body`; its own arguments even then, hashing `Literal` types) and wraps or builds the
+    answer's model: ~840 of a plain call's ~3,600 Python calls (docs/benchmarks.md). The
+    adapters' dicts are the wire form already and they read the answer as JSON. Streamed: the
+    answer's body still unread (the caller closes it)."""
     body: dict[str, Any] = {"model": kwargs["model"]}
     if stream:
         body["stream"] = True

@@ -191,6 +191,18 @@ async def test_a_plain_responses_answer_read_as_json_is_what_the_sdks_model_gave
     assert read == _from_response(response, "openai")
 
 
+async def _plain_error(body: bytes, api: str) -> ProviderError:
+    """The error a plain call gets when a server answers `body` with a 200 (no SDK retries)."""
+    with as_is_server(body, "application/json") as url:
+        provider = OpenAIProvider("test", f"{url}/v1", max_retries=0, stream=False)
+        try:
+            with pytest.raises(ProviderError) as caught:
+                await provider.complete(LlmRequest(model="m", messages=[Message.user("q")], api=api))  # type: ignore[arg-type]
+        finally:
+            await provider.aclose()
+    return caught.value
+
+
 _CHAT_OK = {"id": "c", "model": "m", "object": "chat.completion", "created": 1}
 _CHOICE_OK = {"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}
 
@@ -244,14 +256,8 @@ def _function_call(**call: Any) -> dict[str, Any]:
     ],
 )  # fmt: skip
 async def test_every_hostile_plain_chat_answer_is_a_retryable_provider_error(body: bytes, says: str) -> None:
-    with as_is_server(body, "application/json") as url:
-        provider = OpenAIProvider("test", f"{url}/v1", max_retries=0, stream=False)
-        try:
-            with pytest.raises(ProviderError) as caught:
-                await provider.complete(LlmRequest(model="m", messages=[Message.user("q")]))
-        finally:
-            await provider.aclose()
-    assert caught.value.retryable and says in caught.value.message
+    error = await _plain_error(body, "chat")
+    assert error.retryable and says in error.message
 
 
 _RESPONSE_OK = {"id": "r", "model": "m", "object": "response", "status": "completed", "output": []}
@@ -303,27 +309,15 @@ def _message(*content: object) -> dict[str, Any]:
     ],
 )  # fmt: skip
 async def test_every_hostile_plain_responses_answer_is_a_retryable_provider_error(body: bytes) -> None:
-    with as_is_server(body, "application/json") as url:
-        provider = OpenAIProvider("test", f"{url}/v1", max_retries=0, stream=False)
-        try:
-            with pytest.raises(ProviderError) as caught:
-                await provider.complete(LlmRequest(model="m", messages=[Message.user("q")], api="responses"))
-        finally:
-            await provider.aclose()
-    assert caught.value.retryable and "not a Responses API response" in caught.value.message
+    error = await _plain_error(body, "responses")
+    assert error.retryable and "not a Responses API response" in error.message
 
 
 async def test_a_failed_plain_response_is_a_retryable_provider_error_with_its_message() -> None:
-    with as_is_server(
-        _response(status="failed", error={"code": "e", "message": "the model broke"}), "application/json"
-    ) as url:
-        provider = OpenAIProvider("test", f"{url}/v1", max_retries=0, stream=False)
-        try:
-            with pytest.raises(ProviderError) as caught:
-                await provider.complete(LlmRequest(model="m", messages=[Message.user("q")], api="responses"))
-        finally:
-            await provider.aclose()
-    assert caught.value.retryable and caught.value.message == "openai response failed: the model broke"
+    error = await _plain_error(
+        _response(status="failed", error={"code": "e", "message": "the model broke"}), "responses"
+    )
+    assert error.retryable and error.message == "openai response failed: the model broke"
 
 
 @pytest.mark.parametrize("api", ["chat", "responses"])
