@@ -159,7 +159,7 @@ class OpenAIProvider:
                     await openai_responses.complete(
                         self._client,
                         self.name,
-                        sent_as_is(kwargs, api="responses"),
+                        kwargs,
                         request,
                         stream=self.stream,
                         by=by,
@@ -169,9 +169,10 @@ class OpenAIProvider:
             elif self.streams:
                 response, usage_sent = await self._complete_streamed(kwargs, request, by)
             else:
+                # Sent through the SDK without `create`, the answer read as JSON (`post`).
                 async with asyncio.timeout_at(by):
-                    completion = await self._client.chat.completions.create(**sent_as_is(kwargs))
-                response, usage_sent = self.parse_completion(completion), completion.usage is not None
+                    raw = await openai_responses.post(self._client, "/chat/completions", kwargs, stream=False)
+                response, usage_sent = self.read_completion(raw.content)
         except TimeoutError as exc:
             raise timeout_error(self.name) from exc
         except openai.APIStatusError as exc:
@@ -202,17 +203,13 @@ class OpenAIProvider:
     ) -> tuple[LlmResponse, bool]:
         """One streamed call folded into an `LlmResponse`, sent and read by `by`; (response,
         whether usage arrived)."""
-        extra: dict[str, Any] = {"stream": True}
         if self.capabilities.stream_usage:  # servers that do not know the option may reject it
-            extra["stream_options"] = {"include_usage": True}
-        # The SDK sends the request and retries it until the 200 as for `create(stream=True)`; the
-        # chunks are read as JSON here: the SDK's stream builds a pydantic model of every chunk
-        # (about a quarter of a streamed call's CPU) for the few fields read below.
-        answer = self._client.chat.completions.with_streaming_response.create(
-            **sent_as_is({**kwargs, **extra})
-        )
+            kwargs = {**kwargs, "stream_options": {"include_usage": True}}
+        # The SDK sends the request and retries it until the 200 as for `create(stream=True)`
+        # (`post`); the chunks are read as JSON here: the SDK's stream builds a pydantic model of
+        # every chunk (about a quarter of a streamed call's CPU) for the few fields read below.
         async with asyncio.timeout_at(by):
-            raw = await answer.__aenter__()
+            raw = await openai_responses.post(self._client, "/chat/completions", kwargs, stream=True)
         acc = StreamAccumulator(self.name, request.sink)
         usage_sent = False
         try:
@@ -237,7 +234,7 @@ class OpenAIProvider:
             # chunk that is not a JSON object, an answer of other types.
             raise acc.broken(str(exc) or type(exc).__name__) from exc
         finally:
-            await answer.__aexit__(None, None, None)
+            await raw.aclose()
         return response, usage_sent
 
     @property
@@ -338,54 +335,51 @@ class OpenAIProvider:
             code="TOOL_CHOICE_UNSUPPORTED",
         )
 
-    def parse_completion(self, completion: ChatCompletion) -> LlmResponse:
-        """A plain answer as an `LlmResponse`; one that is not a Chat Completions answer (the SDK
-        builds it unvalidated: any JSON gets here) is a retryable `ProviderError`."""
+    def read_completion(self, body: bytes) -> tuple[LlmResponse, bool]:
+        """A plain answer's JSON body as an `LlmResponse` and whether it carried usage; one that
+        is not a Chat Completions answer (any JSON, any types) is a retryable `ProviderError`.
+        A client built with `_strict_response_validation` (the tests') also has it checked
+        against the SDK's `ChatCompletion`, as `create` would have."""
         try:
-            return checked_response(self._parse_completion(completion))
+            completion = json.loads(body)
+            if not isinstance(completion, dict):
+                raise TypeError(f"the answer is {type(completion).__name__}, not an object")
+            if getattr(self._client, "_strict_response_validation", False):
+                ChatCompletion.model_validate(completion)
+            return checked_response(self.parse_completion(completion)), completion.get("usage") is not None
         except MALFORMED as exc:
             raise malformed_answer(self.name, "a chat completion", exc) from exc
 
-    def _parse_completion(self, completion: ChatCompletion) -> LlmResponse:
-        if not completion.choices:
+    def parse_completion(self, completion: dict[str, Any]) -> LlmResponse:
+        """A Chat Completions answer (its JSON object) as an `LlmResponse`, read as the SDK's
+        unvalidated `ChatCompletion` was: a field it lacks reads as `None`. Types are the
+        caller's to check (`checked_response`)."""
+        choices = completion.get("choices")
+        if not choices:
             raise ProviderError(f"{self.name} returned no choices", provider=self.name, retryable=True)
-        choice = completion.choices[0]
+        message = choices[0].get("message")
         calls: list[ToolCall] = []
-        for call in choice.message.tool_calls or ():
-            if call.type == "function":
-                calls.append(ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments))
-            else:  # custom (free-text) tools: the input is already the raw string
-                calls.append(ToolCall(id=call.id, name=call.custom.name, arguments=call.custom.input))
+        for call in message.get("tool_calls") or ():
+            kind = call.get("type")
+            if kind == "function":
+                function = call.get("function")
+                calls.append(ToolCall(call.get("id"), function.get("name"), function.get("arguments")))
+            elif kind == "custom":  # custom (free-text) tools: the input is already the raw string
+                custom = call.get("custom")
+                calls.append(ToolCall(call.get("id"), custom.get("name"), custom.get("input")))
+            else:
+                raise TypeError(f"a tool call's type is {kind!r}")
+        finish_reason = choices[0].get("finish_reason")
+        model: Any = completion.get("model")  # a string, or `checked_response` says what it is
         return LlmResponse(
-            text=choice.message.content,
+            text=message.get("content"),
             tool_calls=calls,
-            usage=_usage_of(completion.usage),
-            model=completion.model,
-            finish_reason=str(choice.finish_reason or ("tool_calls" if calls else "stop")),
-            response_id=completion.id,
+            usage=_usage_json(completion.get("usage")),
+            model=model,
+            finish_reason=str(finish_reason or ("tool_calls" if calls else "stop")),
+            response_id=completion.get("id"),
             provider=self.name,
         )
-
-
-# `create`'s own arguments; everything else of the body is sent as `extra_body` (see `sent_as_is`).
-_REQUEST_OPTIONS = frozenset({"model", "stream", "timeout", "extra_headers", "extra_query", "extra_body"})
-
-
-def sent_as_is(kwargs: dict[str, Any], *, api: OpenAIApi = "chat") -> dict[str, Any]:
-    """`create` keyword arguments whose body the SDK sends without its typed transform.
-
-    The SDK walks every message, content part and tool of the body against its TypedDicts on each
-    call (`async_maybe_transform`: ~800 Python calls for a 20-message transcript, about two thirds
-    of a call's CPU) to rename aliased keys and encode files and dates; the adapter's dicts are
-    already the wire form (none of that applies), so they go as `extra_body`, which the SDK merges
-    into the JSON body untouched. The request sent is the same JSON.
-    """
-    named = {k: v for k, v in kwargs.items() if k in _REQUEST_OPTIONS}
-    body = {k: v for k, v in kwargs.items() if k not in _REQUEST_OPTIONS}
-    named["extra_body"] = {**body, **(kwargs.get("extra_body") or {})}
-    if api == "chat":
-        named["messages"] = []  # required by the signature; the body's `messages` replaces it
-    return named
 
 
 def _tool_param(tool: ToolSpec) -> dict[str, Any]:
@@ -468,6 +462,21 @@ def _fold_delta(acc: StreamAccumulator, delta: dict[str, Any]) -> None:
             acc.tool_start(fragment["index"], fragment.get("id"), function.get("name") if function else None)
         if function is not None:
             acc.tool_arguments(fragment["index"], function.get("arguments"))
+
+
+def _usage_json(usage: Any) -> Usage:
+    """`_usage_of` for the answer's JSON `usage` (read as the SDK's unvalidated model was)."""
+    if usage is None:  # some compatible servers omit it
+        return Usage()
+    prompt_details = usage.get("prompt_tokens_details")
+    completion_details = usage.get("completion_tokens_details")
+    return Usage(
+        input_tokens=usage.get("prompt_tokens"),
+        output_tokens=usage.get("completion_tokens"),
+        cache_read_tokens=(prompt_details.get("cached_tokens") or 0) if prompt_details else 0,
+        cache_write_tokens=(prompt_details.get("cache_write_tokens") or 0) if prompt_details else 0,
+        reasoning_tokens=(completion_details.get("reasoning_tokens") or 0) if completion_details else 0,
+    )
 
 
 def _usage_of(usage: CompletionUsage | None) -> Usage:

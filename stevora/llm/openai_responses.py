@@ -16,10 +16,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from typing import Any, cast
 
+import httpx2
 import openai
-from openai.types.responses import Response, ResponseUsage
+from openai.types.responses import Response, ResponseReasoningItem
 
 from stevora.errors import ProviderError
 from stevora.llm.messages import (
@@ -200,53 +201,105 @@ def strict_allowed(schema: object) -> bool:
     return True
 
 
-def parse_response(response: Response, provider: str) -> LlmResponse:
-    """A Responses answer as an `LlmResponse`; its reasoning items kept whole, in output order."""
+def parse_response(response: dict[str, Any], provider: str) -> LlmResponse:
+    """A Responses answer (its JSON object) as an `LlmResponse`; its reasoning items kept whole,
+    in output order. Read as the SDK's unvalidated `Response` was (a field it lacks reads as
+    `None`, an item of another type is skipped); types are the caller's to check
+    (`checked_response`)."""
     texts: list[str] = []
     calls: list[ToolCall] = []
     reasoning: list[ReasoningItem] = []
     ids: dict[str, Any] = {}
-    for item in response.output:
-        if item.type == "reasoning":
-            reasoning.append(
-                ReasoningItem.of("openai_responses", item.model_dump(mode="json", exclude_none=True))
-            )
-        elif item.type == "function_call":
-            calls.append(ToolCall(id=item.call_id, name=item.name, arguments=item.arguments))
-            if item.id:
-                ids.setdefault("calls", {})[item.call_id] = item.id
-        elif item.type == "message":
-            texts += [part.text for part in item.content if part.type == "output_text"]
-            ids.setdefault("message", item.id)
+    output: Any = response.get("output")
+    for item in output:
+        kind = item.get("type")
+        if kind == "reasoning":
+            # As the SDK's model dumps it (its field order, `None`s dropped): the stored text is
+            # the one a round has always stored, so a resumed round sends the same bytes.
+            dumped = ResponseReasoningItem.construct(**item).model_dump(mode="json", exclude_none=True)
+            reasoning.append(ReasoningItem.of("openai_responses", dumped))
+        elif kind == "function_call":
+            call_id = item.get("call_id")
+            calls.append(ToolCall(call_id, item.get("name"), item.get("arguments")))
+            if item.get("id"):
+                ids.setdefault("calls", {})[call_id] = item["id"]
+        elif kind == "message":
+            texts += [part.get("text") for part in item.get("content") if part.get("type") == "output_text"]
+            ids.setdefault("message", item.get("id"))
     if reasoning and ids:  # only a turn with reasoning needs its items' ids back
         reasoning.append(ReasoningItem.of("openai_item_ids", ids))
-    if response.status == "failed":
-        detail = response.error.message if response.error is not None else "no detail"
+    status = response.get("status")
+    if status == "failed":
+        error = response.get("error")
+        detail = error.get("message") if error is not None else "no detail"
         raise ProviderError(f"{provider} response failed: {detail}", provider=provider, retryable=True)
     finish = "tool_calls" if calls else "stop"
-    if response.status == "incomplete" and response.incomplete_details is not None:
-        finish = _INCOMPLETE.get(str(response.incomplete_details.reason), "length")
+    details = response.get("incomplete_details")
+    model: Any = response.get("model")  # a string, or `checked_response` says what it is
+    if status == "incomplete" and details is not None:
+        finish = _INCOMPLETE.get(str(details.get("reason")), "length")
     return LlmResponse(
         text="".join(texts) if texts else None,
         tool_calls=calls,
-        usage=usage_of(response.usage),
-        model=response.model,
+        usage=usage_of(response.get("usage")),
+        model=model,
         finish_reason=finish,
-        response_id=response.id,
+        response_id=response.get("id"),
         provider=provider,
         reasoning=reasoning,
     )
 
 
-def usage_of(usage: ResponseUsage | None) -> Usage:
+def usage_of(usage: Any) -> Usage:
+    """The answer's JSON `usage`; a details object counts as present whatever it holds, as the
+    SDK's model of it did."""
     if usage is None:
         return Usage()
+    inputs, outputs = usage.get("input_tokens_details"), usage.get("output_tokens_details")
     return Usage(
-        input_tokens=usage.input_tokens,
-        output_tokens=usage.output_tokens,
-        cache_read_tokens=usage.input_tokens_details.cached_tokens if usage.input_tokens_details else 0,
-        reasoning_tokens=usage.output_tokens_details.reasoning_tokens if usage.output_tokens_details else 0,
+        input_tokens=usage.get("input_tokens"),
+        output_tokens=usage.get("output_tokens"),
+        cache_read_tokens=inputs.get("cached_tokens") if _given(inputs) else 0,
+        reasoning_tokens=outputs.get("reasoning_tokens") if _given(outputs) else 0,
     )
+
+
+def _given(details: object) -> bool:
+    return isinstance(details, dict) or bool(details)
+
+
+# `create`'s arguments that are request options, not body.
+_REQUEST_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
+
+
+async def post(
+    client: openai.AsyncOpenAI, path: str, kwargs: dict[str, Any], *, stream: bool
+) -> httpx2.Response:
+    """POST `path` through the SDK (its headers, retries, timeouts and error types) with the JSON
+    `create(**kwargs, stream=stream)` sends, key for key, but without `create`: it walks its
+    arguments against the SDK's TypedDicts on every call (the transcript too, unless it goes as
+    `extra_body`; its own arguments even then, hashing `Literal` types) and wraps or builds the
+    answer's model: ~840 of a plain call's ~3,600 Python calls (docs/benchmarks.md). The
+    adapters' dicts are the wire form already and they read the answer as JSON. Streamed: the
+    answer's body still unread (the caller closes it)."""
+    body: dict[str, Any] = {"model": kwargs["model"]}
+    if stream:
+        body["stream"] = True
+    for key, value in kwargs.items():
+        if key not in _REQUEST_OPTIONS:
+            body.setdefault(key, value)
+    body.update(kwargs.get("extra_body") or {})
+    options: dict[str, Any] = {}
+    if "timeout" in kwargs:
+        options["timeout"] = kwargs["timeout"]
+    if kwargs.get("extra_headers"):
+        options["headers"] = kwargs["extra_headers"]
+    if kwargs.get("extra_query"):
+        options["params"] = kwargs["extra_query"]
+    answer: httpx2.Response = await client.post(
+        path, cast_to=httpx2.Response, body=body, options=cast(Any, options), stream=stream, stream_cls=None
+    )
+    return answer
 
 
 async def complete(
@@ -258,23 +311,27 @@ async def complete(
     stream: bool,
     by: float | None = None,
 ) -> LlmResponse:
-    """One call, streamed or not (`kwargs` as `sent_as_is` gives them), sent and read by `by`
+    """One call, streamed or not (`kwargs` as for `create`), sent and read by `by`
     (`provider.deadline`: its `TimeoutError` is the caller's to translate, as are SDK errors)."""
     if not stream:
         async with asyncio.timeout_at(by):
-            answer = await client.responses.create(**kwargs)
+            raw = await post(client, "/responses", kwargs, stream=False)
         try:
+            answer = json.loads(raw.content)
+            if not isinstance(answer, dict):
+                raise TypeError(f"the answer is {type(answer).__name__}, not an object")
+            if getattr(client, "_strict_response_validation", False):
+                Response.model_validate(answer)  # as `create` would have (the tests' clients)
             return checked_response(parse_response(answer, provider))
         except MALFORMED as exc:
             raise malformed_answer(provider, "a Responses API response", exc) from exc
-    # The SDK sends the request and retries it until the 200; the events are read as JSON here
-    # (the SDK's stream builds a model of every event): only the deltas the sink hears and the
-    # final answer are read, the final one built as the SDK builds it (`Response.construct`).
-    opening = client.responses.with_streaming_response.create(**kwargs, stream=True)
+    # The SDK retries a stream until its 200; the events are read as JSON here (the SDK's stream
+    # builds a model of every event): only the deltas the sink hears and the final answer are
+    # read, the final one as a plain answer is.
     async with asyncio.timeout_at(by):
-        raw = await opening.__aenter__()
+        raw = await post(client, "/responses", kwargs, stream=True)
     acc = StreamAccumulator(provider, request.sink)
-    final: Response | None = None
+    final: dict[str, Any] | None = None
     try:
         # The step's timeout bounds the whole answer, as on Chat Completions.
         async with asyncio.timeout_at(by):
@@ -288,7 +345,7 @@ async def complete(
                 elif kind in ("response.completed", "response.incomplete"):
                     if not isinstance(event["response"], dict):
                         raise TypeError("the final event's response is not an object")
-                    final = Response.construct(**event["response"])
+                    final = event["response"]
                 elif kind in ("response.failed", "error"):
                     raise acc.broken(event.get("message") or _failure(event.get("response")))
     except TimeoutError as exc:
@@ -298,7 +355,7 @@ async def complete(
         # that is not a JSON object.
         raise acc.broken(str(exc) or type(exc).__name__) from exc
     finally:
-        await opening.__aexit__(None, None, None)
+        await raw.aclose()
     if final is None:
         raise acc.broken("the stream ended before its final event")
     # The final event carries the whole answer (reasoning items with their encrypted content
@@ -309,13 +366,13 @@ async def complete(
         raise acc.broken(str(exc) or type(exc).__name__) from exc
 
 
-async def sse_chunks(raw: Any) -> AsyncIterator[dict[str, Any]]:
+async def sse_chunks(raw: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
     """The JSON objects of a Chat Completions event stream, as the SDK's stream reads them: up to
     `data: [DONE]` (the body is still read to its end, so the connection is reused), and
     `data: {"error": ...}` raised as the SDK raises it (`openai.APIError`)."""
     data: list[str] = []
     done = False
-    async for line in raw.iter_lines():
+    async for line in raw.aiter_lines():
         if line:
             if line.startswith("data:"):
                 data.append(line[6:] if line.startswith("data: ") else line[5:])
@@ -336,7 +393,7 @@ async def sse_chunks(raw: Any) -> AsyncIterator[dict[str, Any]]:
             message = error.get("message") if isinstance(error, dict) else None
             if not message or not isinstance(message, str):
                 message = "An error occurred during streaming"
-            raise openai.APIError(message, raw.http_request, body=error)
+            raise openai.APIError(message, raw.request, body=error)
         yield chunk
 
 
