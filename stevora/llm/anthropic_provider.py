@@ -406,16 +406,17 @@ def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dic
             if message.content:
                 system_parts.append(message.content)
             continue
-        role, blocks = _blocks(message)
+        # Made once per message (`Message.wire_form`); an attachment's base64 is not kept.
+        role, blocks = _blocks(message) if message.parts else message.wire_form("anthropic", _blocks)
         if not blocks:
             continue
         if turns and turns[-1][0] == role:
             turns[-1][1].extend(blocks)
         else:
-            turns.append((role, blocks))
+            turns.append((role, list(blocks)))  # a copy: the turn's list grows and is marked
     out: list[dict[str, Any]] = []
     for role, blocks in turns:
-        if role == "user":
+        if role == "user" and len(blocks) > 1:
             results = [b for b in blocks if b["type"] == "tool_result"]
             blocks = results + [b for b in blocks if b["type"] != "tool_result"]
         out.append({"role": role, "content": blocks})
