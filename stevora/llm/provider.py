@@ -344,10 +344,11 @@ class LeanRequests(httpx2.AsyncClient):
     and re-checking the same ~20 headers again on every call (~400 Python calls of httpx's
     `Headers`, most of an SDK request's building: docs/benchmarks.md, "The real path, counted").
 
-    The SDKs build every request the same way: the client's headers, then theirs (an
-    `httpx2.Headers` that differs from call to call only in the retry count and timeout), a URL
-    and a bytes body. For such a request the stock merge is done once per distinct pair of
-    header lists and kept (`_MERGED_HEADERS_KEPT`); the request then gets the `Host` first and
+    The SDKs build every request the same way: the client's headers, then theirs (Anthropic's
+    an `httpx2.Headers`, OpenAI's a list of pairs, differing from call to call only in the retry
+    count and timeout), a URL (OpenAI's as text, joined with the base URL as httpx joins them,
+    kept per text) and a bytes body. For such a request the stock merge is done once per
+    distinct pair of header lists and kept (`_MERGED_HEADERS_KEPT`); the request then gets the `Host` first and
     the `Content-Length` last, as httpx's `Request` adds them. Anything else (a form, files,
     JSON, query params, cookies in the jar or given, extensions, an empty or streamed body,
     merged headers that already name the host or the length) goes through the stock
@@ -355,6 +356,7 @@ class LeanRequests(httpx2.AsyncClient):
 
     _lean_headers: dict[tuple[Any, ...], list[tuple[bytes, bytes, bytes]] | None]
     _lean_timeouts: dict[float | None, dict[str, float | None]]
+    _lean_urls: tuple[httpx2.URL, dict[str, httpx2.URL]]
 
     def build_request(
         self,
@@ -375,8 +377,8 @@ class LeanRequests(httpx2.AsyncClient):
         if (
             type(content) is bytes
             and content
-            and type(headers) is httpx2.Headers
-            and type(url) is httpx2.URL
+            and type(headers) in (httpx2.Headers, list)
+            and type(url) in (httpx2.URL, str)
             and data is None
             and files is None
             and json is None
@@ -401,7 +403,7 @@ class LeanRequests(httpx2.AsyncClient):
                 timeout=timeout,
                 extensions=extensions,
             )
-        merged = self._merge_url(url)
+        merged = self._lean_url(url) if type(url) is str else self._merge_url(url)
         host = merged.host
         if not host:
             return super().build_request(method, url, content=content, headers=headers, timeout=timeout)
@@ -419,15 +421,35 @@ class LeanRequests(httpx2.AsyncClient):
         request.read()
         return request
 
-    def _lean_merged(self, headers: httpx2.Headers) -> list[tuple[bytes, bytes, bytes]] | None:
-        """The client's headers merged with `headers` as httpx merges them (its `_merge_headers`),
-        made once per pair of header lists; `None` when they name what `Request` would add."""
+    def _lean_url(self, url: str) -> httpx2.URL:
+        """`_merge_url(url)` made once per URL text and base URL (an `httpx2.URL` is immutable)."""
+        base = self.base_url
+        kept = getattr(self, "_lean_urls", None)
+        if kept is None or kept[0] is not base:
+            kept = self._lean_urls = (base, {})
+        found = kept[1].get(url)
+        if found is None:
+            if len(kept[1]) >= _MERGED_HEADERS_KEPT:
+                kept[1].clear()
+            found = kept[1][url] = self._merge_url(url)
+        return found
+
+    def _lean_merged(self, headers: httpx2.Headers | list[Any]) -> list[tuple[bytes, bytes, bytes]] | None:
+        """The client's headers merged with `headers` (the SDK's `httpx2.Headers`, or a list of
+        pairs) as httpx merges them (its `_merge_headers`), made once per pair of header lists;
+        `None` when they name what `Request` would add, or are not pairs of text."""
         try:
             kept = self._lean_headers
         except AttributeError:
             kept = self._lean_headers = {}
-        key = (tuple(self.headers.raw), tuple(headers.raw))
-        entry = kept.get(key, _UNMERGED)
+        key = (
+            tuple(self.headers.raw),
+            tuple(headers.raw) if type(headers) is httpx2.Headers else tuple(headers),
+        )
+        try:
+            entry = kept.get(key, _UNMERGED)
+        except TypeError:  # an unhashable pair: httpx's own merge
+            return None
         if entry is _UNMERGED:
             merged = cast(httpx2.Headers, self._merge_headers(headers))
             found = list(merged._list)

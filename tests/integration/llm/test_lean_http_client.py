@@ -138,9 +138,12 @@ async def test_the_requests_on_the_wire_are_the_stock_clients_byte_for_byte(
 
 
 async def test_a_request_the_sdks_do_not_build_goes_through_the_stock_build_request() -> None:
-    """Query params, JSON, cookies given, extensions, an empty body: httpx's own `build_request`."""
-    async with provider_module.lean_client(httpx2.AsyncClient)(headers={"x-a": "1"}) as lean:
-        async with httpx2.AsyncClient(headers={"x-a": "1"}) as stock:
+    """The SDKs' requests (a URL or its text, `Headers` or a list of pairs) are built as httpx
+    builds them; query params, JSON, cookies given, extensions, an empty body, headers that are
+    not pairs of text: httpx's own `build_request`."""
+    base = "http://base.test/api/"
+    async with provider_module.lean_client(httpx2.AsyncClient)(headers={"x-a": "1"}, base_url=base) as lean:
+        async with httpx2.AsyncClient(headers={"x-a": "1"}, base_url=base) as stock:
             url = httpx2.URL("http://example.test/v1/x")
             for options in (
                 {"params": {"q": "1"}, "content": b"{}"},
@@ -151,12 +154,18 @@ async def test_a_request_the_sdks_do_not_build_goes_through_the_stock_build_requ
                 {"content": b"{}", "headers": httpx2.Headers({"Host": "other.test", "x-b": "2"})},
                 {"content": b"{}", "headers": httpx2.Headers({"x-b": "2"}), "timeout": 3.0},
                 {"content": b"{}", "headers": httpx2.Headers({"x-a": "3", "x-b": "2"})},
+                {"content": b"{}", "headers": [("x-b", "2"), ("X-A", "3"), ("x-b", "4")]},
+                {"content": b"{}", "headers": [("x-b", ["not", "text"])]},
             ):
-                ours, theirs = (c.build_request("POST", url, **options) for c in (lean, stock))  # type: ignore[arg-type]
-                assert ours.headers.raw == theirs.headers.raw
-                assert (ours.method, ours.url, ours.extensions) == (
-                    theirs.method,
-                    theirs.url,
-                    theirs.extensions,
-                )
-                assert ours.read() == theirs.read()
+                for target in (url, str(url), str(url), "v1/y"):  # text twice: the second is kept
+                    try:
+                        theirs = stock.build_request("POST", target, **options)  # type: ignore[arg-type]
+                    except TypeError:
+                        with pytest.raises(TypeError):
+                            lean.build_request("POST", target, **options)  # type: ignore[arg-type]
+                        continue
+                    ours = lean.build_request("POST", target, **options)  # type: ignore[arg-type]
+                    assert ours.headers.raw == theirs.headers.raw
+                    assert (ours.method, ours.url) == (theirs.method, theirs.url)
+                    assert ours.extensions == theirs.extensions
+                    assert ours.read() == theirs.read()
