@@ -61,6 +61,7 @@ from stevora.llm.provider import (
     provider_error_for_status,
     sdk_http_client,
     timeout_error,
+    url_made_once,
 )
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import StructuredPlan, plan_structured
@@ -92,28 +93,13 @@ _FINISH_REASONS: dict[str, str] = {
 }
 
 
-# Paths whose URL `_AnthropicClient` keeps (the adapter sends one).
-_URLS_KEPT = 16
-
-
 class _AnthropicClient(anthropic.AsyncAnthropic):
     """The SDK's client, its `_prepare_url` (the base URL joined with a request's path: ~270
     Python calls of httpx's URL parser per request) made once per path and base URL: it depends
     on nothing else, and an `httpx2.URL` is immutable. Everything else is the SDK's own."""
 
-    _stevora_urls: tuple[httpx2.URL, dict[str, httpx2.URL]] | None = None
-
     def _prepare_url(self, url: str) -> httpx2.URL:
-        base = self.base_url
-        kept = self._stevora_urls
-        if kept is None or kept[0] is not base:
-            kept = self._stevora_urls = (base, {})
-        found = kept[1].get(url)
-        if found is None:
-            if len(kept[1]) >= _URLS_KEPT:
-                kept[1].clear()
-            found = kept[1][url] = super()._prepare_url(url)
-        return found
+        return url_made_once(self, "_stevora_urls", self.base_url, url, super()._prepare_url)
 
 
 class AnthropicProvider:

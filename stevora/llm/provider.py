@@ -423,16 +423,7 @@ class LeanRequests(httpx2.AsyncClient):
 
     def _lean_url(self, url: str) -> httpx2.URL:
         """`_merge_url(url)` made once per URL text and base URL (an `httpx2.URL` is immutable)."""
-        base = self.base_url
-        kept = getattr(self, "_lean_urls", None)
-        if kept is None or kept[0] is not base:
-            kept = self._lean_urls = (base, {})
-        found = kept[1].get(url)
-        if found is None:
-            if len(kept[1]) >= _MERGED_HEADERS_KEPT:
-                kept[1].clear()
-            found = kept[1][url] = self._merge_url(url)
-        return found
+        return url_made_once(self, "_lean_urls", self.base_url, url, self._merge_url)
 
     def _lean_merged(self, headers: httpx2.Headers | list[Any]) -> list[tuple[bytes, bytes, bytes]] | None:
         """The client's headers merged with `headers` (the SDK's `httpx2.Headers`, or a list of
@@ -474,6 +465,24 @@ class LeanRequests(httpx2.AsyncClient):
             self.timeout if isinstance(timeout, type(httpx2.USE_CLIENT_DEFAULT)) else httpx2.Timeout(timeout)
         )
         return chosen.as_dict()
+
+
+def url_made_once(
+    owner: Any, name: str, base: httpx2.URL, url: str, make: Callable[[str], httpx2.URL]
+) -> httpx2.URL:
+    """`make(url)`, kept on `owner` (its attribute `name`) per URL text while its base URL is the
+    same object (a new base URL starts afresh), at most `_MERGED_HEADERS_KEPT` texts."""
+    kept: tuple[httpx2.URL, dict[str, httpx2.URL]] | None = getattr(owner, name, None)
+    if kept is None or kept[0] is not base:
+        kept = (base, {})
+        setattr(owner, name, kept)
+    urls = kept[1]
+    found = urls.get(url)
+    if found is None:
+        if len(urls) >= _MERGED_HEADERS_KEPT:
+            urls.clear()
+        found = urls[url] = make(url)
+    return found
 
 
 _LEAN_CLASSES: dict[type, type] = {}
