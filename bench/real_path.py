@@ -64,7 +64,11 @@ if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(SELF):
 
 def _serve(conn: Any, latency_s: float = 0.0) -> None:
     from stevora.testing.fake_llm import FakeLLMServer, anthropic_tool_use, openai_tool_calls
-    from stevora.testing.fake_responses import responses_tool_calls
+
+    try:
+        from stevora.testing.fake_responses import responses_tool_calls
+    except ImportError:  # a tree before the Responses API (e.g. the pre-issue-35 baseline)
+        responses_tool_calls = None  # type: ignore[assignment]
 
     def respond(body: dict[str, Any]) -> Any:
         usage_o = {"prompt_tokens": 1200, "completion_tokens": 40}
@@ -260,14 +264,17 @@ async def _provider_figures(
                 )
                 model = "gpt-4o-mini"
             elif kind == "responses":
-                provider = _built(
-                    OpenAIProvider,
-                    "bench-key",
-                    f"{base_url}/v1",
-                    stream=stream,
-                    default_api="responses",
-                    http=http,
-                )
+                try:
+                    provider = _built(
+                        OpenAIProvider,
+                        "bench-key",
+                        f"{base_url}/v1",
+                        stream=stream,
+                        default_api="responses",
+                        http=http,
+                    )
+                except TypeError:  # a tree before the Responses API: no such rows
+                    continue
                 model = "gpt-4o-mini"
             else:
                 provider = _built(AnthropicProvider, "bench-key", base_url, stream=stream, http=http)

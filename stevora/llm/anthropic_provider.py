@@ -61,9 +61,11 @@ from stevora.llm.provider import (
     provider_error_for_status,
     sdk_http_client,
     timeout_error,
+    url_made_once,
 )
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import StructuredPlan, plan_structured
+from stevora.tools.invoke import loads_json
 
 # What is left of the organisation's limits, on Anthropic's answers.
 REMAINING_HEADERS = RemainingHeaders(
@@ -91,6 +93,15 @@ _FINISH_REASONS: dict[str, str] = {
 }
 
 
+class _AnthropicClient(anthropic.AsyncAnthropic):
+    """The SDK's client, its `_prepare_url` (the base URL joined with a request's path: ~270
+    Python calls of httpx's URL parser per request) made once per path and base URL: it depends
+    on nothing else, and an `httpx2.URL` is immutable. Everything else is the SDK's own."""
+
+    def _prepare_url(self, url: str) -> httpx2.URL:
+        return url_made_once(self, "_stevora_urls", self.base_url, url, super()._prepare_url)
+
+
 class AnthropicProvider:
     """`Provider` backed by the Anthropic Messages API (streamed by default)."""
 
@@ -112,7 +123,7 @@ class AnthropicProvider:
         self.stream = stream  # `STEVORA_LLM_STREAM`; the SDK retries a stream only before its 200
         self.default_max_tokens = default_max_tokens
         self._owns_client = client is None
-        self._client = client or anthropic.AsyncAnthropic(
+        self._client = client or _AnthropicClient(
             api_key=api_key,
             base_url=base_url,
             max_retries=max_retries,
@@ -364,8 +375,9 @@ def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
     return _ENCODER.encode(body).encode()
 
 
+# `type(...) is`, not `isinstance`: a JSON value is never a subclass, and this runs per event.
 def _str(value: Any) -> str:
-    if not isinstance(value, str):
+    if type(value) is not str:
         raise TypeError(f"expected a string, got {type(value).__name__}")
     return value
 
@@ -377,7 +389,7 @@ def _stop_reason(value: Any) -> str | None:
 
 
 def _int(value: Any) -> int:
-    if not isinstance(value, int) or isinstance(value, bool):
+    if type(value) is not int:  # a bool is not a count
         raise TypeError(f"expected a token count, got {value!r}")
     return value
 
@@ -406,16 +418,17 @@ def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dic
             if message.content:
                 system_parts.append(message.content)
             continue
-        role, blocks = _blocks(message)
+        # Made once per message (`Message.wire_form`); an attachment's base64 is not kept.
+        role, blocks = _blocks(message) if message.parts else message.wire_form("anthropic", _blocks)
         if not blocks:
             continue
         if turns and turns[-1][0] == role:
             turns[-1][1].extend(blocks)
         else:
-            turns.append((role, blocks))
+            turns.append((role, list(blocks)))  # a copy: the turn's list grows and is marked
     out: list[dict[str, Any]] = []
     for role, blocks in turns:
-        if role == "user":
+        if role == "user" and len(blocks) > 1:
             results = [b for b in blocks if b["type"] == "tool_result"]
             blocks = results + [b for b in blocks if b["type"] != "tool_result"]
         out.append({"role": role, "content": blocks})
@@ -540,16 +553,16 @@ class _StreamUsage:
     def update(self, usage: dict[str, Any] | None) -> None:
         if usage is None:
             return
-        for name, key in (
-            ("input", "input_tokens"),
-            ("output", "output_tokens"),
-            ("cache_read", "cache_read_input_tokens"),
-            ("cache_write", "cache_creation_input_tokens"),
-        ):
-            value = usage.get(key)
-            if value is not None:
-                setattr(self, name, _int(value))
-        details = usage.get("output_tokens_details")
+        get = usage.get
+        if (value := get("input_tokens")) is not None:
+            self.input = _int(value)
+        if (value := get("output_tokens")) is not None:
+            self.output = _int(value)
+        if (value := get("cache_read_input_tokens")) is not None:
+            self.cache_read = _int(value)
+        if (value := get("cache_creation_input_tokens")) is not None:
+            self.cache_write = _int(value)
+        details = get("output_tokens_details")
         if details is not None:
             self.thinking = _int(details.get("thinking_tokens") or 0)
 
@@ -567,39 +580,59 @@ _STREAM_EVENT: TypeAdapter[RawMessageStreamEvent] = TypeAdapter(RawMessageStream
 
 
 async def stream_events(answer: httpx2.Response, *, strict: bool = False) -> AsyncIterator[dict[str, Any]]:
-    """The JSON objects of a Messages API event stream, as the SDK's stream reads them: `ping`
-    and unnamed events skipped, `event: error` raised as the SDK raises it (an `APIStatusError`
-    with the answer's status), the body read to its end (so the connection is reused)."""
-    name: str | None = None
-    data: list[str] = []
-    async for line in answer.aiter_lines():
-        if line:
-            field, _, value = line.partition(":")
-            value = value[1:] if value.startswith(" ") else value
-            if field == "event":
-                name = value
-            elif field == "data":
-                data.append(value)
-            continue  # `id:`, `retry:` and `:` comments: nothing the Messages API uses
-        event, text, name = name, "\n".join(data), None
-        data.clear()
-        if event is None or event == "ping":
-            continue
-        if event == "error":
-            try:
-                body: object = json.loads(text)
-                message = f"{body}"
-            except ValueError:
-                body, message = text, text or f"Error code: {answer.status_code}"
-            raise anthropic.APIStatusError(message, response=answer, body=body)
-        if not text:
-            continue
-        parsed = json.loads(text)
-        if not isinstance(parsed, dict):
-            raise ValueError(f"a stream event is not a JSON object: {text[:100]}")
-        if strict:
-            _STREAM_EVENT.validate_python(parsed)
-        yield parsed
+    """The JSON objects of a Messages API event stream, as the SDK's stream reads them: lines
+    split on CR, LF or CRLF in the body's bytes and each event's data read as UTF-8 (what the
+    SDK's `SSEDecoder` does, rather than httpx's text lines, which would also split a JSON string
+    at U+2028), `ping` and unnamed events skipped, `event: error` raised as the SDK raises it (an
+    `APIStatusError` with the answer's status), the body read to its end (so the connection is
+    reused)."""
+    name: bytes | None = None
+    data: list[bytes] = []
+    async for lines in _sse_lines(answer):
+        for line in lines:
+            if line:
+                field, _, value = line.partition(b":")
+                if value[:1] == b" ":
+                    value = value[1:]
+                if field == b"event":
+                    name = value
+                elif field == b"data":
+                    data.append(value)
+                continue  # `id:`, `retry:` and `:` comments: nothing the Messages API uses
+            event, raw, name = name, data[0] if len(data) == 1 else b"\n".join(data), None
+            data.clear()
+            if event is None or event == b"ping":
+                continue
+            if event == b"error":
+                text = raw.decode("utf-8", "replace")
+                try:
+                    body: object = json.loads(text)
+                    message = f"{body}"
+                except ValueError:
+                    body, message = text, text or f"Error code: {answer.status_code}"
+                raise anthropic.APIStatusError(message, response=answer, body=body)
+            if not raw:
+                continue
+            parsed = loads_json(raw.decode("utf-8", "replace"))
+            if not isinstance(parsed, dict):
+                raise ValueError(f"a stream event is not a JSON object: {raw[:100]!r}")
+            if strict:
+                _STREAM_EVENT.validate_python(parsed)
+            yield parsed
+
+
+async def _sse_lines(answer: httpx2.Response) -> AsyncIterator[list[bytes]]:
+    """The body's lines, without their ends, a chunk's worth at a time (one list per chunk: a
+    line per Python call would cost as much as httpx's line decoder). A line is yielded once its
+    end has arrived; a CR at a chunk's end waits for the next chunk, which may hold its LF."""
+    pending = b""
+    async for chunk in answer.aiter_bytes():
+        lines = (pending + chunk).splitlines(keepends=True)
+        pending = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        if lines:
+            yield [line.rstrip(b"\r\n") for line in lines]
+    if pending:
+        yield [pending.rstrip(b"\r\n")]
 
 
 def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: dict[str, Any]) -> None:

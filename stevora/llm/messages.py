@@ -7,7 +7,7 @@ the engine can store a request or a response in a row and rebuild it on replay.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, cast
 
@@ -153,6 +153,8 @@ class Message:
     """An assistant turn's opaque reasoning (thinking blocks, reasoning items), sent back before
     its text and tool calls to the API that wrote it."""
     parts: tuple[Part, ...] = ()
+    _wire: dict[str, Any] | None = field(default=None, init=False, repr=False, compare=False)
+    """Adapters' wire forms of this message, each made once (`wire_form`); never stored."""
 
     def __post_init__(self) -> None:
         if self.role not in _ROLES:
@@ -164,6 +166,20 @@ class Message:
             object.__setattr__(self, "reasoning", tuple(self.reasoning))
         if not isinstance(self.parts, tuple):
             object.__setattr__(self, "parts", tuple(self.parts))
+
+    def wire_form(self, adapter: str, build: Callable[[Message], Any]) -> Any:
+        """`build(self)`, made on the first call for `adapter` and kept on the message: a message
+        is frozen (a changed one is a new object, `dataclasses.replace`), so its wire form cannot
+        change, and the tool loop sends the same earlier turns round after round. The caller must
+        not mutate what it gets (copy the containers it changes)."""
+        cache = self._wire
+        if cache is None:
+            cache = {}
+            object.__setattr__(self, "_wire", cache)
+        elif adapter in cache:
+            return cache[adapter]
+        value = cache[adapter] = build(self)
+        return value
 
     @property
     def attachments(self) -> tuple[Part, ...]:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 
 import httpx2
 import structlog
@@ -331,6 +331,173 @@ def connection_limits(max_connections: int | None) -> dict[str, Any]:
     return {"transport": ShardedTransport(max_connections), "mounts": mounts}
 
 
+# Distinct (client headers, request headers) pairs `LeanRequests` keeps merged: the SDKs' vary
+# by retry count and timeout only; a header that changed on every call would only miss.
+_MERGED_HEADERS_KEPT = 64
+_UNMERGED = object()
+_AUTO_HEADERS = frozenset({b"host", b"content-length", b"transfer-encoding"})
+
+
+class LeanRequests(httpx2.AsyncClient):
+    """An SDK's HTTP client (mixed in before its class, `lean_client`) whose `build_request`
+    builds the request the stock one builds, header for header, without normalising, merging
+    and re-checking the same ~20 headers again on every call (~400 Python calls of httpx's
+    `Headers`, most of an SDK request's building: docs/benchmarks.md, "The real path, counted").
+
+    The SDKs build every request the same way: the client's headers, then theirs (Anthropic's
+    an `httpx2.Headers`, OpenAI's a list of pairs, differing from call to call only in the retry
+    count and timeout), a URL (OpenAI's as text, joined with the base URL as httpx joins them,
+    kept per text) and a bytes body. For such a request the stock merge is done once per
+    distinct pair of header lists and kept (`_MERGED_HEADERS_KEPT`); the request then gets the `Host` first and
+    the `Content-Length` last, as httpx's `Request` adds them. Anything else (a form, files,
+    JSON, query params, cookies in the jar or given, extensions, an empty or streamed body,
+    merged headers that already name the host or the length) goes through the stock
+    `build_request`. Sending, retries, redirects, hooks, cookies and proxies are httpx's own."""
+
+    _lean_headers: dict[tuple[Any, ...], list[tuple[bytes, bytes, bytes]] | None]
+    _lean_timeouts: dict[float | None, dict[str, float | None]]
+    _lean_urls: tuple[httpx2.URL, dict[str, httpx2.URL]]
+
+    def build_request(
+        self,
+        method: str,
+        url: httpx2.URL | str,
+        *,
+        content: Any = None,
+        data: Any = None,
+        files: Any = None,
+        json: Any = None,
+        params: Any = None,
+        headers: Any = None,
+        cookies: Any = None,
+        timeout: Any = httpx2.USE_CLIENT_DEFAULT,
+        extensions: Any = None,
+    ) -> httpx2.Request:
+        entry = None
+        if (
+            type(content) is bytes
+            and content
+            and type(headers) in (httpx2.Headers, list)
+            and type(url) in (httpx2.URL, str)
+            and data is None
+            and files is None
+            and json is None
+            and params is None
+            and cookies is None
+            and extensions is None
+            and not self.params
+            and not self.cookies
+        ):
+            entry = self._lean_merged(headers)
+        if entry is None:
+            return super().build_request(
+                method,
+                url,
+                content=content,
+                data=data,
+                files=files,
+                json=json,
+                params=params,
+                headers=headers,
+                cookies=cookies,
+                timeout=timeout,
+                extensions=extensions,
+            )
+        merged = self._lean_url(url) if type(url) is str else self._merge_url(url)
+        host = merged.host
+        if not host:
+            return super().build_request(method, url, content=content, headers=headers, timeout=timeout)
+        request = httpx2.Request(
+            method,
+            merged,
+            stream=httpx2.ByteStream(content),
+            extensions={"timeout": self._lean_timeout(timeout)},
+        )
+        request.headers._list = [
+            (b"Host", b"host", merged.netloc),
+            *entry,
+            (b"Content-Length", b"content-length", str(len(content)).encode()),
+        ]
+        request.read()
+        return request
+
+    def _lean_url(self, url: str) -> httpx2.URL:
+        """`_merge_url(url)` made once per URL text and base URL (an `httpx2.URL` is immutable)."""
+        return url_made_once(self, "_lean_urls", self.base_url, url, self._merge_url)
+
+    def _lean_merged(self, headers: httpx2.Headers | list[Any]) -> list[tuple[bytes, bytes, bytes]] | None:
+        """The client's headers merged with `headers` (the SDK's `httpx2.Headers`, or a list of
+        pairs) as httpx merges them (its `_merge_headers`), made once per pair of header lists;
+        `None` when they name what `Request` would add, or are not pairs of text."""
+        try:
+            kept = self._lean_headers
+        except AttributeError:
+            kept = self._lean_headers = {}
+        key = (
+            tuple(self.headers.raw),
+            tuple(headers.raw) if type(headers) is httpx2.Headers else tuple(headers),
+        )
+        try:
+            entry = kept.get(key, _UNMERGED)
+        except TypeError:  # an unhashable pair: httpx's own merge
+            return None
+        if entry is _UNMERGED:
+            merged = cast(httpx2.Headers, self._merge_headers(headers))
+            found = list(merged._list)
+            entry = None if any(lower in _AUTO_HEADERS for _, lower, _ in found) else found
+            if len(kept) >= _MERGED_HEADERS_KEPT:
+                kept.clear()
+            kept[key] = entry
+        return cast("list[tuple[bytes, bytes, bytes]] | None", entry)
+
+    def _lean_timeout(self, timeout: Any) -> dict[str, float | None]:
+        """The request's `timeout` extension as `build_request` writes it."""
+        if isinstance(timeout, float | int) or timeout is None:
+            try:
+                timeouts = self._lean_timeouts
+            except AttributeError:
+                timeouts = self._lean_timeouts = {}
+            found = timeouts.get(timeout)
+            if found is None:
+                found = timeouts[timeout] = httpx2.Timeout(timeout).as_dict()
+            return dict(found)
+        chosen = (
+            self.timeout if isinstance(timeout, type(httpx2.USE_CLIENT_DEFAULT)) else httpx2.Timeout(timeout)
+        )
+        return chosen.as_dict()
+
+
+def url_made_once(
+    owner: Any, name: str, base: httpx2.URL, url: str, make: Callable[[str], httpx2.URL]
+) -> httpx2.URL:
+    """`make(url)`, kept on `owner` (its attribute `name`) per URL text while its base URL is the
+    same object (a new base URL starts afresh), at most `_MERGED_HEADERS_KEPT` texts."""
+    kept: tuple[httpx2.URL, dict[str, httpx2.URL]] | None = getattr(owner, name, None)
+    if kept is None or kept[0] is not base:
+        kept = (base, {})
+        setattr(owner, name, kept)
+    urls = kept[1]
+    found = urls.get(url)
+    if found is None:
+        if len(urls) >= _MERGED_HEADERS_KEPT:
+            urls.clear()
+        found = urls[url] = make(url)
+    return found
+
+
+_LEAN_CLASSES: dict[type, type] = {}
+
+
+def lean_client(cls: Callable[..., httpx2.AsyncClient]) -> Callable[..., httpx2.AsyncClient]:
+    """`cls` (an SDK's HTTP client class) with `LeanRequests` mixed in before it."""
+    if not isinstance(cls, type):
+        return cls
+    lean = _LEAN_CLASSES.get(cls)
+    if lean is None:
+        lean = _LEAN_CLASSES[cls] = type(f"Lean{cls.__name__}", (LeanRequests, cls), {})
+    return lean
+
+
 # The HTTP stack under an SDK client (`STEVORA_PROVIDER_HTTP`): the SDK's aiohttp transport (its
 # HTTP parser and connection pool in C and compiled code: about 1,400-1,800 fewer Python calls per
 # model call than httpcore, h11 and anyio, docs/benchmarks.md) or httpx's own.
@@ -364,14 +531,14 @@ def sdk_http_client(
             }
         )
         try:
-            return aiohttp_client(event_hooks={"response": hooks}, **limits)
+            return lean_client(aiohttp_client)(event_hooks={"response": hooks}, **limits)
         except RuntimeError as exc:  # the SDK's stand-in when aiohttp cannot be imported
             if not _FELL_BACK:
                 _FELL_BACK.append(True)
                 structlog.get_logger("stevora.llm").warning(
                     "provider_http_fallback", http="httpx", reason=str(exc)
                 )
-    return httpx_client(event_hooks={"response": hooks}, **connection_limits(max_connections))
+    return lean_client(httpx_client)(event_hooks={"response": hooks}, **connection_limits(max_connections))
 
 
 def deadline(timeout_s: float | None) -> float | None:

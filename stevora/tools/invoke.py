@@ -216,7 +216,7 @@ async def invoke_tool(
             return failed("TOOL_ERROR", f"Tool output is not JSON-serialisable: {exc}")
         # The output as its JSON reads back (tuples as lists, models as objects, a copy the
         # handler cannot change later): what the trace stores and a resumed run sees.
-        output = _loads(text)
+        output = loads_json(text)
     max_output_bytes = limits.max_output_bytes
     unstorable = problem_in_dumped(output, text, max_depth=limits.max_json_depth, root="output")
     if unstorable is not None:
@@ -274,7 +274,7 @@ async def _in_thread(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return result
 
 
-def _loads(text: str) -> Any:
+def loads_json(text: str) -> Any:
     """`json.loads(text)`, by orjson when it reads the text the same way: not with a run of 19
     digits (orjson reads integers beyond 64 bits as floats) and not with what it refuses
     (NaN, Infinity, numbers beyond a double, lone surrogates), which the stdlib reads."""
@@ -309,7 +309,7 @@ def parse_arguments(raw: str | dict[str, Any]) -> tuple[dict[str, Any], bool]:
     if not raw.strip():
         return {}, True
     try:
-        parsed = _loads(raw)
+        parsed = loads_json(raw)
     except (ValueError, RecursionError):  # RecursionError: nested past the parser's recursion limit
         return {"raw": raw}, False
     if not isinstance(parsed, dict):

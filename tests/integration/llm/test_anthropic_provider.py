@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 
@@ -356,3 +357,47 @@ async def test_an_answer_that_is_not_a_message_is_a_retryable_provider_error(bod
         finally:
             await provider.aclose()
     assert caught.value.retryable and "not a Messages API message" in caught.value.message
+
+
+async def test_each_message_is_made_once_and_sent_as_a_fresh_one_would_be_round_after_round(
+    fake_llm: FakeLLMServer, make_anthropic: AnthropicFactory
+):
+    """An earlier turn's blocks are made once and kept on its message (`Message.wire_form`), not
+    rebuilt (and its tool calls' arguments parsed again) every round: with the prompt-cache markers
+    moving from round to round and parallel results merged into one turn, every body is the one
+    the same transcript of new message objects gives, byte for byte; a changed message (a new
+    object) is made again."""
+    provider = make_anthropic()
+    transcript = [Message.system("Be terse."), Message.user("Weather in three cities?")]
+    options = {"tools": [WEATHER], "cache_key": "run_1", "max_tokens": 50}
+    for i in range(3):
+        calls = (
+            ToolCall(f"toolu_{i}a", "get_weather", '{"city": "Paris"}'),
+            ToolCall(f"toolu_{i}b", "get_weather", "{}"),
+        )
+        transcript += [
+            Message(role="assistant", content=f"Round {i}.", tool_calls=calls),
+            Message.tool_result(f"toolu_{i}a", f'{{"temp": {i}}}'),
+            Message.tool_result(f"toolu_{i}b", "{}", is_error=True),
+        ]
+        fake_llm.anthropic.enqueue(anthropic_text("ok"), anthropic_text("ok"))
+        await provider.complete(_request(*transcript, **options))
+        await provider.complete(_request(*(Message.from_dict(m.to_dict()) for m in transcript), **options))
+        kept, fresh = fake_llm.anthropic.requests[-2:]
+        assert kept.raw == fresh.raw
+        marked = [
+            (t, b)
+            for t, turn in enumerate(kept.json["messages"])
+            for b, block in enumerate(turn["content"])
+            if "cache_control" in block
+        ]
+        last = len(kept.json["messages"]) - 1
+        assert marked == [(last - 2, 1 if i else 0), (last, 1)]  # the previous round's end, this one's
+    assert transcript[3].wire_form("anthropic", lambda m: None) is not None  # kept on the message
+
+    transcript[3] = dataclasses.replace(transcript[3], content='{"temp": "changed"}')
+    fake_llm.anthropic.enqueue(anthropic_text("ok"))
+    await provider.complete(_request(*transcript, **options))
+    assert (
+        fake_llm.anthropic.requests[-1].json["messages"][2]["content"][0]["content"] == '{"temp": "changed"}'
+    )

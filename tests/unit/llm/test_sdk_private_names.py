@@ -10,7 +10,7 @@ import types
 
 import anthropic
 
-from stevora.llm.anthropic_provider import _nonstreaming_timeout
+from stevora.llm.anthropic_provider import _AnthropicClient, _nonstreaming_timeout
 
 
 def test_the_adapter_imports_when_the_sdk_has_no_model_nonstreaming_tokens() -> None:
@@ -30,3 +30,16 @@ def test_a_plain_call_keeps_the_clients_timeout_when_the_sdk_cannot_size_one() -
     client = anthropic.AsyncAnthropic(api_key="k")
     sized = _nonstreaming_timeout(client, kwargs)
     assert sized is not anthropic.NOT_GIVEN and sized.read == 600
+
+
+def test_the_adapters_client_prepares_the_sdks_urls_once_and_follows_a_new_base_url() -> None:
+    """`_AnthropicClient` keeps the SDK's `_prepare_url` per path (a private SDK name: if the SDK
+    drops it, the stock client below fails here first)."""
+    ours = _AnthropicClient(api_key="k", base_url="http://a.test/prefix")
+    stock = anthropic.AsyncAnthropic(api_key="k", base_url="http://a.test/prefix")
+    for path in ("/v1/messages", "v1/messages", "/v1/messages?beta=true", "https://other.test/v1/x"):
+        assert ours._prepare_url(path) == stock._prepare_url(path)
+        assert ours._prepare_url(path) is ours._prepare_url(path)  # made once
+    ours.base_url = stock.base_url = "http://b.test/"  # type: ignore[assignment]
+    assert ours._prepare_url("/v1/messages") == stock._prepare_url("/v1/messages")
+    assert str(ours._prepare_url("/v1/messages")) == "http://b.test/v1/messages"
