@@ -624,15 +624,21 @@ async def stream_events(answer: httpx2.Response, *, strict: bool = False) -> Asy
 async def _sse_lines(answer: httpx2.Response) -> AsyncIterator[list[bytes]]:
     """The body's lines, without their ends, a chunk's worth at a time (one list per chunk: a
     line per Python call would cost as much as httpx's line decoder). A line is yielded once its
-    end has arrived; a CR at a chunk's end waits for the next chunk, which may hold its LF."""
-    pending = b""
+    end has arrived; a CR at a chunk's end waits for the next chunk, which may hold its LF. The
+    unfinished line's pieces are joined once, when a chunk with a line end arrives: a long line
+    (a hostile stream's) costs linear time, not a copy of all of it per chunk."""
+    pending: list[bytes] = []
     async for chunk in answer.aiter_bytes():
-        lines = (pending + chunk).splitlines(keepends=True)
-        pending = lines.pop() if lines and not lines[-1].endswith(b"\n") else b""
+        if b"\n" not in chunk and b"\r" not in chunk:
+            pending.append(chunk)
+            continue
+        pending.append(chunk)
+        lines = b"".join(pending).splitlines(keepends=True)
+        pending = [lines.pop()] if lines and not lines[-1].endswith(b"\n") else []
         if lines:
             yield [line.rstrip(b"\r\n") for line in lines]
     if pending:
-        yield [pending.rstrip(b"\r\n")]
+        yield [b"".join(pending).rstrip(b"\r\n")]
 
 
 def _fold_event(acc: StreamAccumulator, usage: _StreamUsage, event: dict[str, Any]) -> None:

@@ -549,6 +549,11 @@ def deadline(timeout_s: float | None) -> float | None:
     return None if timeout_s is None else asyncio.get_running_loop().time() + timeout_s
 
 
+# The largest token count a trace row holds (`llm_calls`' counts are PostgreSQL `integer`s): a
+# larger or negative one is a hostile answer, refused here rather than by the checkpoint's write.
+MAX_COUNT = 2**31 - 1
+
+
 def checked_response(response: LlmResponse) -> LlmResponse:
     """`response` if each field has its type, else `TypeError` naming the first that does not: an
     answer read as JSON (or built unvalidated by an SDK) may hold anything where a string or a
@@ -573,6 +578,8 @@ def checked_response(response: LlmResponse) -> LlmResponse:
         value = getattr(usage, name)
         if not isinstance(value, int) or isinstance(value, bool):
             raise TypeError(f"the answer's {name} is {type(value).__name__}, not a count")
+        if not 0 <= value <= MAX_COUNT:
+            raise ValueError(f"the answer's {name} is {value}, not a count")
     for name, value, kind in fields:
         if not isinstance(value, kind):
             raise TypeError(f"the answer's {name} is {type(value).__name__}")

@@ -242,6 +242,8 @@ def _function_call(**call: Any) -> dict[str, Any]:
         pytest.param(_chat(usage={"prompt_tokens": "9", "completion_tokens": 1}), "not a chat completion", id="count-a-string"),
         pytest.param(_chat(usage={"prompt_tokens": 9, "completion_tokens": True}), "not a chat completion", id="count-a-bool"),
         pytest.param(_chat(usage={"prompt_tokens": 9}), "not a chat completion", id="count-missing"),
+        pytest.param(_chat(usage={"prompt_tokens": 2**31, "completion_tokens": 1}), "not a chat", id="count-past-an-integer"),
+        pytest.param(_chat(usage={"prompt_tokens": 9, "completion_tokens": -1}), "not a chat completion", id="count-negative"),
         pytest.param(_chat(usage=[9, 1]), "not a chat completion", id="usage-a-list"),
         pytest.param(
             _chat(usage={"prompt_tokens": 9, "completion_tokens": 1, "prompt_tokens_details": "x"}),
