@@ -108,6 +108,10 @@ async def test_skip_never_overlaps_a_slow_run(broker_setup: BrokerSetup) -> None
         await asyncio.sleep(9)
         await schedule_store.update(setup.rt, setup.workspace_id, schedule_id, {"paused": True})
         found = await _ticks(setup, schedule_id)
+        # The newest tick's run may not be claimed yet when the schedule pauses (a loaded machine's
+        # broker hop): not started, it overlaps nothing. Every other run has started and ended.
+        if found and found[-1]["started_at"] is None:
+            found = found[:-1]
         assert len(found) >= 2, [w.log_tail() for w in workers]
         for earlier, later in itertools.pairwise(found):
             assert earlier["completed_at"] is not None
