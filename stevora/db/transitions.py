@@ -44,6 +44,9 @@ _PENDING = "w.status = 'PENDING'"
 # RUNNING, WORKFLOW_STARTED then STEP_STARTED — what used to be a claim and two transactions
 # (`_start`, `_begin`). SET sees the row as it was, so `w.status = 'PENDING'` picks the branch;
 # `started` tells the other sub-statements which branch was taken (they cannot see the update).
+# The start is dated by clock_timestamp(), read after the statement's snapshot, not by now(): a
+# slot claim's transaction begins before it waits for its key's lock (stevora.engine.flow), so
+# now() could date the start before the ending of the run whose slot it took.
 def _claim_sql(fence: str) -> str:
     return f"""
 WITH c AS (
@@ -52,7 +55,7 @@ WITH c AS (
            status = CASE WHEN {_PENDING} THEN 'RUNNING' ELSE w.status END,
            current_step_name = CASE WHEN {_PENDING} THEN d.steps->0->>'name' ELSE w.current_step_name END,
            current_step_run_id = CASE WHEN {_PENDING} THEN $4 ELSE w.current_step_run_id END,
-           started_at = CASE WHEN {_PENDING} THEN now() ELSE w.started_at END,
+           started_at = CASE WHEN {_PENDING} THEN clock_timestamp() ELSE w.started_at END,
            next_run_at = CASE WHEN {_PENDING} THEN NULL ELSE w.next_run_at END,
            updated_at = CASE WHEN {_PENDING} THEN now() ELSE w.updated_at END,
            event_seq = w.event_seq + CASE WHEN {_PENDING} THEN 2 ELSE 0 END,
@@ -66,15 +69,19 @@ WITH c AS (
               w.current_step_run_id IS NOT DISTINCT FROM $4 AS started, d.steps->0->>'type' AS first_step_type,
               {pending_messages("w")}
 ), s AS (
-    INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status, started_at)
-    SELECT $4, c.id, c.current_step_name, c.first_step_type, 0, 1, 1, 'RUNNING', now() FROM c WHERE c.started
+    INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status,
+                           started_at, created_at)
+    SELECT $4, c.id, c.current_step_name, c.first_step_type, 0, 1, 1, 'RUNNING', c.started_at, c.started_at
+    FROM c WHERE c.started
     RETURNING {STEP_COLUMNS}
 ), e AS (
-    INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
-    SELECT $5, c.id, NULL, c.event_seq - 1, '{EventType.WORKFLOW_STARTED}', '{{}}'::jsonb FROM c WHERE c.started
+    INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload, created_at)
+    SELECT $5, c.id, NULL, c.event_seq - 1, '{EventType.WORKFLOW_STARTED}', '{{}}'::jsonb, c.started_at
+    FROM c WHERE c.started
     UNION ALL
     SELECT $6, s.workflow_run_id, s.id, c.event_seq, '{EventType.STEP_STARTED}',
-           jsonb_build_object('stepName', s.step_name, 'stepType', s.step_type, 'attempt', 1, 'visit', 1)
+           jsonb_build_object('stepName', s.step_name, 'stepType', s.step_type, 'attempt', 1, 'visit', 1),
+           c.started_at
     FROM c, s
 )
 SELECT c.*, {_STEP_AS} FROM c LEFT JOIN s ON true

@@ -231,3 +231,46 @@ async def test_retrying_a_failed_keyed_run_takes_a_slot_or_is_a_conflict(
     await harness.wait_for_status(holder["id"], "COMPLETED")
     retried = await commands.retry_run(harness.rt, workspace_id, failing["id"])
     assert retried["status"] == "RUNNING"
+
+
+async def test_a_run_that_waited_for_its_keys_lock_is_dated_after_the_ending_whose_slot_it_took(
+    harness: Harness, workspace_id: str
+) -> None:
+    """A slot claim's transaction begins before it waits for its key's lock: the run it starts is
+    dated when the claim took effect, not when its transaction began, so the timeline never shows
+    a run of a key starting before the one whose slot it took had ended."""
+    gate = asyncio.Event()
+
+    async def work(ctx: Any) -> dict[str, Any]:
+        if ctx.workflow_input.get("hold"):
+            await gate.wait()
+        return {"status": "completed"}
+
+    harness.tasks.register("work", work)
+    def_id = await create_definition(harness.rt, workspace_id, KEYED)
+    first, _ = await commands.create_run(
+        harness.rt, workspace_id, def_id, {"customerId": "acme", "hold": True}
+    )
+    await harness.wait_for_status(first["id"], "RUNNING")
+    async with harness.rt.pool.acquire() as blocker, blocker.transaction():
+        # Another decider holds the key's lock: the next run's claim begins and waits for it.
+        await concurrency.lock_slots(blocker, workspace_id, "acme", False)
+        second, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"customerId": "acme"})
+        await harness.value_when_set(
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid <> $1",
+            blocker.get_server_pid(),
+        )
+        gate.set()  # the first run ends while that claim is waiting
+        await harness.wait_for_status(first["id"], "COMPLETED")
+    second_row = await harness.wait_for_status(second["id"], "RUNNING", "COMPLETED")
+    dated = {
+        (e["workflow_run_id"], e["event_type"]): e["created_at"]
+        for e in await harness.rt.pool.fetch(
+            "SELECT workflow_run_id, event_type, created_at FROM workflow_events WHERE workflow_run_id = ANY($1)",
+            [first["id"], second["id"]],
+        )
+    }
+    ended = dated[(first["id"], "WORKFLOW_COMPLETED")]
+    assert dated[(second["id"], "WORKFLOW_STARTED")] >= ended
+    assert dated[(second["id"], "STEP_STARTED")] >= ended
+    assert second_row["started_at"] >= ended
