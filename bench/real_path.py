@@ -21,12 +21,14 @@ inserted / updated (HOT apart) / deleted and index entries written (from pg_stat
 each table's index count: an insert or a non-HOT update writes one entry per index; an upper
 bound, as a partial index whose predicate the row fails gets none), WAL bytes
 (pg_current_wal_lsn before and after: the whole server's, so other clients of a shared server add
-to it; with pg_stat_statements loaded, its per-database `wal_bytes` is printed too, and the
-statements that write the most), the growth of the tables' and indexes' files and the
-PostgreSQL backends' CPU (/proc/<pid>/stat). The window opens on warm connections, as a worker's
-are (every statement prepared and past PostgreSQL's five custom plans): the table statistics are
-flushed by one statement on every pool connection a second after the last write; `--cold` ends
-the backends instead, as before 2026-11-27 afternoon, so that the window also pays new connections.
+to it; with pg_stat_statements loaded, its per-database `wal_bytes` is printed too, and per
+statement its calls, plans, execution and planning ms, shared buffers hit and WAL bytes per round,
+the costliest first: planning ms need `pg_stat_statements.track_planning=on`), the growth of the
+tables' and indexes' files and the PostgreSQL backends' CPU (/proc/<pid>/stat). The window
+opens on warm connections, as a worker's are (every statement prepared and past PostgreSQL's five
+custom plans): the table statistics are flushed by one statement on every pool connection a
+second after the last write; `--cold` ends the backends instead, as before 2026-11-27 afternoon,
+so that the window also pays new connections.
 
 **In flight** (`--in-flight N [--latency 1]`): providers built from settings as a worker builds
 them (`STEVORA_MAX_CONCURRENT_RUNS=N`), N calls at once to a server answering after `--latency`
@@ -390,8 +392,8 @@ TABLE_STATS = (
     "FROM pg_stat_user_tables s"
 )
 STATEMENT_WAL = (
-    "SELECT query, calls, wal_bytes, rows FROM pg_stat_statements "
-    "WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database()) AND wal_bytes > 0"
+    "SELECT query, calls, wal_bytes, plans, total_exec_time, total_plan_time, shared_blks_hit "
+    "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
 
 
@@ -436,13 +438,38 @@ async def _wal_lsn(pool: Any) -> int:
     return int(await pool.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
 
 
-async def _statements_wal(pool: Any) -> dict[str, tuple[int, float]] | None:
-    """Per statement text: (calls, WAL bytes), from pg_stat_statements when it is loaded."""
+async def _statements_wal(pool: Any) -> dict[str, tuple[float, ...]] | None:
+    """Per statement text: (calls, WAL bytes, plans, execution ms, planning ms, shared buffers hit),
+    from pg_stat_statements when it is loaded (planning ms needs `pg_stat_statements.track_planning`)."""
     try:
         rows = await pool.fetch(STATEMENT_WAL)
     except Exception:
         return None
-    return {r["query"]: (r["calls"], float(r["wal_bytes"])) for r in rows}
+    return {
+        r["query"]: (
+            r["calls"],
+            float(r["wal_bytes"]),
+            r["plans"],
+            r["total_exec_time"],
+            r["total_plan_time"],
+            r["shared_blks_hit"],
+        )
+        for r in rows
+    }
+
+
+def _by_statement(
+    before: dict[str, tuple[float, ...]], after: dict[str, tuple[float, ...]], rounds: int
+) -> list[tuple[float, ...]]:
+    """Each statement's share of the window per round: (calls, WAL bytes, plans, execution ms,
+    planning ms, buffers hit, text), the costliest (execution + planning) first."""
+    zero = (0, 0.0, 0, 0.0, 0.0, 0)
+    out = []
+    for q, figures in after.items():
+        d = [(a - b) / rounds for a, b in zip(figures, before.get(q, zero), strict=True)]
+        if d[0] > 0:
+            out.append((*d, q))
+    return sorted(out, key=lambda t: -(t[3] + t[4]))
 
 
 async def _db_figures(
@@ -508,22 +535,11 @@ async def _db_figures(
         "index_bytes": index_bytes / total_rounds,
         "stmt_wal_bytes": None
         if swal0 is None or swal1 is None
-        else sum(w for _, w in swal1.values()) / total_rounds
-        - sum(w for _, w in swal0.values()) / total_rounds,
-        "wal_by_statement": []
+        else sum(f[1] for f in swal1.values()) / total_rounds
+        - sum(f[1] for f in swal0.values()) / total_rounds,
+        "by_statement": []
         if swal0 is None or swal1 is None
-        else sorted(
-            (
-                (
-                    (w - swal0.get(q, (0, 0.0))[1]) / total_rounds,
-                    (c - swal0.get(q, (0, 0.0))[0]) / total_rounds,
-                    q,
-                )
-                for q, (c, w) in swal1.items()
-                if w > swal0.get(q, (0, 0.0))[1]
-            ),
-            reverse=True,
-        )[:8],
+        else _by_statement(swal0, swal1, total_rounds)[:8],
         "db_cpu_ms": 1000 * db_cpu / total_rounds,
         "worker_cpu_ms": 1000 * cpu / total_rounds,
         "rounds_per_s": total_rounds / wall,
@@ -545,9 +561,16 @@ def _print_db(label: str, r: dict[str, Any], concurrency: int) -> None:
     print(f"  heap bytes {r['heap_bytes']:.0f}   index bytes {r['index_bytes']:.0f} (growth of the files)")
     for name, (rows, entries, grown) in sorted(r["per_table"].items(), key=lambda kv: -kv[1][1]):
         print(f"    {name:<28} rows {rows:6.2f}   index entries {entries:6.2f}   index bytes {grown:6.0f}")
-    for wal, calls, query in r["wal_by_statement"]:
+    if r.get("by_statement"):
+        print("  per statement (pg_stat_statements, per round; the costliest first):")
+        print(
+            f"    {'calls':>6} {'plans':>6} {'exec ms':>8} {'plan ms':>8} {'buffers':>8} {'WAL B':>6}  statement"
+        )
+    for calls, wal, plans, exec_ms, plan_ms, hit, query in r.get("by_statement", []):
         text = " ".join(query.split())
-        print(f"    WAL {wal:7.0f} B  {calls:5.2f} calls  {text[:110]}")
+        print(
+            f"    {calls:6.3f} {plans:6.3f} {exec_ms:8.4f} {plan_ms:8.4f} {hit:8.1f} {wal:6.0f}  {text[:80]}"
+        )
 
 
 # --- driver ----------------------------------------------------------------------------------------

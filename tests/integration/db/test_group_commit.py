@@ -752,3 +752,48 @@ async def test_a_duplicate_in_a_statement_of_both_kinds_fails_only_its_own_calle
         )
         == 2
     )
+
+
+def _join_filter_rows(plan: dict[str, Any]) -> int:
+    """Rows an EXPLAIN ANALYZE plan's joins compared and threw away, summed over its nodes."""
+    return int(plan.get("Rows Removed by Join Filter", 0)) + sum(
+        _join_filter_rows(p) for p in plan.get("Plans", [])
+    )
+
+
+async def test_a_batch_statement_does_linear_work_in_its_rows(harness: Harness, workspace_id: str) -> None:
+    """A batch and a pair statement write their rows and return one row per run without
+    joining their inserts back on the batch: the planner, which expects one row from a CTE, ran
+    those joins as nested loops that compared every row with every other (O(rows²) per
+    statement). Run under EXPLAIN ANALYZE in a transaction rolled back: no join throws away as
+    many rows as the batch holds (12 runs: 264 before), every run's event is written and every run
+    comes back once."""
+    anchors, pool, ids = await leased(harness, workspace_id, 12)
+    kinds = (checkpoint_sql.TOOL_TRACE, checkpoint_sql.LLM_CALL)
+
+    def document(kind: checkpoint_sql.CheckpointKind, rows: list[Any], k: int) -> list[dict[str, Any]]:
+        out = []
+        for n, a in enumerate(rows):
+            rec = trace(a, 900 + k) if kind is checkpoint_sql.TOOL_TRACE else model_call(a, 90 + k, n)
+            values = kind.row(a["workflow_run_id"], OWNER, rec, (f"evt_lin{k}_{n}", "E", {"n": n}))
+            row = dict(zip(kind.names, values, strict=True))
+            for j in kind.json_text:
+                row[kind.names[j]] = None if row[kind.names[j]] is None else dumps(row[kind.names[j]])
+            out.append(row)
+        return out
+
+    statements = [(kind.batch_sql, [document(kind, anchors, k)]) for k, kind in enumerate(kinds)] + [
+        (checkpoint_sql.PAIR_SQL, [document(kinds[1], anchors[:5], 2), document(kinds[0], anchors[5:], 3)])
+    ]
+    for sql, docs in statements:
+        async with pool.acquire() as conn:
+            tx = conn.transaction()
+            await tx.start()
+            try:
+                explained = await conn.fetchval("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, *docs)
+                plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]
+                events = await conn.fetchval("SELECT count(*) FROM workflow_events WHERE id LIKE 'evt_lin%'")
+            finally:
+                await tx.rollback()
+        assert plan["Plan"]["Actual Rows"] == events == len(ids)  # each run's event written, each run back
+        assert _join_filter_rows(plan["Plan"]) < len(ids)
