@@ -1,11 +1,12 @@
 """Many slow LLM calls at once in ONE worker process.
 
     .venv/bin/python -m bench.concurrency [--levels 100 1000 2000] [--rounds 4] [--latency 2]
-                                          [--sdk scripted|openai|anthropic] [--tool-pool 10]
+                                          [--sdk scripted|openai|anthropic] [--tool-pool 10] [--threads N]
                                           [--timeline] [--count [--top 40]] [--py-spy FILE]
 
 For each level N: N runs are created, then dispatched at once through RabbitMQ to a fresh
-`python -m workers` process (one process, 8 Dramatiq threads). Each run is an llm step whose
+`python -m workers` process (one process, `--threads` Dramatiq threads, default the tree's
+`STEVORA_WORKER_THREADS` default). Each run is an llm step whose
 model answers after `--latency` seconds and asks for one tool per round for `--rounds` rounds,
 so every run makes rounds+1 model calls back to back. Printed per level:
 
@@ -15,7 +16,7 @@ so every run makes rounds+1 model calls back to back. Printed per level:
 * the worker's peak RSS (VmHWM)
 * the worker process's CPU (user + system, all its threads) per model call, from dispatch to the
   last run's end, and the load average (the worker shares the cores with PostgreSQL, RabbitMQ,
-  this driver and, with `--sdk`, the HTTP server)
+  this driver and, with `--sdk`, the HTTP server, whose CPU per model call is printed too)
 Target (issue #3): at 1,000 runs, >= 80 % of ideal and RSS < 1 GiB.
 
 The tool (`effect`, tests/e2e/crash_tools.py) records its side effect with one INSERT through
@@ -78,6 +79,8 @@ class Options:
     spy: str | None = None  # py-spy output prefix
     timeline: bool = False  # calls per 0.5 s, start spread, time per round beyond the latency
     tool_pool: int = 10  # connections of the effect tool's own pool (crash_tools.py alone: 2)
+    threads: int | None = None  # Dramatiq threads of the worker (None: the tree's default)
+    server_pid: int | None = None  # with --sdk: the fake HTTP server's process (its CPU is printed)
 
 
 async def _nothing(conn: asyncpg.Connection) -> None:
@@ -276,7 +279,9 @@ async def level(
             "STEVORA_HEARTBEAT_S": "5",
             "STEVORA_UNDISPATCHED_GRACE_S": "600",
             "STEVORA_MAX_CONCURRENT_RUNS": str(max(2000, n)),
-            "STEVORA_WORKER_THREADS": "8",
+            # tests/e2e/workerproc.py sets 4 threads for the tests: the bench runs what a tree
+            # deploys, its own default, unless told otherwise.
+            "STEVORA_WORKER_THREADS": str(opts.threads or Settings.model_fields["worker_threads"].default),
             **sdk_env,
             **({"BENCH_PROFILE_OUT": profile_out} if count else {}),
             **(
@@ -319,6 +324,7 @@ async def level(
         pg0 = await backend_cpu(rt, {}, mine)
         xact0 = await commits(rt)
         cpu0 = cpu_s(pid)
+        server0 = cpu_s(opts.server_pid) if opts.server_pid else 0.0
         t0 = time.perf_counter()
         await asyncio.gather(*(asyncio.to_thread(dispatcher.send, EXECUTE_RUN_ACTOR, r) for r in runs))
         in_flight_peak = 0
@@ -336,6 +342,7 @@ async def level(
             await asyncio.sleep(0.2)
         wall = time.perf_counter() - t0
         cpu = cpu_s(pid) - cpu0
+        server_cpu = cpu_s(opts.server_pid) - server0 if opts.server_pid else None
         pg = sum((await backend_cpu(rt, pg0, mine)).values())
         load = os.getloadavg()[0]
         if count:
@@ -377,6 +384,11 @@ async def level(
         f"         worker CPU {cpu:6.1f} s = {1000 * cpu / calls:5.2f} ms per model call "
         f"({cpu / wall:4.2f} cores), its PostgreSQL backends {1000 * pg / calls:5.2f} ms   load average {load:4.1f}"
     )
+    if server_cpu is not None:
+        print(
+            f"         the fake HTTP server's CPU {server_cpu:5.1f} s = {1000 * server_cpu / calls:5.2f} ms "
+            f"per model call ({server_cpu / wall:4.2f} cores)"
+        )
     print(
         f"         transactions per model call {xacts / calls:5.2f} "
         "(the database's, this driver's polls and the worker's shutdown included)"
@@ -479,6 +491,7 @@ async def main(
             target=serve_many, args=(child, latency, rounds, "effect"), daemon=True
         )
         server.start()
+        opts.server_pid = server.pid
         base_url = parent.recv()
         prefix = sdk.upper()
         sdk_env = {
@@ -515,6 +528,11 @@ if __name__ == "__main__":
         default=10,
         help="connections of the effect tool's own pool (crash_tools.py alone: 2)",
     )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        help="Dramatiq threads of the worker (STEVORA_WORKER_THREADS; default: the tree's own default)",
+    )
     parser.add_argument("--as-worker", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.as_worker:
@@ -527,6 +545,6 @@ if __name__ == "__main__":
                 args.rounds,
                 args.latency,
                 args.sdk,
-                Options(args.count, args.top, args.spy, args.timeline, args.tool_pool),
+                Options(args.count, args.top, args.spy, args.timeline, args.tool_pool, args.threads),
             )
         )
