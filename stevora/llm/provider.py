@@ -349,13 +349,12 @@ class LeanRequests(httpx2.AsyncClient):
     count and timeout), a URL (OpenAI's as text, joined with the base URL as httpx joins them,
     kept per text) and a bytes body. For such a request the stock merge is done once per
     distinct pair of header lists and kept (`_MERGED_HEADERS_KEPT`); the request then gets the `Host` first and
-    the `Content-Length` last, as httpx's `Request` adds them, and headers whose `items()`
-    (all aiohttp reads of them) is kept with the merge (`_ItemsKept`). Anything else (a form, files,
+    the `Content-Length` last, as httpx's `Request` adds them. Anything else (a form, files,
     JSON, query params, cookies in the jar or given, extensions, an empty or streamed body,
     merged headers that already name the host or the length) goes through the stock
     `build_request`. Sending, retries, redirects, hooks, cookies and proxies are httpx's own."""
 
-    _lean_headers: dict[tuple[Any, ...], _Merged | None]
+    _lean_headers: dict[tuple[Any, ...], list[tuple[bytes, bytes, bytes]] | None]
     _lean_timeouts: dict[float | None, dict[str, float | None]]
     _lean_urls: tuple[httpx2.URL, dict[str, httpx2.URL]]
 
@@ -414,18 +413,11 @@ class LeanRequests(httpx2.AsyncClient):
             stream=httpx2.ByteStream(content),
             extensions={"timeout": self._lean_timeout(timeout)},
         )
-        length = str(len(content))
-        listed = [
+        request.headers._list = [
             (b"Host", b"host", merged.netloc),
-            *entry.raw,
-            (b"Content-Length", b"content-length", length.encode()),
+            *entry,
+            (b"Content-Length", b"content-length", str(len(content)).encode()),
         ]
-        headers = request.headers = _ItemsKept.__new__(_ItemsKept)
-        headers._list, headers._encoding, headers._lean_list = list(listed), None, listed
-        # What httpx's `items()` gives for `listed`: Host and Content-Length are ASCII and named
-        # nowhere in the merged list, so its own text (in its own encoding) stands between them.
-        headers._lean_encoding = entry.encoding
-        headers._lean_items = {"host": merged.netloc.decode("ascii"), **entry.items, "content-length": length}
         request.read()
         return request
 
@@ -433,7 +425,7 @@ class LeanRequests(httpx2.AsyncClient):
         """`_merge_url(url)` made once per URL text and base URL (an `httpx2.URL` is immutable)."""
         return url_made_once(self, "_lean_urls", self.base_url, url, self._merge_url)
 
-    def _lean_merged(self, headers: httpx2.Headers | list[Any]) -> _Merged | None:
+    def _lean_merged(self, headers: httpx2.Headers | list[Any]) -> list[tuple[bytes, bytes, bytes]] | None:
         """The client's headers merged with `headers` (the SDK's `httpx2.Headers`, or a list of
         pairs) as httpx merges them (its `_merge_headers`), made once per pair of header lists;
         `None` when they name what `Request` would add, or are not pairs of text."""
@@ -451,17 +443,12 @@ class LeanRequests(httpx2.AsyncClient):
             return None
         if entry is _UNMERGED:
             merged = cast(httpx2.Headers, self._merge_headers(headers))
-            fresh = httpx2.Headers(merged)  # as `Request` copies it: its encoding found afresh
-            found = list(fresh._list)
-            entry = (
-                None
-                if any(lower in _AUTO_HEADERS for _, lower, _ in found)
-                else _Merged(found, dict(fresh.items()), fresh.encoding)
-            )
+            found = list(merged._list)
+            entry = None if any(lower in _AUTO_HEADERS for _, lower, _ in found) else found
             if len(kept) >= _MERGED_HEADERS_KEPT:
                 kept.clear()
             kept[key] = entry
-        return cast("_Merged | None", entry)
+        return cast("list[tuple[bytes, bytes, bytes]] | None", entry)
 
     def _lean_timeout(self, timeout: Any) -> dict[str, float | None]:
         """The request's `timeout` extension as `build_request` writes it."""
@@ -478,32 +465,6 @@ class LeanRequests(httpx2.AsyncClient):
             self.timeout if isinstance(timeout, type(httpx2.USE_CLIENT_DEFAULT)) else httpx2.Timeout(timeout)
         )
         return chosen.as_dict()
-
-
-@dataclass(frozen=True, slots=True)
-class _Merged:
-    """The client's and a request's headers merged as httpx merges them (`_lean_merged`), and
-    httpx's `Headers.items()` of that list with the encoding it found: both made once."""
-
-    raw: list[tuple[bytes, bytes, bytes]]
-    items: dict[str, str]
-    encoding: str
-
-
-class _ItemsKept(httpx2.Headers):
-    """A lean request's headers: `items()` (what aiohttp's transport reads them by, decoding
-    every name and value again, ~80 Python calls a request) is the one `build_request` worked
-    out, while the list is still the one it was worked out for (and no other encoding was set);
-    after any change, httpx's own."""
-
-    _lean_list: list[tuple[bytes, bytes, bytes]]
-    _lean_items: dict[str, str]
-    _lean_encoding: str
-
-    def items(self) -> Any:
-        if self._list == self._lean_list and self._encoding in (None, self._lean_encoding):
-            return self._lean_items.items()
-        return super().items()
 
 
 def url_made_once(
