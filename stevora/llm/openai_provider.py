@@ -49,6 +49,7 @@ from stevora.llm.provider import (
     provider_error_for_status,
     sdk_http_client,
     timeout_error,
+    url_made_once,
 )
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan, plan_structured
@@ -106,6 +107,16 @@ def http_client(max_connections: int | None = None, http: HttpStack = "aiohttp")
     )
 
 
+class _OpenAIClient(openai.AsyncOpenAI):
+    """The SDK's client, its `_prepare_url` (the base URL joined with a request's path: ~300
+    Python calls of httpx's URL parser per request) made once per path and base URL, as
+    Anthropic's (`_AnthropicClient`): it depends on nothing else, and an `httpx2.URL` is
+    immutable. Everything else is the SDK's own."""
+
+    def _prepare_url(self, url: str) -> httpx2.URL:
+        return url_made_once(self, "_stevora_urls", self.base_url, url, super()._prepare_url)
+
+
 class OpenAIProvider:
     """`Provider` backed by `openai.AsyncOpenAI().chat.completions.create` (streamed by default)."""
 
@@ -133,7 +144,7 @@ class OpenAIProvider:
             OPENAI_CAPABILITIES if name == "openai" else ServerCapabilities()
         )
         self._owns_client = client is None
-        self._client = client or openai.AsyncOpenAI(
+        self._client = client or _OpenAIClient(
             api_key=api_key,
             base_url=base_url,
             max_retries=max_retries,
