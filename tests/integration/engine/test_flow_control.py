@@ -257,7 +257,8 @@ async def test_a_run_that_waited_for_its_keys_lock_is_dated_after_the_ending_who
         await concurrency.lock_slots(blocker, workspace_id, "acme", False)
         second, _ = await commands.create_run(harness.rt, workspace_id, def_id, {"customerId": "acme"})
         await harness.value_when_set(
-            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid <> $1",
+            "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted AND pid <> $1 "
+            "AND database = (SELECT oid FROM pg_database WHERE datname = current_database())",
             blocker.get_server_pid(),
         )
         gate.set()  # the first run ends while that claim is waiting
