@@ -391,7 +391,7 @@ TABLE_STATS = (
     "pg_relation_size(s.relid) AS heap_bytes, pg_indexes_size(s.relid) AS index_bytes "
     "FROM pg_stat_user_tables s"
 )
-STATEMENT_WAL = (
+STATEMENT_STATS = (
     "SELECT query, calls, wal_bytes, plans, total_exec_time, total_plan_time, shared_blks_hit "
     "FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = current_database())"
 )
@@ -438,11 +438,11 @@ async def _wal_lsn(pool: Any) -> int:
     return int(await pool.fetchval("SELECT pg_current_wal_lsn() - '0/0'::pg_lsn"))
 
 
-async def _statements_wal(pool: Any) -> dict[str, tuple[float, ...]] | None:
+async def _statement_stats(pool: Any) -> dict[str, tuple[float, ...]] | None:
     """Per statement text: (calls, WAL bytes, plans, execution ms, planning ms, shared buffers hit),
     from pg_stat_statements when it is loaded (planning ms needs `pg_stat_statements.track_planning`)."""
     try:
-        rows = await pool.fetch(STATEMENT_WAL)
+        rows = await pool.fetch(STATEMENT_STATS)
     except Exception:
         return None
     return {
@@ -494,12 +494,12 @@ async def _db_figures(
         # The counted window (the probe's statement counter only: no function-call hook).
         probe = Probe()
         before = await _table_stats(bench.rt.pool, cold)
-        wal0, swal0 = await _wal_lsn(bench.rt.pool), await _statements_wal(bench.rt.pool)
+        wal0, stats0 = await _wal_lsn(bench.rt.pool), await _statement_stats(bench.rt.pool)
         probe._hook = lambda *a: None  # type: ignore[method-assign]
         bench.probe = probe
         wall, cpu, db_cpu = await bench.execute(ids, concurrency)
         bench.probe = None
-        wal1, swal1 = await _wal_lsn(bench.rt.pool), await _statements_wal(bench.rt.pool)
+        wal1, stats1 = await _wal_lsn(bench.rt.pool), await _statement_stats(bench.rt.pool)
         after = await _table_stats(bench.rt.pool, cold)
     finally:
         await bench.close()
@@ -534,12 +534,12 @@ async def _db_figures(
         "heap_bytes": heap_bytes / total_rounds,
         "index_bytes": index_bytes / total_rounds,
         "stmt_wal_bytes": None
-        if swal0 is None or swal1 is None
-        else sum(f[1] for f in swal1.values()) / total_rounds
-        - sum(f[1] for f in swal0.values()) / total_rounds,
+        if stats0 is None or stats1 is None
+        else sum(f[1] for f in stats1.values()) / total_rounds
+        - sum(f[1] for f in stats0.values()) / total_rounds,
         "by_statement": []
-        if swal0 is None or swal1 is None
-        else _by_statement(swal0, swal1, total_rounds)[:8],
+        if stats0 is None or stats1 is None
+        else _by_statement(stats0, stats1, total_rounds)[:8],
         "db_cpu_ms": 1000 * db_cpu / total_rounds,
         "worker_cpu_ms": 1000 * cpu / total_rounds,
         "rounds_per_s": total_rounds / wall,
