@@ -35,7 +35,22 @@ def _qualified(columns: str, alias: str) -> str:
 
 
 _STEP_FIELDS = [c.strip() for c in STEP_COLUMNS.split(",")]
-_STEP_AS = ", ".join(f"s.{c} AS s_{c}" for c in _STEP_FIELDS)
+# The first step run a claim inserts, made from the claim's row `c` (its columns not named here
+# are NULL). The statement returns the same values as `s_<column>` instead of joining the
+# inserted rows back: one row per run claimed, with no join whatever the number of runs.
+_NEW_STEP = {
+    "id": "c.current_step_run_id",
+    "workflow_run_id": "c.id",
+    "step_name": "c.current_step_name",
+    "step_type": "c.first_step_type",
+    "step_index": "0",
+    "visit": "1",
+    "attempt": "1",
+    "status": "'RUNNING'",
+    "started_at": "c.started_at",
+    "created_at": "c.started_at",
+}
+_NEW_STEP_AS = ", ".join(f"{_NEW_STEP.get(c, 'NULL')} AS s_{c}" for c in _STEP_FIELDS)
 _PENDING = "w.status = 'PENDING'"
 
 
@@ -47,14 +62,27 @@ _PENDING = "w.status = 'PENDING'"
 # The start is dated by clock_timestamp(), read after the statement's snapshot, not by now(): a
 # slot claim's transaction begins before it waits for its key's lock (stevora.engine.flow), so
 # now() could date the start before the ending of the run whose slot it took.
-def _claim_sql(fence: str) -> str:
+#
+# `batch`: the same claim of several runs at once, each run fenced on its own; one row back per
+# run claimed. $1 is the runs' ids (an index condition) and $4 a JSON
+# object of each run's new ids, `{run id: [step run, WORKFLOW_STARTED, STEP_STARTED]}`: a key
+# lookup per row, so no join of the runs with their ids (the planner, which knows nothing of an
+# array's length, ran such a join as a nested loop comparing every run with every other). The
+# step run and the events are made from `c`'s own rows, never joined back either.
+def _claim_sql(fence: str, *, batch: bool = False) -> str:
+    if batch:
+        run_id, step_run_id = "ANY($1::text[])", "($4::jsonb -> w.id ->> 0)"
+        new_ids = ", $4::jsonb -> w.id AS new_ids"
+        started_event, step_event = "c.new_ids ->> 1", "c.new_ids ->> 2"
+    else:
+        run_id, step_run_id, new_ids, started_event, step_event = "$1", "$4", "", "$5", "$6"
     return f"""
 WITH c AS (
     UPDATE workflow_runs w SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
            version = w.version + 1,
            status = CASE WHEN {_PENDING} THEN 'RUNNING' ELSE w.status END,
            current_step_name = CASE WHEN {_PENDING} THEN d.steps->0->>'name' ELSE w.current_step_name END,
-           current_step_run_id = CASE WHEN {_PENDING} THEN $4 ELSE w.current_step_run_id END,
+           current_step_run_id = CASE WHEN {_PENDING} THEN {step_run_id} ELSE w.current_step_run_id END,
            started_at = CASE WHEN {_PENDING} THEN clock_timestamp() ELSE w.started_at END,
            next_run_at = CASE WHEN {_PENDING} THEN NULL ELSE w.next_run_at END,
            updated_at = CASE WHEN {_PENDING} THEN now() ELSE w.updated_at END,
@@ -63,34 +91,33 @@ WITH c AS (
            crash_count = w.crash_count
                + CASE WHEN w.lease_owner IS NOT NULL AND w.lease_expires_at < now() THEN 1 ELSE 0 END
     FROM workflow_definitions d
-    WHERE w.id = $1 AND {fence} AND d.id = w.definition_id
+    WHERE w.id = {run_id} AND {fence} AND d.id = w.definition_id
     RETURNING {_qualified(RUN_COLUMNS, "w")}, w.dispatched_at, w.trace_context, w.event_seq,
               w.replay_of, w.replay_tools,
-              w.current_step_run_id IS NOT DISTINCT FROM $4 AS started, d.steps->0->>'type' AS first_step_type,
-              {pending_messages("w")}
+              w.current_step_run_id IS NOT DISTINCT FROM {step_run_id} AS started,
+              d.steps->0->>'type' AS first_step_type,
+              {pending_messages("w")}{new_ids}
 ), s AS (
-    INSERT INTO step_runs (id, workflow_run_id, step_name, step_type, step_index, visit, attempt, status,
-                           started_at, created_at)
-    SELECT $4, c.id, c.current_step_name, c.first_step_type, 0, 1, 1, 'RUNNING', c.started_at, c.started_at
-    FROM c WHERE c.started
-    RETURNING {STEP_COLUMNS}
+    INSERT INTO step_runs ({", ".join(_NEW_STEP)}) SELECT {", ".join(_NEW_STEP.values())} FROM c WHERE c.started
 ), e AS (
     INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload, created_at)
-    SELECT $5, c.id, NULL, c.event_seq - 1, '{EventType.WORKFLOW_STARTED}', '{{}}'::jsonb, c.started_at
+    SELECT {started_event}, c.id, NULL, c.event_seq - 1, '{EventType.WORKFLOW_STARTED}', '{{}}'::jsonb, c.started_at
     FROM c WHERE c.started
     UNION ALL
-    SELECT $6, s.workflow_run_id, s.id, c.event_seq, '{EventType.STEP_STARTED}',
-           jsonb_build_object('stepName', s.step_name, 'stepType', s.step_type, 'attempt', 1, 'visit', 1),
+    SELECT {step_event}, c.id, c.current_step_run_id, c.event_seq, '{EventType.STEP_STARTED}',
+           jsonb_build_object('stepName', c.current_step_name, 'stepType', c.first_step_type,
+                              'attempt', 1, 'visit', 1),
            c.started_at
-    FROM c, s
+    FROM c WHERE c.started
 )
-SELECT c.*, {_STEP_AS} FROM c LEFT JOIN s ON true
+SELECT c.*, {_NEW_STEP_AS} FROM c
 """
 
 
 # The claim of a run that needs no slot and is not outranked (stevora.db.concurrency); a run it
 # refuses for those reasons is claimed by stevora.engine.flow with one of the other two.
 _CLAIM_SQL = _claim_sql(f"{RUNNABLE} AND {concurrency.FAST_FENCE}")
+_BATCH_CLAIM_SQL = _claim_sql(f"{RUNNABLE} AND {concurrency.FAST_FENCE}", batch=True)
 _SLOT_CLAIM_SQL = _claim_sql(f"{RUNNABLE} AND {concurrency.SLOT_FENCE}")
 _PLAIN_CLAIM_SQL = _claim_sql(f"{RUNNABLE} AND {concurrency.PLAIN_FENCE}")
 # A PENDING run whose lease this worker holds already (claimed by a worker that did not start
@@ -105,6 +132,17 @@ async def claim(
     started by the same statement. Returns (run row, its first step run row if this claim
     started it), or None when the run is not ours to take."""
     return await _claim(_CLAIM_SQL, pool, run_id, owner, lease_s)
+
+
+async def claim_batch(
+    pool: asyncpg.Pool, run_ids: list[str], owner: str, lease_s: float
+) -> dict[str, tuple[asyncpg.Record, dict[str, Any] | None]]:
+    """`claim` of several runs in one statement (one commit), each run fenced on its own: the
+    runs claimed, by id, each with what `claim` returns for it. A run missing from the result was
+    refused (not ours to take now, or it needs a slot or is outranked: stevora.engine.flow)."""
+    new_ids = {run_id: (new_id("srun"), new_id("evt"), new_id("evt")) for run_id in run_ids}
+    rows = await pool.fetch(_BATCH_CLAIM_SQL, run_ids, owner, lease_s, new_ids)
+    return {row["id"]: _claimed(row) for row in rows}
 
 
 async def claim_with_slot(
@@ -136,8 +174,10 @@ async def _claim(
     sql: str, pool: asyncpg.Pool | asyncpg.Connection, run_id: str, owner: str, lease_s: float
 ) -> tuple[asyncpg.Record, dict[str, Any] | None] | None:
     row = await pool.fetchrow(sql, run_id, owner, lease_s, new_id("srun"), new_id("evt"), new_id("evt"))
-    if row is None:
-        return None
+    return None if row is None else _claimed(row)
+
+
+def _claimed(row: asyncpg.Record) -> tuple[asyncpg.Record, dict[str, Any] | None]:
     return row, ({c: row[f"s_{c}"] for c in _STEP_FIELDS} if row["started"] else None)
 
 

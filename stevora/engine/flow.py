@@ -1,7 +1,9 @@
 """Flow control at the claim: concurrency slots and priorities (docs/flow-control.md).
 
 `claim` is what a worker does with a message "look at run X". The common case is one statement
-(`transitions.claim`, whose fence refuses a run that needs a slot or is outranked). Otherwise:
+(`transitions.claim`, whose fence refuses a run that needs a slot or is outranked; the claims
+of concurrent messages share one, `transitions.claim_batch`, stevora.engine.claim_batch).
+Otherwise:
 
 * X is PENDING and an unclaimed run of a higher (aged) priority waits: that run is claimed
   instead and X is dispatched again, so under a backlog every message starts the best run there
@@ -37,13 +39,15 @@ Claimed = tuple[DbRow, dict[str, Any] | None]
 
 
 async def claim(
-    pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float
+    pool: asyncpg.Pool, run_id: str, owner: str, lease_s: float, *, fast: bool = True
 ) -> tuple[tuple[str, Claimed] | None, list[str]]:
     """(the run claimed and what the claim returned, or None when neither X nor a run that
-    outranks it is ours to take; the runs to dispatch now)."""
-    claimed = await transitions.claim(pool, run_id, owner, lease_s)
-    if claimed is not None:
-        return (run_id, claimed), []
+    outranks it is ours to take; the runs to dispatch now). `fast=False`: the fast statement
+    was already made and refused X (a batch of claims, stevora.engine.claim_batch)."""
+    if fast:
+        claimed = await transitions.claim(pool, run_id, owner, lease_s)
+        if claimed is not None:
+            return (run_id, claimed), []
     why = await concurrency.inspect(pool, run_id)
     if why is None:
         return None, []

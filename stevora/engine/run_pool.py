@@ -1,7 +1,9 @@
 """Executes claimed runs as asyncio tasks inside one worker process.
 
 A Dramatiq message only asks "look at run X": the actor calls `submit`, which claims the run's
-lease in PostgreSQL and starts a task, then returns at once. So a worker thread is never held
+lease in PostgreSQL and starts a task, then returns at once. The claims of concurrent submits
+(several threads' messages, a map step's children) share one statement and one commit
+(`stevora.engine.claim_batch`). So a worker thread is never held
 for the seconds an LLM call takes, and one process can hold thousands of runs in flight (the
 limit is `max_concurrent_runs`, not the thread count). The price is that the message is acked
 before the run is done; the lease covers that: if this process dies, the lease expires and the
@@ -32,6 +34,7 @@ import structlog
 from stevora.db import runs
 from stevora.db.transient import Retrier, retry_transient
 from stevora.engine import flow, poison
+from stevora.engine.claim_batch import ClaimBatcher, Fallback
 from stevora.engine.driver import Position, RunDriver
 from stevora.engine.hints import dispatch_hint
 from stevora.ids import random_token
@@ -61,6 +64,7 @@ class RunPool:
         self.rt = rt
         self.worker_id = worker_id or new_worker_id()
         self.driver = RunDriver(rt, self.worker_id)
+        self.claims = ClaimBatcher(rt.pool, self.worker_id, rt.settings.lease_s)
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._slots = asyncio.Semaphore(rt.settings.max_concurrent_runs)
         self._heartbeat: asyncio.Task[None] | None = None
@@ -104,15 +108,30 @@ class RunPool:
         return True
 
     async def _claim(self, run_id: str) -> tuple[str, Position] | None:
-        """The claim, which also starts a PENDING run (`transitions.claim`, through the flow
-        control of `stevora.engine.flow`): the driver goes on from the rows it returns."""
+        """The claim, which also starts a PENDING run (`transitions.claim`; the claims of
+        concurrent submits share one statement, `stevora.engine.claim_batch`); a run it refuses
+        goes on through the flow control of `stevora.engine.flow`. The driver goes on from the
+        rows it returns."""
+        got = await self.claims.claim(run_id)
+        if isinstance(got, Fallback):
+            return await self._claim_alone(run_id, fast=got.fast, maybe_ours=got.maybe_ours)
+        row, started = got
+        if started is not None:
+            log.info("run_started", workflow_run_id=run_id)
+        return run_id, Position(row, started, fresh=started is not None)
+
+    async def _claim_alone(self, run_id: str, *, fast: bool, maybe_ours: bool) -> tuple[str, Position] | None:
+        """`flow.claim` of one run; `fast=False` when the fast statement already refused it,
+        `maybe_ours` when a try of it had an unknown outcome (see `Fallback`)."""
         retrier = Retrier("claim", workflow_run_id=run_id)
         while True:
             try:
-                got, others = await flow.claim(self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s)
+                got, others = await flow.claim(
+                    self.rt.pool, run_id, self.worker_id, self.rt.settings.lease_s, fast=fast
+                )
                 for other in others:
                     await dispatch_hint(self.rt.dispatcher, other)
-                if got is None and retrier.outcome_unknown:
+                if got is None and (maybe_ours or retrier.outcome_unknown):
                     # The failed try may have committed the claim: then the lease is ours already.
                     current = await runs.get_claimed(self.rt.pool, run_id)
                     if current is not None and current["lease_owner"] == self.worker_id:
