@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass
-from typing import Any
 
 import asyncpg
 
 from stevora.db import transitions
 from stevora.db.transient import Retrier, is_transient
-
-Claimed = tuple[asyncpg.Record, dict[str, Any] | None]
+from stevora.engine.flow import Claimed
 
 
 @dataclass(frozen=True, slots=True)
