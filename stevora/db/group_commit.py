@@ -71,6 +71,16 @@ from stevora.errors import LeaseLost
 from stevora.faults import FaultPlan
 
 ALREADY_RECORDED: Any = object()  # a retry found the row written by the try before
+
+
+class FencedAfterUnknownOutcome(LeaseLost):
+    """A row's fence failed on a try after one whose outcome was unknown (its connection was
+    lost): that earlier try may have written it. A checkpoint's retry finds its own row by its
+    unique key instead (ALREADY_RECORDED); a run's completion, whose first try releases the lease,
+    is fenced out by its own write, and its caller reads which it was
+    (stevora.db.transitions.complete_last_step)."""
+
+
 log = structlog.get_logger("stevora.db")
 HOLD_IDLE_S = 0.25
 # After this many lone checkpoints in a row that no other caller joined, a lone caller sends at
@@ -263,6 +273,11 @@ class GroupCommitter:
                         await self._write_pair(calls, tools)
                     else:
                         await self._write(LLM_CALL, calls)
+                    # Then any other kind queued (runs' completions), so that a steady stream of
+                    # both checkpoint kinds never starves it.
+                    for kind in list(self._queues):
+                        if kind is not LLM_CALL and kind is not TOOL_TRACE and self._queues[kind]:
+                            await self._write(kind, self._take_batch(kind))
                     continue
                 for kind in list(self._queues):
                     if self._queues[kind]:
@@ -330,13 +345,13 @@ class GroupCommitter:
                 # The lone row's statement returns its row, or none when its fence failed.
                 item = batch[0]
                 if not records:
-                    _settle_error(item, _lease_lost(item))
+                    _settle_error(item, _lease_lost(item, _unknown(retried, retrier)))
                 elif not item.done.done():  # `_settle`, inlined: once per checkpoint
                     item.done.set_result(records[0])
                 return
             if self.faults.armed:
                 self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
-            _settle_committed(batch, records)
+            _settle_committed(batch, records, _unknown(retried, retrier))
             return
 
     async def _write_pair(self, calls: list[_Pending], tools: list[_Pending]) -> None:
@@ -370,7 +385,7 @@ class GroupCommitter:
                 for kind, batch in ((LLM_CALL, calls), (TOOL_TRACE, tools)):
                     if len(batch) > 1:
                         self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
-            _settle_committed([*calls, *tools], records)
+            _settle_committed([*calls, *tools], records, _unknown(False, retrier))
             return
 
     async def _execute_pair(self, calls: list[_Pending], tools: list[_Pending]) -> list[asyncpg.Record]:
@@ -422,17 +437,24 @@ def _document(kind: CheckpointKind, batch: list[_Pending]) -> list[dict[str, Any
 _RUN_ID = attrgetter("run_id")
 
 
-def _lease_lost(item: _Pending) -> LeaseLost:
-    return LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}")
+def _unknown(retried: bool, retrier: Retrier | None) -> bool:
+    """Whether a try of these rows before the one that just committed may have committed too."""
+    return retried or (retrier is not None and retrier.outcome_unknown)
 
 
-def _settle_committed(batch: list[_Pending], records: list[asyncpg.Record]) -> None:
+def _lease_lost(item: _Pending, retried: bool) -> LeaseLost:
+    """`retried`: a try before this one may have committed (`FencedAfterUnknownOutcome`)."""
+    lost = FencedAfterUnknownOutcome if retried else LeaseLost
+    return lost(f"run {item.run_id}: lease lost before recording {item.what}")
+
+
+def _settle_committed(batch: list[_Pending], records: list[asyncpg.Record], retried: bool) -> None:
     """Each caller of a committed batch gets its row, or LeaseLost when its fence failed."""
     committed = {rec["workflow_run_id"]: rec for rec in records}
     for item in batch:
         found = committed.get(item.run_id)
         if found is None:
-            _settle_error(item, _lease_lost(item))
+            _settle_error(item, _lease_lost(item, retried))
         elif not item.done.done():
             item.done.set_result(found)
 
