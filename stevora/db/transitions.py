@@ -180,13 +180,13 @@ WITH i AS (
 ), s AS (
     UPDATE step_runs st SET status = 'COMPLETED', output = g.output, state_updates = g.state_updates,
                         updated_at = now(), completed_at = now()
-    FROM guard g WHERE st.id = g.step_run_id AND st.status = 'RUNNING'
+    FROM guard g WHERE st.id = g.step_run_id
     RETURNING g.*, st.step_name, st.started_at, st.completed_at
 ), r AS (
     UPDATE workflow_runs w SET version = version + 1, updated_at = now(), event_seq = event_seq + 2,
            status = 'COMPLETED', current_step_name = NULL, next_run_at = NULL, lease_owner = NULL,
            lease_expires_at = NULL, completed_at = now(), state = {_MERGED_STATE}, output = {_MERGED_STATE}
-    FROM s WHERE w.id = s.run_id AND w.status = 'RUNNING' AND w.lease_owner = s.owner
+    FROM s WHERE w.id = s.run_id
     RETURNING {_qualified(RUN_COLUMNS, "w")}, w.event_seq, w.total_cost_cents,
               s.step_name AS s_step_name,
               GREATEST(0, floor(extract(epoch FROM s.completed_at - s.started_at) * 1000))::int AS s_duration_ms,
