@@ -1,4 +1,4 @@
-"""Group commit: concurrent runs' checkpoints (model calls, tool calls) in one statement.
+"""Group commit: concurrent runs' checkpoints (model calls, tool calls) and endings in one statement.
 
 Written singly, each checkpoint is one statement and one commit: at concurrency 32 the worker
 pays one round trip, one protocol exchange and one WAL flush per checkpoint. The `Runtime` owns
@@ -30,13 +30,19 @@ batch is **one** statement over a JSON array of rows (`jsonb_to_recordset`, `che
 * when model calls and tool calls are both queued (of different runs: a run's checkpoints follow
   each other), one statement writes both batches (`checkpoint_sql.PAIR_SQL`): one commit instead
   of two. Its rows commit together as a batch's do; a lost connection retries it in place, and an
-  error that is one row's writes each kind's batch on its own, with the rules above.
+  error that is one row's writes each kind's batch on its own, with the rules above;
+* a third kind of row is a run's completion (`transitions.COMPLETION`: its last step and the run
+  completed, their events and webhook outbox rows), so runs that end together share a statement
+  too. Its batch goes out after the pair, in the same turn of the flusher, so a steady stream of
+  checkpoints never starves it. A completion's own first try releases the run's lease, so a retry
+  after a lost connection finds it fenced out by that write: such a row is settled with
+  `FencedAfterUnknownOutcome` (a `LeaseLost`), and its caller reads which it was.
 
 A SIGKILL of the worker mid-batch kills every caller with it; the batch's transaction either
 committed (all its rows are in the tables, resume replays them) or did not (none is, resume runs
 those calls again: at-least-once handlers, exactly-once records). Fault points for crash tests,
-reached only for statements carrying several rows of a kind, with `<kind>` `llm_call` or
-`tool_trace` and `<n>` the how-many-th such statement for that kind (a statement of both kinds
+reached only for statements carrying several rows of a kind, with `<kind>` `llm_call`,
+`tool_trace` or `completion` and `<n>` the how-many-th such statement for that kind (a statement of both kinds
 reaches the points of each kind it carries several rows of): `batch_sending:<kind>:<n>` (callers queued, nothing sent),
 `batch_sent:<kind>:<n>` (the statement is handed to the connection, its result not read) and
 `batch_committed:<kind>:<n>` (committed, no caller woken yet).

@@ -10,7 +10,9 @@ one commit instead of five or six. They keep every guard of the separate writes 
   `InvalidStateTransition` exactly as from `runs.update_run` / `runs.update_step`;
 * the events take their sequences from the `event_seq` the same statement increments, so they
   stay gap-free and in commit order;
-* the completion writes the webhook outbox rows in the same statement as the run's ending.
+* the completion writes the webhook outbox rows in the same statement as the run's ending;
+* runs whose completions arrive together share one such statement and its commit, through the
+  group committer (`COMPLETION`, its third kind of row), each row under its own guards.
 """
 
 from __future__ import annotations
