@@ -148,7 +148,7 @@ async def _claim(
 
 # The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED (lease released, output = the
 # final state) with STEP_COMPLETED, WORKFLOW_COMPLETED and the webhook outbox rows, over an input
-# relation `i` of one row per run: one row with its parameters in place (a lone completion, or
+# relation `ending` of one row per run: one row with its parameters in place (a lone completion, or
 # one in its caller's transaction), or a batch (one jsonb document, one object per run) sent by
 # the group committer for runs that end together (docs/architecture.md, "Runs that end
 # together"). `guard` locks both rows of each run, in run id order (as the heartbeat and every
@@ -157,7 +157,7 @@ async def _claim(
 # step that is no longer RUNNING could still complete the run). With both rows locked by the
 # guard, the two updates cannot miss; a run whose guard fails writes nothing and is missing from
 # the result. Each sub-statement carries the input columns it needs in its RETURNING instead of
-# joining back on `i` (linear in the rows, see stevora.db.checkpoint_sql).
+# joining back on `ending` (linear in the rows, see stevora.db.checkpoint_sql).
 _COMPLETION_INPUTS = (
     ("run_id", "text"),
     ("owner", "text"),
@@ -171,10 +171,10 @@ _COMPLETION_INPUTS = (
 )
 _MERGED_STATE = "CASE WHEN s.state_updates IS NULL THEN w.state ELSE COALESCE(w.state, '{}'::jsonb) || s.state_updates END"
 _COMPLETE = f"""
-WITH i AS (
+WITH ending AS (
     {{input}}
 ), guard AS (
-    SELECT i.* FROM i JOIN workflow_runs w ON w.id = i.run_id JOIN step_runs st ON st.id = i.step_run_id
+    SELECT i.* FROM ending i JOIN workflow_runs w ON w.id = i.run_id JOIN step_runs st ON st.id = i.step_run_id
     WHERE st.workflow_run_id = w.id AND w.status = 'RUNNING' AND w.lease_owner = i.owner
       AND st.status = 'RUNNING'
     ORDER BY w.id
