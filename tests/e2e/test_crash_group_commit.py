@@ -139,10 +139,9 @@ async def test_worker_killed_mid_batch_of_endings_completes_every_run_once(
         (await commands.create_run(setup.rt, setup.workspace_id, def_id, {"at": at}))[0]["id"]
         for _ in range(RUNS)
     ]
-    first = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)
-    second = None
+    workers = [WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)]
     try:
-        assert await first.wait_exit(60) == -9, first.log_tail()  # it SIGKILLed itself mid-batch
+        assert await workers[0].wait_exit(60) == -9, workers[0].log_tail()  # it SIGKILLed itself mid-batch
         ended = set(
             await pool.fetchval(
                 "SELECT coalesce(array_agg(id), '{}') FROM workflow_runs WHERE id = ANY($1::text[]) "
@@ -152,16 +151,15 @@ async def test_worker_killed_mid_batch_of_endings_completes_every_run_once(
         )
         if fault.startswith("batch_committed"):
             assert len(ended) >= 2  # the batch's runs: committed, none of them woken
-        second = WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue)
-        for run_id in run_ids:
-            row = await wait_status(
-                setup, run_id, "COMPLETED", "FAILED", workers=(first, second), timeout_s=90
-            )
-            assert row["status"] == "COMPLETED", row["error"]
+        workers.append(WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue))
+        finals = [
+            await wait_status(setup, run_id, "COMPLETED", "FAILED", workers=tuple(workers), timeout_s=90)
+            for run_id in run_ids
+        ]
     finally:
-        first.stop()
-        if second:
-            second.stop()
+        for worker in workers:
+            worker.stop()
+    assert [f["status"] for f in finals] == ["COMPLETED"] * RUNS, [f["error"] for f in finals]
     for run_id in run_ids:
         types = await assert_gap_free(setup, run_id)
         assert types.count("WORKFLOW_COMPLETED") == 1 and types.count("STEP_COMPLETED") == 1
