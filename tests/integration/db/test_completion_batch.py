@@ -12,12 +12,14 @@ from typing import Any
 
 import asyncpg
 
-from stevora.db import transitions
+from stevora.db import checkpoints, transitions
+from stevora.db.checkpoint_sql import PAIR_SQL
 from stevora.db.group_commit import GroupCommitter
 from stevora.errors import InvalidStateTransition, LeaseLost
 from stevora.faults import FaultPlan
 from tests.conftest import Harness
-from tests.integration.db.test_group_commit import _join_filter_rows
+from tests.integration.db.test_group_commit import OWNER as GC_OWNER
+from tests.integration.db.test_group_commit import _join_filter_rows, leased, model_call, record_trace
 from tests.integration.engine.test_db_outage import CommitThenDrop, kill_the_next_writer
 from tests.integration.engine.test_fixed_path import OWNER, _snapshot, _started_run, _subscribe
 
@@ -268,3 +270,44 @@ async def test_a_completion_batch_does_linear_work_in_its_rows(harness: Harness,
             await tx.rollback()
     assert plan["Plan"]["Actual Rows"] == len(started) and events == 2 * len(started)
     assert _join_filter_rows(plan["Plan"]) < len(started)
+
+
+async def test_completions_queued_with_both_checkpoint_kinds_go_out_before_the_next_pair(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The flusher writes a model call and a tool call of other runs together (the pair
+    statement) and loops while rows keep arriving; a completion queued with them goes out right
+    after that pair, before the pair of the rows that arrived meanwhile, so a steady stream of
+    checkpoints cannot starve the runs' endings."""
+    anchors, pool, _ = await leased(harness, workspace_id, 5)
+    a, b, c, d, e = anchors
+    await pool.execute("UPDATE step_runs SET status = 'RUNNING' WHERE id = $1", c["step_run_id"])
+    sent: list[str] = []
+    later: list[asyncio.Future[Any]] = []
+    names = {PAIR_SQL: "pair", transitions.COMPLETION.single_sql: "completion"}
+
+    class Recording:
+        async def fetch(self, sql: str, *args: Any) -> Any:
+            sent.append(names.get(sql, "other"))
+            if sent == ["pair"]:  # while the first pair is in flight, both kinds arrive again
+                later.append(asyncio.ensure_future(record_trace(gc, e, 901)))
+                later.append(asyncio.ensure_future(_model_call(gc, d)))
+            return await pool.fetch(sql, *args)
+
+        async def fetchval(self, sql: str, *args: Any) -> Any:
+            return await pool.fetchval(sql, *args)
+
+    gc = GroupCommitter(Recording())  # type: ignore[arg-type]
+    final, *_ = await asyncio.gather(
+        transitions.complete_last_step(gc, c["workflow_run_id"], c["step_run_id"], GC_OWNER, {}, None),
+        _model_call(gc, a),
+        record_trace(gc, b, 900),
+    )
+    await asyncio.gather(*later)
+    assert sent == ["pair", "completion", "pair"]
+    assert final["status"] == "COMPLETED"
+
+
+async def _model_call(gc: GroupCommitter, anchor: Any) -> None:
+    rec = model_call(anchor, 90, 0)
+    await checkpoints.record_llm_call(gc, anchor["workflow_run_id"], GC_OWNER, rec, "LLM_CALL_COMPLETED", {})
