@@ -16,8 +16,9 @@ reaches that point: `<point>[:<round>[:<call index>]]`. Points:
                          child runs created; none of them (nor its timer) dispatched yet
 * `map_collecting`     — a `map` step's due wait is collecting its items' results, before the
                          step completes (in the transaction: the kill rolls it back)
-* `batch_sending`      — group commit (`:<kind>[:<n>]`, kind `llm_call` or `tool_trace`, the n-th
-                         batch of several runs' rows): callers queued, the batch not sent
+* `batch_sending`      — group commit (`:<kind>[:<n>]`, kind `llm_call`, `tool_trace` or
+                         `completion` (runs' endings), the n-th batch of several runs' rows):
+                         callers queued, the batch not sent
 * `batch_sent`         — the batch statement is handed to its connection, its result not read
 * `batch_committed`    — the batch committed, none of its callers woken yet
 * `fork_writing`       — a fork's transaction (docs/time-travel.md) has written its run, step runs

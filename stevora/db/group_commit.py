@@ -1,4 +1,4 @@
-"""Group commit: concurrent runs' checkpoints (model calls, tool calls) in one statement.
+"""Group commit: concurrent runs' checkpoints (model calls, tool calls) and endings in one statement.
 
 Written singly, each checkpoint is one statement and one commit: at concurrency 32 the worker
 pays one round trip, one protocol exchange and one WAL flush per checkpoint. The `Runtime` owns
@@ -30,13 +30,19 @@ batch is **one** statement over a JSON array of rows (`jsonb_to_recordset`, `che
 * when model calls and tool calls are both queued (of different runs: a run's checkpoints follow
   each other), one statement writes both batches (`checkpoint_sql.PAIR_SQL`): one commit instead
   of two. Its rows commit together as a batch's do; a lost connection retries it in place, and an
-  error that is one row's writes each kind's batch on its own, with the rules above.
+  error that is one row's writes each kind's batch on its own, with the rules above;
+* a third kind of row is a run's completion (`transitions.COMPLETION`: its last step and the run
+  completed, their events and webhook outbox rows), so runs that end together share a statement
+  too. Its batch goes out after the pair, in the same turn of the flusher, so a steady stream of
+  checkpoints never starves it. A completion's own first try releases the run's lease, so a retry
+  after a lost connection finds it fenced out by that write: such a row is settled with
+  `FencedAfterUnknownOutcome` (a `LeaseLost`), and its caller reads which it was.
 
 A SIGKILL of the worker mid-batch kills every caller with it; the batch's transaction either
 committed (all its rows are in the tables, resume replays them) or did not (none is, resume runs
 those calls again: at-least-once handlers, exactly-once records). Fault points for crash tests,
-reached only for statements carrying several rows of a kind, with `<kind>` `llm_call` or
-`tool_trace` and `<n>` the how-many-th such statement for that kind (a statement of both kinds
+reached only for statements carrying several rows of a kind, with `<kind>` `llm_call`,
+`tool_trace` or `completion` and `<n>` the how-many-th such statement for that kind (a statement of both kinds
 reaches the points of each kind it carries several rows of): `batch_sending:<kind>:<n>` (callers queued, nothing sent),
 `batch_sent:<kind>:<n>` (the statement is handed to the connection, its result not read) and
 `batch_committed:<kind>:<n>` (committed, no caller woken yet).
@@ -71,6 +77,16 @@ from stevora.errors import LeaseLost
 from stevora.faults import FaultPlan
 
 ALREADY_RECORDED: Any = object()  # a retry found the row written by the try before
+
+
+class FencedAfterUnknownOutcome(LeaseLost):
+    """A row's fence failed on a try after one whose outcome was unknown (its connection was
+    lost): that earlier try may have written it. A checkpoint's retry finds its own row by its
+    unique key instead (ALREADY_RECORDED); a run's completion, whose first try releases the lease,
+    is fenced out by its own write, and its caller reads which it was
+    (stevora.db.transitions.complete_last_step)."""
+
+
 log = structlog.get_logger("stevora.db")
 HOLD_IDLE_S = 0.25
 # After this many lone checkpoints in a row that no other caller joined, a lone caller sends at
@@ -263,6 +279,11 @@ class GroupCommitter:
                         await self._write_pair(calls, tools)
                     else:
                         await self._write(LLM_CALL, calls)
+                    # Then any other kind queued (runs' completions), so that a steady stream of
+                    # both checkpoint kinds never starves it.
+                    for kind in list(self._queues):
+                        if kind is not LLM_CALL and kind is not TOOL_TRACE and self._queues[kind]:
+                            await self._write(kind, self._take_batch(kind))
                     continue
                 for kind in list(self._queues):
                     if self._queues[kind]:
@@ -330,13 +351,13 @@ class GroupCommitter:
                 # The lone row's statement returns its row, or none when its fence failed.
                 item = batch[0]
                 if not records:
-                    _settle_error(item, _lease_lost(item))
+                    _settle_error(item, _lease_lost(item, _unknown(retried, retrier)))
                 elif not item.done.done():  # `_settle`, inlined: once per checkpoint
                     item.done.set_result(records[0])
                 return
             if self.faults.armed:
                 self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
-            _settle_committed(batch, records)
+            _settle_committed(batch, records, _unknown(retried, retrier))
             return
 
     async def _write_pair(self, calls: list[_Pending], tools: list[_Pending]) -> None:
@@ -370,7 +391,7 @@ class GroupCommitter:
                 for kind, batch in ((LLM_CALL, calls), (TOOL_TRACE, tools)):
                     if len(batch) > 1:
                         self.faults.reached("batch_committed", kind.name, self._multi_row[kind.name])
-            _settle_committed([*calls, *tools], records)
+            _settle_committed([*calls, *tools], records, _unknown(False, retrier))
             return
 
     async def _execute_pair(self, calls: list[_Pending], tools: list[_Pending]) -> list[asyncpg.Record]:
@@ -422,17 +443,24 @@ def _document(kind: CheckpointKind, batch: list[_Pending]) -> list[dict[str, Any
 _RUN_ID = attrgetter("run_id")
 
 
-def _lease_lost(item: _Pending) -> LeaseLost:
-    return LeaseLost(f"run {item.run_id}: lease lost before recording {item.what}")
+def _unknown(retried: bool, retrier: Retrier | None) -> bool:
+    """Whether a try of these rows before the one that just committed may have committed too."""
+    return retried or (retrier is not None and retrier.outcome_unknown)
 
 
-def _settle_committed(batch: list[_Pending], records: list[asyncpg.Record]) -> None:
+def _lease_lost(item: _Pending, retried: bool) -> LeaseLost:
+    """`retried`: a try before this one may have committed (`FencedAfterUnknownOutcome`)."""
+    lost = FencedAfterUnknownOutcome if retried else LeaseLost
+    return lost(f"run {item.run_id}: lease lost before recording {item.what}")
+
+
+def _settle_committed(batch: list[_Pending], records: list[asyncpg.Record], retried: bool) -> None:
     """Each caller of a committed batch gets its row, or LeaseLost when its fence failed."""
     committed = {rec["workflow_run_id"]: rec for rec in records}
     for item in batch:
         found = committed.get(item.run_id)
         if found is None:
-            _settle_error(item, _lease_lost(item))
+            _settle_error(item, _lease_lost(item, retried))
         elif not item.done.done():
             item.done.set_result(found)
 

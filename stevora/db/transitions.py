@@ -10,18 +10,23 @@ one commit instead of five or six. They keep every guard of the separate writes 
   `InvalidStateTransition` exactly as from `runs.update_run` / `runs.update_step`;
 * the events take their sequences from the `event_seq` the same statement increments, so they
   stay gap-free and in commit order;
-* the completion writes the webhook outbox rows in the same statement as the run's ending.
+* the completion writes the webhook outbox rows in the same statement as the run's ending;
+* runs whose completions arrive together share one such statement and its commit, through the
+  group committer (`COMPLETION`, its third kind of row), each row under its own guards.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any
 
 import asyncpg
 
 from stevora.clock import iso, utcnow
 from stevora.db import concurrency
-from stevora.db.checkpoint_sql import pending_messages
+from stevora.db.checkpoint_sql import CheckpointKind, pending_messages
+from stevora.db.group_commit import ALREADY_RECORDED, FencedAfterUnknownOutcome, GroupCommitter
 from stevora.db.outbox import deliveries_sql
 from stevora.db.runs import RUN_COLUMNS, RUNNABLE, STEP_COLUMNS
 from stevora.errors import InvalidStateTransition, LeaseLost
@@ -182,45 +187,65 @@ def _claimed(row: asyncpg.Record) -> tuple[asyncpg.Record, dict[str, Any] | None
 
 
 # The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED (lease released, output = the
-# final state) with STEP_COMPLETED, WORKFLOW_COMPLETED and the webhook outbox rows. `guard` locks
-# both rows and checks both guards first: the sub-statements of one statement do not see each
-# other's writes, so without it a lost lease could still complete the step (or a step that is no
-# longer RUNNING could still complete the run). With both rows locked by the guard, the two
-# updates cannot miss.
-_MERGED_STATE = (
-    "CASE WHEN $5::jsonb IS NULL THEN w.state ELSE COALESCE(w.state, '{}'::jsonb) || $5::jsonb END"
+# final state) with STEP_COMPLETED, WORKFLOW_COMPLETED and the webhook outbox rows, over an input
+# relation `ending` of one row per run: one row with its parameters in place (a lone completion, or
+# one in its caller's transaction), or a batch (one jsonb document, one object per run) sent by
+# the group committer for runs that end together (docs/architecture.md, "Runs that end
+# together"). `guard` locks both rows of each run, in run id order (as the heartbeat and every
+# checkpoint batch lock runs), and checks both guards first: the sub-statements of one statement
+# do not see each other's writes, so without it a lost lease could still complete the step (or a
+# step that is no longer RUNNING could still complete the run). With both rows locked by the
+# guard, the two updates cannot miss; a run whose guard fails writes nothing and is missing from
+# the result. Each sub-statement carries the input columns it needs in its RETURNING instead of
+# joining back on `ending` (linear in the rows, see stevora.db.checkpoint_sql).
+_COMPLETION_INPUTS = (
+    ("run_id", "text"),
+    ("owner", "text"),
+    ("step_run_id", "text"),
+    ("output", "jsonb"),
+    ("state_updates", "jsonb"),
+    ("step_event_id", "text"),
+    ("run_event_id", "text"),
+    ("webhook_event_id", "text"),
+    ("announced_at", "text"),
 )
-_COMPLETE_SQL = f"""
-WITH guard AS (
-    SELECT w.id FROM workflow_runs w JOIN step_runs st ON st.workflow_run_id = w.id
-    WHERE w.id = $1 AND w.status = 'RUNNING' AND w.lease_owner = $3 AND st.id = $2 AND st.status = 'RUNNING'
+_MERGED_STATE = "CASE WHEN s.state_updates IS NULL THEN w.state ELSE COALESCE(w.state, '{}'::jsonb) || s.state_updates END"
+_COMPLETE = f"""
+WITH ending AS (
+    {{input}}
+), guard AS (
+    SELECT i.* FROM ending i JOIN workflow_runs w ON w.id = i.run_id JOIN step_runs st ON st.id = i.step_run_id
+    WHERE st.workflow_run_id = w.id AND w.status = 'RUNNING' AND w.lease_owner = i.owner
+      AND st.status = 'RUNNING'
+    ORDER BY w.id
     FOR NO KEY UPDATE OF w, st
 ), s AS (
-    UPDATE step_runs st SET status = 'COMPLETED', output = $4, state_updates = $5::jsonb,
+    UPDATE step_runs st SET status = 'COMPLETED', output = g.output, state_updates = g.state_updates,
                         updated_at = now(), completed_at = now()
-    FROM guard WHERE st.id = $2 AND st.status = 'RUNNING'
-    RETURNING st.step_name, st.started_at, st.completed_at
+    FROM guard g WHERE st.id = g.step_run_id
+    RETURNING g.*, st.step_name, st.started_at, st.completed_at
 ), r AS (
     UPDATE workflow_runs w SET version = version + 1, updated_at = now(), event_seq = event_seq + 2,
            status = 'COMPLETED', current_step_name = NULL, next_run_at = NULL, lease_owner = NULL,
            lease_expires_at = NULL, completed_at = now(), state = {_MERGED_STATE}, output = {_MERGED_STATE}
-    FROM s WHERE w.id = $1 AND w.status = 'RUNNING' AND w.lease_owner = $3
+    FROM s WHERE w.id = s.run_id
     RETURNING {_qualified(RUN_COLUMNS, "w")}, w.event_seq, w.total_cost_cents,
               s.step_name AS s_step_name,
-              GREATEST(0, floor(extract(epoch FROM s.completed_at - s.started_at) * 1000))::int AS s_duration_ms
+              GREATEST(0, floor(extract(epoch FROM s.completed_at - s.started_at) * 1000))::int AS s_duration_ms,
+              s.step_run_id AS s_step_run_id, s.step_event_id, s.run_event_id, s.webhook_event_id, s.announced_at
 ), e AS (
     INSERT INTO workflow_events (id, workflow_run_id, step_run_id, sequence, event_type, payload)
-    SELECT $6, r.id, $2, r.event_seq - 1, '{EventType.STEP_COMPLETED}',
+    SELECT r.step_event_id, r.id, r.s_step_run_id, r.event_seq - 1, '{EventType.STEP_COMPLETED}',
            jsonb_build_object('stepName', r.s_step_name, 'durationMs', COALESCE(r.s_duration_ms, 0)) FROM r
     UNION ALL
-    SELECT $7, r.id, NULL, r.event_seq, '{EventType.WORKFLOW_COMPLETED}', '{{}}'::jsonb FROM r
+    SELECT r.run_event_id, r.id, NULL, r.event_seq, '{EventType.WORKFLOW_COMPLETED}', '{{}}'::jsonb FROM r
 ), o AS (
     {
     deliveries_sql(
         workspace="r.workspace_id",
-        event="$8::text",
-        event_id="$9::text",
-        created_at="$10::text",
+        event=f"'{WebhookEvent.WORKFLOW_COMPLETED}'::text",
+        event_id="r.webhook_event_id",
+        created_at="r.announced_at",
         data=(
             "jsonb_build_object('workflowRunId', r.id, 'status', "
             f"'{RunStatus.COMPLETED}', 'output', r.state, 'totalCostCents', r.total_cost_cents)"
@@ -229,12 +254,40 @@ WITH guard AS (
     )
 }
 )
-SELECT * FROM r
+SELECT r.id AS workflow_run_id, {_qualified(RUN_COLUMNS, "r")}, r.event_seq, r.total_cost_cents,
+       r.s_step_name, r.s_duration_ms
+FROM r
 """
 
 
+def _completion_kind() -> CheckpointKind:
+    one_row = ", ".join(f"${n}::{t} AS {c}" for n, (c, t) in enumerate(_COMPLETION_INPUTS, 1))
+    columns = ", ".join(f"{c} {t}" for c, t in _COMPLETION_INPUTS)
+    return CheckpointKind(
+        "completion",
+        _COMPLETE.replace("{input}", f"SELECT {one_row}"),
+        _COMPLETE.replace("{input}", f"SELECT * FROM jsonb_to_recordset($1::jsonb) AS i({columns})"),
+        attrgetter("step_run_id", "output", "state_updates"),
+        tuple(c for c, _ in _COMPLETION_INPUTS),
+    )
+
+
+# The group committer's third kind of row (after model calls and tool calls): a run's ending.
+COMPLETION = _completion_kind()
+_COMPLETE_SQL = COMPLETION.single_sql
+
+
+@dataclass(frozen=True, slots=True)
+class LastStep:
+    """What a run's completion writes on its last step (the row's values besides run and events)."""
+
+    step_run_id: str
+    output: dict[str, Any]
+    state_updates: dict[str, Any] | None
+
+
 async def complete_last_step(
-    pool: asyncpg.Pool | asyncpg.Connection,
+    db: asyncpg.Pool | asyncpg.Connection | GroupCommitter,
     run_id: str,
     step_run_id: str,
     owner: str,
@@ -243,28 +296,55 @@ async def complete_last_step(
 ) -> asyncpg.Record:
     """Complete the run's last step and the run in one statement; returns the final run row.
 
-    Raises InvalidStateTransition when the step is no longer RUNNING (as `runs.update_step`
-    would, checked first), else LeaseLost when the run is not RUNNING under this lease."""
-    row = await pool.fetchrow(
-        _COMPLETE_SQL,
+    Through a `GroupCommitter`, runs that end together share that statement and its commit (each
+    row with its own guards). Raises InvalidStateTransition when the step is no longer RUNNING
+    (as `runs.update_step` would, checked first), else LeaseLost when the run is not RUNNING under
+    this lease."""
+    values = COMPLETION.row(
         run_id,
-        step_run_id,
         owner,
-        output,
-        state_updates or None,
-        new_id("evt"),
-        new_id("evt"),
-        str(WebhookEvent.WORKFLOW_COMPLETED),
+        LastStep(step_run_id, output, state_updates or None),
+        (new_id("evt"), new_id("evt")),
         new_id("whevt"),
         iso(utcnow()),
     )
-    if row is not None:
-        return row
-    # Nothing was written; say which guard failed, in the order the separate writes checked them.
-    status = await pool.fetchval("SELECT status FROM step_runs WHERE id = $1", step_run_id)
+    if not isinstance(db, GroupCommitter):
+        row = await db.fetchrow(_COMPLETE_SQL, *values)
+        if row is not None:
+            return row
+        return await _not_completed(db, run_id, step_run_id, maybe_recorded=False)
+    try:
+        found = await db.write(COMPLETION, run_id, values, "its completion")
+    except FencedAfterUnknownOutcome:
+        return await _not_completed(db.pool, run_id, step_run_id, maybe_recorded=True)
+    except LeaseLost:
+        return await _not_completed(db.pool, run_id, step_run_id, maybe_recorded=False)
+    if found is ALREADY_RECORDED:
+        return await _not_completed(db.pool, run_id, step_run_id, maybe_recorded=True)
+    row_: asyncpg.Record = found
+    return row_
+
+
+async def _not_completed(
+    db: asyncpg.Pool | asyncpg.Connection, run_id: str, step_run_id: str, *, maybe_recorded: bool
+) -> asyncpg.Record:
+    """The statement wrote nothing for this run: say which guard failed, in the order the separate
+    writes checked them. `maybe_recorded`: an earlier try of it had an unknown outcome (its
+    connection was lost): a step and run found COMPLETED are that try's, committed."""
+    status = await db.fetchval("SELECT status FROM step_runs WHERE id = $1", step_run_id)
+    if maybe_recorded and status == StepStatus.COMPLETED:
+        final = await db.fetchrow(_FINAL_RUN_SQL, run_id)
+        if final is not None:
+            return final
     if status != StepStatus.RUNNING:
         raise InvalidStateTransition(
             f"Step run {step_run_id} is not in an allowed status (RUNNING)",
             details={"stepRunId": step_run_id, "expectedStatus": [StepStatus.RUNNING]},
         )
     raise LeaseLost(f"run {run_id} is no longer leased by this worker in status ['RUNNING']")
+
+
+_FINAL_RUN_SQL = (
+    f"SELECT id AS workflow_run_id, {RUN_COLUMNS}, event_seq, total_cost_cents FROM workflow_runs "
+    "WHERE id = $1 AND status = 'COMPLETED'"
+)

@@ -47,7 +47,8 @@ class Advancing(DriverCore):
                 state_updates=result.state_updates,
             )
             if not endings.announces(run):
-                ended = await end(self.pool)  # one statement, no transaction around it
+                # One statement, no transaction around it; runs ending together share it.
+                ended = await end(self.rt.committer)
             else:
                 async with self.pool.acquire() as conn, conn.transaction():
                     ended = await end(conn)

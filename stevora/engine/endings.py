@@ -20,6 +20,7 @@ import asyncpg
 import structlog
 
 from stevora.db import approvals, runs, threads, transitions
+from stevora.db.group_commit import GroupCommitter
 from stevora.db.outbox import enqueue_webhooks
 from stevora.db.reads.rows import DbRow
 from stevora.db.runs import RELEASE
@@ -82,7 +83,7 @@ async def complete_run(
 
 
 async def complete_with_last_step(
-    db: asyncpg.Pool | asyncpg.Connection,
+    db: GroupCommitter | asyncpg.Connection,
     run: DbRow,
     step_run_id: str,
     *,
@@ -91,10 +92,12 @@ async def complete_with_last_step(
     state_updates: dict[str, Any] | None,
 ) -> Ended:
     """The last step RUNNING → COMPLETED and the run RUNNING → COMPLETED, its events and its
-    webhook outbox rows in one statement (`transitions.complete_last_step`). A run with a parent
-    or a concurrency slot passes a connection in a transaction: in that transaction its ending
-    then answers its parent (a map item or a workflow tool call), and its slot's queue is woken
-    after the commit."""
+    webhook outbox rows in one statement (`transitions.complete_last_step`). A run whose ending
+    `announces` nothing passes the group committer: runs ending together share that statement and
+    its commit. A run with a parent told in its ending's transaction (a workflow tool call), a
+    concurrency slot or a thread passes a connection in a transaction: in that transaction its
+    ending then answers its parent or ends its turn, and its slot's queue is woken after the
+    commit."""
     final: DbRow = await transitions.complete_last_step(
         db, run["id"], step_run_id, owner, output, state_updates
     )

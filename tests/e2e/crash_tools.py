@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from typing import Any
 
 import asyncpg
@@ -52,6 +53,17 @@ async def slow_effect(ctx: StepContext) -> dict[str, Any]:
 
 
 register_task_handler("slow_effect", slow_effect)
+
+
+async def ends_at(ctx: StepContext) -> dict[str, Any]:
+    """Return at the wall-clock time `at` of the run's input: runs that wait for the same `at` end
+    in the same turn of the worker's loop (test_crash_group_commit, endings batched)."""
+    await asyncio.sleep(max(0.0, float(ctx.workflow_input["at"]) - time.time()))
+    await record_effect(f"task:{ctx.idempotency_key}")
+    return {"status": "completed"}
+
+
+register_task_handler("ends_at", ends_at)
 
 
 async def map_item_effect(ctx: StepContext) -> dict[str, Any]:

@@ -4,9 +4,12 @@ that was not committed is taken for done."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from stevora.engine import commands
+from stevora.ids import new_id
 from tests.conftest import create_definition
 from tests.e2e.conftest import BrokerSetup
 from tests.e2e.test_crash_recovery import LOOP_STEP, assert_gap_free, wait_status
@@ -107,3 +110,67 @@ async def test_worker_killed_mid_batch_resumes_every_run_exactly_once(
     if fault.startswith("batch_sending:tool_trace"):
         # The batch that never left held several runs' finished calls; each ran again.
         assert len(set(ran) - committed) >= 2
+
+
+@pytest.mark.broker
+@pytest.mark.parametrize("fault", ["batch_sent:completion:1", "batch_committed:completion:1"])
+@pytest.mark.parametrize("broker_setup", ["rabbitmq"], indirect=True)  # crash points are broker-independent
+async def test_worker_killed_mid_batch_of_endings_completes_every_run_once(
+    broker_setup: BrokerSetup, fault: str
+) -> None:
+    """Runs whose handlers return at the same instant end together: their completions share one
+    statement, and the worker is killed with it on the wire or committed. After a restart every
+    run is COMPLETED once, with gap-free events and one outbox row; a handler whose ending had
+    committed is not run again."""
+    setup = broker_setup
+    pool = setup.rt.pool
+    await pool.execute(
+        "INSERT INTO webhooks (id, workspace_id, url, events, secret, is_active) "
+        "VALUES ($1, $2, 'https://example.invalid/hook', '[\"workflow.completed\"]'::jsonb, 'whsec_test', true)",
+        new_id("wh"),
+        setup.workspace_id,
+    )
+    step = {"type": "task", "name": "together", "handler": "ends_at"}
+    def_id = await create_definition(
+        setup.rt, setup.workspace_id, {"name": "end", "version": "1", "steps": [step]}
+    )
+    at = time.time() + 8  # every run claimed and waiting by then
+    run_ids = [
+        (await commands.create_run(setup.rt, setup.workspace_id, def_id, {"at": at}))[0]["id"]
+        for _ in range(RUNS)
+    ]
+    workers = [WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)]
+    try:
+        assert await workers[0].wait_exit(60) == -9, workers[0].log_tail()  # it SIGKILLed itself mid-batch
+        ended = set(
+            await pool.fetchval(
+                "SELECT coalesce(array_agg(id), '{}') FROM workflow_runs WHERE id = ANY($1::text[]) "
+                "AND status = 'COMPLETED'",
+                run_ids,
+            )
+        )
+        if fault.startswith("batch_committed"):
+            assert len(ended) >= 2  # the batch's runs: committed, none of them woken
+        workers.append(WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue))
+        finals = [
+            await wait_status(setup, run_id, "COMPLETED", "FAILED", workers=tuple(workers), timeout_s=90)
+            for run_id in run_ids
+        ]
+    finally:
+        for worker in workers:
+            worker.stop()
+    assert [f["status"] for f in finals] == ["COMPLETED"] * RUNS, [f["error"] for f in finals]
+    for run_id in run_ids:
+        types = await assert_gap_free(setup, run_id)
+        assert types.count("WORKFLOW_COMPLETED") == 1 and types.count("STEP_COMPLETED") == 1
+        deliveries = await pool.fetchval(
+            "SELECT count(*) FROM webhook_deliveries WHERE payload->'data'->>'workflowRunId' = $1", run_id
+        )
+        assert deliveries == 1
+        executions = await pool.fetchval(
+            "SELECT sum(e.executions) FROM test_side_effects e JOIN step_runs s "
+            "ON e.idempotency_key = 'task:' || s.id WHERE s.workflow_run_id = $1",
+            run_id,
+        )
+        # an ending committed before the kill is not run again; one lost with the kill may be
+        assert executions == 1 if run_id in ended else executions in (1, 2)

@@ -490,7 +490,7 @@ async def test_concurrent_tool_loops_share_the_runtimes_batches_and_keep_every_s
         )
         assert sorted(t["round"] for t in traces) == [1, 2, 3]
     rows = committer.rows - rows_before
-    assert rows == 8 * (3 + 4)  # three tool calls and four model calls per run
+    assert rows == 8 * (3 + 4 + 1)  # three tool calls, four model calls and its completion per run
     assert committer.batches - batches_before < rows  # some statements carried several runs' rows
 
 
