@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import time
 from typing import Any
 
 import asyncpg
@@ -55,15 +54,26 @@ async def slow_effect(ctx: StepContext) -> dict[str, Any]:
 register_task_handler("slow_effect", slow_effect)
 
 
-async def ends_at(ctx: StepContext) -> dict[str, Any]:
-    """Return at the wall-clock time `at` of the run's input: runs that wait for the same `at` end
-    in the same turn of the worker's loop (test_crash_group_commit, endings batched)."""
-    await asyncio.sleep(max(0.0, float(ctx.workflow_input["at"]) - time.time()))
-    await record_effect(f"task:{ctx.idempotency_key}")
+_together: dict[str, tuple[list[int], asyncio.Event]] = {}
+
+
+async def ends_together(ctx: StepContext) -> dict[str, Any]:
+    """Return once the `n` runs of the input's `group` are all in this handler (one worker
+    process), so that their endings fall in the same turn of the worker's loop however long the
+    worker took to start (test_crash_group_commit, endings batched). Run again after the worker
+    was killed (its effect already recorded), it returns at once: its siblings are not coming."""
+    if await record_effect(f"task:{ctx.idempotency_key}") > 1:
+        return {"status": "completed"}
+    given = ctx.workflow_input
+    arrived, all_in = _together.setdefault(given["group"], ([0], asyncio.Event()))
+    arrived[0] += 1
+    if arrived[0] >= int(given["n"]):
+        all_in.set()
+    await all_in.wait()
     return {"status": "completed"}
 
 
-register_task_handler("ends_at", ends_at)
+register_task_handler("ends_together", ends_together)
 
 
 async def map_item_effect(ctx: StepContext) -> dict[str, Any]:

@@ -4,8 +4,6 @@ that was not committed is taken for done."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from stevora.engine import commands
@@ -118,7 +116,7 @@ async def test_worker_killed_mid_batch_resumes_every_run_exactly_once(
 async def test_worker_killed_mid_batch_of_endings_completes_every_run_once(
     broker_setup: BrokerSetup, fault: str
 ) -> None:
-    """Runs whose handlers return at the same instant end together: their completions share one
+    """Runs whose handlers return in the same turn of the loop end together: their completions share one
     statement, and the worker is killed with it on the wire or committed. After a restart every
     run is COMPLETED once, with gap-free events and one outbox row; a handler whose ending had
     committed is not run again."""
@@ -130,14 +128,13 @@ async def test_worker_killed_mid_batch_of_endings_completes_every_run_once(
         new_id("wh"),
         setup.workspace_id,
     )
-    step = {"type": "task", "name": "together", "handler": "ends_at"}
+    step = {"type": "task", "name": "together", "handler": "ends_together"}
     def_id = await create_definition(
         setup.rt, setup.workspace_id, {"name": "end", "version": "1", "steps": [step]}
     )
-    at = time.time() + 8  # every run claimed and waiting by then
+    given = {"group": new_id("grp"), "n": RUNS}  # each handler returns once all RUNS are in it
     run_ids = [
-        (await commands.create_run(setup.rt, setup.workspace_id, def_id, {"at": at}))[0]["id"]
-        for _ in range(RUNS)
+        (await commands.create_run(setup.rt, setup.workspace_id, def_id, given))[0]["id"] for _ in range(RUNS)
     ]
     workers = [WorkerProcess(setup.rt.settings.database_url, setup.url, setup.queue, fault=fault)]
     try:
