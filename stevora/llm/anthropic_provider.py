@@ -725,10 +725,17 @@ async def _sse_lines(answer: httpx2.Response) -> AsyncIterator[list[bytes]]:
             pending.append(chunk)
             continue
         pending.append(chunk)
-        lines = b"".join(pending).splitlines(keepends=True)
-        pending = [lines.pop()] if lines and not lines[-1].endswith(b"\n") else []
+        text = b"".join(pending)
+        lines = text.splitlines()  # at CR, LF and CRLF, ends dropped (no strip per line)
+        end = text[-1:]
+        if end == b"\n":
+            pending = []
+        elif end == b"\r":  # complete, unless the next chunk starts with its LF
+            pending = [lines.pop() + b"\r"]
+        else:
+            pending = [lines.pop()]
         if lines:
-            yield [line.rstrip(b"\r\n") for line in lines]
+            yield lines
     if pending:
         yield [b"".join(pending).rstrip(b"\r\n")]
 
