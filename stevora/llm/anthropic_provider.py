@@ -499,26 +499,28 @@ def redacted_thinking_item(data: str) -> ReasoningItem:
 def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     """Split out the system prompt and build Messages-API turns (merged, tool results first)."""
     system_parts: list[str] = []
-    turns: list[tuple[str, list[dict[str, Any]]]] = []
+    out: list[dict[str, Any]] = []
+    role: str | None = None  # the last turn's role and blocks
+    blocks: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "system":
             if message.content:
                 system_parts.append(message.content)
             continue
         # Made once per message (`Message.wire_form`); an attachment's base64 is not kept.
-        role, blocks = _blocks(message) if message.parts else message.wire_form("anthropic", _blocks)
-        if not blocks:
+        kind, made = _blocks(message) if message.parts else message.wire_form("anthropic", _blocks)
+        if not made:
             continue
-        if turns and turns[-1][0] == role:
-            turns[-1][1].extend(blocks)
+        if kind == role:
+            blocks.extend(made)
         else:
-            turns.append((role, list(blocks)))  # a copy: the turn's list grows and is marked
-    out: list[dict[str, Any]] = []
-    for role, blocks in turns:
-        if role == "user" and len(blocks) > 1:
-            results = [b for b in blocks if b["type"] == "tool_result"]
-            blocks = results + [b for b in blocks if b["type"] != "tool_result"]
-        out.append({"role": role, "content": blocks})
+            role, blocks = kind, list(made)  # a copy: the turn's list grows and is marked
+            out.append({"role": kind, "content": blocks})
+    for turn in out:
+        turn_blocks = turn["content"]
+        if len(turn_blocks) > 1 and turn["role"] == "user":
+            results = [b for b in turn_blocks if b["type"] == "tool_result"]
+            turn["content"] = results + [b for b in turn_blocks if b["type"] != "tool_result"]
     return ("\n\n".join(system_parts) or None), out
 
 

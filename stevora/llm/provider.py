@@ -465,9 +465,11 @@ class LeanRequests(httpx2.AsyncClient):
             kept = self._lean_headers
         except AttributeError:
             kept = self._lean_headers = {}
+        # The entries themselves (raw name, lowercase name, value), not `.raw`: the same key
+        # without a list of pairs built per request.
         key = (
-            tuple(self.headers.raw),
-            tuple(headers.raw) if type(headers) is httpx2.Headers else tuple(headers),
+            tuple(self.headers._list),
+            tuple(headers._list) if type(headers) is httpx2.Headers else tuple(headers),
         )
         try:
             entry = kept.get(key, _UNMERGED)
