@@ -16,7 +16,10 @@ The SDK sends every request (its headers, retries, timeouts and error types), bu
 the JSON `messages.create` would send (`wire_body`) and the answer, streamed or not, is read as
 JSON here: `create` copies the whole transcript on every call and builds a pydantic model of the
 answer and of every stream event, none of which the `LlmResponse` needs (docs/benchmarks.md, "The
-real path, counted").
+real path, counted"). What the SDK builds the same way on every call is built once and copied:
+its request options per timeout (`_request_options`, handed to `client.request` as `post` hands
+them) and, on the adapter's own client, its headers per value of what they are built from
+(`_AnthropicClient._build_headers`).
 """
 
 from __future__ import annotations
