@@ -261,6 +261,17 @@ class _OpcodeCounter:
 _OPCODE_CALLS = 20
 
 
+async def _hooked(install: Any, hook: Any, n: int, provider: Any, request: Any) -> Any:
+    """`n` calls with `hook` installed by `install` (`sys.setprofile` or `sys.settrace`); the last answer."""
+    install(hook)
+    try:
+        for _ in range(n):
+            response = await provider.complete(request)
+    finally:
+        install(None)
+    return response
+
+
 def _built(cls: Any, *args: Any, http: str | None, **kwargs: Any) -> Any:
     """The adapter with `http` (the HTTP stack) when given and the tree takes it (main did not)."""
     if http is not None:
@@ -310,20 +321,9 @@ async def _provider_figures(
             for _ in range(calls):
                 response = await provider.complete(request)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
-            counter = _CallCounter()
-            sys.setprofile(counter.hook)
-            try:
-                for _ in range(calls):
-                    response = await provider.complete(request)
-            finally:
-                sys.setprofile(None)
-            opcodes = _OpcodeCounter()
-            sys.settrace(opcodes.trace)
-            try:
-                for _ in range(_OPCODE_CALLS):
-                    response = await provider.complete(request)
-            finally:
-                sys.settrace(None)
+            counter, opcodes = _CallCounter(), _OpcodeCounter()
+            response = await _hooked(sys.setprofile, counter.hook, calls, provider, request)
+            response = await _hooked(sys.settrace, opcodes.trace, _OPCODE_CALLS, provider, request)
             assert response.tool_calls and response.tool_calls[0].name == "lookup", response
             assert response.usage.input_tokens == 1200, response.usage
             await provider.aclose()
