@@ -11,8 +11,10 @@ CPU is not counted) `--calls` times one after the other, streamed and not. The r
 tool loop sends at round `--transcript / 2`: the prompt, then that many assistant tool calls and
 tool results, one tool offered; the answer is one tool call (text and usage included). Printed per
 SDK and mode: worker CPU µs per call (process CPU clock, measured in a pass of its own:
-machine-dependent) and Python function calls per call (`sys.setprofile`, as cProfile counts them:
-machine-independent), with the calls inside pydantic and inside the SDK's own package apart.
+machine-dependent), Python function calls per call (`sys.setprofile`, as cProfile counts them:
+machine-independent), with the calls inside pydantic and inside the SDK's own package apart, and
+bytecode instructions executed per call (`sys.settrace` opcode events over 20 calls: the
+interpreter's work, most of the CPU, and like the calls the same on a loaded machine).
 
 **Database part** (`--db`): the zero-latency tool loop of bench/tool_loop.py (scripted model,
 `noop` tool, real RunPool and driver) at `--concurrency`, `--runs` runs of `--rounds` rounds, and
@@ -241,6 +243,35 @@ class _CallCounter:
             self.by_area[area] += 1
 
 
+class _OpcodeCounter:
+    """Bytecode instructions executed (`sys.settrace` with `f_trace_opcodes`): the interpreter's
+    work, which is most of a call's CPU and, unlike a time, the same on a loaded machine."""
+
+    def __init__(self) -> None:
+        self.opcodes = 0
+
+    def trace(self, frame: Any, event: str, arg: Any) -> Any:
+        frame.f_trace_opcodes = True
+        if event == "opcode":
+            self.opcodes += 1
+        return self.trace
+
+
+# Calls traced opcode by opcode (~50 times slower than untraced): enough for a stable count.
+_OPCODE_CALLS = 20
+
+
+async def _hooked(install: Any, hook: Any, n: int, provider: Any, request: Any) -> Any:
+    """`n` calls with `hook` installed by `install` (`sys.setprofile` or `sys.settrace`); the last answer."""
+    install(hook)
+    try:
+        for _ in range(n):
+            response = await provider.complete(request)
+    finally:
+        install(None)
+    return response
+
+
 def _built(cls: Any, *args: Any, http: str | None, **kwargs: Any) -> Any:
     """The adapter with `http` (the HTTP stack) when given and the tree takes it (main did not)."""
     if http is not None:
@@ -290,13 +321,9 @@ async def _provider_figures(
             for _ in range(calls):
                 response = await provider.complete(request)
             cpu, wall = time.process_time() - cpu0, time.perf_counter() - t0
-            counter = _CallCounter()
-            sys.setprofile(counter.hook)
-            try:
-                for _ in range(calls):
-                    response = await provider.complete(request)
-            finally:
-                sys.setprofile(None)
+            counter, opcodes = _CallCounter(), _OpcodeCounter()
+            response = await _hooked(sys.setprofile, counter.hook, calls, provider, request)
+            response = await _hooked(sys.settrace, opcodes.trace, _OPCODE_CALLS, provider, request)
             assert response.tool_calls and response.tool_calls[0].name == "lookup", response
             assert response.usage.input_tokens == 1200, response.usage
             await provider.aclose()
@@ -307,6 +334,7 @@ async def _provider_figures(
                     "cpu_us": 1e6 * cpu / calls,
                     "wall_us": 1e6 * wall / calls,
                     "calls": counter.calls / calls,
+                    "opcodes": opcodes.opcodes / _OPCODE_CALLS,
                     "pydantic": (counter.by_area["pydantic"] + counter.by_area["pydantic_core"]) / calls,
                     "sdk_calls": counter.by_area["openai" if kind == "responses" else kind] / calls,
                     "httpx": (
@@ -373,12 +401,13 @@ def _print_provider(label: str, rows: list[dict[str, Any]]) -> None:
     print(f"\n{label}")
     print(
         f"  {'sdk':<10}{'stream':<8}{'CPU µs/call':>12}{'py calls/call':>15}{'in pydantic':>13}"
-        f"{'in the SDK':>12}{'in HTTP':>10}{'in stevora':>12}"
+        f"{'in the SDK':>12}{'in HTTP':>10}{'in stevora':>12}{'bytecodes/call':>16}"
     )
     for r in rows:
         print(
             f"  {r['sdk']:<10}{'yes' if r['stream'] else 'no':<8}{r['cpu_us']:>12.0f}{r['calls']:>15.0f}"
             f"{r['pydantic']:>13.0f}{r['sdk_calls']:>12.0f}{r['httpx']:>10.0f}{r['stevora']:>12.0f}"
+            f"{r.get('opcodes', 0):>16.0f}"
         )
 
 

@@ -16,7 +16,10 @@ The SDK sends every request (its headers, retries, timeouts and error types), bu
 the JSON `messages.create` would send (`wire_body`) and the answer, streamed or not, is read as
 JSON here: `create` copies the whole transcript on every call and builds a pydantic model of the
 answer and of every stream event, none of which the `LlmResponse` needs (docs/benchmarks.md, "The
-real path, counted").
+real path, counted"). What the SDK builds the same way on every call is built once and copied:
+its request options per timeout (`_request_options`, handed to `client.request` as `post` hands
+them) and, on the adapter's own client, its headers per value of what they are built from
+(`_AnthropicClient._build_headers`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from typing import Any, cast
 
 import anthropic
 import httpx2
+from anthropic._models import FinalRequestOptions
 from anthropic.types import Message as AnthropicMessage
 from anthropic.types import RawMessageStreamEvent
 from pydantic import TypeAdapter
@@ -96,10 +100,90 @@ _FINISH_REASONS: dict[str, str] = {
 class _AnthropicClient(anthropic.AsyncAnthropic):
     """The SDK's client, its `_prepare_url` (the base URL joined with a request's path: ~270
     Python calls of httpx's URL parser per request) made once per path and base URL: it depends
-    on nothing else, and an `httpx2.URL` is immutable. Everything else is the SDK's own."""
+    on nothing else, and an `httpx2.URL` is immutable; its `_build_headers` made once per value
+    of what it reads. Both are private SDK names: tests/unit/llm/test_sdk_private_names.py fails
+    first if an SDK renames them or changes what they read. Everything else is the SDK's own."""
 
     def _prepare_url(self, url: str) -> httpx2.URL:
         return url_made_once(self, "_stevora_urls", self.base_url, url, super()._prepare_url)
+
+    def _build_headers(self, options: FinalRequestOptions, *, retries_taken: int = 0) -> httpx2.Headers:
+        """The SDK's `_build_headers` (~190 Python calls: 15 headers set one by one into an
+        `httpx2.Headers`, each re-scanning it, then checked), made once per value of everything it
+        reads (`_headers_key`) and copied for each request (the SDK may change the copy)."""
+        key = _headers_key(self, options, retries_taken)
+        kept: dict[tuple[Any, ...], httpx2.Headers] | None = getattr(self, "_stevora_headers", None)
+        if kept is None:
+            kept = {}
+            self._stevora_headers = kept
+        try:
+            found = kept.get(key)
+        except TypeError:  # an unhashable header value: built afresh
+            return super()._build_headers(options, retries_taken=retries_taken)
+        if found is None:
+            if len(kept) >= _OPTIONS_KEPT:
+                kept.clear()
+            found = kept[key] = super()._build_headers(options, retries_taken=retries_taken)
+        return found.copy()
+
+
+# The SDK's `User-Agent` is its client class's name (`AsyncAnthropic/Python 2.x`): this subclass
+# sends the SDK's, not its own.
+_AnthropicClient.__name__ = anthropic.AsyncAnthropic.__name__
+
+
+def _timeout_key(timeout: Any) -> Any:
+    """A timeout as a key: an `httpx2.Timeout` compares by identity, its four values do not."""
+    return tuple(timeout.as_dict().items()) if isinstance(timeout, httpx2.Timeout) else timeout
+
+
+def _headers_key(client: Any, options: FinalRequestOptions, retries_taken: int) -> tuple[Any, ...]:
+    """Everything the SDK's `BaseClient._build_headers` and `AsyncAnthropic._validate_headers`
+    read (a test pins the names they read): the timeouts, the retry count, the idempotency key
+    when the client sends one, the client's default and custom headers (its credentials among
+    them) in order, the request's own headers, and whether a token cache stands in for them."""
+    idempotency = options.idempotency_key if client._idempotency_header else None
+    extra = options.headers
+    return (
+        _timeout_key(options.timeout),
+        _timeout_key(client.timeout),
+        retries_taken,
+        client._idempotency_header,
+        idempotency,
+        tuple(client.default_headers.items()),
+        tuple(client._custom_headers.items()),
+        tuple(extra.items()) if isinstance(extra, dict) else extra,
+        getattr(client, "_token_cache", None) is None,
+    )
+
+
+# The request options `post("/v1/messages", content=..., options={"timeout": ...})` builds,
+# kept per timeout on the client (`_request_options`).
+_OPTIONS_KEPT = 16
+
+
+def _request_options(client: Any, timeout: Any, content: bytes) -> FinalRequestOptions | None:
+    """The options `client.post("/v1/messages", cast_to=httpx2.Response, content=content,
+    options={"timeout": timeout} or {})` gives `client.request`, without building them afresh
+    (~200 Python calls: pydantic's `model_construct` resolves and deep-copies the default of each
+    of 20 fields): built once per timeout by the SDK's own `FinalRequestOptions.construct`, as
+    `post` builds them, and copied with this call's body (the SDK copies the options again before
+    it changes any). `None` for a timeout that is not a number (`post` then builds them)."""
+    if timeout is not anthropic.NOT_GIVEN and type(timeout) not in (float, int):
+        return None
+    try:
+        kept: dict[Any, FinalRequestOptions] = client._stevora_options
+    except AttributeError:
+        kept = client._stevora_options = {}
+    template = kept.get(timeout)
+    if template is None:
+        if len(kept) >= _OPTIONS_KEPT:
+            kept.clear()
+        given = {} if timeout is anthropic.NOT_GIVEN else {"timeout": timeout}
+        template = kept[timeout] = FinalRequestOptions.construct(
+            method="post", url="/v1/messages", json_data=None, content=b"", files=None, **given
+        )
+    return template.model_copy(update={"content": content})
 
 
 class AnthropicProvider:
@@ -187,14 +271,20 @@ class AnthropicProvider:
             timeout = _nonstreaming_timeout(self._client, kwargs)
         if timeout is not anthropic.NOT_GIVEN:
             options["timeout"] = timeout
-        answer: httpx2.Response = await self._client.post(
-            "/v1/messages",
-            cast_to=httpx2.Response,
-            content=wire_body(kwargs, stream=stream),
-            options=cast(Any, options),
-            stream=stream,
-            stream_cls=None,
-        )
+        content = wire_body(kwargs, stream=stream)
+        prepared = _request_options(self._client, timeout, content)
+        if prepared is None:  # a timeout the kept options are not keyed by: `post` builds them
+            answer: httpx2.Response = await self._client.post(
+                "/v1/messages",
+                cast_to=httpx2.Response,
+                content=content,
+                options=cast(Any, options),
+                stream=stream,
+                stream_cls=None,
+            )
+            return answer
+        # What `post` does with the options it builds.
+        answer = await self._client.request(httpx2.Response, prepared, stream=stream, stream_cls=None)
         return answer
 
     async def _complete_streamed(
@@ -412,26 +502,28 @@ def redacted_thinking_item(data: str) -> ReasoningItem:
 def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dict[str, Any]]]:
     """Split out the system prompt and build Messages-API turns (merged, tool results first)."""
     system_parts: list[str] = []
-    turns: list[tuple[str, list[dict[str, Any]]]] = []
+    out: list[dict[str, Any]] = []
+    role: str | None = None  # the last turn's role and blocks
+    blocks: list[dict[str, Any]] = []
     for message in messages:
         if message.role == "system":
             if message.content:
                 system_parts.append(message.content)
             continue
         # Made once per message (`Message.wire_form`); an attachment's base64 is not kept.
-        role, blocks = _blocks(message) if message.parts else message.wire_form("anthropic", _blocks)
-        if not blocks:
+        kind, made = _blocks(message) if message.parts else message.wire_form("anthropic", _blocks)
+        if not made:
             continue
-        if turns and turns[-1][0] == role:
-            turns[-1][1].extend(blocks)
+        if kind == role:
+            blocks.extend(made)
         else:
-            turns.append((role, list(blocks)))  # a copy: the turn's list grows and is marked
-    out: list[dict[str, Any]] = []
-    for role, blocks in turns:
-        if role == "user" and len(blocks) > 1:
-            results = [b for b in blocks if b["type"] == "tool_result"]
-            blocks = results + [b for b in blocks if b["type"] != "tool_result"]
-        out.append({"role": role, "content": blocks})
+            role, blocks = kind, list(made)  # a copy: the turn's list grows and is marked
+            out.append({"role": kind, "content": blocks})
+    for turn in out:
+        turn_blocks = turn["content"]
+        if len(turn_blocks) > 1 and turn["role"] == "user":
+            results = [b for b in turn_blocks if b["type"] == "tool_result"]
+            turn["content"] = results + [b for b in turn_blocks if b["type"] != "tool_result"]
     return ("\n\n".join(system_parts) or None), out
 
 
@@ -628,15 +720,27 @@ async def _sse_lines(answer: httpx2.Response) -> AsyncIterator[list[bytes]]:
     unfinished line's pieces are joined once, when a chunk with a line end arrives: a long line
     (a hostile stream's) costs linear time, not a copy of all of it per chunk."""
     pending: list[bytes] = []
-    async for chunk in answer.aiter_bytes():
+    # Without a content encoding the raw bytes are the body: httpx's decoded iterator would only
+    # pass each chunk through its identity decoder and chunker (~4 Python calls a chunk). A body
+    # already read (a transport or hook that read it) is only there.
+    raw = "content-encoding" not in answer.headers and not answer.is_stream_consumed
+    chunks = answer.aiter_raw() if raw else answer.aiter_bytes()
+    async for chunk in chunks:
         if b"\n" not in chunk and b"\r" not in chunk:
             pending.append(chunk)
             continue
         pending.append(chunk)
-        lines = b"".join(pending).splitlines(keepends=True)
-        pending = [lines.pop()] if lines and not lines[-1].endswith(b"\n") else []
+        text = b"".join(pending)
+        lines = text.splitlines()  # at CR, LF and CRLF, ends dropped (no strip per line)
+        end = text[-1:]
+        if end == b"\n":
+            pending = []
+        elif end == b"\r":  # complete, unless the next chunk starts with its LF
+            pending = [lines.pop() + b"\r"]
+        else:
+            pending = [lines.pop()]
         if lines:
-            yield [line.rstrip(b"\r\n") for line in lines]
+            yield lines
     if pending:
         yield [b"".join(pending).rstrip(b"\r\n")]
 

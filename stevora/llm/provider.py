@@ -13,7 +13,7 @@ import email.utils
 import math
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, ItemsView, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, cast, runtime_checkable
@@ -338,6 +338,29 @@ _UNMERGED = object()
 _AUTO_HEADERS = frozenset({b"host", b"content-length", b"transfer-encoding"})
 
 
+# A merged header list (`LeanRequests._lean_merged`): its entries, encoding and `items()` text.
+_MergedHeaders = tuple[list[tuple[bytes, bytes, bytes]], str, dict[str, str]]
+
+
+class _KnownTextHeaders(httpx2.Headers):
+    """A lean request's headers, whose `items()` (read by the aiohttp transport for every request:
+    each name and value decoded again, ~80 Python calls) is known when they are built, and given
+    while the list is the one built; changed in any way, they are httpx's own."""
+
+    def __init__(
+        self, entries: list[tuple[bytes, bytes, bytes]], encoding: str, text: dict[str, str]
+    ) -> None:
+        self._list = entries
+        self._encoding = encoding
+        self._built = (list(entries), text)
+
+    def items(self) -> ItemsView[str, str]:
+        built, text = self._built
+        if self._list == built:
+            return text.items()
+        return super().items()
+
+
 class LeanRequests(httpx2.AsyncClient):
     """An SDK's HTTP client (mixed in before its class, `lean_client`) whose `build_request`
     builds the request the stock one builds, header for header, without normalising, merging
@@ -354,7 +377,7 @@ class LeanRequests(httpx2.AsyncClient):
     merged headers that already name the host or the length) goes through the stock
     `build_request`. Sending, retries, redirects, hooks, cookies and proxies are httpx's own."""
 
-    _lean_headers: dict[tuple[Any, ...], list[tuple[bytes, bytes, bytes]] | None]
+    _lean_headers: dict[tuple[Any, ...], _MergedHeaders | None]
     _lean_timeouts: dict[float | None, dict[str, float | None]]
     _lean_urls: tuple[httpx2.URL, dict[str, httpx2.URL]]
 
@@ -413,11 +436,19 @@ class LeanRequests(httpx2.AsyncClient):
             stream=httpx2.ByteStream(content),
             extensions={"timeout": self._lean_timeout(timeout)},
         )
-        request.headers._list = [
-            (b"Host", b"host", merged.netloc),
-            *entry,
-            (b"Content-Length", b"content-length", str(len(content)).encode()),
-        ]
+        headers_list, encoding, text = entry
+        length = str(len(content))
+        request.headers = _KnownTextHeaders(
+            [
+                (b"Host", b"host", merged.netloc),
+                *headers_list,
+                (b"Content-Length", b"content-length", length.encode()),
+            ],
+            # What `Headers.encoding` would work out on first use (decoding every header twice):
+            # the host and the length are ASCII, so it is the merged headers' own.
+            encoding,
+            {"host": merged.netloc.decode(encoding), **text, "content-length": length},
+        )
         request.read()
         return request
 
@@ -425,17 +456,20 @@ class LeanRequests(httpx2.AsyncClient):
         """`_merge_url(url)` made once per URL text and base URL (an `httpx2.URL` is immutable)."""
         return url_made_once(self, "_lean_urls", self.base_url, url, self._merge_url)
 
-    def _lean_merged(self, headers: httpx2.Headers | list[Any]) -> list[tuple[bytes, bytes, bytes]] | None:
+    def _lean_merged(self, headers: httpx2.Headers | list[Any]) -> _MergedHeaders | None:
         """The client's headers merged with `headers` (the SDK's `httpx2.Headers`, or a list of
-        pairs) as httpx merges them (its `_merge_headers`), made once per pair of header lists;
-        `None` when they name what `Request` would add, or are not pairs of text."""
+        pairs) as httpx merges them (its `_merge_headers`), with their `encoding` and their
+        `items()`, made once per pair of header lists; `None` when they name what `Request`
+        would add, or are not pairs of text."""
         try:
             kept = self._lean_headers
         except AttributeError:
             kept = self._lean_headers = {}
+        # The entries themselves (raw name, lowercase name, value), not `.raw`: the same key
+        # without a list of pairs built per request.
         key = (
-            tuple(self.headers.raw),
-            tuple(headers.raw) if type(headers) is httpx2.Headers else tuple(headers),
+            tuple(self.headers._list),
+            tuple(headers._list) if type(headers) is httpx2.Headers else tuple(headers),
         )
         try:
             entry = kept.get(key, _UNMERGED)
@@ -444,11 +478,15 @@ class LeanRequests(httpx2.AsyncClient):
         if entry is _UNMERGED:
             merged = cast(httpx2.Headers, self._merge_headers(headers))
             found = list(merged._list)
-            entry = None if any(lower in _AUTO_HEADERS for _, lower, _ in found) else found
+            if any(lower in _AUTO_HEADERS for _, lower, _ in found):
+                entry = None
+            else:
+                fresh = httpx2.Headers(merged)  # its encoding worked out as a request's would be
+                entry = (found, fresh.encoding, dict(fresh.items()))
             if len(kept) >= _MERGED_HEADERS_KEPT:
                 kept.clear()
             kept[key] = entry
-        return cast("list[tuple[bytes, bytes, bytes]] | None", entry)
+        return cast("_MergedHeaders | None", entry)
 
     def _lean_timeout(self, timeout: Any) -> dict[str, float | None]:
         """The request's `timeout` extension as `build_request` writes it."""

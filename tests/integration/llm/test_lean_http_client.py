@@ -11,9 +11,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import anthropic
 import httpx2
 import pytest
 
+import stevora.llm.anthropic_provider as anthropic_provider
 import stevora.llm.provider as provider_module
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message, ToolCall, ToolSpec
@@ -137,6 +139,47 @@ async def test_the_requests_on_the_wire_are_the_stock_clients_byte_for_byte(
     assert b"cookie: session=abc" in heads[4] and not any(b"cookie: session=abc" in h for h in heads[:3])
 
 
+@pytest.mark.parametrize("http", ["aiohttp", "httpx"])
+async def test_the_anthropic_adapter_sends_what_the_stock_sdk_client_sends_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch, http: HttpStack
+) -> None:
+    """Everything the adapter's request path keeps (`_AnthropicClient`'s URLs and headers,
+    `_request_options`, `LeanRequests`) against the SDK's own `AsyncAnthropic.post` on its stock
+    HTTP client: the same bytes, its `User-Agent` and each retry's headers included."""
+    lean, lean_client = await _sent("anthropic", http)
+    monkeypatch.setattr(provider_module, "lean_client", lambda cls: cls)
+    monkeypatch.setattr(anthropic_provider, "_AnthropicClient", anthropic.AsyncAnthropic)
+    monkeypatch.setattr(anthropic_provider, "_request_options", lambda *_: None)
+    stock, stock_client = await _sent("anthropic", http)
+    assert isinstance(lean_client, LeanRequests) and not isinstance(stock_client, LeanRequests)
+    assert len(lean) == 5
+    assert lean == stock, [(a, b) for a, b in zip(lean, stock, strict=True) if a != b][:1]
+    assert b"\r\nuser-agent: asyncanthropic/python " in lean[0].lower()
+
+
+async def test_a_lean_requests_headers_give_their_text_without_decoding_it_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The aiohttp transport reads every request's headers as text (`items()`): a lean request
+    has it, and its encoding, from when it was built; changed, its headers are httpx's own."""
+    async with provider_module.lean_client(httpx2.AsyncClient)(headers={"x-a": "1"}) as lean:
+        async with httpx2.AsyncClient(headers={"x-a": "1"}) as stock:
+            headers = httpx2.Headers({"x-b": "é", "x-c": "2"}, encoding="utf-8")
+            ours = lean.build_request("POST", "http://h.test/v1/x", content=b"{}", headers=headers)
+            theirs = stock.build_request("POST", "http://h.test/v1/x", content=b"{}", headers=headers)
+            assert ours.headers._encoding == "utf-8" and theirs.headers._encoding is None
+            assert ours.headers.encoding == theirs.headers.encoding
+            stock_items = httpx2.Headers.items
+            assert list(ours.headers.items()) == list(stock_items(theirs.headers))
+            with monkeypatch.context() as patched:
+                patched.setattr(httpx2.Headers, "items", lambda self: pytest.fail("decoded again"))
+                assert dict(ours.headers.items())["x-b"] == "é"
+            ours.headers["x-c"] = "3"
+            theirs.headers["x-c"] = "3"
+            assert list(ours.headers.items()) == list(theirs.headers.items())
+            assert ours.headers.copy().raw == theirs.headers.copy().raw
+
+
 async def test_a_request_the_sdks_do_not_build_goes_through_the_stock_build_request() -> None:
     """The SDKs' requests (a URL or its text, `Headers` or a list of pairs) are built as httpx
     builds them; query params, JSON, cookies given, extensions, an empty body, headers that are
@@ -166,6 +209,8 @@ async def test_a_request_the_sdks_do_not_build_goes_through_the_stock_build_requ
                         continue
                     ours = lean.build_request("POST", target, **options)  # type: ignore[arg-type]
                     assert ours.headers.raw == theirs.headers.raw
+                    assert ours.headers.encoding == theirs.headers.encoding
+                    assert list(ours.headers.items()) == list(theirs.headers.items())
                     assert (ours.method, ours.url) == (theirs.method, theirs.url)
                     assert ours.extensions == theirs.extensions
                     assert ours.read() == theirs.read()

@@ -1,0 +1,148 @@
+"""The Anthropic adapter's request path kept lean (docs/benchmarks.md, "The real path, counted"):
+the SDK's request options built once per timeout, and a stream read from its raw bytes when it has
+no content encoding (decoded by httpx when it has one, or served from the body when already read)."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import anthropic
+import httpx2
+import pytest
+from anthropic._models import FinalRequestOptions
+
+from stevora.llm.anthropic_provider import AnthropicProvider
+from stevora.llm.messages import LlmRequest, Message
+
+_EVENTS: list[tuple[str, dict[str, Any]]] = [
+    (
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": "msg_1",
+                "type": "message",
+                "role": "assistant",
+                "model": "claude-haiku-4-5",
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": {"input_tokens": 7, "output_tokens": 1},
+            },
+        },
+    ),
+    ("ping", {"type": "ping"}),
+    (
+        "content_block_start",
+        {"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}},
+    ),
+    (
+        "content_block_delta",
+        {
+            "type": "content_block_delta",
+            "index": 0,
+            "delta": {"type": "text_delta", "text": "hi \u2028there"},
+        },
+    ),
+    ("content_block_stop", {"type": "content_block_stop", "index": 0}),
+    (
+        "message_delta",
+        {"type": "message_delta", "delta": {"stop_reason": "end_turn"}, "usage": {"output_tokens": 3}},
+    ),
+    ("message_stop", {"type": "message_stop"}),
+]
+_STREAM = "".join(
+    f"event: {name}\r\ndata: {json.dumps(data, ensure_ascii=False)}\r\n\r\n" for name, data in _EVENTS
+).encode()
+
+
+class _Chunks(httpx2.AsyncByteStream):
+    """A body arriving in pieces of `size` bytes, not read until the adapter reads it."""
+
+    def __init__(self, body: bytes, size: int) -> None:
+        self._body, self._size = body, size
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for start in range(0, len(self._body), self._size):
+            yield self._body[start : start + self._size]
+
+
+def _provider(answer: Callable[[httpx2.Request], httpx2.Response]) -> AnthropicProvider:
+    transport = httpx2.MockTransport(answer)
+    client = anthropic.AsyncAnthropic(
+        api_key="k", base_url="http://model.test", http_client=httpx2.AsyncClient(transport=transport)
+    )
+    return AnthropicProvider("k", client=client, stream=True)
+
+
+def _request() -> LlmRequest:
+    return LlmRequest(model="claude-haiku-4-5", messages=[Message.user("Hi")], timeout_s=10.0)
+
+
+async def test_a_stream_without_a_content_encoding_is_read_from_its_raw_bytes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(httpx2.Response, "aiter_bytes", lambda *_: pytest.fail("decoded bytes read"))
+    for size in (1, 7, 64, len(_STREAM)):  # lines and CRLFs cut anywhere
+        provider = _provider(
+            lambda _, size=size: httpx2.Response(  # type: ignore[misc]
+                200, headers={"content-type": "text/event-stream"}, stream=_Chunks(_STREAM, size)
+            )
+        )
+        response = await provider.complete(_request())
+        assert (response.text, response.finish_reason) == ("hi \u2028there", "stop")
+        assert (response.usage.input_tokens, response.usage.output_tokens) == (7, 3)
+        await provider.aclose()
+
+
+@pytest.mark.parametrize("kind", ["gzip", "already read"])
+async def test_a_stream_with_a_content_encoding_or_already_read_is_read_as_httpx_decodes_it(
+    kind: str,
+) -> None:
+    def answer(_: httpx2.Request) -> httpx2.Response:
+        if kind == "gzip":
+            body = gzip.compress(_STREAM)
+            headers = {"content-type": "text/event-stream", "content-encoding": "gzip"}
+            return httpx2.Response(200, headers=headers, stream=_Chunks(body, 16))
+        return httpx2.Response(200, headers={"content-type": "text/event-stream"}, content=_STREAM)
+
+    provider = _provider(answer)
+    response = await provider.complete(_request())
+    assert (response.text, response.finish_reason, response.usage.output_tokens) == (
+        "hi \u2028there",
+        "stop",
+        3,
+    )
+    await provider.aclose()
+
+
+async def test_the_sdks_request_options_are_built_once_per_timeout(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`FinalRequestOptions.construct` (~200 Python calls) runs once per timeout, not per call:
+    later calls copy the options with their own body."""
+    built: list[dict[str, Any]] = []
+    construct = FinalRequestOptions.construct
+
+    def counted(**values: Any) -> FinalRequestOptions:
+        built.append(values)
+        return construct(**values)
+
+    monkeypatch.setattr(FinalRequestOptions, "construct", counted)
+    bodies: list[bytes] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        bodies.append(request.read())
+        return httpx2.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=_Chunks(_STREAM, 64)
+        )
+
+    provider = _provider(answer)
+    for text in ("one", "two", "three"):
+        request = LlmRequest(model="claude-haiku-4-5", messages=[Message.user(text)], timeout_s=10.0)
+        assert (await provider.complete(request)).text == "hi \u2028there"
+    assert len(built) == 1 and built[0]["timeout"] == 10.0
+    sent = [json.loads(body)["messages"][0]["content"] for body in bodies]
+    assert sent == [[{"type": "text", "text": text}] for text in ("one", "two", "three")]
+    await provider.aclose()
