@@ -117,6 +117,11 @@ class _OpenAIClient(openai.AsyncOpenAI):
         return url_made_once(self, "_stevora_urls", self.base_url, url, super()._prepare_url)
 
 
+# The SDK's `User-Agent` is its client class's name (`AsyncOpenAI/Python 1.x`): this subclass
+# sends the SDK's, not its own.
+_OpenAIClient.__name__ = openai.AsyncOpenAI.__name__
+
+
 class OpenAIProvider:
     """`Provider` backed by `openai.AsyncOpenAI().chat.completions.create` (streamed by default)."""
 

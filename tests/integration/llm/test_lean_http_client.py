@@ -13,6 +13,7 @@ from contextlib import contextmanager
 
 import anthropic
 import httpx2
+import openai
 import pytest
 
 import stevora.llm.anthropic_provider as anthropic_provider
@@ -155,6 +156,14 @@ async def test_the_anthropic_adapter_sends_what_the_stock_sdk_client_sends_byte_
     assert len(lean) == 5
     assert lean == stock, [(a, b) for a, b in zip(lean, stock, strict=True) if a != b][:1]
     assert b"\r\nuser-agent: asyncanthropic/python " in lean[0].lower()
+
+
+@pytest.mark.parametrize("http", ["aiohttp", "httpx"])
+async def test_the_openai_adapter_sends_the_sdks_own_user_agent(http: HttpStack) -> None:
+    """The SDK names its `User-Agent` after its client class: the adapter's subclass
+    (`_OpenAIClient`) must still send `AsyncOpenAI/Python <version>`, as the stock client does."""
+    lean, _ = await _sent("openai", http)
+    assert f"\r\nuser-agent: asyncopenai/python {openai.__version__}\r\n".encode() in lean[0].lower()
 
 
 async def test_a_lean_requests_headers_give_their_text_without_decoding_it_again(
