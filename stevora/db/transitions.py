@@ -300,11 +300,12 @@ async def complete_last_step(
     row with its own guards). Raises InvalidStateTransition when the step is no longer RUNNING
     (as `runs.update_step` would, checked first), else LeaseLost when the run is not RUNNING under
     this lease."""
+    event_ids = (new_id("evt"), new_id("evt"))  # STEP_COMPLETED, WORKFLOW_COMPLETED
     values = COMPLETION.row(
         run_id,
         owner,
         LastStep(step_run_id, output, state_updates or None),
-        (new_id("evt"), new_id("evt")),
+        event_ids,
         new_id("whevt"),
         iso(utcnow()),
     )
@@ -312,30 +313,34 @@ async def complete_last_step(
         row = await db.fetchrow(_COMPLETE_SQL, *values)
         if row is not None:
             return row
-        return await _not_completed(db, run_id, step_run_id, maybe_recorded=False)
+        return await _not_completed(db, run_id, step_run_id)
     try:
         found = await db.write(COMPLETION, run_id, values, "its completion")
     except FencedAfterUnknownOutcome:
-        return await _not_completed(db.pool, run_id, step_run_id, maybe_recorded=True)
+        return await _not_completed(db.pool, run_id, step_run_id, ours_if=event_ids[1])
     except LeaseLost:
-        return await _not_completed(db.pool, run_id, step_run_id, maybe_recorded=False)
+        return await _not_completed(db.pool, run_id, step_run_id)
     if found is ALREADY_RECORDED:
-        return await _not_completed(db.pool, run_id, step_run_id, maybe_recorded=True)
+        return await _not_completed(db.pool, run_id, step_run_id, ours_if=event_ids[1])
     row_: asyncpg.Record = found
     return row_
 
 
 async def _not_completed(
-    db: asyncpg.Pool | asyncpg.Connection, run_id: str, step_run_id: str, *, maybe_recorded: bool
+    db: asyncpg.Pool | asyncpg.Connection, run_id: str, step_run_id: str, *, ours_if: str | None = None
 ) -> asyncpg.Record:
     """The statement wrote nothing for this run: say which guard failed, in the order the separate
-    writes checked them. `maybe_recorded`: an earlier try of it had an unknown outcome (its
-    connection was lost): a step and run found COMPLETED are that try's, committed."""
+    writes checked them. `ours_if`: an earlier try of it had an unknown outcome (its connection
+    was lost), and this is the id of the WORKFLOW_COMPLETED event that try wrote if it committed.
+    The run is then ours, and completed, only if that event exists. A step and run found COMPLETED
+    without it were completed by another worker, which took the run over while this one's retries
+    ran past its lease and ran the same step again: LeaseLost, as for any lost lease."""
     status = await db.fetchval("SELECT status FROM step_runs WHERE id = $1", step_run_id)
-    if maybe_recorded and status == StepStatus.COMPLETED:
-        final = await db.fetchrow(_FINAL_RUN_SQL, run_id)
+    if ours_if is not None and status == StepStatus.COMPLETED:
+        final = await db.fetchrow(_FINAL_RUN_SQL, run_id, ours_if)
         if final is not None:
             return final
+        raise LeaseLost(f"run {run_id} was completed by another worker after its lease was lost")
     if status != StepStatus.RUNNING:
         raise InvalidStateTransition(
             f"Step run {step_run_id} is not in an allowed status (RUNNING)",
@@ -346,5 +351,5 @@ async def _not_completed(
 
 _FINAL_RUN_SQL = (
     f"SELECT id AS workflow_run_id, {RUN_COLUMNS}, event_seq, total_cost_cents FROM workflow_runs "
-    "WHERE id = $1 AND status = 'COMPLETED'"
+    "WHERE id = $1 AND status = 'COMPLETED' AND EXISTS (SELECT FROM workflow_events WHERE id = $2)"
 )

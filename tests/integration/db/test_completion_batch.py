@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import asyncpg
+import pytest
 
 from stevora.db import checkpoints, transitions
 from stevora.db.checkpoint_sql import PAIR_SQL
@@ -232,6 +233,49 @@ async def test_a_batch_that_committed_but_lost_its_connection_is_read_as_complet
         assert (final["id"], final["status"], final["output"]) == (run_id, "COMPLETED", {"done": n})
         assert [e["sequence"] for e in await harness.events(run_id)] == [1, 2, 3, 4]
         assert len(await _deliveries(pool, run_id)) == 1
+
+
+async def test_a_run_another_worker_completed_after_a_lost_connection_is_not_read_as_ours(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The connection died before the completion ran (the worker cannot tell), and meanwhile
+    another worker took the run over and completed the same step run. The retry is fenced out;
+    the step and run are COMPLETED, but not by this worker's statement (its WORKFLOW_COMPLETED
+    event is not there): its caller gets LeaseLost, not the other worker's ending as its own."""
+    ((run_id, step_run_id),) = await _started(harness, workspace_id, 1)
+    pool = harness.rt.pool
+    completion_sql = (transitions.COMPLETION.batch_sql, transitions.COMPLETION.single_sql)
+
+    class TakenOverThenDropped(CountingPool):
+        async def _dropped_once(self, sql: str) -> None:
+            if sql not in completion_sql:
+                return
+            self.completions.append("sent")
+            if len(self.completions) == 1:
+                await pool.execute(
+                    "UPDATE workflow_runs SET lease_owner = 'other-worker' WHERE id = $1", run_id
+                )
+                await transitions.complete_last_step(
+                    pool, run_id, step_run_id, "other-worker", {"by": "other"}, None
+                )
+                raise asyncpg.ConnectionDoesNotExistError("connection was closed in the middle of operation")
+
+        async def fetch(self, sql: str, *args: Any) -> Any:
+            await self._dropped_once(sql)
+            return await self.pool.fetch(sql, *args)
+
+        async def fetchrow(self, sql: str, *args: Any) -> Any:
+            await self._dropped_once(sql)
+            return await self.pool.fetchrow(sql, *args)
+
+    dropping = TakenOverThenDropped(pool)
+    with pytest.raises(LeaseLost):
+        await transitions.complete_last_step(
+            GroupCommitter(dropping), run_id, step_run_id, OWNER, {"n": 0}, None
+        )  # type: ignore[arg-type]
+    assert len(dropping.completions) == 2  # dropped, then retried and fenced out
+    assert await pool.fetchval("SELECT output FROM step_runs WHERE id = $1", step_run_id) == {"by": "other"}
+    assert [e["event_type"] for e in await harness.events(run_id)].count("WORKFLOW_COMPLETED") == 1
 
 
 async def test_a_completion_batch_does_linear_work_in_its_rows(harness: Harness, workspace_id: str) -> None:
