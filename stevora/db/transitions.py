@@ -74,15 +74,29 @@ _PENDING = "w.status = 'PENDING'"
 # lookup per row, so no join of the runs with their ids (the planner, which knows nothing of an
 # array's length, ran such a join as a nested loop comparing every run with every other). The
 # step run and the events are made from `c`'s own rows, never joined back either.
+#
+# A batch locks its runs first, in id order, skipping any another transaction holds: an UPDATE
+# locks rows in whatever order its plan reads them, so two overlapping batches (a duplicate
+# message, a sweep's redispatch) could deadlock; and one row held elsewhere would stall every run
+# of the batch. A run skipped is refused and claimed on its own (stevora.engine.flow), waiting for
+# its lock there. `ARRAY(SELECT …)` hands the update the locked ids as one array (an index
+# condition), not as a relation to join.
+_LOCKED_IN_ID_ORDER = """locked AS (
+    SELECT id FROM workflow_runs WHERE id = ANY($1::text[]) ORDER BY id FOR NO KEY UPDATE SKIP LOCKED
+), """
+
+
 def _claim_sql(fence: str, *, batch: bool = False) -> str:
     if batch:
-        run_id, step_run_id = "ANY($1::text[])", "($4::jsonb -> w.id ->> 0)"
+        run_id, step_run_id = "ANY(ARRAY(SELECT id FROM locked))", "($4::jsonb -> w.id ->> 0)"
         new_ids = ", $4::jsonb -> w.id AS new_ids"
         started_event, step_event = "c.new_ids ->> 1", "c.new_ids ->> 2"
+        locked = _LOCKED_IN_ID_ORDER
     else:
         run_id, step_run_id, new_ids, started_event, step_event = "$1", "$4", "", "$5", "$6"
+        locked = ""
     return f"""
-WITH c AS (
+WITH {locked}c AS (
     UPDATE workflow_runs w SET lease_owner = $2, lease_expires_at = now() + make_interval(secs => $3),
            version = w.version + 1,
            status = CASE WHEN {_PENDING} THEN 'RUNNING' ELSE w.status END,

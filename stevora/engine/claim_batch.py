@@ -102,9 +102,12 @@ class ClaimBatcher:
         return await done
 
     async def drain(self) -> None:
-        """Wait until every queued claim is settled."""
-        while self._flusher is not None:
-            await asyncio.gather(self._flusher, return_exceptions=True)
+        """Wait until every claim queued or on the wire is settled (the worker's shutdown)."""
+        while self._queue or self._in_flight:
+            if self._flusher is not None:
+                await asyncio.gather(self._flusher, return_exceptions=True)
+            else:  # the turn before a batch leaves, or a lone caller's statement
+                await asyncio.sleep(0.001)
 
     def _flush_queued(self) -> None:
         if self._queue and self._flusher is None:
@@ -122,8 +125,8 @@ class ClaimBatcher:
             self._flusher = None
 
     def _take_batch(self) -> list[_Pending]:
-        """The oldest queued claims, one per run id, at most `max_batch`, sorted by run id (row
-        locks taken in id order, as the heartbeat takes them: no deadlock between batches)."""
+        """The oldest queued claims, one per run id, at most `max_batch` (the statement locks
+        them in id order, skipping any another transaction holds: `transitions.claim_batch`)."""
         batch: dict[str, _Pending] = {}
         rest: list[_Pending] = []
         for item in self._queue:

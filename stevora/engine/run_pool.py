@@ -98,8 +98,8 @@ class RunPool:
         except BaseException:
             self._slots.release()
             raise
-        if got is None or got[0] in self._tasks:
-            self._slots.release()
+        if got is None or got[0] in self._tasks or self._closing:
+            self._slots.release()  # a claim that committed while closing: `close` hands it back
             return False
         run_id, at = got  # another run when one of a higher priority was claimed instead
         task = asyncio.create_task(self._run(run_id, at), name=f"run-{run_id}")
@@ -225,6 +225,9 @@ class RunPool:
     async def close(self) -> None:
         """Stop every run and hand its lease back so another worker resumes it at once."""
         self._closing = True
+        # Claims still in flight commit (or not) first: one that committed after the leases were
+        # handed back would leave its run leased to a closed worker until the lease expired.
+        await self.claims.drain()
         if self._heartbeat is not None:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)

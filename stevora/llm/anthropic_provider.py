@@ -133,8 +133,11 @@ _AnthropicClient.__name__ = anthropic.AsyncAnthropic.__name__
 
 
 def _timeout_key(timeout: Any) -> Any:
-    """A timeout as a key: an `httpx2.Timeout` compares by identity, its four values do not."""
-    return tuple(timeout.as_dict().items()) if isinstance(timeout, httpx2.Timeout) else timeout
+    """A timeout as a key: an `httpx2.Timeout` compares by identity, its four values do not; `30`
+    and `30.0` are equal keys but the SDK's `x-stainless-timeout` header writes them apart."""
+    return (
+        tuple(timeout.as_dict().items()) if isinstance(timeout, httpx2.Timeout) else (type(timeout), timeout)
+    )
 
 
 def _headers_key(client: Any, options: FinalRequestOptions, retries_taken: int) -> tuple[Any, ...]:
@@ -175,12 +178,13 @@ def _request_options(client: Any, timeout: Any, content: bytes) -> FinalRequestO
         kept: dict[Any, FinalRequestOptions] = client._stevora_options
     except AttributeError:
         kept = client._stevora_options = {}
-    template = kept.get(timeout)
+    key = (type(timeout), timeout)  # 30 and 30.0 are sent apart (`x-stainless-timeout`)
+    template = kept.get(key)
     if template is None:
         if len(kept) >= _OPTIONS_KEPT:
             kept.clear()
         given = {} if timeout is anthropic.NOT_GIVEN else {"timeout": timeout}
-        template = kept[timeout] = FinalRequestOptions.construct(
+        template = kept[key] = FinalRequestOptions.construct(
             method="post", url="/v1/messages", json_data=None, content=b"", files=None, **given
         )
     return template.model_copy(update={"content": content})

@@ -352,11 +352,11 @@ class _KnownTextHeaders(httpx2.Headers):
     ) -> None:
         self._list = entries
         self._encoding = encoding
-        self._built = (list(entries), text)
+        self._built = (list(entries), encoding, text)
 
     def items(self) -> ItemsView[str, str]:
-        built, text = self._built
-        if self._list == built:
+        built, encoding, text = self._built
+        if self._list == built and self._encoding == encoding:
             return text.items()
         return super().items()
 

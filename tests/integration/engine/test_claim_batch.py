@@ -15,6 +15,7 @@ import pytest
 from stevora.db import transitions
 from stevora.engine import commands
 from stevora.engine.claim_batch import ClaimBatcher
+from stevora.engine.run_pool import RunPool
 from stevora.ids import new_id
 from tests.conftest import Harness, create_definition
 
@@ -105,6 +106,21 @@ async def test_one_statement_starts_several_pending_runs_each_with_its_step_run_
             ("STEP_STARTED", 2, step["id"]),
         ]
         assert got["events"][0]["created_at"] == got["run"]["started_at"] == step["started_at"]
+
+
+async def test_a_run_locked_elsewhere_is_skipped_by_the_batch_without_waiting(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The batch locks its runs in id order and skips a run another transaction holds (a
+    duplicate claim, a cancel): the others are claimed at once, the held one is refused (its
+    caller claims it alone, waiting for the lock there) instead of stalling the whole batch."""
+    ids = sorted(await _pending_runs(harness, workspace_id, 3))
+    async with harness.rt.pool.acquire() as holder, holder.transaction():
+        await holder.execute("SELECT 1 FROM workflow_runs WHERE id = $1 FOR NO KEY UPDATE", ids[1])
+        claimed = await asyncio.wait_for(transitions.claim_batch(harness.rt.pool, ids, OWNER, 60), 10)
+    assert set(claimed) == {ids[0], ids[2]}
+    assert (await _started(harness.rt.pool, ids[1]))["run"]["status"] == "PENDING"
+    assert set(await transitions.claim_batch(harness.rt.pool, [ids[1]], OWNER, 60)) == {ids[1]}
 
 
 async def test_runs_the_fence_refuses_are_left_alone_while_the_rest_are_claimed(
@@ -309,3 +325,21 @@ async def test_the_batch_claim_does_linear_work_in_its_runs(harness: Harness, wo
     plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]
     assert plan["Plan"]["Actual Rows"] == n and events == 2 * n
     assert _join_filter_rows(plan["Plan"]) < n
+
+
+async def test_claims_in_flight_when_the_pool_closes_leave_no_run_leased_to_it(
+    harness: Harness, workspace_id: str
+) -> None:
+    """`close` waits for the claims in flight: runs they claimed are not started but handed back
+    with the other leases, so none stays leased to a closed worker until its lease expires."""
+    ids = await _pending_runs(harness, workspace_id, 5)
+    closing = RunPool(harness.rt, worker_id="closing-worker")
+    submits = [asyncio.ensure_future(closing.submit(r)) for r in ids]
+    await asyncio.sleep(0)  # every submit has queued its claim
+    await closing.close()
+    assert await asyncio.gather(*submits) == [False] * 5
+    assert closing.active_run_ids == []
+    leased = await harness.rt.pool.fetchval(
+        "SELECT count(*) FROM workflow_runs WHERE lease_owner = 'closing-worker'"
+    )
+    assert leased == 0

@@ -14,6 +14,7 @@ import httpx2
 import pytest
 from anthropic._models import FinalRequestOptions
 
+from stevora.llm import anthropic_provider
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message
 
@@ -143,6 +144,9 @@ async def test_the_sdks_request_options_are_built_once_per_timeout(monkeypatch: 
         request = LlmRequest(model="claude-haiku-4-5", messages=[Message.user(text)], timeout_s=10.0)
         assert (await provider.complete(request)).text == "hi \u2028there"
     assert len(built) == 1 and built[0]["timeout"] == 10.0
+    client = provider.client
+    assert type(anthropic_provider._request_options(client, 30, b"").timeout) is int  # type: ignore[union-attr]
+    assert type(anthropic_provider._request_options(client, 30.0, b"").timeout) is float  # type: ignore[union-attr]
     sent = [json.loads(body)["messages"][0]["content"] for body in bodies]
     assert sent == [[{"type": "text", "text": text}] for text in ("one", "two", "three")]
     await provider.aclose()

@@ -108,6 +108,8 @@ def test_the_anthropic_client_builds_each_set_of_headers_once_as_the_sdk_builds_
         (_options(timeout=60.0), 0),
         (_options(timeout=httpx2.Timeout(5.0, connect=1.0)), 2),
         (_options(timeout=30, headers={"x-extra": "a", "x-custom": "2"}), 0),
+        (_options(timeout=30, headers={}), 0),
+        (_options(timeout=30.0, headers={}), 0),  # equal to 30 as a number, but sent as `30.0`
         (_options(headers={"Authorization": anthropic.omit, "x-api-key": "other"}), 0),
     ]
     for options, retries in variants:
@@ -153,5 +155,5 @@ async def test_the_options_the_adapter_sends_are_those_post_builds() -> None:
             again is not None and again is not ours and again.content == b"{}" and ours.content == b'{"a":1}'
         )
     kept = client._stevora_options  # type: ignore[attr-defined]
-    assert list(kept) == [anthropic.NOT_GIVEN, 60.0, 30]
+    assert list(kept) == [(type(t), t) for t in (anthropic.NOT_GIVEN, 60.0, 30)]
     assert _request_options(client, httpx2.Timeout(5.0), b"{}") is None  # `post` builds those
