@@ -13,7 +13,7 @@ import asyncpg
 import pytest
 
 from stevora.db import transitions
-from stevora.engine import commands
+from stevora.engine import commands, run_pool
 from stevora.engine.claim_batch import ClaimBatcher
 from stevora.ids import new_id
 from tests.conftest import Harness, create_definition
@@ -309,3 +309,70 @@ async def test_the_batch_claim_does_linear_work_in_its_runs(harness: Harness, wo
     plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]
     assert plan["Plan"]["Actual Rows"] == n and events == 2 * n
     assert _join_filter_rows(plan["Plan"]) < n
+
+
+async def test_start_soon_returns_before_the_claim_and_its_claims_share_a_statement(
+    harness: Harness, workspace_id: str
+) -> None:
+    """The worker's actor: back once a slot is taken, the run still PENDING; the claims of the
+    messages received meanwhile go out together, and every run completes."""
+    ids = await _pending_runs(harness, workspace_id, 6)
+    rp = harness.run_pool
+    for run_id in ids:
+        await rp.start_soon(run_id)
+    statuses = await harness.rt.pool.fetch("SELECT status FROM workflow_runs WHERE id = ANY($1::text[])", ids)
+    assert [r["status"] for r in statuses] == ["PENDING"] * 6  # nothing claimed yet
+    for run_id in ids:
+        assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+    assert rp.claims.batches == 1 and rp.claims.rows == 6
+
+
+async def test_a_claim_that_fails_past_its_retries_dispatches_the_run_again(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def broken(*args: Any) -> Any:
+        raise asyncpg.DataError("bad")
+
+    monkeypatch.setattr(transitions, "claim", broken)
+    [run_id] = await _pending_runs(harness, workspace_id, 1)
+    await harness.run_pool.start_soon(run_id)
+    deadline = asyncio.get_running_loop().time() + 5
+    while (run_id, 500) not in harness.dispatcher.sent:
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.01)
+    monkeypatch.undo()
+    assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+
+
+async def test_start_soon_waits_for_its_own_claim_once_enough_claims_are_pending(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `EARLY_ACK_MAX_CLAIMS` pending claims the actor holds its message until its own claim
+    is back, so a burst waits in the broker instead of starting all at once."""
+    held = asyncio.Event()
+    claim, claim_batch = transitions.claim, transitions.claim_batch
+
+    async def held_claim(*args: Any) -> Any:
+        await held.wait()
+        return await claim(*args)
+
+    async def held_claim_batch(*args: Any) -> Any:
+        await held.wait()
+        return await claim_batch(*args)
+
+    monkeypatch.setattr(transitions, "claim", held_claim)
+    monkeypatch.setattr(transitions, "claim_batch", held_claim_batch)
+    monkeypatch.setattr(run_pool, "EARLY_ACK_MAX_CLAIMS", 2)
+    ids = await _pending_runs(harness, workspace_id, 3)
+    rp = harness.run_pool
+    await asyncio.wait_for(rp.start_soon(ids[0]), 1)
+    await asyncio.wait_for(rp.start_soon(ids[1]), 1)  # two claims pending, both acked already
+    third = asyncio.create_task(rp.start_soon(ids[2]))
+    await asyncio.sleep(0.2)
+    assert not third.done()  # its message is not acked while its claim waits
+    held.set()
+    await asyncio.wait_for(third, 5)
+    status = await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", ids[2])
+    assert status != "PENDING"  # returned once claimed, as `submit` does
+    for run_id in ids:
+        assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
