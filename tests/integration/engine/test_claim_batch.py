@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
@@ -263,13 +264,17 @@ async def test_a_batch_whose_outcome_was_unknown_still_starts_every_run_once(
         assert [e["event_type"] for e in got["events"]].count("WORKFLOW_STARTED") == 1
 
 
+def _failing(message: str) -> Callable[..., Awaitable[Any]]:
+    async def broken(*args: Any) -> Any:
+        raise asyncpg.DataError(message)
+
+    return broken
+
+
 async def test_a_batch_that_fails_for_one_runs_reason_sends_each_run_alone(
     harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(*args: Any) -> Any:
-        raise asyncpg.DataError("one run's bad data")
-
-    monkeypatch.setattr(transitions, "claim_batch", broken)
+    monkeypatch.setattr(transitions, "claim_batch", _failing("one run's bad data"))
     ids = await _pending_runs(harness, workspace_id, 3)
 
     results = await asyncio.gather(*(harness.run_pool.submit(r) for r in ids))
@@ -330,10 +335,7 @@ async def test_start_soon_returns_before_the_claim_and_its_claims_share_a_statem
 async def test_a_claim_that_fails_past_its_retries_dispatches_the_run_again(
     harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async def broken(*args: Any) -> Any:
-        raise asyncpg.DataError("bad")
-
-    monkeypatch.setattr(transitions, "claim", broken)
+    monkeypatch.setattr(transitions, "claim", _failing("bad"))
     [run_id] = await _pending_runs(harness, workspace_id, 1)
     await harness.run_pool.start_soon(run_id)
     deadline = asyncio.get_running_loop().time() + 5
