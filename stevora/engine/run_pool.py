@@ -84,7 +84,8 @@ class RunPool:
         # pass ends, instead of being left to the sweep.
         self._again: set[str] = set()
         self._resubmits: set[asyncio.Task[bool]] = set()
-        self._claiming: set[asyncio.Task[None]] = set()  # claims of `start_soon`, still going on
+        # Claims of `start_soon` still going on, and their runs (acked, not yet claimed).
+        self._claiming: dict[asyncio.Task[None], str] = {}
         self._closing = False
 
     @property
@@ -122,8 +123,8 @@ class RunPool:
             return
         await self._slots.acquire()
         task = asyncio.get_running_loop().create_task(self._start_claimed(run_id), name=f"claim-{run_id}")
-        self._claiming.add(task)
-        task.add_done_callback(self._claiming.discard)
+        self._claiming[task] = run_id
+        task.add_done_callback(self._claiming.pop)
 
     async def _start_claimed(self, run_id: str) -> None:
         try:
@@ -277,12 +278,15 @@ class RunPool:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
             self._heartbeat = None
+        # A claim cancelled before it committed leaves its run as the (acked) message found it:
+        # dispatched again below, not left to the sweep; one that committed anyway is released.
+        acked = set(self._claiming.values())
         for claiming in list(self._claiming):
-            claiming.cancel()  # a claim that committed anyway is handed back below
+            claiming.cancel()
         await asyncio.gather(*self._claiming, return_exceptions=True)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for run_id in await runs.release_all(self.rt.pool, self.worker_id):
+        for run_id in acked.union(await runs.release_all(self.rt.pool, self.worker_id)):
             await dispatch_hint(self.rt.dispatcher, run_id)

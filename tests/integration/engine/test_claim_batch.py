@@ -346,11 +346,8 @@ async def test_a_claim_that_fails_past_its_retries_dispatches_the_run_again(
     assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
 
 
-async def test_start_soon_waits_for_its_own_claim_once_enough_claims_are_pending(
-    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Past `EARLY_ACK_MAX_CLAIMS` pending claims the actor holds its message until its own claim
-    is back, so a burst waits in the broker instead of starting all at once."""
+def _hold_claims(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
+    """Claim statements wait until the returned event is set."""
     held = asyncio.Event()
     claim, claim_batch = transitions.claim, transitions.claim_batch
 
@@ -364,6 +361,15 @@ async def test_start_soon_waits_for_its_own_claim_once_enough_claims_are_pending
 
     monkeypatch.setattr(transitions, "claim", held_claim)
     monkeypatch.setattr(transitions, "claim_batch", held_claim_batch)
+    return held
+
+
+async def test_start_soon_waits_for_its_own_claim_once_enough_claims_are_pending(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past `EARLY_ACK_MAX_CLAIMS` pending claims the actor holds its message until its own claim
+    is back, so a burst waits in the broker instead of starting all at once."""
+    held = _hold_claims(monkeypatch)
     monkeypatch.setattr(run_pool, "EARLY_ACK_MAX_CLAIMS", 2)
     ids = await _pending_runs(harness, workspace_id, 3)
     rp = harness.run_pool
@@ -378,3 +384,19 @@ async def test_start_soon_waits_for_its_own_claim_once_enough_claims_are_pending
     assert status != "PENDING"  # returned once claimed, as `submit` does
     for run_id in ids:
         assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
+
+
+async def test_closing_dispatches_again_the_runs_whose_messages_were_acked_before_their_claim(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker stopping between the ack and the claim's commit: the run is still PENDING and is
+    dispatched again at once, not left for the sweep."""
+    _hold_claims(monkeypatch)
+    [run_id] = await _pending_runs(harness, workspace_id, 1)
+    await harness.run_pool.start_soon(run_id)
+    harness.dispatcher.run_pool = None  # the hint goes to the broker, not back to this pool
+    harness.dispatcher.sent.clear()  # the run's creation was dispatched too
+    await harness.run_pool.close()
+    assert (run_id, 0) in harness.dispatcher.sent
+    status = await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", run_id)
+    assert status == "PENDING"
