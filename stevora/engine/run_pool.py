@@ -79,6 +79,7 @@ class RunPool:
         self._idle = asyncio.Event()
         self._idle.set()
         self._crashes: dict[str, int] = {}  # run id -> consecutive driver crashes in this process
+        self._claim_failures: dict[str, int] = {}  # run id -> consecutive failed claims of start_soon
         # Runs dispatched while this process was still driving them (e.g. a child run that ended
         # and woke its parent before the parent's pass had returned): submitted again once that
         # pass ends, instead of being left to the sweep.
@@ -130,14 +131,17 @@ class RunPool:
         try:
             await self._claim_and_start(run_id)
         except Exception:
-            log.warning(
-                "run_claim_failed",
-                workflow_run_id=run_id,
-                redispatch_in_ms=CRASH_BACKOFF_FIRST_MS,
-                exc_info=True,
-            )
+            # Past its retries (the database away, or a bug): later each time, as a crashed
+            # driver is, so a claim that always fails cannot spin the worker.
+            if len(self._claim_failures) >= _CRASH_MEMORY:
+                self._claim_failures.clear()
+            failures = self._claim_failures[run_id] = self._claim_failures.get(run_id, 0) + 1
+            delay_ms = crash_backoff_ms(failures)
+            log.warning("run_claim_failed", workflow_run_id=run_id, redispatch_in_ms=delay_ms, exc_info=True)
             if not self._closing:
-                await dispatch_hint(self.rt.dispatcher, run_id, delay_ms=CRASH_BACKOFF_FIRST_MS)
+                await dispatch_hint(self.rt.dispatcher, run_id, delay_ms=delay_ms)
+        else:
+            self._claim_failures.pop(run_id, None)
 
     async def _claim_and_start(self, run_id: str) -> bool:
         """Claim `run_id` with the slot the caller took, and start its task (the slot is given

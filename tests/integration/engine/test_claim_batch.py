@@ -337,11 +337,12 @@ async def test_a_claim_that_fails_past_its_retries_dispatches_the_run_again(
 ) -> None:
     monkeypatch.setattr(transitions, "claim", _failing("bad"))
     [run_id] = await _pending_runs(harness, workspace_id, 1)
-    await harness.run_pool.start_soon(run_id)
-    deadline = asyncio.get_running_loop().time() + 5
-    while (run_id, 500) not in harness.dispatcher.sent:
-        assert asyncio.get_running_loop().time() < deadline
-        await asyncio.sleep(0.01)
+    for delay_ms in (500, 1000):  # later after each failure in a row
+        await harness.run_pool.start_soon(run_id)
+        deadline = asyncio.get_running_loop().time() + 5
+        while (run_id, delay_ms) not in harness.dispatcher.sent:
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.01)
     monkeypatch.undo()
     assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
 
