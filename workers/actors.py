@@ -13,7 +13,7 @@ from workers import edge
 def declare_actors(broker: dramatiq.Broker, queue_name: str) -> dict[str, dramatiq.Actor[Any, Any]]:
     @dramatiq.actor(broker=broker, actor_name=EXECUTE_RUN_ACTOR, queue_name=queue_name, max_retries=5)
     async def execute_run(run_id: str) -> None:
-        # Returns once a slot is taken; the claim and the run go on as tasks (RunPool.start_soon).
-        await edge.current().run_pool.start_soon(run_id)
+        # Returns once the run is claimed (or found not ours); the run continues as a task.
+        await edge.current().run_pool.submit(run_id)
 
     return {EXECUTE_RUN_ACTOR: execute_run}

@@ -1,14 +1,13 @@
 """Executes claimed runs as asyncio tasks inside one worker process.
 
-A Dramatiq message only asks "look at run X": the actor calls `start_soon`, which takes a slot and
-returns, the claim of the run's lease in PostgreSQL and then the run going on as tasks (while
-`EARLY_ACK_MAX_CLAIMS` claims are pending it waits for its own claim, as `submit` does). The
-claims of concurrent messages (a burst of dispatches, a map step's children) share one statement
-and one commit (`stevora.engine.claim_batch`). So a worker thread is held neither for the seconds
-an LLM call takes nor for the claim, and one process can hold thousands of runs in flight (the
+A Dramatiq message only asks "look at run X": the actor calls `submit`, which claims the run's
+lease in PostgreSQL and starts a task, then returns at once. The claims of concurrent submits
+(several threads' messages, a map step's children) share one statement and one commit
+(`stevora.engine.claim_batch`). So a worker thread is never held
+for the seconds an LLM call takes, and one process can hold thousands of runs in flight (the
 limit is `max_concurrent_runs`, not the thread count). The price is that the message is acked
-before the run is claimed, let alone done; the database covers that: if this process dies, the
-run is PENDING, due or under a lease that expires, and the recovery sweep dispatches it again.
+before the run is done; the lease covers that: if this process dies, the lease expires and the
+recovery sweep dispatches the run again.
 
 One heartbeat statement per interval renews the leases of every run this process holds; a run
 missing from its result was cancelled, paused or taken over, and its task is cancelled.
@@ -49,13 +48,6 @@ log = structlog.get_logger("stevora.worker")
 CRASH_BACKOFF_FIRST_MS = 500
 CRASH_BACKOFF_MAX_MS = 30_000
 _CRASH_MEMORY = 10_000  # runs whose crash count is remembered; beyond that the counts start over
-# Claims `start_soon` lets go on after the actor returned. Past this many, the actor waits for its
-# own claim (as `submit` does), so a Dramatiq thread is held again and the rest of a burst waits
-# in the broker: the runs one claim statement starts together are at most this many plus the
-# worker's threads. Without the bound a burst of 2,000 messages was acked within a second and
-# started in batches of 200, and the runs already started slowed down (docs/benchmarks.md,
-# "Claims batched"); 32 is what 32 threads claimed at once, without their hops through the GIL.
-EARLY_ACK_MAX_CLAIMS = 32
 
 
 def crash_backoff_ms(crashes: int) -> int:
@@ -79,14 +71,11 @@ class RunPool:
         self._idle = asyncio.Event()
         self._idle.set()
         self._crashes: dict[str, int] = {}  # run id -> consecutive driver crashes in this process
-        self._claim_failures: dict[str, int] = {}  # run id -> consecutive failed claims of start_soon
         # Runs dispatched while this process was still driving them (e.g. a child run that ended
         # and woke its parent before the parent's pass had returned): submitted again once that
         # pass ends, instead of being left to the sweep.
         self._again: set[str] = set()
         self._resubmits: set[asyncio.Task[bool]] = set()
-        # Claims of `start_soon` still going on, and their runs (acked, not yet claimed).
-        self._claiming: dict[asyncio.Task[None], str] = {}
         self._closing = False
 
     @property
@@ -104,48 +93,6 @@ class RunPool:
             self._again.add(run_id)
             return False
         await self._slots.acquire()
-        return await self._claim_and_start(run_id)
-
-    async def start_soon(self, run_id: str) -> None:
-        """`submit` for the worker's actor: take a slot (waiting while the process is full, so a
-        full worker still stops taking messages), then return at once, the claim going on in a
-        task of its own, where the claims of every message received meanwhile join it
-        (`stevora.engine.claim_batch`). The message is acked before the claim commits: if this
-        process dies in between, the run is as the message found it (PENDING, due, or under an
-        expired lease) and the recovery sweep dispatches it again (DESIGN.md §1), as for a lost
-        message. A claim that fails past its retries dispatches the run again after a delay,
-        as the actor's own retry would have. While `EARLY_ACK_MAX_CLAIMS` claims are pending it
-        waits for its own claim instead, so a burst of messages does not start all at once."""
-        if run_id in self._tasks:
-            self._again.add(run_id)
-            return
-        if len(self._claiming) >= EARLY_ACK_MAX_CLAIMS:
-            await self.submit(run_id)  # enough claims pending: this message waits for its own
-            return
-        await self._slots.acquire()
-        task = asyncio.get_running_loop().create_task(self._start_claimed(run_id), name=f"claim-{run_id}")
-        self._claiming[task] = run_id
-        task.add_done_callback(self._claiming.pop)
-
-    async def _start_claimed(self, run_id: str) -> None:
-        try:
-            await self._claim_and_start(run_id)
-        except Exception:
-            # Past its retries (the database away, or a bug): later each time, as a crashed
-            # driver is, so a claim that always fails cannot spin the worker.
-            if len(self._claim_failures) >= _CRASH_MEMORY:
-                self._claim_failures.clear()
-            failures = self._claim_failures[run_id] = self._claim_failures.get(run_id, 0) + 1
-            delay_ms = crash_backoff_ms(failures)
-            log.warning("run_claim_failed", workflow_run_id=run_id, redispatch_in_ms=delay_ms, exc_info=True)
-            if not self._closing:
-                await dispatch_hint(self.rt.dispatcher, run_id, delay_ms=delay_ms)
-        else:
-            self._claim_failures.pop(run_id, None)
-
-    async def _claim_and_start(self, run_id: str) -> bool:
-        """Claim `run_id` with the slot the caller took, and start its task (the slot is given
-        back when the run is not ours)."""
         try:
             got = await self._claim(run_id)
         except BaseException:
@@ -282,15 +229,9 @@ class RunPool:
             self._heartbeat.cancel()
             await asyncio.gather(self._heartbeat, return_exceptions=True)
             self._heartbeat = None
-        # A claim cancelled before it committed leaves its run as the (acked) message found it:
-        # dispatched again below, not left to the sweep; one that committed anyway is released.
-        acked = set(self._claiming.values())
-        for claiming in list(self._claiming):
-            claiming.cancel()
-        await asyncio.gather(*self._claiming, return_exceptions=True)
         tasks = list(self._tasks.values())
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        for run_id in acked.union(await runs.release_all(self.rt.pool, self.worker_id)):
+        for run_id in await runs.release_all(self.rt.pool, self.worker_id):
             await dispatch_hint(self.rt.dispatcher, run_id)

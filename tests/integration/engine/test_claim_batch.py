@@ -7,14 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
 from typing import Any
 
 import asyncpg
 import pytest
 
 from stevora.db import transitions
-from stevora.engine import commands, run_pool
+from stevora.engine import commands
 from stevora.engine.claim_batch import ClaimBatcher
 from stevora.ids import new_id
 from tests.conftest import Harness, create_definition
@@ -264,17 +263,13 @@ async def test_a_batch_whose_outcome_was_unknown_still_starts_every_run_once(
         assert [e["event_type"] for e in got["events"]].count("WORKFLOW_STARTED") == 1
 
 
-def _failing(message: str) -> Callable[..., Awaitable[Any]]:
-    async def broken(*args: Any) -> Any:
-        raise asyncpg.DataError(message)
-
-    return broken
-
-
 async def test_a_batch_that_fails_for_one_runs_reason_sends_each_run_alone(
     harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(transitions, "claim_batch", _failing("one run's bad data"))
+    async def broken(*args: Any) -> Any:
+        raise asyncpg.DataError("one run's bad data")
+
+    monkeypatch.setattr(transitions, "claim_batch", broken)
     ids = await _pending_runs(harness, workspace_id, 3)
 
     results = await asyncio.gather(*(harness.run_pool.submit(r) for r in ids))
@@ -314,90 +309,3 @@ async def test_the_batch_claim_does_linear_work_in_its_runs(harness: Harness, wo
     plan = (json.loads(explained) if isinstance(explained, str) else explained)[0]
     assert plan["Plan"]["Actual Rows"] == n and events == 2 * n
     assert _join_filter_rows(plan["Plan"]) < n
-
-
-async def test_start_soon_returns_before_the_claim_and_its_claims_share_a_statement(
-    harness: Harness, workspace_id: str
-) -> None:
-    """The worker's actor: back once a slot is taken, the run still PENDING; the claims of the
-    messages received meanwhile go out together, and every run completes."""
-    ids = await _pending_runs(harness, workspace_id, 6)
-    rp = harness.run_pool
-    for run_id in ids:
-        await rp.start_soon(run_id)
-    statuses = await harness.rt.pool.fetch("SELECT status FROM workflow_runs WHERE id = ANY($1::text[])", ids)
-    assert [r["status"] for r in statuses] == ["PENDING"] * 6  # nothing claimed yet
-    for run_id in ids:
-        assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
-    assert rp.claims.batches == 1 and rp.claims.rows == 6
-
-
-async def test_a_claim_that_fails_past_its_retries_dispatches_the_run_again(
-    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(transitions, "claim", _failing("bad"))
-    [run_id] = await _pending_runs(harness, workspace_id, 1)
-    for delay_ms in (500, 1000):  # later after each failure in a row
-        await harness.run_pool.start_soon(run_id)
-        deadline = asyncio.get_running_loop().time() + 5
-        while (run_id, delay_ms) not in harness.dispatcher.sent:
-            assert asyncio.get_running_loop().time() < deadline
-            await asyncio.sleep(0.01)
-    monkeypatch.undo()
-    assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
-
-
-def _hold_claims(monkeypatch: pytest.MonkeyPatch) -> asyncio.Event:
-    """Claim statements wait until the returned event is set."""
-    held = asyncio.Event()
-    claim, claim_batch = transitions.claim, transitions.claim_batch
-
-    async def held_claim(*args: Any) -> Any:
-        await held.wait()
-        return await claim(*args)
-
-    async def held_claim_batch(*args: Any) -> Any:
-        await held.wait()
-        return await claim_batch(*args)
-
-    monkeypatch.setattr(transitions, "claim", held_claim)
-    monkeypatch.setattr(transitions, "claim_batch", held_claim_batch)
-    return held
-
-
-async def test_start_soon_waits_for_its_own_claim_once_enough_claims_are_pending(
-    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Past `EARLY_ACK_MAX_CLAIMS` pending claims the actor holds its message until its own claim
-    is back, so a burst waits in the broker instead of starting all at once."""
-    held = _hold_claims(monkeypatch)
-    monkeypatch.setattr(run_pool, "EARLY_ACK_MAX_CLAIMS", 2)
-    ids = await _pending_runs(harness, workspace_id, 3)
-    rp = harness.run_pool
-    await asyncio.wait_for(rp.start_soon(ids[0]), 1)
-    await asyncio.wait_for(rp.start_soon(ids[1]), 1)  # two claims pending, both acked already
-    third = asyncio.create_task(rp.start_soon(ids[2]))
-    await asyncio.sleep(0.2)
-    assert not third.done()  # its message is not acked while its claim waits
-    held.set()
-    await asyncio.wait_for(third, 5)
-    status = await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", ids[2])
-    assert status != "PENDING"  # returned once claimed, as `submit` does
-    for run_id in ids:
-        assert (await harness.wait_for_status(run_id, "COMPLETED", "FAILED"))["status"] == "COMPLETED"
-
-
-async def test_closing_dispatches_again_the_runs_whose_messages_were_acked_before_their_claim(
-    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A worker stopping between the ack and the claim's commit: the run is still PENDING and is
-    dispatched again at once, not left for the sweep."""
-    _hold_claims(monkeypatch)
-    [run_id] = await _pending_runs(harness, workspace_id, 1)
-    await harness.run_pool.start_soon(run_id)
-    harness.dispatcher.run_pool = None  # the hint goes to the broker, not back to this pool
-    harness.dispatcher.sent.clear()  # the run's creation was dispatched too
-    await harness.run_pool.close()
-    assert (run_id, 0) in harness.dispatcher.sent
-    status = await harness.rt.pool.fetchval("SELECT status FROM workflow_runs WHERE id = $1", run_id)
-    assert status == "PENDING"
