@@ -311,7 +311,8 @@ class GroupCommitter:
                 batch.append(item)
         self._queues[kind] = rest
         self._queued -= len(batch)
-        # Row locks in id order, as the heartbeat's `id = ANY(...)` takes them: no deadlock.
+        # A stable order for the batch's rows (the statement's own row locks follow its plan; a
+        # deadlock with the heartbeat is rolled back and retried, as any 40P01).
         batch.sort(key=_RUN_ID)
         return batch
 

@@ -265,8 +265,9 @@ class StepRun(Base):
 
 class WorkflowEvent(Base):
     __tablename__ = "workflow_events"
-    # Keyed by (run, sequence), the order every reader pages in; `id` is a generated id no query
-    # looks up, so it has no index of its own (migration 0026: one index entry per event less).
+    # Keyed by (run, sequence), the order every reader pages in; `id` is a generated id looked up
+    # only with its run (a completion retried after a lost connection: transitions._not_completed),
+    # so it has no index of its own (migration 0026: one index entry per event less).
     id: Mapped[str] = mapped_column(String(40))
     # No foreign key (migration 0029): the run's delete trigger deletes its events, model calls
     # and tool traces; a key cost a check and a lock of the run row for every row inserted.

@@ -205,10 +205,10 @@ def _claimed(row: asyncpg.Record) -> tuple[asyncpg.Record, dict[str, Any] | None
 # relation `ending` of one row per run: one row with its parameters in place (a lone completion, or
 # one in its caller's transaction), or a batch (one jsonb document, one object per run) sent by
 # the group committer for runs that end together (docs/architecture.md, "Runs that end
-# together"). `guard` locks both rows of each run, in run id order (as the heartbeat and every
-# checkpoint batch lock runs), and checks both guards first: the sub-statements of one statement
-# do not see each other's writes, so without it a lost lease could still complete the step (or a
-# step that is no longer RUNNING could still complete the run). With both rows locked by the
+# together"). `guard` locks both rows of each run, in run id order, and checks both guards
+# first: the sub-statements of one statement do not see each other's writes, so without it a
+# lost lease could still complete the step (or a step that is no longer RUNNING could still
+# complete the run). With both rows locked by the
 # guard, the two updates cannot miss; a run whose guard fails writes nothing and is missing from
 # the result. Each sub-statement carries the input columns it needs in its RETURNING instead of
 # joining back on `ending` (linear in the rows, see stevora.db.checkpoint_sql).
@@ -365,5 +365,7 @@ async def _not_completed(
 
 _FINAL_RUN_SQL = (
     f"SELECT id AS workflow_run_id, {RUN_COLUMNS}, event_seq, total_cost_cents FROM workflow_runs "
-    "WHERE id = $1 AND status = 'COMPLETED' AND EXISTS (SELECT FROM workflow_events WHERE id = $2)"
+    "WHERE id = $1 AND status = 'COMPLETED' "
+    # Events have no index on `id` alone: the run's part of the primary key bounds the search.
+    "AND EXISTS (SELECT FROM workflow_events e WHERE e.workflow_run_id = $1 AND e.id = $2)"
 )

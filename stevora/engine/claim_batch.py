@@ -105,7 +105,8 @@ class ClaimBatcher:
         """Wait until every claim queued or on the wire is settled (the worker's shutdown)."""
         while self._queue or self._in_flight:
             if self._flusher is not None:
-                await asyncio.gather(self._flusher, return_exceptions=True)
+                # wait, not gather: a cancelled drain must not cancel the other callers' flusher
+                await asyncio.wait([self._flusher])
             else:  # the turn before a batch leaves, or a lone caller's statement
                 await asyncio.sleep(0.001)
 

@@ -92,16 +92,29 @@ class RunPool:
         if run_id in self._tasks:
             self._again.add(run_id)
             return False
+        if self._closing:
+            return False  # not claimed here: the sweep (or the worker that resumes it) dispatches it
         await self._slots.acquire()
+        if self._closing:  # woken by a slot a cancelled run gave back
+            self._slots.release()
+            return False
         try:
             got = await self._claim(run_id)
         except BaseException:
             self._slots.release()
             raise
-        if got is None or got[0] in self._tasks or self._closing:
-            self._slots.release()  # a claim that committed while closing: `close` hands it back
+        if got is None or got[0] in self._tasks:
+            self._slots.release()
             return False
         run_id, at = got  # another run when one of a higher priority was claimed instead
+        if self._closing:
+            # Claimed while this worker closes (e.g. through flow control, past `close`'s wait for
+            # the batched claims): hand the lease back now, whether `close` has released its
+            # leases yet or not, so the run does not wait for its lease to expire.
+            self._slots.release()
+            await retry_transient(lambda: self.driver.release(run_id), "release", workflow_run_id=run_id)
+            await dispatch_hint(self.rt.dispatcher, run_id)
+            return False
         task = asyncio.create_task(self._run(run_id, at), name=f"run-{run_id}")
         self._tasks[run_id] = task
         self._idle.clear()

@@ -136,7 +136,9 @@ def _timeout_key(timeout: Any) -> Any:
     """A timeout as a key: an `httpx2.Timeout` compares by identity, its four values do not; `30`
     and `30.0` are equal keys but the SDK's `x-stainless-timeout` header writes them apart."""
     return (
-        tuple(timeout.as_dict().items()) if isinstance(timeout, httpx2.Timeout) else (type(timeout), timeout)
+        tuple((k, type(v), v) for k, v in timeout.as_dict().items())
+        if isinstance(timeout, httpx2.Timeout)
+        else (type(timeout), timeout)
     )
 
 

@@ -343,3 +343,29 @@ async def test_claims_in_flight_when_the_pool_closes_leave_no_run_leased_to_it(
         "SELECT count(*) FROM workflow_runs WHERE lease_owner = 'closing-worker'"
     )
     assert leased == 0
+
+
+async def test_a_run_claimed_while_the_pool_closes_is_handed_back_at_once(
+    harness: Harness, workspace_id: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A claim that commits after `close` began (one through flow control, which `close` does not
+    wait for) is not started and its lease is handed back at once, not left to expire; a submit
+    that arrives while the pool closes claims nothing."""
+    first, second = await _pending_runs(harness, workspace_id, 2)
+    closing = RunPool(harness.rt, worker_id="closing-worker")
+    claim = closing._claim
+
+    async def claim_as_close_begins(run_id: str) -> Any:
+        got = await claim(run_id)
+        closing._closing = True  # close() began while this claim was on the wire
+        return got
+
+    monkeypatch.setattr(closing, "_claim", claim_as_close_begins)
+    assert await closing.submit(first) is False
+    assert await closing.submit(second) is False
+    assert closing.active_run_ids == []
+    owners = await harness.rt.pool.fetch(
+        "SELECT id, lease_owner, status FROM workflow_runs WHERE id = ANY($1::text[])", [first, second]
+    )
+    assert all(r["lease_owner"] != "closing-worker" for r in owners), owners
+    assert next(r for r in owners if r["id"] == second)["status"] == "PENDING"  # never claimed

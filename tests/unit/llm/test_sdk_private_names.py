@@ -110,6 +110,8 @@ def test_the_anthropic_client_builds_each_set_of_headers_once_as_the_sdk_builds_
         (_options(timeout=30, headers={"x-extra": "a", "x-custom": "2"}), 0),
         (_options(timeout=30, headers={}), 0),
         (_options(timeout=30.0, headers={}), 0),  # equal to 30 as a number, but sent as `30.0`
+        (_options(timeout=httpx2.Timeout(30), headers={}), 0),
+        (_options(timeout=httpx2.Timeout(30.0), headers={}), 0),  # the same, inside a Timeout
         (_options(headers={"Authorization": anthropic.omit, "x-api-key": "other"}), 0),
     ]
     for options, retries in variants:
