@@ -27,7 +27,7 @@ import asyncio
 import os
 import socket
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -41,6 +41,7 @@ from stevora.ids import random_token
 from stevora.observability import hooks as observe
 
 if TYPE_CHECKING:
+    from stevora.db.reads.rows import DbRow
     from stevora.runtime import Runtime
 
 log = structlog.get_logger("stevora.worker")
@@ -53,6 +54,14 @@ _CRASH_MEMORY = 10_000  # runs whose crash count is remembered; beyond that the 
 def crash_backoff_ms(crashes: int) -> int:
     """Delay before redispatching a run whose driver crashed `crashes` times in a row."""
     return int(min(CRASH_BACKOFF_FIRST_MS * 2 ** min(crashes - 1, 16), CRASH_BACKOFF_MAX_MS))
+
+
+def _position(run_id: str, row: DbRow, started: dict[str, Any] | None) -> tuple[str, Position]:
+    """Where the driver goes on from a claim's rows (`started`: the first step run, when the
+    claim started the run)."""
+    if started is not None:
+        log.info("run_started", workflow_run_id=run_id)
+    return run_id, Position(row, started, fresh=started is not None)
 
 
 def new_worker_id() -> str:
@@ -128,10 +137,7 @@ class RunPool:
         got = await self.claims.claim(run_id)
         if isinstance(got, Fallback):
             return await self._claim_alone(run_id, fast=got.fast, maybe_ours=got.maybe_ours)
-        row, started = got
-        if started is not None:
-            log.info("run_started", workflow_run_id=run_id)
-        return run_id, Position(row, started, fresh=started is not None)
+        return _position(run_id, *got)
 
     async def _claim_alone(self, run_id: str, *, fast: bool, maybe_ours: bool) -> tuple[str, Position] | None:
         """`flow.claim` of one run; `fast=False` when the fast statement already refused it,
@@ -152,9 +158,7 @@ class RunPool:
                 if got is None:
                     return None
                 run_id, (row, started) = got
-                if started is not None:
-                    log.info("run_started", workflow_run_id=run_id)
-                return run_id, Position(row, started, fresh=started is not None)
+                return _position(run_id, row, started)
             except Exception as exc:
                 await retrier.pause(exc)
 

@@ -112,16 +112,13 @@ class _AnthropicClient(anthropic.AsyncAnthropic):
         `httpx2.Headers`, each re-scanning it, then checked), made once per value of everything it
         reads (`_headers_key`) and copied for each request (the SDK may change the copy)."""
         key = _headers_key(self, options, retries_taken)
-        kept: dict[tuple[Any, ...], httpx2.Headers] | None = getattr(self, "_stevora_headers", None)
-        if kept is None:
-            kept = {}
-            self._stevora_headers = kept
+        kept: dict[tuple[Any, ...], httpx2.Headers] = _kept_on(self, "_stevora_headers")
         try:
             found = kept.get(key)
         except TypeError:  # an unhashable header value: built afresh
             return super()._build_headers(options, retries_taken=retries_taken)
         if found is None:
-            if len(kept) >= _OPTIONS_KEPT:
+            if len(kept) >= _KEPT_PER_CLIENT:
                 kept.clear()
             found = kept[key] = super()._build_headers(options, retries_taken=retries_taken)
         return found.copy()
@@ -162,9 +159,18 @@ def _headers_key(client: Any, options: FinalRequestOptions, retries_taken: int) 
     )
 
 
-# The request options `post("/v1/messages", content=..., options={"timeout": ...})` builds,
-# kept per timeout on the client (`_request_options`).
-_OPTIONS_KEPT = 16
+# What the adapter keeps on its client, built once (`_request_options` per timeout,
+# `_AnthropicClient._build_headers` per value of what they read): at most this many of each.
+_KEPT_PER_CLIENT = 16
+
+
+def _kept_on(client: Any, name: str) -> dict[Any, Any]:
+    """The cache `name` kept on `client`, made empty on first use."""
+    kept: dict[Any, Any] | None = getattr(client, name, None)
+    if kept is None:
+        kept = {}
+        setattr(client, name, kept)
+    return kept
 
 
 def _request_options(client: Any, timeout: Any, content: bytes) -> FinalRequestOptions | None:
@@ -176,14 +182,11 @@ def _request_options(client: Any, timeout: Any, content: bytes) -> FinalRequestO
     it changes any). `None` for a timeout that is not a number (`post` then builds them)."""
     if timeout is not anthropic.NOT_GIVEN and type(timeout) not in (float, int):
         return None
-    try:
-        kept: dict[Any, FinalRequestOptions] = client._stevora_options
-    except AttributeError:
-        kept = client._stevora_options = {}
+    kept: dict[Any, FinalRequestOptions] = _kept_on(client, "_stevora_options")
     key = (type(timeout), timeout)  # 30 and 30.0 are sent apart (`x-stainless-timeout`)
     template = kept.get(key)
     if template is None:
-        if len(kept) >= _OPTIONS_KEPT:
+        if len(kept) >= _KEPT_PER_CLIENT:
             kept.clear()
         given = {} if timeout is anthropic.NOT_GIVEN else {"timeout": timeout}
         template = kept[key] = FinalRequestOptions.construct(
