@@ -463,7 +463,9 @@ def _nonstreaming_timeout(client: anthropic.AsyncAnthropic, kwargs: dict[str, An
 def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
     """The JSON body `messages.create(**kwargs, stream=stream)` sends, byte for byte, without
     `create`'s copy of the whole body on every call (~1,000 Python calls for a 20-message
-    transcript): the adapter's dicts are plain JSON values already."""
+    transcript): the adapter's dicts are plain JSON values already. The transcript's blocks
+    are not encoded again on every call: a block kept on its message (`_Block`) is encoded once
+    and its JSON joined in (a tool loop's earlier turns are the same blocks round after round)."""
     if stream:
         kwargs = {**kwargs, "stream": True}
     body = {key: kwargs[key] for key in _BODY_KEYS if key in kwargs}
@@ -471,7 +473,50 @@ def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
         if key not in _REQUEST_OPTIONS and key not in body:
             body[key] = value
     body.update(kwargs.get("extra_body") or {})
-    return _ENCODER.encode(body).encode()
+    turns = body.get("messages")
+    if type(turns) is not list or any(type(key) is not str for key in body):
+        return _ENCODER.encode(body).encode()
+    # What the encoder writes for the whole object, member by member (separators "," and ":").
+    encode = _ENCODER.encode
+    members = [
+        f"{encode(key)}:{_turns_json(value) if key == 'messages' else encode(value)}"
+        for key, value in body.items()
+    ]
+    return ("{" + ",".join(members) + "}").encode()
+
+
+class _Block(dict[str, Any]):
+    """A content block kept on its message (`Message.wire_form`), with its JSON once encoded.
+    Never changed once made (`wire_form`'s contract): a block that changes (a cache breakpoint)
+    is a new plain dict, encoded on each call."""
+
+    __slots__ = ("json",)
+
+    def __init__(self, block: dict[str, Any]) -> None:
+        super().__init__(block)
+        self.json: str | None = None
+
+
+def _turns_json(turns: list[Any]) -> str:
+    """`_ENCODER.encode(turns)`, each kept block's JSON encoded once (`_Block`)."""
+    encode = _ENCODER.encode
+    out = []
+    for turn in turns:
+        content = turn.get("content") if type(turn) is dict else None
+        if type(content) is not list or tuple(turn) != ("role", "content"):
+            out.append(encode(turn))
+            continue
+        blocks = []
+        for block in content:
+            if type(block) is _Block:
+                text = block.json
+                if text is None:
+                    text = block.json = encode(block)
+                blocks.append(text)
+            else:
+                blocks.append(encode(block))
+        out.append('{"role":' + encode(turn["role"]) + ',"content":[' + ",".join(blocks) + "]}")
+    return "[" + ",".join(out) + "]"
 
 
 # `type(...) is`, not `isinstance`: a JSON value is never a subclass, and this runs per event.
@@ -520,7 +565,7 @@ def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dic
                 system_parts.append(message.content)
             continue
         # Made once per message (`Message.wire_form`); an attachment's base64 is not kept.
-        kind, made = _blocks(message) if message.parts else message.wire_form("anthropic", _blocks)
+        kind, made = _blocks(message) if message.parts else message.wire_form("anthropic", _kept_blocks)
         if not made:
             continue
         if kind == role:
@@ -534,6 +579,12 @@ def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dic
             results = [b for b in turn_blocks if b["type"] == "tool_result"]
             turn["content"] = results + [b for b in turn_blocks if b["type"] != "tool_result"]
     return ("\n\n".join(system_parts) or None), out
+
+
+def _kept_blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
+    """`_blocks(message)` as kept on the message: each block a `_Block`, encoded once."""
+    kind, made = _blocks(message)
+    return kind, [_Block(block) for block in made]
 
 
 def _part_block(part: Part) -> dict[str, Any]:

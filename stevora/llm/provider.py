@@ -23,6 +23,7 @@ import structlog
 from httpx2._utils import get_environment_proxies
 
 from stevora.errors import ProviderError
+from stevora.llm.lean_aiohttp import lean_transport
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, Part
 from stevora.tools.invoke import parse_arguments
 
@@ -569,7 +570,9 @@ def sdk_http_client(
             }
         )
         try:
-            return lean_client(aiohttp_client)(event_hooks={"response": hooks}, **limits)
+            client = lean_client(aiohttp_client)(event_hooks={"response": hooks}, **limits)
+            client._transport = lean_transport(client._transport)
+            return client
         except RuntimeError as exc:  # the SDK's stand-in when aiohttp cannot be imported
             if not _FELL_BACK:
                 _FELL_BACK.append(True)

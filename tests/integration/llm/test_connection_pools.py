@@ -43,7 +43,12 @@ async def test_more_calls_than_one_pool_holds_go_out_at_once_and_their_connectio
     if http == "httpx":
         assert isinstance(transport, ShardedTransport) and len(transport._shards) == 4
     else:  # one aiohttp pool of that many connections, every one kept alive
-        assert type(transport).__name__ == "AiohttpTransport"
+        # The SDK's own transport, under the lean subclass (stevora/llm/lean_aiohttp.py).
+        assert [c.__name__ for c in type(transport).__mro__[:3]] == [
+            "LeanAiohttpTransport",
+            "_LeanAiohttp",
+            "AiohttpTransport",
+        ]
         assert transport.limits.max_connections == transport.limits.max_keepalive_connections == in_flight
     request = LlmRequest(
         model="gpt-4o-mini" if kind == "openai" else "claude-haiku-4-5", messages=[Message.user("hi")]
@@ -107,7 +112,7 @@ async def test_without_aiohttp_the_provider_clients_fall_back_to_httpx_with_the_
     )
     try:
         assert (
-            type(aio._transport).__name__ == "AiohttpTransport"
+            type(aio._transport).__name__ == "LeanAiohttpTransport"
             and aio._transport.limits.max_connections == 40  # type: ignore[attr-defined]
         )
         assert aio.event_hooks["response"] == [leave_429_to_the_limiter]

@@ -1,0 +1,151 @@
+"""The SDKs' aiohttp transport (`<sdk>._vendor.httpx_aiohttp.AiohttpTransport`) without the
+per-request work that gives the same result every time.
+
+The SDKs' `DefaultAioHttpClient` sends each request through their vendored copy of
+`httpx-aiohttp`. For every request it turns the URL back into text (which aiohttp parses again),
+builds an `aiohttp.ClientTimeout`, decodes every response header into an `httpx2.Headers`
+(each name and value checked and encoded again) and reads a body of one JSON answer through
+aiohttp's chunk iterator and httpx's, each read inside a context manager of its own. About a
+fifth of the Python calls of an Anthropic call (docs/benchmarks.md, "The real path, counted").
+
+`lean_transport(transport)` gives the same transport object a subclass whose
+`handle_async_request` sends the same request with the same arguments (aiohttp's URL made once
+per URL text, the timeout once per value), maps aiohttp's exceptions with the SDK's own
+`map_aiohttp_exceptions` (the two SDKs map them differently), and answers an `httpx2.Response`
+with the same status, headers (in order, as sent), extensions and bytes. A body that is not an
+event stream is read in one `read()` when httpx first iterates it; an event stream is read as
+the SDK's transport reads it, chunk by chunk as it arrives. Anything the transport does not
+recognise (a proxy, a streamed request body) goes through the SDK's own code."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx2
+from aiohttp import ClientSession, ClientTimeout
+from yarl import URL
+
+# URLs and timeouts kept per transport: a worker sends to a handful of URLs with a few timeouts.
+_KEPT = 64
+_LEAN_TRANSPORTS: dict[type, type] = {}
+_EVENT_STREAM = b"text/event-stream"
+
+
+def lean_transport(transport: httpx2.AsyncBaseTransport) -> httpx2.AsyncBaseTransport:
+    """`transport` itself, its class swapped for the lean subclass when it is an SDK's vendored
+    `AiohttpTransport` (exactly: a subclass of it may do anything)."""
+    cls = type(transport)
+    if cls.__name__ != "AiohttpTransport" or not cls.__module__.endswith("._vendor.httpx_aiohttp.transport"):
+        return transport
+    lean = _LEAN_TRANSPORTS.get(cls)
+    if lean is None:
+        module = sys.modules[cls.__module__]
+        mapper = getattr(module, "map_aiohttp_exceptions", None)
+        if mapper is None:  # an SDK whose vendored transport has changed shape: its own
+            return transport
+        lean = _LEAN_TRANSPORTS[cls] = type(
+            f"Lean{cls.__name__}", (_LeanAiohttp, cls), {"_map_exceptions": staticmethod(mapper)}
+        )
+    transport.__class__ = lean
+    return transport
+
+
+class _LeanAiohttp(httpx2.AsyncBaseTransport):
+    """Mixed in before the SDK's `AiohttpTransport` (`lean_transport`)."""
+
+    _map_exceptions: Callable[[], Any]
+    client: Any
+    proxy: httpx2.Proxy | None
+
+    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+        content = getattr(request, "_content", None)
+        if self.proxy is not None or type(content) is not bytes:
+            return await super().handle_async_request(request)  # type: ignore[safe-super]
+        session = self.client
+        if not isinstance(session, ClientSession):
+            session = self.client = self.get_client()  # type: ignore[attr-defined]
+        extensions = request.extensions
+        with self._map_exceptions():
+            response = await session.request(
+                method=request.method,
+                url=self._aiohttp_url(request.url),
+                headers=request.headers,
+                data=content or None,
+                allow_redirects=False,
+                auto_decompress=False,
+                compress=False,
+                timeout=self._aiohttp_timeout(extensions.get("timeout")),
+                server_hostname=extensions.get("sni_hostname"),
+                proxy=None,
+                proxy_auth=None,
+                proxy_headers=None,
+            ).__aenter__()
+        answer = httpx2.Response(
+            status_code=response.status,
+            stream=_Body(response, self._map_exceptions),
+            request=request,
+            extensions=(
+                {"http_version": b"HTTP/1.1", "reason_phrase": response.reason.encode()}
+                if response.reason
+                else {"http_version": b"HTTP/1.1"}
+            ),
+        )
+        # The headers as `httpx2.Headers(raw_headers)` makes them, without checking each pair
+        # (aiohttp's are bytes already).
+        answer.headers._list = [(name, name.lower(), value) for name, value in response.raw_headers]
+        return answer
+
+    def _aiohttp_url(self, url: httpx2.URL) -> Any:
+        """aiohttp's URL for `url`, parsed from its text as aiohttp parses a text URL."""
+        try:
+            kept: dict[httpx2.URL, Any] = self._lean_urls  # type: ignore[has-type]
+        except AttributeError:
+            kept = self._lean_urls = {}
+        found = kept.get(url)
+        if found is None:
+            if len(kept) >= _KEPT:
+                kept.clear()
+            found = kept[url] = URL(str(url) if url else "https://127.0.0.1:8000/")
+        return found
+
+    def _aiohttp_timeout(self, timeout: dict[str, float | None] | None) -> Any:
+        """The SDK transport's `ClientTimeout` for the request's timeout extension."""
+        timeout = timeout or {}
+        key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
+        try:
+            kept: dict[tuple[Any, ...], Any] = self._lean_timeouts  # type: ignore[has-type]
+        except AttributeError:
+            kept = self._lean_timeouts = {}
+        found = kept.get(key)
+        if found is None:
+            if len(kept) >= _KEPT:
+                kept.clear()
+            found = kept[key] = ClientTimeout(sock_connect=key[0], sock_read=key[1], connect=key[2])
+        return found
+
+
+class _Body(httpx2.AsyncByteStream):
+    """An aiohttp response's body for httpx: an event stream chunk by chunk as it arrives (as
+    the SDK's transport reads it), anything else in one `read()`."""
+
+    def __init__(self, response: Any, map_exceptions: Callable[[], Any]) -> None:
+        self._response = response
+        self._map_exceptions = map_exceptions
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        response = self._response
+        with self._map_exceptions():
+            content_type = response.headers.get("Content-Type", "")
+            if content_type.startswith("text/event-stream"):
+                async for chunk in response.content.iter_chunked(16 * 1024):
+                    yield chunk
+            else:
+                body = await response.read()
+                if body:
+                    yield body
+
+    async def aclose(self) -> None:
+        with self._map_exceptions():
+            await self._response.__aexit__(None, None, None)
