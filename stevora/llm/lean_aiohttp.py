@@ -56,13 +56,18 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
     """Mixed in before the SDK's `AiohttpTransport` (`lean_transport`)."""
 
     _map_exceptions: Callable[[], Any]
+    _lean_urls: dict[httpx2.URL, URL]
+    _lean_timeouts: dict[tuple[float | None, ...], ClientTimeout]
     client: Any
     proxy: httpx2.Proxy | None
 
     async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
-        content = getattr(request, "_content", None)
-        if self.proxy is not None or type(content) is not bytes:
-            return await super().handle_async_request(request)  # type: ignore[safe-super]
+        try:
+            content = request.content
+        except httpx2.RequestNotRead:  # a streamed body: the SDK's transport sends it
+            content = None
+        if self.proxy is not None or content is None:
+            return await super().handle_async_request(request)
         session = self.client
         if not isinstance(session, ClientSession):
             session = self.client = self.get_client()  # type: ignore[attr-defined]
@@ -100,7 +105,7 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
     def _aiohttp_url(self, url: httpx2.URL) -> Any:
         """aiohttp's URL for `url`, parsed from its text as aiohttp parses a text URL."""
         try:
-            kept: dict[httpx2.URL, Any] = self._lean_urls  # type: ignore[has-type]
+            kept = self._lean_urls
         except AttributeError:
             kept = self._lean_urls = {}
         found = kept.get(url)
@@ -115,7 +120,7 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
         timeout = timeout or {}
         key = (timeout.get("connect"), timeout.get("read"), timeout.get("pool"))
         try:
-            kept: dict[tuple[Any, ...], Any] = self._lean_timeouts  # type: ignore[has-type]
+            kept = self._lean_timeouts
         except AttributeError:
             kept = self._lean_timeouts = {}
         found = kept.get(key)
@@ -138,7 +143,7 @@ class _Body(httpx2.AsyncByteStream):
         response = self._response
         with self._map_exceptions():
             content_type = response.headers.get("Content-Type", "")
-            if content_type.startswith("text/event-stream"):
+            if content_type.lower().startswith("text/event-stream"):
                 async for chunk in response.content.iter_chunked(16 * 1024):
                     yield chunk
             else:

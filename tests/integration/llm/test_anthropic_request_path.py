@@ -16,7 +16,7 @@ from anthropic._models import FinalRequestOptions
 
 from stevora.llm import anthropic_provider
 from stevora.llm.anthropic_provider import AnthropicProvider
-from stevora.llm.messages import LlmRequest, Message
+from stevora.llm.messages import LlmRequest, Message, ToolCall
 
 _EVENTS: list[tuple[str, dict[str, Any]]] = [
     (
@@ -149,4 +149,60 @@ async def test_the_sdks_request_options_are_built_once_per_timeout(monkeypatch: 
     assert type(anthropic_provider._request_options(client, 30.0, b"").timeout) is float  # type: ignore[union-attr]
     sent = [json.loads(body)["messages"][0]["content"] for body in bodies]
     assert sent == [[{"type": "text", "text": text}] for text in ("one", "two", "three")]
+    await provider.aclose()
+
+
+@pytest.mark.parametrize("cache_key", [None, "run_1"])
+async def test_a_tool_loops_earlier_blocks_are_encoded_once_and_the_body_stays_the_sdks(
+    monkeypatch: pytest.MonkeyPatch, cache_key: str | None
+) -> None:
+    """Round after round, only the blocks new to the transcript (and those a cache breakpoint
+    marks, which change) are encoded; the body is still, byte for byte, what the encoder writes
+    for the whole of `create`'s arguments."""
+    encoded: list[Any] = []
+
+    class Counting(json.JSONEncoder):
+        def encode(self, o: Any) -> str:
+            encoded.append(o)
+            return super().encode(o)
+
+    monkeypatch.setattr(
+        anthropic_provider, "_ENCODER", Counting(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    )
+    whole = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    bodies: list[bytes] = []
+
+    def answer(request: httpx2.Request) -> httpx2.Response:
+        bodies.append(request.read())
+        return httpx2.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=_Chunks(_STREAM, 64)
+        )
+
+    provider = _provider(answer)
+    transcript = [Message.system("Be terse."), Message.user("Find it, ünïcode kept.")]
+    blocks_per_round = []
+    for round_ in range(3):
+        request = LlmRequest(
+            model="claude-haiku-4-5", messages=list(transcript), timeout_s=10.0, cache_key=cache_key
+        )
+        encoded.clear()
+        await provider.complete(request)
+        kwargs = provider.build_kwargs(request)
+        # `create`'s order: max_tokens, messages, model, stream, system.
+        expected = {key: kwargs[key] for key in ("max_tokens", "messages", "model")}
+        expected |= {"stream": True, "system": kwargs["system"]}
+        assert bodies[-1] == whole.encode(expected).encode()
+        assert not any(isinstance(o, dict) and "messages" in o for o in encoded)  # never the whole body
+        blocks_per_round.append(sum(1 for o in encoded if isinstance(o, dict) and "type" in o))
+        call = f"toolu_{round_}"
+        transcript += [
+            Message.assistant(tool_calls=[ToolCall(call, "lookup", json.dumps({"q": round_}))]),
+            Message.tool_result(call, f"row {round_}"),
+        ]
+    # Without a cache key: round 1's one block, then the two blocks each round adds. With one,
+    # the blocks a breakpoint marks go as marked copies, encoded each time (round 2: the new
+    # tool call, the marked copies of the new result and of the prompt; round 3: the new call,
+    # the copies of the two results, and the prompt's own block, encoded once now that it is
+    # unmarked).
+    assert blocks_per_round == ([1, 2, 2] if cache_key is None else [1, 3, 4])
     await provider.aclose()

@@ -1,0 +1,201 @@
+"""`lean_transport` (stevora.llm.lean_aiohttp): the SDKs' aiohttp transport, its per-request
+rebuilding made once, answers exactly what the SDK's own transport answers (status, reason,
+headers in order, duplicates and case kept, bytes, decoded bodies), reads an event stream as it
+arrives, and raises each SDK's own exception for each failure."""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import socket
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import anthropic
+import httpx2
+import openai
+import pytest
+
+from stevora.llm.lean_aiohttp import lean_transport
+
+_SDKS = {"anthropic": anthropic.DefaultAioHttpClient, "openai": openai.DefaultAioHttpClient}
+
+
+def _chunk(data: bytes) -> bytes:
+    """`data` as one chunk of a chunked body."""
+    return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+
+_JSON = b'{"id": "msg_1", "text": "h\xc3\xa9llo"}'
+_ZIPPED = gzip.compress(_JSON)
+
+# Raw answers, each a whole HTTP/1.1 response, by request path.
+_ANSWERS: dict[bytes, bytes] = {
+    b"/json": b"HTTP/1.1 201 Made It\r\ncontent-type: application/json\r\nSet-Cookie: a=1\r\n"
+    b"X-Mixed-Case: One\r\nset-cookie: b=2\r\nx-mixed-case: two\r\n"
+    + f"content-length: {len(_JSON)}\r\n\r\n".encode()
+    + _JSON,
+    b"/gzip": b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-encoding: gzip\r\n"
+    + f"content-length: {len(_ZIPPED)}\r\n\r\n".encode()
+    + _ZIPPED,
+    b"/chunked": b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n"
+    + b"".join(_chunk(part) for part in (_JSON[:7], _JSON[7:]))
+    + b"0\r\n\r\n",
+    b"/empty": b"HTTP/1.1 204 No Content\r\n\r\n",
+    b"/broken": b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{"cut',
+}
+
+
+@contextmanager
+def _server(on_request: Callable[[bytes, socket.socket], None] | None = None) -> Iterator[str]:
+    """A keep-alive HTTP/1.1 server on a raw socket answering `_ANSWERS` by path (a `/broken`
+    answer is cut short and its connection closed); `on_request(path, conn)` answers instead
+    when given."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve(conn: socket.socket) -> None:
+        buffer = b""
+        with conn:
+            while True:
+                while b"\r\n\r\n" not in buffer:
+                    chunk = conn.recv(65536)
+                    if not chunk:
+                        return
+                    buffer += chunk
+                head, _, buffer = buffer.partition(b"\r\n\r\n")
+                length = next(
+                    (
+                        int(line.split(b":", 1)[1])
+                        for line in head.split(b"\r\n")
+                        if line.lower().startswith(b"content-length:")
+                    ),
+                    0,
+                )
+                while len(buffer) < length:
+                    buffer += conn.recv(65536)
+                buffer = buffer[length:]
+                path = head.split(b" ", 2)[1]
+                if on_request is not None:
+                    on_request(path, conn)
+                    return
+                conn.sendall(_ANSWERS[path])
+                if path == b"/broken":
+                    return
+
+    def accept() -> None:
+        while True:
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        listener.close()
+
+
+def _clients(sdk: str) -> tuple[httpx2.AsyncClient, httpx2.AsyncClient]:
+    """The SDK's own aiohttp client, and the same with its transport made lean."""
+    stock, lean = _SDKS[sdk](), _SDKS[sdk]()
+    lean._transport = lean_transport(lean._transport)
+    assert type(lean._transport).__name__ == "LeanAiohttpTransport"
+    assert type(stock._transport).__name__ == "AiohttpTransport"
+    return stock, lean
+
+
+def _seen(response: httpx2.Response) -> dict[str, Any]:
+    return {
+        "status": response.status_code,
+        "reason": response.reason_phrase,
+        "version": response.http_version,
+        "headers": response.headers.raw,
+        "header text": list(response.headers.items()),
+        "cookies": response.headers.get_list("set-cookie"),
+        "content": response.content,
+        "elapsed": response.elapsed is not None,
+    }
+
+
+@pytest.mark.parametrize("sdk", sorted(_SDKS))
+async def test_every_answer_is_the_sdk_transports_own(sdk: str) -> None:
+    stock, lean = _clients(sdk)
+    try:
+        with _server() as url:
+            for path in ("/json", "/gzip", "/chunked", "/empty", "/json"):
+                sent = {"content": b'{"q": 1}', "headers": {"content-type": "application/json"}}
+                theirs = await stock.post(f"{url}{path}", **sent)
+                ours = await lean.post(f"{url}{path}", **sent)
+                assert _seen(ours) == _seen(theirs), path
+                if path in ("/gzip", "/chunked"):
+                    assert ours.content == _JSON  # decoded by httpx, as the stock transport's
+            # The URL and the timeout were made once for the two requests to /json.
+            transport: Any = lean._transport
+            assert len(transport._lean_urls) == 4 and len(transport._lean_timeouts) == 1
+    finally:
+        await stock.aclose()
+        await lean.aclose()
+
+
+@pytest.mark.parametrize("sdk", sorted(_SDKS))
+async def test_an_event_stream_is_read_as_it_arrives(sdk: str) -> None:
+    """The first event reaches the reader while the server still holds the rest back (a body read
+    whole would wait for the end, and the server waits for the reader)."""
+    first_read = threading.Event()
+
+    def stream(_path: bytes, conn: socket.socket) -> None:
+        conn.sendall(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"transfer-encoding: chunked\r\n\r\n" + _chunk(b"data: first\n\n")
+        )
+        first_read.wait(10)
+        conn.sendall(_chunk(b"data: last\n\n") + b"0\r\n\r\n")
+
+    _, lean = _clients(sdk)
+    try:
+        with _server(stream) as url:
+            request = lean.build_request("POST", f"{url}/stream", content=b"{}")
+            response = await lean.send(request, stream=True)
+            chunks = []
+            async with asyncio.timeout(5):
+                async for chunk in response.aiter_raw():
+                    chunks.append(chunk)
+                    first_read.set()
+            await response.aclose()
+        assert chunks[0] == b"data: first\n\n" and b"".join(chunks) == b"data: first\n\ndata: last\n\n"
+    finally:
+        await lean.aclose()
+
+
+@pytest.mark.parametrize("sdk", sorted(_SDKS))
+async def test_failures_raise_the_sdks_own_exceptions(sdk: str) -> None:
+    """A refused connection and a body cut short raise what the SDK's transport raises (the two
+    SDKs map aiohttp's exceptions differently)."""
+    stock, lean = _clients(sdk)
+    closed = socket.create_server(("127.0.0.1", 0))
+    port = closed.getsockname()[1]
+    closed.close()
+    try:
+        raised = []
+        for client in (stock, lean):
+            with pytest.raises(httpx2.HTTPError) as refused:
+                await client.post(f"http://127.0.0.1:{port}/json", content=b"{}")
+            with _server() as url, pytest.raises(httpx2.HTTPError) as cut:
+                await client.post(f"{url}/broken", content=b"{}")
+            raised.append((type(refused.value), type(cut.value)))
+        assert raised[0] == raised[1]
+    finally:
+        await stock.aclose()
+        await lean.aclose()
+
+
+def test_a_transport_that_is_not_the_sdks_own_is_left_as_it_is() -> None:
+    class Mine(httpx2.AsyncBaseTransport):
+        pass
+
+    mine = Mine()
+    assert lean_transport(mine) is mine and type(mine) is Mine
