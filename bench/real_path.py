@@ -282,36 +282,40 @@ def _built(cls: Any, *args: Any, http: str | None, **kwargs: Any) -> Any:
     return cls(*args, **kwargs)
 
 
-async def _provider_figures(
-    base_url: str, calls: int, transcript: int, http: str | None = None
-) -> list[dict[str, Any]]:
+def _provider_for(kind: str, stream: bool, base_url: str, http: str | None) -> tuple[Any, str] | None:
+    """Stevora's adapter for `kind` (`openai`, `responses`, `anthropic`) as a worker builds it,
+    with its model; `None` for `responses` in a tree before the Responses API."""
     from stevora.llm.anthropic_provider import AnthropicProvider
     from stevora.llm.openai_provider import OpenAIProvider
 
+    if kind == "openai":
+        return _built(OpenAIProvider, "bench-key", f"{base_url}/v1", stream=stream, http=http), "gpt-4o-mini"
+    if kind == "responses":
+        try:
+            provider = _built(
+                OpenAIProvider,
+                "bench-key",
+                f"{base_url}/v1",
+                stream=stream,
+                default_api="responses",
+                http=http,
+            )
+        except TypeError:  # a tree before the Responses API: no such rows
+            return None
+        return provider, "gpt-4o-mini"
+    return _built(AnthropicProvider, "bench-key", base_url, stream=stream, http=http), "claude-haiku-4-5"
+
+
+async def _provider_figures(
+    base_url: str, calls: int, transcript: int, http: str | None = None
+) -> list[dict[str, Any]]:
     out = []
     for kind in ("openai", "responses", "anthropic"):
         for stream in (False, True):
-            if kind == "openai":
-                provider: Any = _built(
-                    OpenAIProvider, "bench-key", f"{base_url}/v1", stream=stream, http=http
-                )
-                model = "gpt-4o-mini"
-            elif kind == "responses":
-                try:
-                    provider = _built(
-                        OpenAIProvider,
-                        "bench-key",
-                        f"{base_url}/v1",
-                        stream=stream,
-                        default_api="responses",
-                        http=http,
-                    )
-                except TypeError:  # a tree before the Responses API: no such rows
-                    continue
-                model = "gpt-4o-mini"
-            else:
-                provider = _built(AnthropicProvider, "bench-key", base_url, stream=stream, http=http)
-                model = "claude-haiku-4-5"
+            built = _provider_for(kind, stream, base_url, http)
+            if built is None:
+                continue
+            provider, model = built
             request = _request(transcript)
             request.model = model
             for _ in range(20):  # warm: connection open, lazy imports, caches
@@ -383,6 +387,113 @@ async def _in_flight_figures(base_url: str, conn: Any, n: int, latency_s: float)
         await provider.aclose()
         out.append({"sdk": kind, "n": n, "latency": latency_s, "walls": walls, "opened": opened})
     return out
+
+
+# --- paired passes: CPU per call of two trees, alternated ----------------------------------------
+
+
+async def _pass_server(base_url: str, calls: int, transcript: int, http: str | None) -> None:
+    """A child of `--paired`: for each line `<sdk> <0|1>` on stdin, one timed pass of `calls`
+    calls (the adapter built and warmed on first use) and its CPU µs per call on stdout."""
+    built: dict[tuple[str, bool], tuple[Any, Any]] = {}
+    print("READY", flush=True)
+    while line := await asyncio.to_thread(sys.stdin.readline):
+        kind, streamed = line.split()
+        key = (kind, streamed == "1")
+        if key not in built:
+            made = _provider_for(kind, key[1], base_url, http)
+            if made is None:
+                print("CPU none", flush=True)
+                continue
+            provider, model = made
+            request = _request(transcript)
+            request.model = model
+            for _ in range(20):
+                await provider.complete(request)
+            built[key] = (provider, request)
+        provider, request = built[key]
+        cpu0 = time.process_time()
+        for _ in range(calls):
+            await provider.complete(request)
+        print(f"CPU {1e6 * (time.process_time() - cpu0) / calls}", flush=True)
+    for provider, _ in built.values():
+        await provider.aclose()
+
+
+def _paired(args: argparse.Namespace) -> None:
+    """`--paired N`: this tree and `--baseline`'s, each in a process of its own with its own fake
+    server and uvloop (as a worker runs), take turns: per SDK and mode, N passes each, the order
+    flipped every pass (ABBA), so that both see the same minutes of a noisy machine. Printed:
+    each tree's minimum and median CPU µs per call, and this tree's share of the baseline's,
+    as the median of the adjacent pairs' ratios and as the ratio of the minimums."""
+    import statistics
+
+    def start(tree: str) -> subprocess.Popen[str]:
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join([os.path.abspath(tree), ROOT])}
+        argv = [
+            sys.executable,
+            SELF,
+            "--pass-server",
+            "--calls",
+            str(args.calls),
+            "--transcript",
+            str(args.transcript),
+        ]
+        if args.http:
+            argv += ["--http", args.http]
+        child = subprocess.Popen(
+            argv, env=env, cwd=os.path.abspath(tree), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdout is not None and child.stdout.readline().strip() == "READY", (
+            f"{tree} did not start"
+        )
+        return child
+
+    def one_pass(child: subprocess.Popen[str], kind: str, stream: bool) -> float | None:
+        assert child.stdin is not None and child.stdout is not None
+        child.stdin.write(f"{kind} {int(stream)}\n")
+        child.stdin.flush()
+        answer = child.stdout.readline().split()
+        return None if answer[1] == "none" else float(answer[1])
+
+    trees = {"baseline": start(args.baseline), "this tree": start(ROOT)}
+    print(
+        f"\npaired passes of {args.calls} calls, {args.paired} per tree and mode, alternated (ABBA), uvloop"
+    )
+    print(f"  baseline {args.baseline}; this tree {ROOT}")
+    print(
+        f"  {'sdk':<10}{'stream':<8}{'baseline min / median':>24}{'this tree min / median':>25}"
+        f"{'share: pairs median, of minimums':>36}"
+    )
+    try:
+        for kind in ("openai", "responses", "anthropic"):
+            for stream in (False, True):
+                cpu: dict[str, list[float]] = {"baseline": [], "this tree": []}
+                ratios: list[float] = []
+                for i in range(args.paired):
+                    order = ["baseline", "this tree"] if i % 2 == 0 else ["this tree", "baseline"]
+                    got = {name: one_pass(trees[name], kind, stream) for name in order}
+                    base_cpu, our_cpu = got["baseline"], got["this tree"]
+                    if base_cpu is None or our_cpu is None:
+                        break
+                    cpu["baseline"].append(base_cpu)
+                    cpu["this tree"].append(our_cpu)
+                    ratios.append(our_cpu / base_cpu)
+                if not ratios:
+                    continue
+                base, ours = cpu["baseline"], cpu["this tree"]
+                print(
+                    f"  {kind:<10}{'yes' if stream else 'no':<8}"
+                    f"{min(base):>13.0f} / {statistics.median(base):>6.0f} µs"
+                    f"{min(ours):>14.0f} / {statistics.median(ours):>6.0f} µs"
+                    f"{statistics.median(ratios):>22.2f}, {min(ours) / min(base):.2f}",
+                    flush=True,
+                )
+    finally:
+        for child in trees.values():
+            if child.stdin is not None:
+                child.stdin.close()
+            child.wait(30)
 
 
 def _print_in_flight(label: str, rows: list[dict[str, Any]]) -> None:
@@ -626,6 +737,25 @@ def _measure(args: argparse.Namespace) -> dict[str, Any]:
         server.join(5)
 
 
+def _serve_passes(args: argparse.Namespace) -> None:
+    """A `--paired` child: its own fake server, uvloop as in a worker, then `_pass_server`."""
+    parent, child = multiprocessing.Pipe()
+    server = multiprocessing.get_context("spawn").Process(target=_serve, args=(child, 0.0), daemon=True)
+    server.start()
+    try:
+        base_url = parent.recv()
+        try:
+            import uvloop
+
+            asyncio.set_event_loop_policy(uvloop.EventLoopPolicy())
+        except ImportError:
+            pass
+        asyncio.run(_pass_server(base_url, args.calls, args.transcript, args.http))
+    finally:
+        parent.send("stop")
+        server.join(5)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -650,8 +780,23 @@ def main() -> None:
         choices=["aiohttp", "httpx"],
         help="the adapters' HTTP stack (default: theirs; main had httpx only)",
     )
+    parser.add_argument(
+        "--paired",
+        type=int,
+        default=0,
+        help="with --baseline: CPU per call only, N passes per tree and mode, the trees alternated",
+    )
     parser.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # the baseline child
+    parser.add_argument("--pass-server", action="store_true", help=argparse.SUPPRESS)  # a --paired child
     args = parser.parse_args()
+    if args.pass_server:
+        _serve_passes(args)
+        return
+    if args.paired:
+        if not args.baseline:
+            raise SystemExit("--paired needs --baseline")
+        _paired(args)
+        return
     if args.json:
         print("RESULT " + json.dumps(_measure(args)))
         return
