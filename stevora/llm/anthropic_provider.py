@@ -444,6 +444,9 @@ _BODY_KEYS = (
     "tool_choice",
     "tools",
 )
+# The JSON of the body's keys and of a turn's opening, written once.
+_KEYS_JSON = {key: json.dumps(key) for key in (*_BODY_KEYS, "temperature")}
+_TURN_OPENINGS = {role: f'{{"role":"{role}","content":[' for role in ("user", "assistant")}
 # `create`'s arguments that are request options, not body.
 _REQUEST_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
 # The SDK's JSON encoding of a body (`anthropic._utils._json.openapi_dumps`).
@@ -479,7 +482,7 @@ def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
     # What the encoder writes for the whole object, member by member (separators "," and ":").
     encode = _ENCODER.encode
     members = [
-        f"{encode(key)}:{_turns_json(value) if key == 'messages' else encode(value)}"
+        f"{_KEYS_JSON.get(key) or encode(key)}:{_turns_json(value) if key == 'messages' else encode(value)}"
         for key, value in body.items()
     ]
     return ("{" + ",".join(members) + "}").encode()
@@ -499,24 +502,28 @@ class _Block(dict[str, Any]):
 
 def _turns_json(turns: list[Any]) -> str:
     """`_ENCODER.encode(turns)`, each kept block's JSON encoded once (`_Block`)."""
-    encode = _ENCODER.encode
     out = []
     for turn in turns:
-        content = turn.get("content") if type(turn) is dict else None
-        if type(content) is not list or tuple(turn) != ("role", "content"):
-            out.append(encode(turn))
+        # A turn as `to_anthropic_messages` makes it: {"role": ..., "content": [...]}, in that order.
+        opening = _TURN_OPENINGS.get(str(turn.get("role"))) if type(turn) is dict and len(turn) == 2 else None
+        content = turn.get("content") if opening is not None else None
+        if opening is None or type(content) is not list or next(iter(turn)) != "role":
+            out.append(_ENCODER.encode(turn))
             continue
-        blocks = []
-        for block in content:
-            if type(block) is _Block:
-                text = block.json
-                if text is None:
-                    text = block.json = encode(block)
-                blocks.append(text)
-            else:
-                blocks.append(encode(block))
-        out.append('{"role":' + encode(turn["role"]) + ',"content":[' + ",".join(blocks) + "]}")
+        blocks = [
+            block.json if type(block) is _Block and block.json is not None else _block_json(block)
+            for block in content
+        ]
+        out.append(opening + ",".join(blocks) + "]}")
     return "[" + ",".join(out) + "]"
+
+
+def _block_json(block: Any) -> str:
+    """A block's JSON, kept on it when it is a `_Block`."""
+    text: str = _ENCODER.encode(block)
+    if type(block) is _Block:
+        block.json = text
+    return text
 
 
 # `type(...) is`, not `isinstance`: a JSON value is never a subclass, and this runs per event.
