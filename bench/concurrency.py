@@ -384,6 +384,14 @@ async def level(
         f"         worker CPU {cpu:6.1f} s = {1000 * cpu / calls:5.2f} ms per model call "
         f"({cpu / wall:4.2f} cores), its PostgreSQL backends {1000 * pg / calls:5.2f} ms   load average {load:4.1f}"
     )
+    # One process runs its Python on one core at a time (the GIL; only its system calls and the
+    # C code that lets go of the GIL run beside it): at this CPU per call it cannot make much more
+    # than 1 / (CPU per call) calls a second, whatever the latency and the runs in flight.
+    ceiling = calls / cpu if cpu else float("inf")
+    print(
+        f"         one core's ceiling at that CPU: {ceiling:7.1f} calls/s = {100 * ceiling / ideal:5.1f} % of ideal "
+        "(one process cannot go much past it)"
+    )
     if server_cpu is not None:
         print(
             f"         the fake HTTP server's CPU {server_cpu:5.1f} s = {1000 * server_cpu / calls:5.2f} ms "
