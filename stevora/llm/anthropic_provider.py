@@ -69,6 +69,7 @@ from stevora.llm.provider import (
 )
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import StructuredPlan, plan_structured
+from stevora.llm.wire_json import ENCODER, Kept, body_json, item_json
 from stevora.tools.invoke import loads_json
 
 # What is left of the organisation's limits, on Anthropic's answers.
@@ -444,13 +445,10 @@ _BODY_KEYS = (
     "tool_choice",
     "tools",
 )
-# The JSON of the body's keys and of a turn's opening, written once.
-_KEYS_JSON = {key: json.dumps(key) for key in (*_BODY_KEYS, "temperature")}
+# The JSON of a turn's opening, written once.
 _TURN_OPENINGS = {role: f'{{"role":"{role}","content":[' for role in ("user", "assistant")}
 # `create`'s arguments that are request options, not body.
 _REQUEST_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
-# The SDK's JSON encoding of a body (`anthropic._utils._json.openapi_dumps`).
-_ENCODER = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
 
 
 def _nonstreaming_timeout(client: anthropic.AsyncAnthropic, kwargs: dict[str, Any]) -> Any:
@@ -467,8 +465,9 @@ def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
     """The JSON body `messages.create(**kwargs, stream=stream)` sends, byte for byte, without
     `create`'s copy of the whole body on every call (~1,000 Python calls for a 20-message
     transcript): the adapter's dicts are plain JSON values already. The transcript's blocks
-    are not encoded again on every call: a block kept on its message (`_Block`) is encoded once
-    and its JSON joined in (a tool loop's earlier turns are the same blocks round after round)."""
+    are not encoded again on every call: a block kept on its message (`wire_json.Kept`) is
+    encoded once and its JSON joined in (a tool loop's earlier turns are the same blocks round
+    after round)."""
     if stream:
         kwargs = {**kwargs, "stream": True}
     body = {key: kwargs[key] for key in _BODY_KEYS if key in kwargs}
@@ -476,54 +475,25 @@ def wire_body(kwargs: dict[str, Any], *, stream: bool = False) -> bytes:
         if key not in _REQUEST_OPTIONS and key not in body:
             body[key] = value
     body.update(kwargs.get("extra_body") or {})
-    turns = body.get("messages")
-    if type(turns) is not list or any(type(key) is not str for key in body):
-        return _ENCODER.encode(body).encode()
-    # What the encoder writes for the whole object, member by member (separators "," and ":").
-    encode = _ENCODER.encode
-    members = [
-        f"{_KEYS_JSON.get(key) or encode(key)}:{_turns_json(value) if key == 'messages' else encode(value)}"
-        for key, value in body.items()
-    ]
-    return ("{" + ",".join(members) + "}").encode()
-
-
-class _Block(dict[str, Any]):
-    """A content block kept on its message (`Message.wire_form`), with its JSON once encoded.
-    Never changed once made (`wire_form`'s contract): a block that changes (a cache breakpoint)
-    is a new plain dict, encoded on each call."""
-
-    __slots__ = ("json",)
-
-    def __init__(self, block: dict[str, Any]) -> None:
-        super().__init__(block)
-        self.json: str | None = None
+    return body_json(body, "messages", _turns_json)
 
 
 def _turns_json(turns: list[Any]) -> str:
-    """`_ENCODER.encode(turns)`, each kept block's JSON encoded once (`_Block`)."""
+    """`ENCODER.encode(turns)`, each kept block's JSON encoded once (`wire_json.Kept`)."""
     out = []
     for turn in turns:
         # A turn as `to_anthropic_messages` makes it: {"role": ..., "content": [...]}, in that order.
         opening = _TURN_OPENINGS.get(str(turn.get("role"))) if type(turn) is dict and len(turn) == 2 else None
         content = turn.get("content") if opening is not None else None
         if opening is None or type(content) is not list or next(iter(turn)) != "role":
-            out.append(_ENCODER.encode(turn))
+            out.append(ENCODER.encode(turn))
             continue
         blocks = [
-            block.json if type(block) is _Block and block.json is not None else _block_json(block)
+            block.json if type(block) is Kept and block.json is not None else item_json(block)
             for block in content
         ]
         out.append(opening + ",".join(blocks) + "]}")
     return "[" + ",".join(out) + "]"
-
-
-def _block_json(block: Any) -> str:
-    """A block's JSON, kept on it when it is a `_Block`."""
-    text: str = _ENCODER.encode(block)
-    if type(block) is _Block:
-        block.json = text
-    return text
 
 
 # `type(...) is`, not `isinstance`: a JSON value is never a subclass, and this runs per event.
@@ -589,9 +559,9 @@ def to_anthropic_messages(messages: list[Message]) -> tuple[str | None, list[dic
 
 
 def _kept_blocks(message: Message) -> tuple[str, list[dict[str, Any]]]:
-    """`_blocks(message)` as kept on the message: each block a `_Block`, encoded once."""
+    """`_blocks(message)` as kept on the message: each block `Kept`, encoded once."""
     kind, made = _blocks(message)
-    return kind, [_Block(block) for block in made]
+    return kind, [Kept(block) for block in made]
 
 
 def _part_block(part: Part) -> dict[str, Any]:

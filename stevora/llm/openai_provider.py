@@ -53,6 +53,7 @@ from stevora.llm.provider import (
 )
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan, plan_structured
+from stevora.llm.wire_json import Kept
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 
@@ -415,7 +416,7 @@ def _messages_param(messages: list[Message], tool_call_content: str) -> list[dic
         if message.role != "tool" and held:
             out.append(_tool_attachments_message(held))
             held = []
-        out.append(_message_param(message, tool_call_content))
+        out.append(_kept_message_param(message, tool_call_content))
         if message.role == "tool" and message.attachments:
             held.append(message)
     if held:
@@ -441,6 +442,22 @@ def _content_part(part: Part) -> dict[str, Any]:
     if part.type == "image":
         return {"type": "image_url", "image_url": {"url": url}}
     return {"type": "file", "file": {"filename": f"{(part.sha256 or 'file')[:16]}.pdf", "file_data": url}}
+
+
+def _kept_message_param(message: Message, tool_call_content: str) -> dict[str, Any]:
+    """`_message_param`, made once per message and empty-content form and kept on the message
+    (`Message.wire_form`) as `Kept`: its JSON is encoded once too (`wire_json.body_json`). A
+    message with parts is made afresh (an attachment's base64 is not kept)."""
+    if message.parts:
+        return _message_param(message, tool_call_content)
+    made: dict[str, Any] = message.wire_form(
+        _CHAT_FORMS[tool_call_content], lambda m: Kept(_message_param(m, tool_call_content))
+    )
+    return made
+
+
+# `Message.wire_form`'s key for each empty-content form of a tool-calling turn.
+_CHAT_FORMS = {form: f"openai-chat:{form}" for form in ("null", "empty", "omit")}
 
 
 def _message_param(message: Message, tool_call_content: str = "null") -> dict[str, Any]:

@@ -44,6 +44,7 @@ from stevora.llm.provider import (
 )
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan
+from stevora.llm.wire_json import body_json
 
 # A stream that broke after its 200 (`StreamAccumulator.broken`).
 _BROKEN: tuple[type[Exception], ...] = (openai.OpenAIError, *BROKEN_STREAM)
@@ -296,8 +297,14 @@ async def post(
         options["headers"] = kwargs["extra_headers"]
     if kwargs.get("extra_query"):
         options["params"] = kwargs["extra_query"]
+    # As `content` bytes, which the SDK sends as they are: the JSON its `openapi_dumps` writes for
+    # the dict, each kept message encoded once (`wire_json.body_json`).
+    try:
+        sent: dict[str, Any] = {"content": body_json(body, "messages")}
+    except (TypeError, ValueError):  # not plain JSON: the SDK's encoder (and its errors) as before
+        sent = {"body": body}
     answer: httpx2.Response = await client.post(
-        path, cast_to=httpx2.Response, body=body, options=cast(Any, options), stream=stream, stream_cls=None
+        path, cast_to=httpx2.Response, options=cast(Any, options), stream=stream, stream_cls=None, **sent
     )
     return answer
 

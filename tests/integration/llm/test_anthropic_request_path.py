@@ -14,7 +14,7 @@ import httpx2
 import pytest
 from anthropic._models import FinalRequestOptions
 
-from stevora.llm import anthropic_provider
+from stevora.llm import anthropic_provider, wire_json
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message, ToolCall
 
@@ -166,9 +166,9 @@ async def test_a_tool_loops_earlier_blocks_are_encoded_once_and_the_body_stays_t
             encoded.append(o)
             return super().encode(o)
 
-    monkeypatch.setattr(
-        anthropic_provider, "_ENCODER", Counting(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
-    )
+    counting = Counting(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    monkeypatch.setattr(wire_json, "ENCODER", counting)
+    monkeypatch.setattr(anthropic_provider, "ENCODER", counting)
     whole = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     bodies: list[bytes] = []
 

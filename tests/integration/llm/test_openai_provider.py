@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import Callable
+from typing import Any
 
 import pytest
+from openai._utils._json import openapi_dumps
 
 from stevora.errors import ProviderError
+from stevora.llm import wire_json
 from stevora.llm.messages import LlmRequest, Message, ToolCall, ToolSpec
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.llm.transcript import prepare_transcript
@@ -180,6 +184,39 @@ async def test_the_body_sent_is_the_one_the_sdks_typed_create_sends(
     ours, typed = (r.json for r in fake_llm.openai.requests)
     assert ours == typed
     assert ours["messages"][2]["tool_calls"][0]["id"] == "call_A" and len(ours["tools"]) == 2
+
+
+async def test_a_tool_loops_earlier_messages_are_encoded_once_and_the_body_is_the_sdks_json(
+    fake_llm: FakeLLMServer, make_openai: OpenAIFactory, monkeypatch: pytest.MonkeyPatch
+):
+    """The body goes to the SDK as the bytes its `openapi_dumps` writes (UTF-8, compact, same key
+    order), and a message already sent is not encoded again, round after round."""
+    encoded: list[Any] = []
+
+    class Counting(json.JSONEncoder):
+        def encode(self, o: Any) -> str:
+            encoded.append(o)
+            return super().encode(o)
+
+    monkeypatch.setattr(
+        wire_json, "ENCODER", Counting(ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+    )
+    provider = make_openai()
+    transcript = [Message.system("Be terse."), Message.user("Wëather in Paris?")]
+    messages_per_round = []
+    for round_ in range(3):
+        fake_llm.openai.enqueue(openai_text("ok"))
+        encoded.clear()
+        await provider.complete(_request(*transcript, tools=[WEATHER]))
+        raw = fake_llm.openai.requests[-1].raw
+        assert raw == openapi_dumps(json.loads(raw))  # the SDK's own encoding, byte for byte
+        messages_per_round.append(sum(1 for o in encoded if isinstance(o, dict) and "role" in o))
+        transcript += [
+            Message.assistant(None, _weather_calls(f"call_{round_}")),
+            Message.tool_result(f"call_{round_}", f'{{"temp": {20 + round_}}}'),
+        ]
+    # The first round's two messages, then the two each round adds.
+    assert messages_per_round == [2, 2, 2]
 
 
 async def test_json_mode_is_accepted_even_when_the_prompt_never_says_json(
