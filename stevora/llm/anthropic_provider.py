@@ -51,6 +51,7 @@ from stevora.llm.messages import (
 )
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
+    KEPT_PER_CLIENT,
     MALFORMED,
     HttpStack,
     RemainingHeaders,
@@ -58,6 +59,8 @@ from stevora.llm.provider import (
     connection_error,
     deadline,
     error_message_from_body,
+    headers_made_once,
+    kept_on,
     leave_429_to_the_limiter,
     malformed_answer,
     parse_tool_input,
@@ -65,6 +68,7 @@ from stevora.llm.provider import (
     provider_error_for_status,
     sdk_http_client,
     timeout_error,
+    timeout_key,
     url_made_once,
 )
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
@@ -111,33 +115,17 @@ class _AnthropicClient(anthropic.AsyncAnthropic):
     def _build_headers(self, options: FinalRequestOptions, *, retries_taken: int = 0) -> httpx2.Headers:
         """The SDK's `_build_headers` (~190 Python calls: 15 headers set one by one into an
         `httpx2.Headers`, each re-scanning it, then checked), made once per value of everything it
-        reads (`_headers_key`) and copied for each request (the SDK may change the copy)."""
-        key = _headers_key(self, options, retries_taken)
-        kept: dict[tuple[Any, ...], httpx2.Headers] = _kept_on(self, "_stevora_headers")
-        try:
-            found = kept.get(key)
-        except TypeError:  # an unhashable header value: built afresh
-            return super()._build_headers(options, retries_taken=retries_taken)
-        if found is None:
-            if len(kept) >= _KEPT_PER_CLIENT:
-                kept.clear()
-            found = kept[key] = super()._build_headers(options, retries_taken=retries_taken)
-        return found.copy()
+        reads (`_headers_key`) and copied for each request (`headers_made_once`)."""
+        return headers_made_once(
+            self,
+            _headers_key(self, options, retries_taken),
+            lambda: super(_AnthropicClient, self)._build_headers(options, retries_taken=retries_taken),
+        )
 
 
 # The SDK's `User-Agent` is its client class's name (`AsyncAnthropic/Python 2.x`): this subclass
 # sends the SDK's, not its own.
 _AnthropicClient.__name__ = anthropic.AsyncAnthropic.__name__
-
-
-def _timeout_key(timeout: Any) -> Any:
-    """A timeout as a key: an `httpx2.Timeout` compares by identity, its four values do not; `30`
-    and `30.0` are equal keys but the SDK's `x-stainless-timeout` header writes them apart."""
-    return (
-        tuple((k, type(v), v) for k, v in timeout.as_dict().items())
-        if isinstance(timeout, httpx2.Timeout)
-        else (type(timeout), timeout)
-    )
 
 
 def _headers_key(client: Any, options: FinalRequestOptions, retries_taken: int) -> tuple[Any, ...]:
@@ -148,30 +136,21 @@ def _headers_key(client: Any, options: FinalRequestOptions, retries_taken: int) 
     idempotency = options.idempotency_key if client._idempotency_header else None
     extra = options.headers
     return (
-        _timeout_key(options.timeout),
-        _timeout_key(client.timeout),
+        timeout_key(options.timeout, anthropic.NotGiven),
+        timeout_key(client.timeout, anthropic.NotGiven),
         retries_taken,
         client._idempotency_header,
         idempotency,
         tuple(client.default_headers.items()),
         tuple(client._custom_headers.items()),
-        tuple(extra.items()) if isinstance(extra, dict) else extra,
+        tuple(extra.items()) if isinstance(extra, dict) else _not_given_as_one(extra),
         getattr(client, "_token_cache", None) is None,
     )
 
 
-# What the adapter keeps on its client, built once (`_request_options` per timeout,
-# `_AnthropicClient._build_headers` per value of what they read): at most this many of each.
-_KEPT_PER_CLIENT = 16
-
-
-def _kept_on(client: Any, name: str) -> dict[Any, Any]:
-    """The cache `name` kept on `client`, made empty on first use."""
-    kept: dict[Any, Any] | None = getattr(client, name, None)
-    if kept is None:
-        kept = {}
-        setattr(client, name, kept)
-    return kept
+def _not_given_as_one(value: Any) -> Any:
+    """`NotGiven` (a new one in each options the SDK builds, compared by identity) as one value."""
+    return anthropic.NotGiven if isinstance(value, anthropic.NotGiven) else value
 
 
 def _request_options(client: Any, timeout: Any, content: bytes) -> FinalRequestOptions | None:
@@ -183,11 +162,11 @@ def _request_options(client: Any, timeout: Any, content: bytes) -> FinalRequestO
     it changes any). `None` for a timeout that is not a number (`post` then builds them)."""
     if timeout is not anthropic.NOT_GIVEN and type(timeout) not in (float, int):
         return None
-    kept: dict[Any, FinalRequestOptions] = _kept_on(client, "_stevora_options")
+    kept: dict[Any, FinalRequestOptions] = kept_on(client, "_stevora_options")
     key = (type(timeout), timeout)  # 30 and 30.0 are sent apart (`x-stainless-timeout`)
     template = kept.get(key)
     if template is None:
-        if len(kept) >= _KEPT_PER_CLIENT:
+        if len(kept) >= KEPT_PER_CLIENT:
             kept.clear()
         given = {} if timeout is anthropic.NOT_GIVEN else {"timeout": timeout}
         template = kept[key] = FinalRequestOptions.construct(

@@ -14,6 +14,8 @@ from typing import Any, Literal
 import httpx2
 import openai
 import structlog
+from openai import NotGiven, Omit
+from openai._models import FinalRequestOptions
 from openai.types import CompletionUsage
 from openai.types.chat import ChatCompletion
 
@@ -42,6 +44,7 @@ from stevora.llm.provider import (
     data_url,
     deadline,
     error_message_from_body,
+    headers_made_once,
     is_invalid_request_answer,
     leave_429_to_the_limiter,
     malformed_answer,
@@ -49,6 +52,7 @@ from stevora.llm.provider import (
     provider_error_for_status,
     sdk_http_client,
     timeout_error,
+    timeout_key,
     url_made_once,
 )
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
@@ -110,17 +114,64 @@ def http_client(max_connections: int | None = None, http: HttpStack = "aiohttp")
 
 class _OpenAIClient(openai.AsyncOpenAI):
     """The SDK's client, its `_prepare_url` (the base URL joined with a request's path: ~300
-    Python calls of httpx's URL parser per request) made once per path and base URL, as
-    Anthropic's (`_AnthropicClient`): it depends on nothing else, and an `httpx2.URL` is
-    immutable. Everything else is the SDK's own."""
+    Python calls of httpx's URL parser per request) made once per path and base URL: it depends
+    on nothing else, and an `httpx2.URL` is immutable; its `_build_headers` made once per value
+    of what it reads, as Anthropic's (`_AnthropicClient`). Both are private SDK names:
+    tests/unit/llm/test_sdk_private_names.py fails first if an SDK renames them or changes what
+    they read. Everything else is the SDK's own."""
 
     def _prepare_url(self, url: str) -> httpx2.URL:
         return url_made_once(self, "_stevora_urls", self.base_url, url, super()._prepare_url)
+
+    def _build_headers(self, options: FinalRequestOptions, *, retries_taken: int = 0) -> httpx2.Headers:
+        """The SDK's `_build_headers` (~190 Python calls: 13 headers normalised into an
+        `httpx2.Headers`, some set one by one, each re-scanning it), made once per value of
+        everything it reads (`_headers_key`) and copied for each request (`headers_made_once`)."""
+        return headers_made_once(
+            self,
+            _headers_key(self, options, retries_taken),
+            lambda: super(_OpenAIClient, self)._build_headers(options, retries_taken=retries_taken),
+        )
 
 
 # The SDK's `User-Agent` is its client class's name (`AsyncOpenAI/Python 1.x`): this subclass
 # sends the SDK's, not its own.
 _OpenAIClient.__name__ = openai.AsyncOpenAI.__name__
+
+
+def _headers_key(client: Any, options: FinalRequestOptions, retries_taken: int) -> tuple[Any, ...]:
+    """Everything the SDK's `BaseClient._build_headers` and `AsyncOpenAI`'s `_auth_headers` and
+    `_validate_headers` read (a test pins the names they read): the timeouts, the retry count, the
+    idempotency key when the client sends one, the credentials the request's security asks for
+    (the current API key: a key an API-key provider refreshed arrives in the request's own
+    headers), the client's default and custom headers in order, the request's own headers, and
+    whether a provider (e.g. Azure) stands in for the credentials' check."""
+    idempotency = options.idempotency_key if client._idempotency_header else None
+    return (
+        timeout_key(options.timeout, NotGiven),
+        timeout_key(client.timeout, NotGiven),
+        retries_taken,
+        client._idempotency_header,
+        idempotency,
+        _headers_items(client._auth_headers(options.security)),
+        _headers_items(client.default_headers),
+        _headers_items(options.headers),
+        getattr(client, "_provider_runtime", None) is None,
+    )
+
+
+def _headers_items(headers: Any) -> Any:
+    """Headers as a key, in order: an `Omit` (a new one on every call, which compares by
+    identity) as its type, and no request headers (`NotGiven`) as one value. A list, not a
+    generator: this runs for every request, and each step of a generator is a Python call."""
+    if isinstance(headers, dict):
+        return tuple(
+            [
+                (name, value if type(value) is str or not isinstance(value, Omit) else type(value))
+                for name, value in headers.items()
+            ]
+        )
+    return NotGiven if isinstance(headers, NotGiven) else headers
 
 
 class OpenAIProvider:

@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import httpx2
 import openai
+from openai._models import FinalRequestOptions, SecurityOptions
 from openai.types.responses import Response, ResponseReasoningItem
 
 from stevora.errors import ProviderError
@@ -36,9 +37,11 @@ from stevora.llm.messages import (
 )
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
+    KEPT_PER_CLIENT,
     MALFORMED,
     checked_response,
     data_url,
+    kept_on,
     malformed_answer,
     mentions_json,
 )
@@ -273,6 +276,12 @@ def _given(details: object) -> bool:
 _REQUEST_OPTIONS = frozenset({"timeout", "extra_headers", "extra_query", "extra_body"})
 
 
+def _security() -> SecurityOptions:
+    """The credentials `create` asks for (its `make_request_options(security=...)`): the API key
+    alone, not the admin key the SDK's default would fall back to."""
+    return {"bearer_auth": True}
+
+
 async def post(
     client: openai.AsyncOpenAI, path: str, kwargs: dict[str, Any], *, stream: bool
 ) -> httpx2.Response:
@@ -281,8 +290,9 @@ async def post(
     arguments against the SDK's TypedDicts on every call (the transcript too, unless it goes as
     `extra_body`; its own arguments even then, hashing `Literal` types) and wraps or builds the
     answer's model: ~840 of a plain call's ~3,600 Python calls (docs/benchmarks.md). The
-    adapters' dicts are the wire form already and they read the answer as JSON. Streamed: the
-    answer's body still unread (the caller closes it)."""
+    adapters' dicts are the wire form already and they read the answer as JSON. The request
+    options `create` would build are copied from ones built once (`_request_options`).
+    Streamed: the answer's body still unread (the caller closes it)."""
     body: dict[str, Any] = {"model": kwargs["model"]}
     if stream:
         body["stream"] = True
@@ -290,23 +300,58 @@ async def post(
         if key not in _REQUEST_OPTIONS:
             body.setdefault(key, value)
     body.update(kwargs.get("extra_body") or {})
-    options: dict[str, Any] = {}
-    if "timeout" in kwargs:
-        options["timeout"] = kwargs["timeout"]
-    if kwargs.get("extra_headers"):
-        options["headers"] = kwargs["extra_headers"]
-    if kwargs.get("extra_query"):
-        options["params"] = kwargs["extra_query"]
     # As `content` bytes, which the SDK sends as they are: the JSON its `openapi_dumps` writes for
     # the dict, each kept message encoded once (`wire_json.body_json`).
     try:
         sent: dict[str, Any] = {"content": body_json(body, "messages")}
     except (TypeError, ValueError):  # not plain JSON: the SDK's encoder (and its errors) as before
         sent = {"body": body}
-    answer: httpx2.Response = await client.post(
-        path, cast_to=httpx2.Response, options=cast(Any, options), stream=stream, stream_cls=None, **sent
-    )
+    timeout = kwargs.get("timeout", openai.NOT_GIVEN)
+    extra = kwargs.get("extra_headers") or kwargs.get("extra_query")
+    prepared = None if extra else _request_options(client, path, timeout, sent)
+    if prepared is None:  # options the kept ones are not keyed by: `post` builds them
+        options: dict[str, Any] = {"security": _security()}
+        if "timeout" in kwargs:
+            options["timeout"] = kwargs["timeout"]
+        if kwargs.get("extra_headers"):
+            options["headers"] = kwargs["extra_headers"]
+        if kwargs.get("extra_query"):
+            options["params"] = kwargs["extra_query"]
+        answer: httpx2.Response = await client.post(
+            path, cast_to=httpx2.Response, options=cast(Any, options), stream=stream, stream_cls=None, **sent
+        )
+        return answer
+    # What `post` does with the options it builds.
+    answer = await client.request(httpx2.Response, prepared, stream=stream, stream_cls=None)
     return answer
+
+
+def _request_options(
+    client: Any, path: str, timeout: Any, sent: dict[str, Any]
+) -> FinalRequestOptions | None:
+    """The options `client.post(path, cast_to=httpx2.Response, **sent, options=...)` (`sent`: the
+    body as `content` bytes, or as the `body` dict) gives
+    `client.request` (`options`: `create`'s security and the timeout, if any), without building
+    them afresh (~200 Python calls: pydantic's `model_construct` resolves and deep-copies the
+    default of each of 20 fields): built once per path and timeout by the SDK's own
+    `FinalRequestOptions.construct`, as `post` builds them, and copied with this call's body, as
+    Anthropic's (`anthropic_provider._request_options`; the SDK copies the options again before
+    it changes any). `None` for a timeout that is not a number (`post` then builds them)."""
+    if timeout is not openai.NOT_GIVEN and type(timeout) not in (float, int):
+        return None
+    kept: dict[Any, FinalRequestOptions] = kept_on(client, "_stevora_options")
+    key = (path, type(timeout), timeout)  # 30 and 30.0 are sent apart (`x-stainless-read-timeout`)
+    template = kept.get(key)
+    if template is None:
+        if len(kept) >= KEPT_PER_CLIENT:
+            kept.clear()
+        given = {} if timeout is openai.NOT_GIVEN else {"timeout": timeout}
+        template = kept[key] = FinalRequestOptions.construct(
+            method="post", url=path, json_data=None, content=None, files=None, security=_security(), **given
+        )
+    if "body" in sent:
+        return template.model_copy(update={"json_data": sent["body"]})
+    return template.model_copy(update={"content": sent["content"]})
 
 
 async def complete(

@@ -524,6 +524,47 @@ def url_made_once(
     return found
 
 
+# What an adapter keeps on its SDK client, built once (the request options per timeout, the
+# headers per value of what they read): at most this many of each.
+KEPT_PER_CLIENT = 16
+
+
+def kept_on(client: Any, name: str) -> dict[Any, Any]:
+    """The cache `name` kept on `client`, made empty on first use."""
+    kept: dict[Any, Any] | None = getattr(client, name, None)
+    if kept is None:
+        kept = {}
+        setattr(client, name, kept)
+    return kept
+
+
+def timeout_key(timeout: Any, not_given: type) -> Any:
+    """A timeout as a key: an `httpx2.Timeout` compares by identity, its four values do not; `30`
+    and `30.0` are equal keys but the SDKs' timeout headers write them apart; the SDK's
+    `not_given` (a new one in each options the SDK builds, compared by identity) is one value."""
+    if isinstance(timeout, httpx2.Timeout):
+        return tuple([(k, type(v), v) for k, v in timeout.as_dict().items()])
+    return not_given if isinstance(timeout, not_given) else (type(timeout), timeout)
+
+
+def headers_made_once(
+    client: Any, key: tuple[Any, ...], build: Callable[[], httpx2.Headers]
+) -> httpx2.Headers:
+    """`build()` (an SDK's `_build_headers`), kept on `client` per `key` (the value of everything
+    it reads) and copied for each request (the SDK may change its copy); built afresh for a key
+    that cannot be hashed (an unhashable header value)."""
+    kept: dict[tuple[Any, ...], httpx2.Headers] = kept_on(client, "_stevora_headers")
+    try:
+        found = kept.get(key)
+    except TypeError:
+        return build()
+    if found is None:
+        if len(kept) >= KEPT_PER_CLIENT:
+            kept.clear()
+        found = kept[key] = build()
+    return found.copy()
+
+
 _LEAN_CLASSES: dict[type, type] = {}
 
 

@@ -17,6 +17,8 @@ import openai
 import pytest
 
 import stevora.llm.anthropic_provider as anthropic_provider
+import stevora.llm.openai_provider as openai_provider
+import stevora.llm.openai_responses as openai_responses
 import stevora.llm.provider as provider_module
 from stevora.llm.anthropic_provider import AnthropicProvider
 from stevora.llm.messages import LlmRequest, Message, ToolCall, ToolSpec
@@ -156,6 +158,23 @@ async def test_the_anthropic_adapter_sends_what_the_stock_sdk_client_sends_byte_
     assert len(lean) == 5
     assert lean == stock, [(a, b) for a, b in zip(lean, stock, strict=True) if a != b][:1]
     assert b"\r\nuser-agent: asyncanthropic/python " in lean[0].lower()
+
+
+@pytest.mark.parametrize("http", ["aiohttp", "httpx"])
+async def test_the_openai_adapter_sends_what_the_stock_sdk_client_sends_byte_for_byte(
+    monkeypatch: pytest.MonkeyPatch, http: HttpStack
+) -> None:
+    """Everything the OpenAI adapter's request path keeps (`_OpenAIClient`'s URLs and headers,
+    `openai_responses._request_options`, `LeanRequests`) against the SDK's own `AsyncOpenAI.post`
+    on its stock HTTP client: the same bytes, its `User-Agent` and each retry's headers included."""
+    lean, lean_client = await _sent("openai", http)
+    monkeypatch.setattr(provider_module, "lean_client", lambda cls: cls)
+    monkeypatch.setattr(openai_provider, "_OpenAIClient", openai.AsyncOpenAI)
+    monkeypatch.setattr(openai_responses, "_request_options", lambda *_: None)
+    stock, stock_client = await _sent("openai", http)
+    assert isinstance(lean_client, LeanRequests) and not isinstance(stock_client, LeanRequests)
+    assert len(lean) == 5
+    assert lean == stock, [(a, b) for a, b in zip(lean, stock, strict=True) if a != b][:1]
 
 
 @pytest.mark.parametrize("http", ["aiohttp", "httpx"])

@@ -1,7 +1,7 @@
 """The Anthropic adapter reads two private SDK names (`_constants.MODEL_NONSTREAMING_TOKENS`,
 `_calculate_nonstreaming_timeout`); pyproject sets no upper bound on the SDK, so an SDK without
 them must neither break the import nor a plain call. The adapters' clients override private SDK
-methods (`_prepare_url`, Anthropic's `_build_headers`) and build the SDK's `FinalRequestOptions`:
+methods (`_prepare_url`, `_build_headers`) and build the SDKs' `FinalRequestOptions`:
 the tests here fail first if an SDK renames them or changes what they read."""
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import httpx2
 import openai
 import pytest
 from anthropic._models import FinalRequestOptions
+from openai._models import FinalRequestOptions as OpenAIRequestOptions
 
+from stevora.llm import openai_responses
 from stevora.llm.anthropic_provider import _AnthropicClient, _nonstreaming_timeout, _request_options
 from stevora.llm.openai_provider import OpenAIProvider, _OpenAIClient
 
@@ -122,6 +124,9 @@ def test_the_anthropic_client_builds_each_set_of_headers_once_as_the_sdk_builds_
             headers["x-changed-by-the-sdk"] = "1"  # on this request's copy only
     built_by_stock = len(variants)
     assert len(built) == built_by_stock + len(variants)  # ours: once per variant, not three times
+    for _ in range(2):  # options built apart, alike (each with its own `NotGiven`): one key
+        ours._build_headers(_options(), retries_taken=5)
+    assert len(built) == built_by_stock + len(variants) + 1
     ours.api_key = stock.api_key = "rotated"
     options = _options()
     assert ours._build_headers(options).raw == stock._build_headers(options).raw
@@ -159,3 +164,149 @@ async def test_the_options_the_adapter_sends_are_those_post_builds() -> None:
     kept = client._stevora_options  # type: ignore[attr-defined]
     assert list(kept) == [(type(t), t) for t in (anthropic.NOT_GIVEN, 60.0, 30)]
     assert _request_options(client, httpx2.Timeout(5.0), b"{}") is None  # `post` builds those
+
+
+# What openai's `BaseClient._build_headers` and `AsyncOpenAI._validate_headers` read: the key
+# `_OpenAIClient` keeps their headers by (`openai_provider._headers_key`) holds all of it (the
+# credentials as `_auth_headers` gives them, the client's headers as `default_headers` gives
+# them). An SDK that reads anything else fails here first, and the key must be looked at again.
+_OPENAI_BUILD_HEADERS_READS = {
+    "Headers", "NotGiven", "Timeout", "_auth_headers", "_idempotency_header", "_merge_headers",
+    "_validate_headers", "default_headers", "headers", "httpx2", "idempotency_key", "isinstance",
+    "normalize_httpx_timeout", "read", "security", "str", "timeout",
+}  # fmt: skip
+_OPENAI_VALIDATE_HEADERS_READS = {
+    "TypeError",
+    "_has_header",
+    "_has_omitted_header",
+    "_provider_runtime",
+    "_sdk_client",
+}
+
+
+def test_the_openai_sdk_builds_headers_from_what_the_adapters_client_keys_them_by() -> None:
+    from openai.lib import _client_auth
+
+    base = openai._base_client.BaseClient
+    assert set(base._build_headers.__code__.co_names) == _OPENAI_BUILD_HEADERS_READS
+    assert "async_validate_headers" in openai.AsyncOpenAI._validate_headers.__code__.co_names
+    assert set(_client_auth.async_validate_headers.__code__.co_names) == _OPENAI_VALIDATE_HEADERS_READS
+    # The base client's `_build_headers`, as pinned above, for every client class between.
+    assert [c for c in openai.AsyncOpenAI.__mro__ if "_build_headers" in vars(c)] == [base]
+
+
+def _openai_options(**given: Any) -> OpenAIRequestOptions:
+    given.setdefault("security", {"bearer_auth": True})
+    return OpenAIRequestOptions.construct(method="post", url="/chat/completions", json_data={}, **given)
+
+
+def test_the_openai_client_builds_each_set_of_headers_once_as_the_sdk_builds_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`_OpenAIClient._build_headers` (the SDK's, a private name) is made once per value of what
+    it reads and copied: the same headers, in the same order, as the stock client's for every
+    timeout, retry count, security, request headers (an API-key provider's key among them) and
+    credentials; a copy changed by the SDK does not change the next request's. The client's
+    `OpenAI-Organization` is an `Omit` made anew on every call: the same key all the same."""
+    built: list[object] = []
+    stock_merge = openai._base_client._merge_headers
+
+    def counted(*layers: Any) -> Any:
+        built.append(layers)
+        return stock_merge(*layers)
+
+    monkeypatch.setattr(openai._base_client, "_merge_headers", counted)
+    given: dict[str, Any] = {"api_key": "k", "admin_api_key": "admin", "project": "p", "organization": None}
+    ours = _OpenAIClient(**given, default_headers={"x-custom": "1"})
+    stock = openai.AsyncOpenAI(**given, default_headers={"x-custom": "1"})
+    variants = [
+        (_openai_options(), 0),
+        (_openai_options(), 1),
+        (_openai_options(timeout=60.0), 0),
+        (_openai_options(timeout=httpx2.Timeout(5.0, connect=1.0)), 2),
+        (_openai_options(timeout=30, headers={"x-extra": "a", "x-custom": "2"}), 0),
+        (_openai_options(timeout=30, headers={}), 0),
+        (_openai_options(timeout=30.0, headers={}), 0),  # equal to 30 as a number, but sent as `30.0`
+        (_openai_options(timeout=httpx2.Timeout(30), headers={}), 0),
+        (_openai_options(timeout=httpx2.Timeout(30.0), headers={}), 0),  # the same, inside a Timeout
+        (_openai_options(headers={"Authorization": "Bearer from-a-key-provider"}), 0),
+        (_openai_options(headers={"Authorization": openai.omit}), 0),
+        (_openai_options(headers={"OpenAI-Project": openai.Omit()}), 0),
+        (_openai_options(security={"admin_api_key_auth": True}), 0),  # the admin key instead
+        (_openai_options(security={"bearer_auth": True, "admin_api_key_auth": True}), 0),  # the first's
+    ]
+    for options, retries in variants:
+        theirs = stock._build_headers(options, retries_taken=retries)
+        for _ in range(3):
+            headers = ours._build_headers(options, retries_taken=retries)
+            assert headers.raw == theirs.raw and headers.encoding == theirs.encoding
+            headers["x-changed-by-the-sdk"] = "1"  # on this request's copy only
+    # The stock client's, then ours once per variant but the last (the API key first, as the first).
+    assert len(built) == 2 * len(variants) - 1
+    for _ in range(2):  # options built apart, alike (each with its own `NotGiven`): one key
+        ours._build_headers(_openai_options(), retries_taken=5)
+    assert len(built) == 2 * len(variants)
+    ours.api_key = stock.api_key = "rotated"
+    ours.organization = stock.organization = "org"
+    options = _openai_options()
+    assert ours._build_headers(options).raw == stock._build_headers(options).raw
+    assert ours._build_headers(options)["authorization"] == "Bearer rotated"
+    assert ours._build_headers(options)["openai-organization"] == "org"
+    # The SDK sends no idempotency key; a client made to send one sends each request's own.
+    ours._idempotency_header = stock._idempotency_header = "Idempotency-Key"
+    for key in ("stainless-python-retry-1", "stainless-python-retry-2"):
+        options = _openai_options(idempotency_key=key)
+        assert ours._build_headers(options).raw == stock._build_headers(options).raw
+        assert ours._build_headers(options)["idempotency-key"] == key
+    with pytest.raises(TypeError, match="Could not resolve authentication method"):
+        ours.api_key = ""
+        ours._build_headers(options)  # as the SDK's: checked, not kept
+
+
+async def test_the_openai_options_the_adapter_sends_are_those_create_builds() -> None:
+    """`openai_responses._request_options` gives `request` what the typed `create` (Chat
+    Completions and Responses) gives it, every field but the body (`create` transforms it) and
+    which fields are set, built once per path and timeout and copied per call."""
+    client = openai.AsyncOpenAI(api_key="k")
+    seen: list[OpenAIRequestOptions] = []
+
+    async def capture(cast_to: Any, options: OpenAIRequestOptions, **_: Any) -> None:
+        seen.append(options)
+
+    client.request = capture  # type: ignore[method-assign]
+    body = {"model": "m", "input": "hi"}
+    content = b'{"model":"m","input":"hi"}'
+    for timeout in (openai.NOT_GIVEN, 60.0, 30):
+        await client.chat.completions.create(
+            model="m", messages=[{"role": "user", "content": "hi"}], timeout=timeout
+        )
+        await client.responses.create(model="m", input="hi", timeout=timeout)
+        for path, theirs in zip(("/chat/completions", "/responses"), seen[-2:], strict=True):
+            # The body as the bytes the adapter encoded (`post(content=...)`), or as a dict.
+            ours = openai_responses._request_options(client, path, timeout, {"content": content})
+            assert ours is not None
+            assert _openai_fields(ours) == {**_openai_fields(theirs), "json_data": None, "content": content}
+            assert ours.model_fields_set == theirs.model_fields_set
+            as_dict = openai_responses._request_options(client, path, timeout, {"body": body})
+            assert as_dict is not None and _openai_fields(as_dict) == {
+                **_openai_fields(theirs),
+                "json_data": body,
+            }
+            again = openai_responses._request_options(client, path, timeout, {"body": {}})
+            assert (
+                again is not None
+                and again is not as_dict
+                and again.json_data == {}
+                and as_dict.json_data is body
+            )
+    kept = client._stevora_options  # type: ignore[attr-defined]
+    assert len(kept) == 6
+    assert openai_responses._request_options(client, "/responses", httpx2.Timeout(5.0), {"body": {}}) is None
+
+
+def _openai_fields(options: OpenAIRequestOptions) -> dict[str, Any]:
+    """The options' fields, `NOT_GIVEN` as one value (each default is a fresh `NotGiven()`)."""
+    return {
+        name: "NOT_GIVEN" if isinstance(value, openai.NotGiven) else value
+        for name, value in options.model_dump().items()
+    }
