@@ -462,7 +462,8 @@ def _turns_json(turns: list[Any]) -> str:
     out = []
     for turn in turns:
         # A turn as `to_anthropic_messages` makes it: {"role": ..., "content": [...]}, in that order.
-        opening = _TURN_OPENINGS.get(str(turn.get("role"))) if type(turn) is dict and len(turn) == 2 else None
+        role = turn.get("role") if type(turn) is dict and len(turn) == 2 else None
+        opening = _TURN_OPENINGS.get(role) if type(role) is str else None
         content = turn.get("content") if opening is not None else None
         if opening is None or type(content) is not list or next(iter(turn)) != "role":
             out.append(ENCODER.encode(turn))

@@ -5,17 +5,18 @@ The SDKs' `DefaultAioHttpClient` sends each request through their vendored copy 
 `httpx-aiohttp`. For every request it turns the URL back into text (which aiohttp parses again),
 builds an `aiohttp.ClientTimeout`, decodes every response header into an `httpx2.Headers`
 (each name and value checked and encoded again) and reads a body of one JSON answer through
-aiohttp's chunk iterator and httpx's, each read inside a context manager of its own. About a
-fifth of the Python calls of an Anthropic call (docs/benchmarks.md, "The real path, counted").
+aiohttp's chunk iterator and httpx's, each read inside a context manager of its own
+(docs/benchmarks.md, "The real path, counted").
 
 `lean_transport(transport)` gives the same transport object a subclass whose
 `handle_async_request` sends the same request with the same arguments (aiohttp's URL made once
 per URL text, the timeout once per value), maps aiohttp's exceptions with the SDK's own
 `map_aiohttp_exceptions` (the two SDKs map them differently), and answers an `httpx2.Response`
-with the same status, headers (in order, as sent), extensions and bytes. A body that is not an
-event stream is read in one `read()` when httpx first iterates it; an event stream is read as
-the SDK's transport reads it, chunk by chunk as it arrives. Anything the transport does not
-recognise (a proxy, a streamed request body) goes through the SDK's own code."""
+with the same status, headers (in order, as sent), extensions and bytes. The answer to a request
+whose caller reads it whole at once (`READ_WHOLE`: httpx's `send` without `stream`) is read in
+one `read()`; any other (a stream) as the SDK's transport reads it, chunk by chunk as it
+arrives. Anything the transport does not recognise (a proxy, a streamed request body) goes
+through the SDK's own code."""
 
 from __future__ import annotations
 
@@ -27,10 +28,12 @@ import httpx2
 from aiohttp import ClientSession, ClientTimeout
 from yarl import URL
 
+# A request's extension saying its answer is read whole at once (`httpx2.AsyncClient.send` with
+# `stream=False`, marked by `provider.LeanRequests.send`): then one `read()`, else chunk by chunk.
+READ_WHOLE = "stevora_read_whole"
 # URLs and timeouts kept per transport: a worker sends to a handful of URLs with a few timeouts.
 _KEPT = 64
 _LEAN_TRANSPORTS: dict[type, type] = {}
-_EVENT_STREAM = b"text/event-stream"
 
 
 def lean_transport(transport: httpx2.AsyncBaseTransport) -> httpx2.AsyncBaseTransport:
@@ -89,7 +92,7 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
             ).__aenter__()
         answer = httpx2.Response(
             status_code=response.status,
-            stream=_Body(response, self._map_exceptions),
+            stream=_Body(response, self._map_exceptions, whole=extensions.get(READ_WHOLE) is True),
             request=request,
             extensions=(
                 {"http_version": b"HTTP/1.1", "reason_phrase": response.reason.encode()}
@@ -102,7 +105,7 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
         answer.headers._list = [(name, name.lower(), value) for name, value in response.raw_headers]
         return answer
 
-    def _aiohttp_url(self, url: httpx2.URL) -> Any:
+    def _aiohttp_url(self, url: httpx2.URL) -> URL | str:
         """aiohttp's URL for `url`, parsed from its text as aiohttp parses a text URL."""
         try:
             kept = self._lean_urls
@@ -112,7 +115,12 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
         if found is None:
             if len(kept) >= _KEPT:
                 kept.clear()
-            found = kept[url] = URL(str(url) if url else "https://127.0.0.1:8000/")
+            text = str(url) if url else "https://127.0.0.1:8000/"
+            try:
+                found = URL(text)
+            except ValueError:  # as text: aiohttp's own parse raises its mapped error
+                return text
+            found = kept[url] = found
         return found
 
     def _aiohttp_timeout(self, timeout: dict[str, float | None] | None) -> Any:
@@ -132,24 +140,25 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
 
 
 class _Body(httpx2.AsyncByteStream):
-    """An aiohttp response's body for httpx: an event stream chunk by chunk as it arrives (as
-    the SDK's transport reads it), anything else in one `read()`."""
+    """An aiohttp response's body for httpx: in one `read()` when the caller reads it whole at
+    once anyway (`whole`: httpx's `send` without `stream`), else chunk by chunk as it arrives,
+    as the SDK's transport reads it."""
 
-    def __init__(self, response: Any, map_exceptions: Callable[[], Any]) -> None:
+    def __init__(self, response: Any, map_exceptions: Callable[[], Any], *, whole: bool) -> None:
         self._response = response
         self._map_exceptions = map_exceptions
+        self._whole = whole
 
     async def __aiter__(self) -> AsyncIterator[bytes]:
         response = self._response
         with self._map_exceptions():
-            content_type = response.headers.get("Content-Type", "")
-            if content_type.lower().startswith("text/event-stream"):
-                async for chunk in response.content.iter_chunked(16 * 1024):
-                    yield chunk
-            else:
+            if self._whole:
                 body = await response.read()
                 if body:
                     yield body
+            else:
+                async for chunk in response.content.iter_chunked(16 * 1024):
+                    yield chunk
 
     async def aclose(self) -> None:
         with self._map_exceptions():

@@ -301,11 +301,14 @@ async def post(
             body.setdefault(key, value)
     body.update(kwargs.get("extra_body") or {})
     # As `content` bytes, which the SDK sends as they are: the JSON its `openapi_dumps` writes for
-    # the dict, each kept message encoded once (`wire_json.body_json`).
-    try:
-        sent: dict[str, Any] = {"content": body_json(body, "messages")}
-    except (TypeError, ValueError):  # not plain JSON: the SDK's encoder (and its errors) as before
-        sent = {"body": body}
+    # the dict, each kept message encoded once (`wire_json.body_json`). Not to a client that
+    # builds its requests its own way (Azure's reads the body's model for the URL): the dict.
+    sent: dict[str, Any] = {"body": body}
+    if _builds_as_the_sdk(type(client)):
+        try:
+            sent = {"content": body_json(body, "messages")}
+        except (TypeError, ValueError):  # not plain JSON: the SDK's encoder (and its errors) as before
+            pass
     timeout = kwargs.get("timeout", openai.NOT_GIVEN)
     extra = kwargs.get("extra_headers") or kwargs.get("extra_query")
     prepared = None if extra else _request_options(client, path, timeout, sent)
@@ -324,6 +327,20 @@ async def post(
     # What `post` does with the options it builds.
     answer = await client.request(httpx2.Response, prepared, stream=stream, stream_cls=None)
     return answer
+
+
+def _builds_as_the_sdk(cls: type) -> bool:
+    """Whether `cls` builds a request as `openai.AsyncOpenAI` does (no `_build_request` of its
+    own, as `AsyncAzureOpenAI` has): then the body may go as `content` bytes."""
+    found = _BUILDS_AS_THE_SDK.get(cls)
+    if found is None:
+        found = _BUILDS_AS_THE_SDK[cls] = (
+            getattr(cls, "_build_request", None) is openai.AsyncOpenAI._build_request
+        )
+    return found
+
+
+_BUILDS_AS_THE_SDK: dict[type, bool] = {}
 
 
 def _request_options(

@@ -23,7 +23,7 @@ import structlog
 from httpx2._utils import get_environment_proxies
 
 from stevora.errors import ProviderError
-from stevora.llm.lean_aiohttp import lean_transport
+from stevora.llm.lean_aiohttp import READ_WHOLE, lean_transport
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, Part
 from stevora.tools.invoke import parse_arguments
 
@@ -452,6 +452,12 @@ class LeanRequests(httpx2.AsyncClient):
         )
         request.read()
         return request
+
+    async def send(self, request: httpx2.Request, *, stream: bool = False, **kwargs: Any) -> httpx2.Response:
+        """httpx's `send`, the request marked with whether its answer is read whole at once
+        (`READ_WHOLE`: not streamed), for the lean aiohttp transport (`lean_aiohttp`)."""
+        request.extensions[READ_WHOLE] = not stream
+        return await super().send(request, stream=stream, **kwargs)
 
     def _lean_url(self, url: str) -> httpx2.URL:
         """`_merge_url(url)` made once per URL text and base URL (an `httpx2.URL` is immutable)."""

@@ -13,12 +13,14 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import aiohttp
 import anthropic
 import httpx2
 import openai
 import pytest
 
 from stevora.llm.lean_aiohttp import lean_transport
+from stevora.llm.provider import lean_client
 
 _SDKS = {"anthropic": anthropic.DefaultAioHttpClient, "openai": openai.DefaultAioHttpClient}
 
@@ -100,8 +102,9 @@ def _server(on_request: Callable[[bytes, socket.socket], None] | None = None) ->
 
 
 def _clients(sdk: str) -> tuple[httpx2.AsyncClient, httpx2.AsyncClient]:
-    """The SDK's own aiohttp client, and the same with its transport made lean."""
-    stock, lean = _SDKS[sdk](), _SDKS[sdk]()
+    """The SDK's own aiohttp client, and the same as Stevora builds it (`LeanRequests`, which marks
+    what is read whole) with its transport made lean."""
+    stock, lean = _SDKS[sdk](), lean_client(_SDKS[sdk])()
     lean._transport = lean_transport(lean._transport)
     assert type(lean._transport).__name__ == "LeanAiohttpTransport"
     assert type(stock._transport).__name__ == "AiohttpTransport"
@@ -129,7 +132,9 @@ async def test_every_answer_is_the_sdk_transports_own(sdk: str) -> None:
             for path in ("/json", "/gzip", "/chunked", "/empty", "/json"):
                 sent = {"content": b'{"q": 1}', "headers": {"content-type": "application/json"}}
                 theirs = await stock.post(f"{url}{path}", **sent)
-                ours = await lean.post(f"{url}{path}", **sent)
+                with pytest.MonkeyPatch.context() as patched:  # read whole: not chunk by chunk
+                    patched.setattr(aiohttp.StreamReader, "iter_chunked", lambda *_: pytest.fail("chunked"))
+                    ours = await lean.post(f"{url}{path}", **sent)
                 assert _seen(ours) == _seen(theirs), path
                 if path in ("/gzip", "/chunked"):
                     assert ours.content == _JSON  # decoded by httpx, as the stock transport's
@@ -141,15 +146,16 @@ async def test_every_answer_is_the_sdk_transports_own(sdk: str) -> None:
         await lean.aclose()
 
 
+@pytest.mark.parametrize("content_type", [b"text/event-stream; charset=utf-8", b"application/json"])
 @pytest.mark.parametrize("sdk", sorted(_SDKS))
-async def test_an_event_stream_is_read_as_it_arrives(sdk: str) -> None:
+async def test_a_streamed_answer_is_read_as_it_arrives(sdk: str, content_type: bytes) -> None:
     """The first event reaches the reader while the server still holds the rest back (a body read
-    whole would wait for the end, and the server waits for the reader)."""
+    whole would wait for the end, and the server waits for the reader), whatever its type says."""
     first_read = threading.Event()
 
     def stream(_path: bytes, conn: socket.socket) -> None:
         conn.sendall(
-            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"HTTP/1.1 200 OK\r\ncontent-type: " + content_type + b"\r\n"
             b"transfer-encoding: chunked\r\n\r\n" + _chunk(b"data: first\n\n")
         )
         first_read.wait(10)
@@ -199,3 +205,35 @@ def test_a_transport_that_is_not_the_sdks_own_is_left_as_it_is() -> None:
 
     mine = Mine()
     assert lean_transport(mine) is mine and type(mine) is Mine
+
+
+@pytest.mark.parametrize("sdk", sorted(_SDKS))
+async def test_a_read_timeout_is_the_sdk_transports_own(sdk: str) -> None:
+    """An answer that stalls after its headers, or before them, past the read timeout raises
+    what the SDK's transport raises, after about that timeout (the timeout is the request's)."""
+    release = threading.Event()
+
+    def stall(path: bytes, conn: socket.socket) -> None:
+        if path == b"/after-headers":
+            conn.sendall(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 10\r\n\r\n{")
+        release.wait(10)
+
+    stock, lean = _clients(sdk)
+    try:
+        with _server(stall) as url:
+            for path in ("/after-headers", "/before-headers"):
+                raised = []
+                for client in (stock, lean):
+                    started = asyncio.get_running_loop().time()
+                    with pytest.raises(httpx2.TimeoutException) as timed_out:
+                        await client.post(
+                            f"{url}{path}", content=b"{}", timeout=httpx2.Timeout(5.0, read=0.3)
+                        )
+                    took = asyncio.get_running_loop().time() - started
+                    raised.append(type(timed_out.value))
+                    assert 0.25 < took < 3, (path, took)
+                assert raised[0] is raised[1], path
+    finally:
+        release.set()
+        await stock.aclose()
+        await lean.aclose()

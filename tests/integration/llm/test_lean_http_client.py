@@ -171,6 +171,11 @@ async def test_the_openai_adapter_sends_what_the_stock_sdk_client_sends_byte_for
     monkeypatch.setattr(provider_module, "lean_client", lambda cls: cls)
     monkeypatch.setattr(openai_provider, "_OpenAIClient", openai.AsyncOpenAI)
     monkeypatch.setattr(openai_responses, "_request_options", lambda *_: None)
+
+    def sdk_encodes(*_: object) -> bytes:
+        raise TypeError("the stock leg: the SDK encodes the body itself")
+
+    monkeypatch.setattr(openai_responses, "body_json", sdk_encodes)
     stock, stock_client = await _sent("openai", http)
     assert isinstance(lean_client, LeanRequests) and not isinstance(stock_client, LeanRequests)
     assert len(lean) == 5
@@ -244,3 +249,21 @@ async def test_a_request_the_sdks_do_not_build_goes_through_the_stock_build_requ
                     assert (ours.method, ours.url) == (theirs.method, theirs.url)
                     assert ours.extensions == theirs.extensions
                     assert ours.read() == theirs.read()
+
+
+async def test_an_azure_client_gets_its_body_as_a_dict_and_its_deployments_url() -> None:
+    """A client that builds its requests its own way (`AsyncAzureOpenAI` reads the body's model
+    for the URL) is given the body as the dict `create` gives it, not as bytes."""
+    with _recording_server() as (url, seen):
+        client = openai.AsyncAzureOpenAI(
+            api_key="k", azure_endpoint=url, api_version="2024-10-21", max_retries=3
+        )
+        provider = OpenAIProvider("k", client=client, stream=False)
+        request = LlmRequest(model="dep1", messages=[Message.user("hi")])
+        try:
+            await provider.complete(request)
+            await client.chat.completions.create(model="dep1", messages=[{"role": "user", "content": "hi"}])
+        finally:
+            await client.close()
+    ours, theirs = (r.split(b"\r\n", 1)[0] for r in (seen[0], seen[4]))  # each one's first request
+    assert ours == theirs and b"/openai/deployments/dep1/chat/completions?api-version=2024-10-21" in ours
