@@ -51,7 +51,6 @@ from stevora.llm.messages import (
 )
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
-    KEPT_PER_CLIENT,
     MALFORMED,
     HttpStack,
     RemainingHeaders,
@@ -60,8 +59,8 @@ from stevora.llm.provider import (
     deadline,
     error_message_from_body,
     headers_made_once,
-    kept_on,
     leave_429_to_the_limiter,
+    made_once,
     malformed_answer,
     parse_tool_input,
     part_base64,
@@ -162,16 +161,15 @@ def _request_options(client: Any, timeout: Any, content: bytes) -> FinalRequestO
     it changes any). `None` for a timeout that is not a number (`post` then builds them)."""
     if timeout is not anthropic.NOT_GIVEN and type(timeout) not in (float, int):
         return None
-    kept: dict[Any, FinalRequestOptions] = kept_on(client, "_stevora_options")
-    key = (type(timeout), timeout)  # 30 and 30.0 are sent apart (`x-stainless-timeout`)
-    template = kept.get(key)
-    if template is None:
-        if len(kept) >= KEPT_PER_CLIENT:
-            kept.clear()
-        given = {} if timeout is anthropic.NOT_GIVEN else {"timeout": timeout}
-        template = kept[key] = FinalRequestOptions.construct(
+    given = {} if timeout is anthropic.NOT_GIVEN else {"timeout": timeout}
+    template = made_once(
+        client,
+        "_stevora_options",
+        (type(timeout), timeout),  # 30 and 30.0 are sent apart (`x-stainless-timeout`)
+        lambda: FinalRequestOptions.construct(
             method="post", url="/v1/messages", json_data=None, content=b"", files=None, **given
-        )
+        ),
+    )
     return template.model_copy(update={"content": content})
 
 

@@ -37,11 +37,10 @@ from stevora.llm.messages import (
 )
 from stevora.llm.provider import (
     JSON_INSTRUCTION,
-    KEPT_PER_CLIENT,
     MALFORMED,
     checked_response,
     data_url,
-    kept_on,
+    made_once,
     malformed_answer,
     mentions_json,
 )
@@ -356,16 +355,15 @@ def _request_options(
     it changes any). `None` for a timeout that is not a number (`post` then builds them)."""
     if timeout is not openai.NOT_GIVEN and type(timeout) not in (float, int):
         return None
-    kept: dict[Any, FinalRequestOptions] = kept_on(client, "_stevora_options")
-    key = (path, type(timeout), timeout)  # 30 and 30.0 are sent apart (`x-stainless-read-timeout`)
-    template = kept.get(key)
-    if template is None:
-        if len(kept) >= KEPT_PER_CLIENT:
-            kept.clear()
-        given = {} if timeout is openai.NOT_GIVEN else {"timeout": timeout}
-        template = kept[key] = FinalRequestOptions.construct(
+    given = {} if timeout is openai.NOT_GIVEN else {"timeout": timeout}
+    template = made_once(
+        client,
+        "_stevora_options",
+        (path, type(timeout), timeout),  # 30 and 30.0 are sent apart (`x-stainless-read-timeout`)
+        lambda: FinalRequestOptions.construct(
             method="post", url=path, json_data=None, content=None, files=None, security=_security(), **given
-        )
+        ),
+    )
     if "body" in sent:
         return template.model_copy(update={"json_data": sent["body"]})
     return template.model_copy(update={"content": sent["content"]})

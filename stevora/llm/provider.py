@@ -16,7 +16,7 @@ import time
 from collections.abc import Awaitable, Callable, ItemsView, Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, cast, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
 
 import httpx2
 import structlog
@@ -533,6 +533,7 @@ def url_made_once(
 # What an adapter keeps on its SDK client, built once (the request options per timeout, the
 # headers per value of what they read): at most this many of each.
 KEPT_PER_CLIENT = 16
+_T = TypeVar("_T")
 
 
 def kept_on(client: Any, name: str) -> dict[Any, Any]:
@@ -553,13 +554,10 @@ def timeout_key(timeout: Any, not_given: type) -> Any:
     return not_given if isinstance(timeout, not_given) else (type(timeout), timeout)
 
 
-def headers_made_once(
-    client: Any, key: tuple[Any, ...], build: Callable[[], httpx2.Headers]
-) -> httpx2.Headers:
-    """`build()` (an SDK's `_build_headers`), kept on `client` per `key` (the value of everything
-    it reads) and copied for each request (the SDK may change its copy); built afresh for a key
-    that cannot be hashed (an unhashable header value)."""
-    kept: dict[tuple[Any, ...], httpx2.Headers] = kept_on(client, "_stevora_headers")
+def made_once(client: Any, name: str, key: Any, build: Callable[[], _T]) -> _T:
+    """`build()`, kept on `client` (its cache `name`, at most `KEPT_PER_CLIENT` values) per `key`;
+    built afresh, and not kept, for a key that cannot be hashed."""
+    kept: dict[Any, _T] = kept_on(client, name)
     try:
         found = kept.get(key)
     except TypeError:
@@ -568,7 +566,16 @@ def headers_made_once(
         if len(kept) >= KEPT_PER_CLIENT:
             kept.clear()
         found = kept[key] = build()
-    return found.copy()
+    return found
+
+
+def headers_made_once(
+    client: Any, key: tuple[Any, ...], build: Callable[[], httpx2.Headers]
+) -> httpx2.Headers:
+    """`build()` (an SDK's `_build_headers`), kept on `client` per `key` (the value of everything
+    it reads) and copied for each request (the SDK may change its copy); built afresh for a key
+    that cannot be hashed (an unhashable header value)."""
+    return made_once(client, "_stevora_headers", key, build).copy()
 
 
 _LEAN_CLASSES: dict[type, type] = {}

@@ -21,6 +21,7 @@ import pytest
 
 from stevora.llm.lean_aiohttp import lean_transport
 from stevora.llm.provider import lean_client
+from tests.integration.llm.raw_http import raw_http_server
 
 _SDKS = {"anthropic": anthropic.DefaultAioHttpClient, "openai": openai.DefaultAioHttpClient}
 
@@ -52,53 +53,19 @@ _ANSWERS: dict[bytes, bytes] = {
 
 @contextmanager
 def _server(on_request: Callable[[bytes, socket.socket], None] | None = None) -> Iterator[str]:
-    """A keep-alive HTTP/1.1 server on a raw socket answering `_ANSWERS` by path (a `/broken`
-    answer is cut short and its connection closed); `on_request(path, conn)` answers instead
-    when given."""
-    listener = socket.create_server(("127.0.0.1", 0))
+    """A keep-alive HTTP/1.1 server answering `_ANSWERS` by path (a `/broken` answer is cut short
+    and its connection closed); `on_request(path, conn)` answers instead when given."""
 
-    def serve(conn: socket.socket) -> None:
-        buffer = b""
-        with conn:
-            while True:
-                while b"\r\n\r\n" not in buffer:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    buffer += chunk
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                length = next(
-                    (
-                        int(line.split(b":", 1)[1])
-                        for line in head.split(b"\r\n")
-                        if line.lower().startswith(b"content-length:")
-                    ),
-                    0,
-                )
-                while len(buffer) < length:
-                    buffer += conn.recv(65536)
-                buffer = buffer[length:]
-                path = head.split(b" ", 2)[1]
-                if on_request is not None:
-                    on_request(path, conn)
-                    return
-                conn.sendall(_ANSWERS[path])
-                if path == b"/broken":
-                    return
+    def answer(head: bytes, _body: bytes, conn: socket.socket) -> bool:
+        path = head.split(b" ", 2)[1]
+        if on_request is not None:
+            on_request(path, conn)
+            return False
+        conn.sendall(_ANSWERS[path])
+        return path != b"/broken"
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
-    finally:
-        listener.close()
+    with raw_http_server(answer) as url:
+        yield url
 
 
 def _clients(sdk: str) -> tuple[httpx2.AsyncClient, httpx2.AsyncClient]:

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import socket
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -25,6 +24,7 @@ from stevora.llm.messages import LlmRequest, Message, ToolCall, ToolSpec
 from stevora.llm.openai_provider import OpenAIProvider
 from stevora.llm.provider import HttpStack, LeanRequests
 from stevora.testing.fake_llm import anthropic_text, openai_text
+from tests.integration.llm.raw_http import raw_http_server
 
 _CHAT = openai_text("hi").body
 _MESSAGE = anthropic_text("hi").body
@@ -45,50 +45,22 @@ def _recording_server() -> Iterator[tuple[str, list[bytes]]]:
     """A keep-alive HTTP/1.1 server on a raw socket that records every request as its bytes
     arrived (request line, headers in order, body) and answers by `_SCRIPT`."""
     seen: list[bytes] = []
-    listener = socket.create_server(("127.0.0.1", 0))
 
-    def serve(conn: socket.socket) -> None:
-        buffer = b""
-        with conn:
-            while True:
-                while b"\r\n\r\n" not in buffer:
-                    chunk = conn.recv(65536)
-                    if not chunk:
-                        return
-                    buffer += chunk
-                head, _, buffer = buffer.partition(b"\r\n\r\n")
-                length = next(
-                    int(line.split(b":", 1)[1])
-                    for line in head.split(b"\r\n")
-                    if line.lower().startswith(b"content-length:")
-                )
-                while len(buffer) < length:
-                    buffer += conn.recv(65536)
-                body, buffer = buffer[:length], buffer[length:]
-                seen.append(head + b"\r\n\r\n" + body)
-                status, extra = _SCRIPT[len(seen) - 1] if len(seen) <= len(_SCRIPT) else (200, [])
-                answer = json.dumps(
-                    (_MESSAGE if b"/v1/messages" in head.split(b"\r\n", 1)[0] else _CHAT)
-                    if status == 200
-                    else {"error": {"message": "again", "type": "overloaded"}}
-                ).encode()
-                lines = [f"HTTP/1.1 {status} X".encode(), b"content-type: application/json", *extra]
-                lines.append(f"content-length: {len(answer)}".encode())
-                conn.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + answer)
+    def answer(head: bytes, body: bytes, conn: socket.socket) -> bool:
+        seen.append(head + b"\r\n\r\n" + body)
+        status, extra = _SCRIPT[len(seen) - 1] if len(seen) <= len(_SCRIPT) else (200, [])
+        text = json.dumps(
+            (_MESSAGE if b"/v1/messages" in head.split(b"\r\n", 1)[0] else _CHAT)
+            if status == 200
+            else {"error": {"message": "again", "type": "overloaded"}}
+        ).encode()
+        lines = [f"HTTP/1.1 {status} X".encode(), b"content-type: application/json", *extra]
+        lines.append(f"content-length: {len(text)}".encode())
+        conn.sendall(b"\r\n".join(lines) + b"\r\n\r\n" + text)
+        return True
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = listener.accept()
-            except OSError:
-                return
-            threading.Thread(target=serve, args=(conn,), daemon=True).start()
-
-    threading.Thread(target=accept, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{listener.getsockname()[1]}", seen
-    finally:
-        listener.close()
+    with raw_http_server(answer) as url:
+        yield url, seen
 
 
 def _provider(kind: str, base_url: str, http: HttpStack) -> OpenAIProvider | AnthropicProvider:
