@@ -22,15 +22,18 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
-from aiohttp import ClientSession, ClientTimeout
-from yarl import URL
 
-# A request's extension saying its answer is read whole at once (`httpx2.AsyncClient.send` with
-# `stream=False`, marked by `provider.LeanRequests.send`): then one `read()`, else chunk by chunk.
+if TYPE_CHECKING:
+    from aiohttp import ClientTimeout
+    from yarl import URL
+
+# A request's extension saying its caller reads the answer whole at once (httpx's `send` without
+# `stream`, marked by `provider.LeanRequests.send`): then one `read()`, else chunk by chunk.
 READ_WHOLE = "stevora_read_whole"
+
 # URLs and timeouts kept per transport: a worker sends to a handful of URLs with a few timeouts.
 _KEPT = 64
 _LEAN_TRANSPORTS: dict[type, type] = {}
@@ -42,6 +45,7 @@ def lean_transport(transport: httpx2.AsyncBaseTransport) -> httpx2.AsyncBaseTran
     cls = type(transport)
     if cls.__name__ != "AiohttpTransport" or not cls.__module__.endswith("._vendor.httpx_aiohttp.transport"):
         return transport
+    _import_aiohttp()
     lean = _LEAN_TRANSPORTS.get(cls)
     if lean is None:
         module = sys.modules[cls.__module__]
@@ -53,6 +57,22 @@ def lean_transport(transport: httpx2.AsyncBaseTransport) -> httpx2.AsyncBaseTran
         )
     transport.__class__ = lean
     return transport
+
+
+def _import_aiohttp() -> None:
+    """aiohttp's names, imported by the first lean transport (a process that has one has aiohttp;
+    one without it, whose SDK clients fall back to httpx, never imports it here)."""
+    global _ClientSession, _ClientTimeout, _URL
+    if _URL is None:
+        from aiohttp import ClientSession, ClientTimeout
+        from yarl import URL
+
+        _ClientSession, _ClientTimeout, _URL = ClientSession, ClientTimeout, URL
+
+
+_ClientSession: Any = None
+_ClientTimeout: Any = None
+_URL: Any = None
 
 
 class _LeanAiohttp(httpx2.AsyncBaseTransport):
@@ -72,7 +92,7 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
         if self.proxy is not None or content is None:
             return await super().handle_async_request(request)
         session = self.client
-        if not isinstance(session, ClientSession):
+        if not isinstance(session, _ClientSession):
             session = self.client = self.get_client()  # type: ignore[attr-defined]
         extensions = request.extensions
         with self._map_exceptions():
@@ -117,7 +137,7 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
                 kept.clear()
             text = str(url) if url else "https://127.0.0.1:8000/"
             try:
-                found = URL(text)
+                found = _URL(text)
             except ValueError:  # as text: aiohttp's own parse raises its mapped error
                 return text
             found = kept[url] = found
@@ -135,7 +155,7 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
         if found is None:
             if len(kept) >= _KEPT:
                 kept.clear()
-            found = kept[key] = ClientTimeout(sock_connect=key[0], sock_read=key[1], connect=key[2])
+            found = kept[key] = _ClientTimeout(sock_connect=key[0], sock_read=key[1], connect=key[2])
         return found
 
 
