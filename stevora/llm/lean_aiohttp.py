@@ -140,7 +140,7 @@ class _LeanAiohttp(httpx2.AsyncBaseTransport):
                 found = _URL(text)
             except ValueError:  # as text: aiohttp's own parse raises its mapped error
                 return text
-            found = kept[url] = found
+            kept[url] = found
         return found
 
     def _aiohttp_timeout(self, timeout: dict[str, float | None] | None) -> Any:
