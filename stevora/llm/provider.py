@@ -14,6 +14,7 @@ import math
 import re
 import time
 from collections.abc import Awaitable, Callable, ItemsView, Mapping
+from contextlib import suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, TypeVar, cast, runtime_checkable
@@ -23,7 +24,7 @@ import structlog
 from httpx2._utils import get_environment_proxies
 
 from stevora.errors import ProviderError
-from stevora.llm.lean_aiohttp import READ_WHOLE, lean_transport
+from stevora.llm.lean_aiohttp import READ_WHOLE, lean_transport, read_whole
 from stevora.llm.messages import LlmRequest, LlmResponse, Message, Part
 from stevora.tools.invoke import parse_arguments
 
@@ -362,6 +363,33 @@ class _KnownTextHeaders(httpx2.Headers):
         return super().items()
 
 
+@dataclass(frozen=True)
+class _HttpxSend:
+    """httpx's private names its `send` uses, which `LeanRequests._lean_send` uses in its place."""
+
+    OPENED: Any
+    CLOSED: Any
+    bound_stream: Any
+    logger: Any
+
+
+def _httpx_send() -> _HttpxSend | None:
+    """httpx's private names `send` uses; `None` (httpx's own `send`) once one of them is gone."""
+    from httpx2 import _client
+
+    state = getattr(_client, "ClientState", None)
+    methods = ("_set_timeout", "_transport_for_url", "_build_redirect_request", "_send_handling_redirects")
+    if not all(callable(getattr(httpx2.AsyncClient, name, None)) for name in methods):
+        return None
+    try:
+        return _HttpxSend(state.OPENED, state.CLOSED, _client.BoundAsyncStream, _client.logger)  # type: ignore[union-attr]
+    except AttributeError:
+        return None
+
+
+_HTTPX_SEND = _httpx_send()
+
+
 class LeanRequests(httpx2.AsyncClient):
     """An SDK's HTTP client (mixed in before its class, `lean_client`) whose `build_request`
     builds the request the stock one builds, header for header, without normalising, merging
@@ -453,11 +481,91 @@ class LeanRequests(httpx2.AsyncClient):
         request.read()
         return request
 
-    async def send(self, request: httpx2.Request, *, stream: bool = False, **kwargs: Any) -> httpx2.Response:
+    async def send(
+        self,
+        request: httpx2.Request,
+        *,
+        stream: bool = False,
+        auth: Any = httpx2.USE_CLIENT_DEFAULT,
+        follow_redirects: Any = httpx2.USE_CLIENT_DEFAULT,
+    ) -> httpx2.Response:
         """httpx's `send`, the request marked with whether its answer is read whole at once
-        (`READ_WHOLE`: not streamed), for the lean aiohttp transport (`lean_aiohttp`)."""
+        (`READ_WHOLE`: not streamed), for the lean aiohttp transport (`lean_aiohttp`).
+
+        As the SDKs send (no auth given, none on the client or in the URL, an async body),
+        httpx's `send` is done in one coroutine (`_lean_send`): its auth flow, an async
+        generator that gives back the request unchanged, and three nested coroutines go
+        (~25 µs a call), and a plain answer is read by `read_whole`."""
         request.extensions[READ_WHOLE] = not stream
-        return await super().send(request, stream=stream, **kwargs)
+        default = type(httpx2.USE_CLIENT_DEFAULT)
+        if (
+            _HTTPX_SEND is None
+            or not isinstance(auth, default)
+            or self._state is _HTTPX_SEND.CLOSED
+            or self._auth is not None
+            or request.url.userinfo
+            or self.max_redirects < 0
+            or not isinstance(request.stream, httpx2.AsyncByteStream)
+        ):
+            return await super().send(request, stream=stream, auth=auth, follow_redirects=follow_redirects)
+        follow = self.follow_redirects if isinstance(follow_redirects, default) else bool(follow_redirects)
+        return await self._lean_send(request, stream, follow)
+
+    async def _lean_send(self, request: httpx2.Request, stream: bool, follow: bool) -> httpx2.Response:
+        """httpx's `send` → `_send_handling_auth` (no auth) → `_send_handling_redirects` →
+        `_send_single_request`, step for step: the same hooks, cookies, log line, timing,
+        redirects (from the first on, httpx's own loop) and errors."""
+        http = cast(_HttpxSend, _HTTPX_SEND)
+        self._state = http.OPENED
+        self._set_timeout(request)
+        for hook in self._event_hooks["request"]:
+            await hook(request)
+        transport = self._transport_for_url(request.url)
+        start = time.perf_counter()
+        try:
+            response = await transport.handle_async_request(request)
+        except httpx2.TransportError as exc:  # httpx's `request_context`
+            exc.request = request
+            raise
+        assert isinstance(response.stream, httpx2.AsyncByteStream)
+        response.request = request
+        response.stream = http.bound_stream(response.stream, start=start)
+        self.cookies.extract_cookies(response)
+        response.default_encoding = self._default_encoding
+        http.logger.info(
+            'HTTP Request: %s %s "%s %d %s"',
+            request.method,
+            request.url,
+            response.http_version,
+            response.status_code,
+            response.reason_phrase,
+        )
+        redirect = None
+        try:
+            for hook in self._event_hooks["response"]:
+                await hook(response)
+            response.history = []
+            if response.has_redirect_location:
+                if follow:
+                    redirect = self._build_redirect_request(request, response)
+                    await response.aread()
+                else:
+                    with suppress(httpx2.RemoteProtocolError):
+                        response.next_request = self._build_redirect_request(request, response)
+        except BaseException:
+            await response.aclose()
+            raise
+        if redirect is not None:
+            response = await self._send_handling_redirects(
+                redirect, follow_redirects=True, history=[response]
+            )
+        try:
+            if not stream and await read_whole(response) is None:
+                await response.aread()
+            return response
+        except BaseException:
+            await response.aclose()
+            raise
 
     def _lean_url(self, url: str) -> httpx2.URL:
         """`_merge_url(url)` made once per URL text and base URL (an `httpx2.URL` is immutable)."""

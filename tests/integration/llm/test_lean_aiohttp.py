@@ -47,6 +47,7 @@ _ANSWERS: dict[bytes, bytes] = {
     + b"".join(_chunk(part) for part in (_JSON[:7], _JSON[7:]))
     + b"0\r\n\r\n",
     b"/empty": b"HTTP/1.1 204 No Content\r\n\r\n",
+    b"/redirect": b"HTTP/1.1 307 Temporary Redirect\r\nlocation: /json\r\nset-cookie: r=0\r\ncontent-length: 5\r\n\r\nmoved",
     b"/broken": b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{"cut',
 }
 
@@ -88,6 +89,10 @@ def _seen(response: httpx2.Response) -> dict[str, Any]:
         "cookies": response.headers.get_list("set-cookie"),
         "content": response.content,
         "elapsed": response.elapsed is not None,
+        # What `aread` leaves behind (`read_whole` reads a plain answer in its place).
+        "read": (response.is_stream_consumed, response.is_closed, response.num_bytes_downloaded),
+        "url": str(response.url),
+        "history": [(r.status_code, str(r.url), r.content, r.is_closed) for r in response.history],
     }
 
 
@@ -111,6 +116,85 @@ async def test_every_answer_is_the_sdk_transports_own(sdk: str) -> None:
     finally:
         await stock.aclose()
         await lean.aclose()
+
+
+@pytest.mark.parametrize("sdk", sorted(_SDKS))
+async def test_a_plain_answer_is_sent_and_read_without_httpxs_auth_flow_and_iterators(sdk: str) -> None:
+    """`LeanRequests.send` does httpx's `send` in one coroutine (no auth flow) and `read_whole`
+    reads a plain answer in one `read()` (none of httpx's iterators); a coded body still goes
+    through httpx's decoder."""
+    _, lean = _clients(sdk)
+    try:
+        with _server() as url, pytest.MonkeyPatch.context() as patched:
+            patched.setattr(
+                httpx2.AsyncClient, "_send_handling_auth", lambda *_, **__: pytest.fail("auth flow")
+            )
+            for path in ("/json", "/empty"):
+                with pytest.MonkeyPatch.context() as no_iterators:
+                    no_iterators.setattr(httpx2.Response, "aiter_raw", lambda *_: pytest.fail("aiter_raw"))
+                    response = await lean.post(f"{url}{path}", content=b"{}")
+                assert response.content == (_JSON if path == "/json" else b"")
+                assert response.is_closed and response.elapsed is not None
+            assert (await lean.post(f"{url}/gzip", content=b"{}")).content == _JSON
+    finally:
+        await lean.aclose()
+
+
+@pytest.mark.parametrize("follow", [True, False])
+@pytest.mark.parametrize("sdk", sorted(_SDKS))
+async def test_hooks_cookies_redirects_and_the_log_line_are_httpxs_own(
+    sdk: str, follow: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The same hooks called with the same requests and answers, the same cookies kept, the same
+    redirect followed (its history read and closed) or left as `next_request`, the same log line."""
+    seen: dict[str, Any] = {}
+    try:
+        with _server() as url:
+            for name in ("stock", "lean"):
+                calls: list[tuple[str, str, int | None]] = []
+
+                async def on_request(request: httpx2.Request) -> None:
+                    calls.append(("request", str(request.url), None))  # noqa: B023 - used at once
+
+                async def on_response(response: httpx2.Response) -> None:
+                    calls.append(("response", str(response.request.url), response.status_code))  # noqa: B023
+
+                hooks = {"event_hooks": {"request": [on_request], "response": [on_response]}}
+                if name == "stock":
+                    client = _SDKS[sdk](follow_redirects=follow, **hooks)
+                else:
+                    client = lean_client(_SDKS[sdk])(follow_redirects=follow, **hooks)
+                    client._transport = lean_transport(client._transport)
+                try:
+                    caplog.clear()
+                    with caplog.at_level("INFO", logger="httpx2"):
+                        response = await client.post(f"{url}/redirect", content=b'{"q": 1}')
+                    following = response.next_request
+                    seen[name] = {
+                        **_seen(response),
+                        "calls": calls,
+                        "cookies": sorted(client.cookies.items()),
+                        "next": None if following is None else (following.method, str(following.url)),
+                        "log": [r.getMessage().replace(url, "URL") for r in caplog.records],
+                    }
+                finally:
+                    await client.aclose()
+        assert seen["lean"] == seen["stock"]
+        assert seen["lean"]["status"] == (201 if follow else 307)
+        if follow:
+            assert seen["lean"]["cookies"] == [("a", "1"), ("b", "2"), ("r", "0")]
+            assert len(seen["lean"]["history"]) == 1
+        else:
+            assert seen["lean"]["cookies"] == [("r", "0")] and seen["lean"]["next"] == ("POST", f"{url}/json")
+    finally:
+        pass
+
+
+async def test_a_closed_client_refuses_to_send_as_httpxs_own() -> None:
+    _, lean = _clients("anthropic")
+    await lean.aclose()
+    with pytest.raises(RuntimeError, match="client has been closed"):
+        await lean.post("http://127.0.0.1:1/json", content=b"{}")
 
 
 @pytest.mark.parametrize("content_type", [b"text/event-stream; charset=utf-8", b"application/json"])
@@ -159,6 +243,8 @@ async def test_failures_raise_the_sdks_own_exceptions(sdk: str) -> None:
                 await client.post(f"http://127.0.0.1:{port}/json", content=b"{}")
             with _server() as url, pytest.raises(httpx2.HTTPError) as cut:
                 await client.post(f"{url}/broken", content=b"{}")
+            # The error names its request, as httpx's `request_context` makes it.
+            assert refused.value.request.url.port == port and cut.value.request.url.path == "/broken"
             raised.append((type(refused.value), type(cut.value)))
         assert raised[0] == raised[1]
     finally:

@@ -1,7 +1,8 @@
 """The Anthropic adapter reads two private SDK names (`_constants.MODEL_NONSTREAMING_TOKENS`,
 `_calculate_nonstreaming_timeout`); pyproject sets no upper bound on the SDK, so an SDK without
 them must neither break the import nor a plain call. The adapters' clients override private SDK
-methods (`_prepare_url`, `_build_headers`) and build the SDKs' `FinalRequestOptions`:
+methods (`_prepare_url`, `_build_headers`) and build the SDKs' `FinalRequestOptions`, and their HTTP
+client does httpx's `send` with its private names (`provider._httpx_send`):
 the tests here fail first if an SDK renames them or changes what they read."""
 
 from __future__ import annotations
@@ -310,3 +311,23 @@ def _openai_fields(options: OpenAIRequestOptions) -> dict[str, Any]:
         name: "NOT_GIVEN" if isinstance(value, openai.NotGiven) else value
         for name, value in options.model_dump().items()
     }
+
+
+def test_the_lean_send_finds_httpxs_private_names_and_steps_aside_without_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`LeanRequests` does httpx's `send` with httpx's private names (`provider._httpx_send`):
+    with this httpx all are there (else every call would quietly take httpx's own `send`), and
+    an httpx without one of them gets its own `send`, not an AttributeError mid-call."""
+    from httpx2 import _client
+
+    from stevora.llm import provider
+
+    found = provider._httpx_send()
+    assert found is not None and found.bound_stream is _client.BoundAsyncStream
+    assert provider._HTTPX_SEND is not None
+    monkeypatch.delattr(httpx2.AsyncClient, "_transport_for_url")
+    assert provider._httpx_send() is None
+    monkeypatch.undo()
+    monkeypatch.delattr(_client, "BoundAsyncStream")
+    assert provider._httpx_send() is None
