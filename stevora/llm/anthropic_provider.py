@@ -59,6 +59,7 @@ from stevora.llm.provider import (
     deadline,
     error_message_from_body,
     headers_made_once,
+    idempotency_key_if_sent,
     leave_429_to_the_limiter,
     made_once,
     malformed_answer,
@@ -105,11 +106,15 @@ class _AnthropicClient(anthropic.AsyncAnthropic):
     """The SDK's client, its `_prepare_url` (the base URL joined with a request's path: ~270
     Python calls of httpx's URL parser per request) made once per path and base URL: it depends
     on nothing else, and an `httpx2.URL` is immutable; its `_build_headers` made once per value
-    of what it reads. Both are private SDK names: tests/unit/llm/test_sdk_private_names.py fails
+    of what it reads. Its `_idempotency_key` is made only when the client sends it
+    (`idempotency_key_if_sent`). All three are private SDK names: tests/unit/llm/test_sdk_private_names.py fails
     first if an SDK renames them or changes what they read. Everything else is the SDK's own."""
 
     def _prepare_url(self, url: str) -> httpx2.URL:
         return url_made_once(self, "_stevora_urls", self.base_url, url, super()._prepare_url)
+
+    def _idempotency_key(self) -> str:
+        return idempotency_key_if_sent(self, super()._idempotency_key)
 
     def _build_headers(self, options: FinalRequestOptions, *, retries_taken: int = 0) -> httpx2.Headers:
         """The SDK's `_build_headers` (~190 Python calls: 15 headers set one by one into an

@@ -388,6 +388,19 @@ def _httpx_send() -> _HttpxSend | None:
 
 
 _HTTPX_SEND = _httpx_send()
+# The statuses of httpx's `Response.has_redirect_location`: 301, 302, 303, 307, 308.
+_REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
+
+
+# What an SDK client's `_idempotency_key` gives when it sends no idempotency header.
+UNSENT_IDEMPOTENCY_KEY = "stevora-unsent"
+
+
+def idempotency_key_if_sent(client: Any, make: Callable[[], str]) -> str:
+    """An SDK's `_idempotency_key` (`make`: a fresh uuid4 text, ~3 µs, for every request), made
+    only when the client sends it: the key goes nowhere but its `_idempotency_header`, which
+    neither API's client sets."""
+    return make() if client._idempotency_header else UNSENT_IDEMPOTENCY_KEY
 
 
 class LeanRequests(httpx2.AsyncClient):
@@ -545,7 +558,8 @@ class LeanRequests(httpx2.AsyncClient):
             for hook in self._event_hooks["response"]:
                 await hook(response)
             response.history = []
-            if response.has_redirect_location:
+            # `response.has_redirect_location`, without its five lookups of httpx's status codes.
+            if response.status_code in _REDIRECT_STATUSES and "Location" in response.headers:
                 if follow:
                     redirect = self._build_redirect_request(request, response)
                     await response.aread()

@@ -331,3 +331,27 @@ def test_the_lean_send_finds_httpxs_private_names_and_steps_aside_without_one(
     monkeypatch.undo()
     monkeypatch.delattr(_client, "BoundAsyncStream")
     assert provider._httpx_send() is None
+
+
+@pytest.mark.parametrize("client_class", [_AnthropicClient, _OpenAIClient])
+def test_an_idempotency_key_is_made_only_for_a_client_that_sends_one(
+    client_class: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Neither SDK's client sends an idempotency header, so the adapters' clients make no key
+    (the SDK's is a fresh uuid4 per request, read nowhere but that header); a client that does
+    send one gets the SDK's own key, a new one each time, in that header."""
+    import uuid
+
+    from stevora.llm.provider import UNSENT_IDEMPOTENCY_KEY
+
+    client = client_class(api_key="k", base_url="http://127.0.0.1:1")
+    assert client._idempotency_header is None
+    with monkeypatch.context() as patched:
+        patched.setattr(uuid, "uuid4", lambda: pytest.fail("a key made for nothing"))
+        assert client._idempotency_key() == UNSENT_IDEMPOTENCY_KEY
+    client._idempotency_header = "Idempotency-Key"
+    first, second = client._idempotency_key(), client._idempotency_key()
+    assert first.startswith("stainless-python-retry-") and first != second
+    options_class = OpenAIRequestOptions if client_class is _OpenAIClient else FinalRequestOptions
+    options = options_class.construct(method="post", url="/v1/x", idempotency_key=first)
+    assert client._build_request(options).headers["Idempotency-Key"] == first
