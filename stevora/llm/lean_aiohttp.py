@@ -217,11 +217,12 @@ async def read_whole(response: httpx2.Response) -> bytes | None:
     response._num_bytes_downloaded = 0
     try:
         content = await body.read()
-    except httpx2.TransportError as exc:  # as httpx's `request_context` around the read
+        response._num_bytes_downloaded = len(content)
+    except httpx2.RequestError as exc:  # as httpx's `request_context` around the read
         if response._request is not None:
             exc.request = response._request
         raise
-    response._num_bytes_downloaded = len(content)
+    finally:  # closed, read or not, as `aiter_raw` leaves it
+        await response.aclose()
     response._content = content
-    await response.aclose()
     return content

@@ -365,12 +365,20 @@ class _KnownTextHeaders(httpx2.Headers):
 
 @dataclass(frozen=True)
 class _HttpxSend:
-    """httpx's private names its `send` uses, which `LeanRequests._lean_send` uses in its place."""
+    """httpx's private names its `send` uses, which `LeanRequests._lean_send` uses in its place,
+    and the methods it stands in for, as httpx defines them."""
 
     OPENED: Any
     CLOSED: Any
     bound_stream: Any
     logger: Any
+    originals: tuple[tuple[str, Any], ...]
+
+
+# `AsyncClient.send` and what it calls, which `_lean_send` does in their place; and what it reads
+# of a client.
+_STOOD_IN_FOR = ("send", "_send_handling_auth", "_send_handling_redirects", "_send_single_request")
+_CLIENT_NAMES = ("_state", "_auth", "_event_hooks", "_default_encoding", "max_redirects", "follow_redirects")
 
 
 def _httpx_send() -> _HttpxSend | None:
@@ -378,13 +386,39 @@ def _httpx_send() -> _HttpxSend | None:
     from httpx2 import _client
 
     state = getattr(_client, "ClientState", None)
-    methods = ("_set_timeout", "_transport_for_url", "_build_redirect_request", "_send_handling_redirects")
+    methods = ("_set_timeout", "_transport_for_url", "_build_redirect_request", *_STOOD_IN_FOR)
     if not all(callable(getattr(httpx2.AsyncClient, name, None)) for name in methods):
         return None
+    originals = tuple((name, getattr(httpx2.AsyncClient, name)) for name in _STOOD_IN_FOR)
     try:
-        return _HttpxSend(state.OPENED, state.CLOSED, _client.BoundAsyncStream, _client.logger)  # type: ignore[union-attr]
+        return _HttpxSend(state.OPENED, state.CLOSED, _client.BoundAsyncStream, _client.logger, originals)  # type: ignore[union-attr]
     except AttributeError:
         return None
+
+
+# Per client class: whether httpx's `send` under it is httpx's own (no override between
+# `LeanRequests` and `httpx2.AsyncClient`) and its clients have every name `_lean_send` reads.
+_SENDS_AS_HTTPX: dict[type, bool] = {}
+
+
+def _sends_as_httpx(client: httpx2.AsyncClient) -> bool:
+    """Whether `_lean_send` may stand in for httpx's `send` under `client`: not once `send` or
+    what it calls is patched (an instrumentation's wrapper) or overridden (a subclass's), which
+    then runs as it would have."""
+    http = _HTTPX_SEND
+    if http is None:
+        return False
+    for name, original in http.originals:
+        if getattr(httpx2.AsyncClient, name) is not original:
+            return False
+    cls = type(client)
+    found = _SENDS_AS_HTTPX.get(cls)
+    if found is None:
+        above = super(LeanRequests, cls)
+        found = _SENDS_AS_HTTPX[cls] = all(
+            getattr(above, name) is original for name, original in http.originals
+        ) and all(hasattr(client, name) for name in _CLIENT_NAMES)
+    return found
 
 
 _HTTPX_SEND = _httpx_send()
@@ -508,13 +542,16 @@ class LeanRequests(httpx2.AsyncClient):
         As the SDKs send (no auth given, none on the client or in the URL, an async body),
         httpx's `send` is done in one coroutine (`_lean_send`): its auth flow, an async
         generator that gives back the request unchanged, and three nested coroutines go
-        (~25 µs a call), and a plain answer is read by `read_whole`."""
+        (~25 µs a call), and a plain answer is read by `read_whole`. httpx's own `send` runs
+        for anything else, and once it or what it calls is patched or overridden
+        (`_sends_as_httpx`). The one visible difference: httpx's log line of the request
+        ("HTTP Request: ...", logger `httpx2`) names this function as where it was made."""
         request.extensions[READ_WHOLE] = not stream
         default = type(httpx2.USE_CLIENT_DEFAULT)
         if (
-            _HTTPX_SEND is None
+            not _sends_as_httpx(self)
             or not isinstance(auth, default)
-            or self._state is _HTTPX_SEND.CLOSED
+            or self._state is cast(_HttpxSend, _HTTPX_SEND).CLOSED
             or self._auth is not None
             or request.url.userinfo
             or self.max_redirects < 0
@@ -537,7 +574,7 @@ class LeanRequests(httpx2.AsyncClient):
         start = time.perf_counter()
         try:
             response = await transport.handle_async_request(request)
-        except httpx2.TransportError as exc:  # httpx's `request_context`
+        except httpx2.RequestError as exc:  # httpx's `request_context`
             exc.request = request
             raise
         assert isinstance(response.stream, httpx2.AsyncByteStream)

@@ -19,7 +19,7 @@ import httpx2
 import openai
 import pytest
 
-from stevora.llm.lean_aiohttp import lean_transport
+from stevora.llm.lean_aiohttp import READ_WHOLE, lean_transport, read_whole
 from stevora.llm.provider import lean_client
 from tests.integration.llm.raw_http import raw_http_server
 
@@ -47,7 +47,6 @@ _ANSWERS: dict[bytes, bytes] = {
     + b"".join(_chunk(part) for part in (_JSON[:7], _JSON[7:]))
     + b"0\r\n\r\n",
     b"/empty": b"HTTP/1.1 204 No Content\r\n\r\n",
-    b"/redirect": b"HTTP/1.1 307 Temporary Redirect\r\nlocation: /json\r\nset-cookie: r=0\r\ncontent-length: 5\r\n\r\nmoved",
     b"/broken": b'HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 500\r\n\r\n{"cut',
 }
 
@@ -118,6 +117,11 @@ async def test_every_answer_is_the_sdk_transports_own(sdk: str) -> None:
         await lean.aclose()
 
 
+def _no_auth_flow(patched: pytest.MonkeyPatch) -> None:
+    """httpx's own `send` fails from here on: it runs every request through an auth flow."""
+    patched.setattr(httpx2.Auth, "async_auth_flow", lambda *_: pytest.fail("httpx's own send"))
+
+
 @pytest.mark.parametrize("sdk", sorted(_SDKS))
 async def test_a_plain_answer_is_sent_and_read_without_httpxs_auth_flow_and_iterators(sdk: str) -> None:
     """`LeanRequests.send` does httpx's `send` in one coroutine (no auth flow) and `read_whole`
@@ -126,9 +130,7 @@ async def test_a_plain_answer_is_sent_and_read_without_httpxs_auth_flow_and_iter
     _, lean = _clients(sdk)
     try:
         with _server() as url, pytest.MonkeyPatch.context() as patched:
-            patched.setattr(
-                httpx2.AsyncClient, "_send_handling_auth", lambda *_, **__: pytest.fail("auth flow")
-            )
+            _no_auth_flow(patched)
             for path in ("/json", "/empty"):
                 with pytest.MonkeyPatch.context() as no_iterators:
                     no_iterators.setattr(httpx2.Response, "aiter_raw", lambda *_: pytest.fail("aiter_raw"))
@@ -140,58 +142,177 @@ async def test_a_plain_answer_is_sent_and_read_without_httpxs_auth_flow_and_iter
         await lean.aclose()
 
 
-@pytest.mark.parametrize("follow", [True, False])
-@pytest.mark.parametrize("sdk", sorted(_SDKS))
+def _hooked(sdk: str, lean: bool, calls: list[Any], **kwargs: Any) -> httpx2.AsyncClient:
+    """The SDK's aiohttp client (as Stevora builds it when `lean`) with a request and a response
+    hook that record what they are called with in `calls`."""
+
+    async def on_request(request: httpx2.Request) -> None:
+        calls.append(("request", str(request.url), None))
+
+    async def on_response(response: httpx2.Response) -> None:
+        calls.append(("response", str(response.request.url), response.status_code, response))
+
+    hooks = {"event_hooks": {"request": [on_request], "response": [on_response]}}
+    if not lean:
+        return _SDKS[sdk](**hooks, **kwargs)
+    client = lean_client(_SDKS[sdk])(**hooks, **kwargs)
+    client._transport = lean_transport(client._transport)
+    return client
+
+
+@pytest.mark.parametrize(
+    ("status", "follow"), [(301, True), (302, True), (303, True), (307, True), (308, True), (307, False)]
+)
 async def test_hooks_cookies_redirects_and_the_log_line_are_httpxs_own(
-    sdk: str, follow: bool, caplog: pytest.LogCaptureFixture
+    status: int, follow: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The same hooks called with the same requests and answers, the same cookies kept, the same
-    redirect followed (its history read and closed) or left as `next_request`, the same log line."""
+    redirect followed (its history read and closed) or left as `next_request`, the same log
+    line, encoding and client state as httpx's own `send`, for every redirect status."""
     seen: dict[str, Any] = {}
+
+    def redirect(path: bytes, conn: socket.socket) -> None:
+        if path == b"/json":
+            conn.sendall(_ANSWERS[b"/json"])
+        else:
+            conn.sendall(
+                f"HTTP/1.1 {status} Elsewhere\r\nlocation: /json\r\nset-cookie: r=0\r\n".encode()
+                + b"connection: close\r\ncontent-length: 5\r\n\r\nmoved"
+            )
+
+    with _server(redirect) as url, pytest.MonkeyPatch.context() as patched:
+        for lean in (False, True):
+            if lean:
+                _no_auth_flow(patched)
+            calls: list[Any] = []
+            client = _hooked("anthropic", lean, calls, follow_redirects=follow, default_encoding="latin-1")
+            try:
+                caplog.clear()
+                with caplog.at_level("INFO", logger="httpx2"):
+                    response = await client.post(f"{url}/redirect", content=b'{"q": 1}')
+                following = response.next_request
+                with pytest.raises(RuntimeError) as reopened:  # the client is open: httpx's state
+                    await client.__aenter__()
+                seen["lean" if lean else "stock"] = {
+                    **_seen(response),
+                    "encoding": response.encoding,
+                    "calls": [call[:3] for call in calls],
+                    "cookies": sorted(client.cookies.items()),
+                    "next": None if following is None else (following.method, str(following.url)),
+                    "log": [r.getMessage().replace(url, "URL") for r in caplog.records],
+                    "reopened": str(reopened.value),
+                }
+            finally:
+                await client.aclose()
+    assert seen["lean"] == seen["stock"]
+    got = seen["lean"]
+    if follow:
+        assert got["status"] == 201 and len(got["history"]) == 1
+        assert got["cookies"] == [("a", "1"), ("b", "2"), ("r", "0")]
+    else:
+        assert got["status"] == status and got["encoding"] == "latin-1"
+        assert got["cookies"] == [("r", "0")] and got["next"] == ("POST", f"{url}/json")
+
+
+class _OwnSingleRequest(anthropic.DefaultAioHttpClient):
+    """A client class that overrides what httpx's `send` calls."""
+
+    async def _send_single_request(self, request: httpx2.Request) -> httpx2.Response:
+        request.headers["x-own"] = "1"
+        return await super()._send_single_request(request)
+
+
+# What httpx's own `send` (or the aiohttp transport under it) answers these cases with.
+_REFUSED: dict[str, type[Exception]] = {
+    "userinfo": ValueError,  # aiohttp: credentials in the URL and httpx's Authorization header
+    "no redirects": httpx2.TooManyRedirects,
+}
+
+
+@pytest.mark.parametrize(
+    "case", ["sdk path", "auth given", "client auth", "userinfo", "no redirects", "patched send", "override"]
+)
+async def test_a_request_off_the_sdks_path_takes_httpxs_own_send(
+    case: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Auth (given, on the client or in the URL), a negative redirect limit, an instrumentation's
+    patch of httpx's `send` or a client class's override of what it calls: httpx's own `send`
+    runs, and what patched or overrode it too. As the SDKs send: `_lean_send`, and the request
+    still gets its timeout from the client as httpx's `send` gives it."""
+    flows: list[httpx2.Request] = []
+    own_flow = httpx2.Auth.async_auth_flow
+
+    def counted(auth: httpx2.Auth, request: httpx2.Request) -> Any:
+        flows.append(request)
+        return own_flow(auth, request)
+
+    monkeypatch.setattr(httpx2.Auth, "async_auth_flow", counted)
+    patched_sends: list[bool] = []
+    if case == "patched send":
+        own_send = httpx2.AsyncClient.send
+
+        async def instrumented(self: httpx2.AsyncClient, *args: Any, **kwargs: Any) -> httpx2.Response:
+            patched_sends.append(True)
+            return await own_send(self, *args, **kwargs)
+
+        monkeypatch.setattr(httpx2.AsyncClient, "send", instrumented)
+    kwargs: dict[str, Any] = {"timeout": httpx2.Timeout(7.0)}
+    if case == "client auth":
+        kwargs["auth"] = ("user", "secret")
+    if case == "no redirects":
+        kwargs["max_redirects"] = -1
+    cls = _OwnSingleRequest if case == "override" else anthropic.DefaultAioHttpClient
+    client = lean_client(cls)(**kwargs)
+    client._transport = lean_transport(client._transport)
     try:
         with _server() as url:
-            for name in ("stock", "lean"):
-                calls: list[tuple[str, str, int | None]] = []
-
-                async def on_request(request: httpx2.Request) -> None:
-                    calls.append(("request", str(request.url), None))  # noqa: B023 - used at once
-
-                async def on_response(response: httpx2.Response) -> None:
-                    calls.append(("response", str(response.request.url), response.status_code))  # noqa: B023
-
-                hooks = {"event_hooks": {"request": [on_request], "response": [on_response]}}
-                if name == "stock":
-                    client = _SDKS[sdk](follow_redirects=follow, **hooks)
-                else:
-                    client = lean_client(_SDKS[sdk])(follow_redirects=follow, **hooks)
-                    client._transport = lean_transport(client._transport)
-                try:
-                    caplog.clear()
-                    with caplog.at_level("INFO", logger="httpx2"):
-                        response = await client.post(f"{url}/redirect", content=b'{"q": 1}')
-                    following = response.next_request
-                    seen[name] = {
-                        **_seen(response),
-                        "calls": calls,
-                        "cookies": sorted(client.cookies.items()),
-                        "next": None if following is None else (following.method, str(following.url)),
-                        "log": [r.getMessage().replace(url, "URL") for r in caplog.records],
-                    }
-                finally:
-                    await client.aclose()
-        assert seen["lean"] == seen["stock"]
-        assert seen["lean"]["status"] == (201 if follow else 307)
-        if follow:
-            assert seen["lean"]["cookies"] == [("a", "1"), ("b", "2"), ("r", "0")]
-            assert len(seen["lean"]["history"]) == 1
-        else:
-            assert seen["lean"]["cookies"] == [("r", "0")] and seen["lean"]["next"] == ("POST", f"{url}/json")
+            target = url.replace("http://", "http://user:secret@") if case == "userinfo" else url
+            request = httpx2.Request("POST", f"{target}/json", content=b"{}")  # no timeout of its own
+            given = {"auth": ("user", "secret")} if case == "auth given" else {}
+            if case in _REFUSED:  # by httpx's own `send`, or the SDK's transport under it
+                with pytest.raises(_REFUSED[case]):
+                    await client.send(request, **given)
+            else:
+                assert (await client.send(request, **given)).content == _JSON
+        assert request.extensions["timeout"] == httpx2.Timeout(7.0).as_dict()
+        assert len(flows) == (0 if case == "sdk path" else 1), case
+        assert patched_sends == ([True] if case == "patched send" else [])
+        assert ("x-own" in request.headers) == (case == "override")
     finally:
-        pass
+        await client.aclose()
+
+
+@pytest.mark.parametrize("sdk", sorted(_SDKS))
+async def test_an_answer_cut_short_is_closed_as_httpx_closes_it(sdk: str) -> None:
+    """The answer whose body fails to arrive ends closed, with its request on the error."""
+    closed = []
+    for lean in (False, True):
+        calls: list[Any] = []
+        client = _hooked(sdk, lean, calls)
+        try:
+            with _server() as url, pytest.raises(httpx2.HTTPError) as cut:
+                await client.post(f"{url}/broken", content=b"{}")
+            answer = calls[-1][3]
+            closed.append((answer.is_closed, answer.is_stream_consumed, cut.value.request.url.path))
+        finally:
+            await client.aclose()
+    assert closed == [(True, True, "/broken")] * 2
+    # `read_whole` itself, on the transport's answer, before any `send` would close it.
+    _, lean_client_ = _clients(sdk)
+    try:
+        with _server() as url:
+            request = lean_client_.build_request("POST", f"{url}/broken", content=b"{}")
+            request.extensions[READ_WHOLE] = True
+            answer = await lean_client_._transport.handle_async_request(request)
+            with pytest.raises(httpx2.HTTPError) as cut:
+                await read_whole(answer)
+        assert answer.is_closed and cut.value.request is request
+    finally:
+        await lean_client_.aclose()
 
 
 async def test_a_closed_client_refuses_to_send_as_httpxs_own() -> None:
-    _, lean = _clients("anthropic")
+    lean = lean_client(_SDKS["anthropic"])()
     await lean.aclose()
     with pytest.raises(RuntimeError, match="client has been closed"):
         await lean.post("http://127.0.0.1:1/json", content=b"{}")
