@@ -241,7 +241,7 @@ class AnthropicProvider:
         except anthropic.AnthropicError as exc:
             raise ProviderError(f"{self.name}: {exc}", provider=self.name, retryable=False) from exc
         try:
-            message = json.loads(answer.content)
+            message = loads_json(answer.content)
             if self._strict:
                 AnthropicMessage.model_validate(message)
             response = checked_response(self.parse_message(message))

@@ -59,6 +59,7 @@ from stevora.llm.provider import (
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan, plan_structured
 from stevora.llm.wire_json import Kept
+from stevora.tools.invoke import loads_json
 
 MaxTokensField = Literal["max_tokens", "max_completion_tokens"]
 
@@ -414,7 +415,7 @@ class OpenAIProvider:
         A client built with `_strict_response_validation` (the tests') also has it checked
         against the SDK's `ChatCompletion`, as `create` would have."""
         try:
-            completion = json.loads(body)
+            completion = loads_json(body)
             if not isinstance(completion, dict):
                 raise TypeError(f"the answer is {type(completion).__name__}, not an object")
             if getattr(self._client, "_strict_response_validation", False):

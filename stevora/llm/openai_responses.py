@@ -14,7 +14,6 @@ to it, docs/configuration.md); errors are translated there, as for Chat Completi
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any, cast
 
@@ -47,6 +46,7 @@ from stevora.llm.provider import (
 from stevora.llm.streaming import BROKEN_STREAM, StreamAccumulator
 from stevora.llm.structured import STRUCTURED_NAME, StructuredPlan
 from stevora.llm.wire_json import body_json
+from stevora.tools.invoke import loads_json
 
 # A stream that broke after its 200 (`StreamAccumulator.broken`).
 _BROKEN: tuple[type[Exception], ...] = (openai.OpenAIError, *BROKEN_STREAM)
@@ -384,7 +384,7 @@ async def complete(
         async with asyncio.timeout_at(by):
             raw = await post(client, "/responses", kwargs, stream=False)
         try:
-            answer = json.loads(raw.content)
+            answer = loads_json(raw.content)
             if not isinstance(answer, dict):
                 raise TypeError(f"the answer is {type(answer).__name__}, not an object")
             if getattr(client, "_strict_response_validation", False):
@@ -452,7 +452,7 @@ async def sse_chunks(raw: httpx2.Response) -> AsyncIterator[dict[str, Any]]:
         if text.startswith("[DONE]"):
             done = True
             continue
-        chunk = json.loads(text)
+        chunk = loads_json(text)
         if not isinstance(chunk, dict):
             raise ValueError(f"a stream chunk is not a JSON object: {text[:100]}")
         error = chunk.get("error")

@@ -18,7 +18,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pydantic
 from jsonschema.exceptions import SchemaError
@@ -81,9 +81,10 @@ _DIGITS_AS_NINES = bytes.maketrans(b"0123456789", b"9999999999")
 _LONG_DIGITS_RUN = b"9" * 19
 
 
-def has_long_digits(text: str) -> bool:
+def has_long_digits(text: str | bytes) -> bool:
     """Whether `text` holds a run of 19 ASCII digits (`re.search("[0-9]{19}", text)`)."""
-    return _LONG_DIGITS_RUN in text.encode("utf-8", "surrogatepass").translate(_DIGITS_AS_NINES)
+    data = text if type(text) is bytes else cast(str, text).encode("utf-8", "surrogatepass")
+    return _LONG_DIGITS_RUN in data.translate(_DIGITS_AS_NINES)
 
 
 @dataclass(frozen=True)
@@ -282,10 +283,11 @@ async def _in_thread(tool: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -
     return result
 
 
-def loads_json(text: str) -> Any:
+def loads_json(text: str | bytes) -> Any:
     """`json.loads(text)`, by orjson when it reads the text the same way: not with a run of 19
     digits (orjson reads integers beyond 64 bits as floats) and not with what it refuses
-    (NaN, Infinity, numbers beyond a double, lone surrogates), which the stdlib reads."""
+    (NaN, Infinity, numbers beyond a double, lone surrogates; bytes that are not UTF-8, such
+    as UTF-16 or a byte-order mark, which the stdlib detects), which the stdlib reads."""
     if _orjson is not None and not has_long_digits(text):
         try:
             return _orjson.loads(text)

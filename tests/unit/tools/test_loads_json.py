@@ -45,3 +45,26 @@ def test_integers_beyond_64_bits_are_read_exactly(text: str) -> None:
 
 def test_what_orjson_refuses_is_read_by_the_stdlib() -> None:
     assert math.isnan(loads_json("NaN")) and loads_json("[Infinity]") == [math.inf]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'{"id": "msg_1", "n": 18446744073709551616, "t": "h\xc3\xa9llo"}',
+        b'\xef\xbb\xbf{"bom": 1}',  # the stdlib reads UTF-8 with a byte-order mark
+        '{"utf16": 1}'.encode("utf-16"),
+        b'{"ok": 1, "lone": "\\ud800"}',
+        b"\xff{}",  # not UTF-8: the stdlib's own error
+        b"[NaN]",
+    ],
+)
+def test_bytes_are_read_as_the_stdlib_reads_them(data: bytes) -> None:
+    """An answer's body as it arrives: what `json.loads(data)` gives, or its error."""
+    assert has_long_digits(data) == (re.search(b"[0-9]{19}", data) is not None)
+    try:
+        expected: object = json.loads(data)
+    except ValueError as exc:
+        with pytest.raises(type(exc)):
+            loads_json(data)
+        return
+    assert repr(loads_json(data)) == repr(expected)
