@@ -107,14 +107,23 @@ class _AnthropicClient(anthropic.AsyncAnthropic):
     Python calls of httpx's URL parser per request) made once per path and base URL: it depends
     on nothing else, and an `httpx2.URL` is immutable; its `_build_headers` made once per value
     of what it reads. Its `_idempotency_key` is made only when the client sends it
-    (`idempotency_key_if_sent`). All three are private SDK names: tests/unit/llm/test_sdk_private_names.py fails
-    first if an SDK renames them or changes what they read. Everything else is the SDK's own."""
+    (`idempotency_key_if_sent`), and `_copy_and_prepare` skips walking a body it does not have.
+    All four are private SDK names: tests/unit/llm/test_sdk_private_names.py fails first if an
+    SDK renames them or changes what they read. Everything else is the SDK's own."""
 
     def _prepare_url(self, url: str) -> httpx2.URL:
         return url_made_once(self, "_stevora_urls", self.base_url, url, super()._prepare_url)
 
     def _idempotency_key(self) -> str:
         return idempotency_key_if_sent(self, super()._idempotency_key)
+
+    async def _copy_and_prepare(self, options: FinalRequestOptions) -> FinalRequestOptions:
+        """The SDK's copy of the options, whose walk of the body and query (for files to read)
+        finds nothing in the options the adapter sends: its body as `content` bytes, no
+        `json_data`, `extra_json` or `params`. Any other goes through the SDK's own."""
+        if options.json_data is None and options.extra_json is None and not options.params:
+            return options.model_copy()
+        return await super()._copy_and_prepare(options)
 
     def _build_headers(self, options: FinalRequestOptions, *, retries_taken: int = 0) -> httpx2.Headers:
         """The SDK's `_build_headers` (~190 Python calls: 15 headers set one by one into an

@@ -355,3 +355,38 @@ def test_an_idempotency_key_is_made_only_for_a_client_that_sends_one(
     options_class = OpenAIRequestOptions if client_class is _OpenAIClient else FinalRequestOptions
     options = options_class.construct(method="post", url="/v1/x", idempotency_key=first)
     assert client._build_request(options).headers["Idempotency-Key"] == first
+
+
+async def test_the_anthropic_client_copies_its_options_as_the_sdk_does_without_walking_no_body(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Options as the adapter sends them (a `content` body, nothing to walk) are copied as the
+    SDK's `_copy_and_prepare` copies them, without its walk; options with a JSON body, extra body
+    or query params get the SDK's own."""
+    from anthropic import _base_client
+
+    client = _AnthropicClient(api_key="k", base_url="http://127.0.0.1:1")
+    ours = FinalRequestOptions.construct(
+        method="post", url="/v1/messages", content=b'{"a":1}', headers={"x": "1"}
+    )  # type: ignore[call-arg]
+    others = [
+        FinalRequestOptions.construct(method="post", url="/v1/x", json_data={"a": {"b": [1]}}),  # type: ignore[call-arg]
+        FinalRequestOptions.construct(method="post", url="/v1/x", extra_json={"t": 1}),  # type: ignore[call-arg]
+        FinalRequestOptions.construct(method="get", url="/v1/x", params={"q": "1"}),  # type: ignore[call-arg]
+    ]
+    for options in [ours, *others]:
+        theirs = await anthropic.AsyncAnthropic._copy_and_prepare(client, options)
+        mine = await client._copy_and_prepare(options)
+        assert mine is not options and mine.model_dump() == theirs.model_dump()
+    walked = []
+    own_walk = _base_client.async_prepare_request_data
+
+    async def walk(*args: Any, **kwargs: Any) -> Any:
+        walked.append(args)
+        return await own_walk(*args, **kwargs)
+
+    monkeypatch.setattr(_base_client, "async_prepare_request_data", walk)
+    await client._copy_and_prepare(ours)
+    assert walked == []
+    await client._copy_and_prepare(others[0])
+    assert len(walked) == 1
