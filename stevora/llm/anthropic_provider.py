@@ -734,7 +734,8 @@ async def stream_events(answer: httpx2.Response, *, strict: bool = False) -> Asy
                 raise anthropic.APIStatusError(message, response=answer, body=body)
             if not raw:
                 continue
-            parsed = loads_json(raw.decode("utf-8", "replace"))
+            # ASCII bytes read as their text does, without decoding and encoding them again.
+            parsed = loads_json(raw if raw.isascii() else raw.decode("utf-8", "replace"))
             if not isinstance(parsed, dict):
                 raise ValueError(f"a stream event is not a JSON object: {raw[:100]!r}")
             if strict:

@@ -57,3 +57,16 @@ async def test_an_error_event_is_raised_as_the_sdk_raises_it() -> None:
     with pytest.raises(anthropic.APIStatusError) as raised:
         await _read([body])
     assert raised.value.body == {"type": "error", "error": {"message": "overloaded"}}
+
+
+async def test_event_data_is_read_as_utf_8_with_bad_bytes_replaced_and_big_integers_exact() -> None:
+    """ASCII data is parsed from its bytes, anything else from its text decoded as the SDK decodes
+    it (a bad byte becomes U+FFFD); either way an integer beyond 64 bits stays exact."""
+    body = (
+        b'event: content_block_delta\ndata: {"type": "content_block_delta", "index": 0, '
+        b'"delta": {"type": "text_delta", "text": "a\xffb\xc3\xa9"}}\n\n'
+        b'event: message_delta\ndata: {"type": "message_delta", "n": 18446744073709551616}\n\n'
+    )
+    first, second = await _read([body])
+    assert first["delta"] == {"type": "text_delta", "text": "a\ufffdb\u00e9"}
+    assert second["n"] == 2**64 and type(second["n"]) is int
