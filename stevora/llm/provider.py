@@ -396,31 +396,6 @@ def _httpx_send() -> _HttpxSend | None:
         return None
 
 
-# Per client class: whether httpx's `send` under it is httpx's own (no override between
-# `LeanRequests` and `httpx2.AsyncClient`) and its clients have every name `_lean_send` reads.
-_SENDS_AS_HTTPX: dict[type, bool] = {}
-
-
-def _sends_as_httpx(client: httpx2.AsyncClient) -> bool:
-    """Whether `_lean_send` may stand in for httpx's `send` under `client`: not once `send` or
-    what it calls is patched (an instrumentation's wrapper) or overridden (a subclass's), which
-    then runs as it would have."""
-    http = _HTTPX_SEND
-    if http is None:
-        return False
-    for name, original in http.originals:
-        if getattr(httpx2.AsyncClient, name) is not original:
-            return False
-    cls = type(client)
-    found = _SENDS_AS_HTTPX.get(cls)
-    if found is None:
-        above = super(LeanRequests, cls)
-        found = _SENDS_AS_HTTPX[cls] = all(
-            getattr(above, name) is original for name, original in http.originals
-        ) and all(hasattr(client, name) for name in _CLIENT_NAMES)
-    return found
-
-
 _HTTPX_SEND = _httpx_send()
 # The statuses of httpx's `Response.has_redirect_location`: 301, 302, 303, 307, 308.
 _REDIRECT_STATUSES = frozenset({301, 302, 303, 307, 308})
@@ -435,6 +410,30 @@ def idempotency_key_if_sent(client: Any, make: Callable[[], str]) -> str:
     only when the client sends it: the key goes nowhere but its `_idempotency_header`, which
     neither API's client sets."""
     return make() if client._idempotency_header else UNSENT_IDEMPOTENCY_KEY
+
+
+# Per client class: whether its clients have every name `_lean_send` reads (set by httpx's
+# `__init__`, so the same for every client of a class).
+_HAS_CLIENT_NAMES: dict[type, bool] = {}
+
+
+def _sends_as_httpx(client: httpx2.AsyncClient) -> bool:
+    """Whether `_lean_send` may stand in for httpx's `send` under `client`: not once `send` or
+    what it calls is patched (an instrumentation's wrapper, on httpx's class or the SDK's) or
+    overridden (by the SDK's class or a subclass), which then runs as it would have. Looked up
+    on every call (~1 µs), so a patch made at any time counts."""
+    http = _HTTPX_SEND
+    if http is None:
+        return False
+    cls = type(client)
+    below = super(LeanRequests, cls)  # `send` as `LeanRequests.send`'s `super()` finds it
+    for name, original in http.originals:
+        if (getattr(below, name) if name == "send" else getattr(cls, name)) is not original:
+            return False
+    found = _HAS_CLIENT_NAMES.get(cls)
+    if found is None:
+        found = _HAS_CLIENT_NAMES[cls] = all(hasattr(client, name) for name in _CLIENT_NAMES)
+    return found
 
 
 class LeanRequests(httpx2.AsyncClient):

@@ -18,7 +18,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Literal, cast
+from typing import Any, Literal
 
 import pydantic
 from jsonschema.exceptions import SchemaError
@@ -83,7 +83,7 @@ _LONG_DIGITS_RUN = b"9" * 19
 
 def has_long_digits(text: str | bytes) -> bool:
     """Whether `text` holds a run of 19 ASCII digits (`re.search("[0-9]{19}", text)`)."""
-    data = text if type(text) is bytes else cast(str, text).encode("utf-8", "surrogatepass")
+    data = text.encode("utf-8", "surrogatepass") if isinstance(text, str) else bytes(text)
     return _LONG_DIGITS_RUN in data.translate(_DIGITS_AS_NINES)
 
 

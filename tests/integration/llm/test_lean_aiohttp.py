@@ -229,16 +229,31 @@ _REFUSED: dict[str, type[Exception]] = {
 }
 
 
+_STOOD_IN_FOR = ["send", "_send_handling_auth", "_send_handling_redirects", "_send_single_request"]
+
+
 @pytest.mark.parametrize(
-    "case", ["sdk path", "auth given", "client auth", "userinfo", "no redirects", "patched send", "override"]
+    "case",
+    [
+        "sdk path",
+        "auth given",
+        "client auth",
+        "userinfo",
+        "no redirects",
+        *(f"patched {name}" for name in _STOOD_IN_FOR),
+        "patched on the SDK's class after a send",
+        "override",
+        "override in a subclass",
+    ],
 )
 async def test_a_request_off_the_sdks_path_takes_httpxs_own_send(
     case: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Auth (given, on the client or in the URL), a negative redirect limit, an instrumentation's
-    patch of httpx's `send` or a client class's override of what it calls: httpx's own `send`
-    runs, and what patched or overrode it too. As the SDKs send: `_lean_send`, and the request
-    still gets its timeout from the client as httpx's `send` gives it."""
+    patch of httpx's `send` or of anything it calls (on httpx's class, or on the SDK's after the
+    client has sent), or a client class's override of what it calls: httpx's own `send` runs,
+    and what patched or overrode it too. As the SDKs send: `_lean_send`, and the request still
+    gets its timeout from the client as httpx's `send` gives it."""
     flows: list[httpx2.Request] = []
     own_flow = httpx2.Auth.async_auth_flow
 
@@ -247,25 +262,41 @@ async def test_a_request_off_the_sdks_path_takes_httpxs_own_send(
         return own_flow(auth, request)
 
     monkeypatch.setattr(httpx2.Auth, "async_auth_flow", counted)
-    patched_sends: list[bool] = []
-    if case == "patched send":
-        own_send = httpx2.AsyncClient.send
+    patched: list[str] = []
 
-        async def instrumented(self: httpx2.AsyncClient, *args: Any, **kwargs: Any) -> httpx2.Response:
-            patched_sends.append(True)
-            return await own_send(self, *args, **kwargs)
+    def instrument(owner: type, name: str) -> None:
+        own = getattr(owner, name)
 
-        monkeypatch.setattr(httpx2.AsyncClient, "send", instrumented)
+        async def instrumented(self: httpx2.AsyncClient, *args: Any, **kwargs: Any) -> Any:
+            patched.append(name)
+            return await own(self, *args, **kwargs)
+
+        monkeypatch.setattr(owner, name, instrumented)
+
+    if case.startswith("patched _") or case == "patched send":
+        instrument(httpx2.AsyncClient, case.removeprefix("patched "))
     kwargs: dict[str, Any] = {"timeout": httpx2.Timeout(7.0)}
     if case == "client auth":
         kwargs["auth"] = ("user", "secret")
     if case == "no redirects":
         kwargs["max_redirects"] = -1
-    cls = _OwnSingleRequest if case == "override" else anthropic.DefaultAioHttpClient
-    client = lean_client(cls)(**kwargs)
+    cls: Any = lean_client(_OwnSingleRequest if case == "override" else anthropic.DefaultAioHttpClient)
+    if case == "override in a subclass":
+
+        class Below(cls):  # type: ignore[misc,valid-type]
+            async def _send_handling_redirects(self, *args: Any, **kwargs: Any) -> Any:
+                patched.append("below")
+                return await super()._send_handling_redirects(*args, **kwargs)
+
+        cls = Below
+    client = cls(**kwargs)
     client._transport = lean_transport(client._transport)
     try:
         with _server() as url:
+            if case == "patched on the SDK's class after a send":
+                assert (await client.post(f"{url}/json", content=b"{}")).content == _JSON
+                assert flows == []  # sent by `_lean_send`
+                instrument(anthropic.DefaultAioHttpClient, "_send_single_request")
             target = url.replace("http://", "http://user:secret@") if case == "userinfo" else url
             request = httpx2.Request("POST", f"{target}/json", content=b"{}")  # no timeout of its own
             given = {"auth": ("user", "secret")} if case == "auth given" else {}
@@ -276,7 +307,11 @@ async def test_a_request_off_the_sdks_path_takes_httpxs_own_send(
                 assert (await client.send(request, **given)).content == _JSON
         assert request.extensions["timeout"] == httpx2.Timeout(7.0).as_dict()
         assert len(flows) == (0 if case == "sdk path" else 1), case
-        assert patched_sends == ([True] if case == "patched send" else [])
+        expected = {
+            "override in a subclass": ["below"],
+            "patched on the SDK's class after a send": ["_send_single_request"],
+        }.get(case, [case.removeprefix("patched ")] if case.startswith("patched") else [])
+        assert patched == expected
         assert ("x-own" in request.headers) == (case == "override")
     finally:
         await client.aclose()
