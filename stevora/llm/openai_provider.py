@@ -118,8 +118,8 @@ class _OpenAIClient(openai.AsyncOpenAI):
     """The SDK's client, its `_prepare_url` (the base URL joined with a request's path: ~300
     Python calls of httpx's URL parser per request) made once per path and base URL: it depends
     on nothing else, and an `httpx2.URL` is immutable; its `_build_headers` made once per value
-    of what it reads, as Anthropic's (`_AnthropicClient`). Its `_idempotency_key` is made only when the client sends it
-    (`idempotency_key_if_sent`). All three are private SDK names:
+    of what it reads, as Anthropic's (`_AnthropicClient`); its `_idempotency_key` made only when
+    the client sends it (`idempotency_key_if_sent`). All three are private SDK names:
     tests/unit/llm/test_sdk_private_names.py fails first if an SDK renames them or changes what
     they read. Everything else is the SDK's own."""
 
